@@ -1,0 +1,31 @@
+"""Shared fixtures of pytest-moeperf's own test suite."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+pytest_plugins = ["pytester"]
+
+BUILD = 11434
+
+
+@pytest.fixture(scope="session")
+def llama_build():
+    """The llama.cpp build the integration tests run: ``LLAMA_SERVER`` if set, else b11434 built
+    by the embedded builder (once per cache, shared by xdist workers through a file lock)."""
+    from pytest_moeperf.builds import binary_build, build_llama
+
+    if os.environ.get("LLAMA_SERVER"):
+        return binary_build(os.environ["LLAMA_SERVER"])
+    return build_llama(BUILD, progress=lambda line: print(line, flush=True))
+
+
+@pytest.fixture(scope="session")
+def tiny_model() -> Path:
+    """The synthetic tiny MoE GGUF (< 1 MB)."""
+    from pytest_moeperf.model import ensure_model, model_spec
+
+    return ensure_model(model_spec("tiny"))

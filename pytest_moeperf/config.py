@@ -1,0 +1,314 @@
+"""Profiles and configurations, declared as data in TOML.
+
+A *profile* is one host setup: the llama.cpp build or binary, the model, base flags, default
+pinning and the baseline file it is judged against. A *configuration* is a named variant of a
+profile that adds flags, pinning and environment to the profile's base. Profiles come from the
+built-in ``embedded.toml`` and from the user's file (``moeperf_config`` ini option, or
+``[tool.moeperf]`` in ``pyproject.toml``); a user profile replaces a built-in one of the same name.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError
+from .host import numa_nodes, online_cpus, parse_cpu_list
+from .workload import Workload
+
+NUMA_MODES = ("distribute", "isolate", "numactl")
+_PIN_KEYS = {"cpus", "numa_node", "numa"}
+_CONFIG_KEYS = _PIN_KEYS | {"flags", "env", "description", "requires_gpus", "build", "binary"}
+_PROFILE_KEYS = _CONFIG_KEYS | {
+    "model",
+    "model_overrides",
+    "cmake_args",
+    "baseline",
+    "workloads",
+    "repetitions",
+    "configurations",
+}
+
+
+class HostLacks(ConfigError):
+    """The host has no such CPU, NUMA node or GPU: the test is skipped with this reason."""
+
+
+@dataclass(frozen=True)
+class Pinning:
+    """Where a server runs: a CPU list, or a NUMA node's CPUs, plus an optional ``--numa`` mode."""
+
+    cpus: str | None = None
+    numa_node: int | None = None
+    numa: str | None = None
+
+    def resolve(self) -> frozenset[int] | None:
+        """The CPU set to pin to on this host (``None``: not pinned); raises :class:`HostLacks`
+        when the node or a CPU does not exist here."""
+        if self.numa_node is not None:
+            nodes = numa_nodes()
+            if self.numa_node not in nodes:
+                raise HostLacks(
+                    f"NUMA node {self.numa_node} does not exist on this host "
+                    f"(nodes: {', '.join(map(str, nodes))})"
+                )
+            wanted = nodes[self.numa_node]
+        elif self.cpus is not None:
+            wanted = parse_cpu_list(self.cpus)
+        else:
+            return None
+        missing = wanted - online_cpus()
+        if missing:
+            raise HostLacks(
+                f"CPU {','.join(map(str, sorted(missing)))} asked by pinning "
+                f"{self.describe()} is not available on this host"
+            )
+        return wanted
+
+    def describe(self) -> str:
+        parts = []
+        if self.numa_node is not None:
+            parts.append(f"node {self.numa_node}")
+        if self.cpus is not None:
+            parts.append(f"cpus {self.cpus}")
+        if self.numa:
+            parts.append(f"--numa {self.numa}")
+        return ", ".join(parts) or "unpinned"
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """A named variant of a profile, resolved: the full flags, pinning and environment."""
+
+    name: str
+    profile: str
+    flags: tuple[str, ...]
+    pinning: Pinning
+    env: Mapping[str, str] = field(default_factory=dict)
+    description: str = ""
+    requires_gpus: int = 0
+    build: int | None = None
+    binary: str | None = None
+
+    @property
+    def server_args(self) -> list[str]:
+        """llama-server arguments (without model, host and port)."""
+        args = list(self.flags)
+        if self.pinning.numa:
+            args += ["--numa", self.pinning.numa]
+        return args
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One host setup and its named configurations."""
+
+    name: str
+    source: str
+    build: int | None
+    binary: str | None
+    cmake_args: tuple[str, ...]
+    model: str
+    model_overrides: Mapping[str, int]
+    flags: tuple[str, ...]
+    pinning: Pinning
+    env: Mapping[str, str]
+    baseline: str | None
+    workloads: tuple[Workload, ...]
+    repetitions: int
+    configurations: Mapping[str, Configuration]
+    description: str = ""
+    requires_gpus: int = 0
+    base_dir: Path | None = None
+    """Where relative paths (model, binary, baseline) resolve; ``None``: the pytest rootdir."""
+
+    def path(self, value: str, rootdir: Path) -> Path:
+        """*value* as a path, relative ones taken from :attr:`base_dir` (else *rootdir*)."""
+        p = Path(value).expanduser()
+        return p if p.is_absolute() else (self.base_dir or rootdir) / p
+
+    def configuration(self, name: str) -> Configuration:
+        try:
+            return self.configurations[name]
+        except KeyError:
+            known = ", ".join(self.configurations) or "none"
+            raise ConfigError(
+                f"profile {self.name!r} ({self.source}) has no configuration {name!r}; "
+                f"known: {known}"
+            ) from None
+
+
+def _check_keys(where: str, table: Mapping[str, Any], allowed: set[str]) -> None:
+    unknown = sorted(set(table) - allowed)
+    if unknown:
+        raise ConfigError(
+            f"{where}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}"
+        )
+
+
+def _str_list(where: str, key: str, value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        raise ConfigError(f'{where}: {key} must be a list of strings, e.g. ["-t", "2"]')
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{where}: {key} must be a list of strings, got {value!r}")
+    return tuple(value)
+
+
+def _opt(where: str, key: str, value: Any, kind: type | tuple[type, ...]) -> Any:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, kind):
+        names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+        raise ConfigError(f"{where}: {key} must be {names}, got {value!r}")
+    return value
+
+
+def _pinning(where: str, table: Mapping[str, Any], base: Pinning) -> Pinning:
+    cpus = _opt(where, "cpus", table.get("cpus"), str)
+    node = _opt(where, "numa_node", table.get("numa_node"), int)
+    numa = _opt(where, "numa", table.get("numa"), str)
+    if cpus is not None and node is not None:
+        raise ConfigError(f"{where}: give cpus or numa_node, not both")
+    if cpus is not None:
+        try:
+            parse_cpu_list(cpus)  # syntax check now, host check at start
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+    if node is not None and node < 0:
+        raise ConfigError(f"{where}: numa_node must be >= 0")
+    if numa is not None and numa not in NUMA_MODES:
+        raise ConfigError(f"{where}: numa must be one of {', '.join(NUMA_MODES)}, got {numa!r}")
+    if cpus is None and node is None:
+        cpus, node = base.cpus, base.numa_node
+    return Pinning(cpus=cpus, numa_node=node, numa=numa if numa is not None else base.numa)
+
+
+def _env(where: str, value: Any) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise ConfigError(
+            f'{where}: env must be a table of strings, e.g. {{OMP_WAIT_POLICY = "passive"}}'
+        )
+    return dict(value)
+
+
+def _profile(name: str, table: Any, source: str, base_dir: Path | None) -> Profile:
+    where = f"{source}: profile {name!r}"
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where}: must be a table")
+    _check_keys(where, table, _PROFILE_KEYS)
+    build = _opt(where, "build", table.get("build"), int)
+    binary = _opt(where, "binary", table.get("binary"), str)
+    if build is not None and build < 1:
+        raise ConfigError(f"{where}: build must be a llama.cpp build number such as 11434")
+    model = _opt(where, "model", table.get("model"), str)
+    if not model:
+        raise ConfigError(f"{where}: model is missing: a GGUF path or 'synthetic:PRESET'")
+    overrides = table.get("model_overrides") or {}
+    if not isinstance(overrides, dict) or not all(
+        isinstance(v, int) and not isinstance(v, bool) for v in overrides.values()
+    ):
+        raise ConfigError(f"{where}: model_overrides must be a table of integers")
+    try:
+        workloads = tuple(
+            Workload.parse(w) for w in _str_list(where, "workloads", table.get("workloads", []))
+        )
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    reps = _opt(where, "repetitions", table.get("repetitions", 3), int)
+    if reps < 1:
+        raise ConfigError(f"{where}: repetitions must be >= 1")
+    base_flags = _str_list(where, "flags", table.get("flags", []))
+    base_pin = _pinning(where, table, Pinning())
+    base_env = _env(where, table.get("env"))
+    gpus = _opt(where, "requires_gpus", table.get("requires_gpus", 0), int)
+    configs_table = table.get("configurations") or {}
+    if not isinstance(configs_table, dict) or not configs_table:
+        raise ConfigError(f"{where}: needs at least one [configurations.NAME] table")
+    configs: dict[str, Configuration] = {}
+    for cname, ctable in configs_table.items():
+        cwhere = f"{where}, configuration {cname!r}"
+        if not isinstance(ctable, dict):
+            raise ConfigError(f"{cwhere}: must be a table")
+        if "." in cname or not cname:
+            raise ConfigError(f"{cwhere}: a configuration name may not be empty or contain '.'")
+        _check_keys(cwhere, ctable, _CONFIG_KEYS)
+        configs[cname] = Configuration(
+            name=cname,
+            profile=name,
+            flags=base_flags + _str_list(cwhere, "flags", ctable.get("flags", [])),
+            pinning=_pinning(cwhere, ctable, base_pin),
+            env={**base_env, **_env(cwhere, ctable.get("env"))},
+            description=_opt(cwhere, "description", ctable.get("description"), str) or "",
+            requires_gpus=_opt(cwhere, "requires_gpus", ctable.get("requires_gpus"), int) or gpus,
+            build=_opt(cwhere, "build", ctable.get("build"), int),
+            binary=_opt(cwhere, "binary", ctable.get("binary"), str),
+        )
+    return Profile(
+        name=name,
+        source=source,
+        build=build,
+        binary=binary,
+        cmake_args=_str_list(where, "cmake_args", table.get("cmake_args", [])),
+        model=model,
+        model_overrides=dict(overrides),
+        flags=base_flags,
+        pinning=base_pin,
+        env=base_env,
+        baseline=_opt(where, "baseline", table.get("baseline"), str),
+        workloads=workloads,
+        repetitions=reps,
+        configurations=configs,
+        description=_opt(where, "description", table.get("description"), str) or "",
+        requires_gpus=gpus,
+        base_dir=base_dir,
+    )
+
+
+def parse_profiles(
+    data: Mapping[str, Any], source: str, base_dir: Path | None = None
+) -> dict[str, Profile]:
+    """Profiles from a parsed TOML document (``{"profiles": {...}}``); relative paths in them
+    resolve against *base_dir*."""
+    _check_keys(source, data, {"profiles"})
+    profiles = data.get("profiles") or {}
+    if not isinstance(profiles, dict):
+        raise ConfigError(f"{source}: profiles must be a table of [profiles.NAME]")
+    return {name: _profile(name, table, source, base_dir) for name, table in profiles.items()}
+
+
+def _load_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: configuration file not found") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+
+
+def builtin_profiles() -> dict[str, Profile]:
+    """The profiles shipped with the plugin (the ``embedded`` default)."""
+    text = resources.files("pytest_moeperf").joinpath("embedded.toml").read_text()
+    return parse_profiles(tomllib.loads(text), "pytest_moeperf/embedded.toml")
+
+
+def load_profiles(config_file: Path | None, pyproject: Path | None = None) -> dict[str, Profile]:
+    """Built-in profiles, overridden by *config_file* or by ``[tool.moeperf]`` in *pyproject*."""
+    profiles = builtin_profiles()
+    if config_file is not None:
+        profiles.update(
+            parse_profiles(_load_toml(config_file), str(config_file), config_file.parent)
+        )
+    elif pyproject is not None and pyproject.is_file():
+        tool = _load_toml(pyproject).get("tool", {}).get("moeperf")
+        if tool:
+            profiles.update(parse_profiles(tool, f"{pyproject} [tool.moeperf]", pyproject.parent))
+    return profiles

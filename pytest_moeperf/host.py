@@ -1,0 +1,159 @@
+"""The host: CPU lists, NUMA nodes, and the fingerprint a measurement was taken on."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError
+
+NODE_ROOT = Path("/sys/devices/system/node")
+
+
+def parse_cpu_list(text: str) -> frozenset[int]:
+    """CPUs named by a kernel-style list such as ``"10-19,30-39"`` or ``"0"``."""
+    cpus: set[int] = set()
+    for part in text.strip().split(","):
+        part = part.strip()
+        if not part:
+            continue
+        lo, sep, hi = part.partition("-")
+        try:
+            first = int(lo)
+            last = int(hi) if sep else first
+        except ValueError:
+            raise ConfigError(
+                f"CPU list {text!r}: {part!r} is not a CPU number or range "
+                "(write e.g. '10-19,30-39')"
+            ) from None
+        if first < 0 or last < first:
+            raise ConfigError(f"CPU list {text!r}: range {part!r} is empty or negative")
+        cpus.update(range(first, last + 1))
+    if not cpus:
+        raise ConfigError(f"CPU list {text!r} names no CPU")
+    return frozenset(cpus)
+
+
+def format_cpu_list(cpus: Iterable[int]) -> str:
+    """The kernel-style list of *cpus*: ``{0, 1, 2, 5}`` -> ``"0-2,5"``."""
+    ordered = sorted(set(cpus))
+    parts: list[str] = []
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        parts.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
+        i = j + 1
+    return ",".join(parts)
+
+
+def numa_nodes() -> dict[int, frozenset[int]]:
+    """NUMA node number -> its CPUs, from sysfs (one node 0 with every CPU when sysfs has none)."""
+    nodes: dict[int, frozenset[int]] = {}
+    if NODE_ROOT.is_dir():
+        for entry in NODE_ROOT.glob("node[0-9]*"):
+            try:
+                text = (entry / "cpulist").read_text()
+            except OSError:
+                continue
+            if text.strip():
+                nodes[int(entry.name[4:])] = parse_cpu_list(text)
+    if not nodes:
+        nodes[0] = frozenset(range(os.cpu_count() or 1))
+    return dict(sorted(nodes.items()))
+
+
+def online_cpus() -> frozenset[int]:
+    """The CPUs this process may run on."""
+    return frozenset(os.sched_getaffinity(0))
+
+
+def process_cpus(pid: int) -> frozenset[int]:
+    """The CPUs process *pid* is allowed on, read from ``/proc/<pid>/status``."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Cpus_allowed_list:"):
+            return parse_cpu_list(line.split(":", 1)[1])
+    raise OSError(f"/proc/{pid}/status has no Cpus_allowed_list")
+
+
+def _read(path: str) -> str | None:
+    try:
+        return Path(path).read_text().strip()
+    except OSError:
+        return None
+
+
+def _cpu_model() -> str:
+    text = _read("/proc/cpuinfo") or ""
+    for line in text.splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def _memory_gib() -> float:
+    for line in (_read("/proc/meminfo") or "").splitlines():
+        if line.startswith("MemTotal:"):
+            return round(int(line.split()[1]) / 1024 / 1024, 1)
+    return 0.0
+
+
+def gpus() -> list[dict[str, str]]:
+    """GPUs as ``nvidia-smi`` lists them (name, memory, driver); empty without nvidia-smi."""
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return []
+    try:
+        out = subprocess.run(
+            [smi, "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    rows = []
+    for line in out.strip().splitlines():
+        name, mem, driver = (x.strip() for x in ([*line.split(","), "", ""])[:3])
+        rows.append({"name": name, "memory": mem, "driver": driver})
+    return rows
+
+
+def file_digest(path: Path, limit: int | None = None) -> str:
+    """sha256 of a file (of its first *limit* bytes when given), hex."""
+    h = hashlib.sha256()
+    remaining = limit
+    with path.open("rb") as fh:
+        while chunk := fh.read(1 << 20 if remaining is None else min(1 << 20, remaining)):
+            h.update(chunk)
+            if remaining is not None:
+                remaining -= len(chunk)
+                if remaining <= 0:
+                    break
+    return h.hexdigest()
+
+
+def host_fingerprint() -> dict[str, Any]:
+    """Facts about this host that throughput depends on."""
+    nodes = numa_nodes()
+    gpu_rows = gpus()
+    return {
+        "hostname": platform.node(),
+        "cpu_model": _cpu_model(),
+        "cpus": os.cpu_count() or 0,
+        "numa_nodes": {str(n): format_cpu_list(c) for n, c in nodes.items()},
+        "memory_gib": _memory_gib(),
+        "gpus": [g["name"] for g in gpu_rows],
+        "gpu_memory": [g["memory"] for g in gpu_rows],
+        "gpu_driver": gpu_rows[0]["driver"] if gpu_rows else "",
+        "numa_balancing": _read("/proc/sys/kernel/numa_balancing") or "",
+        "kernel": platform.release(),
+    }

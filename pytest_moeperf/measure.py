@@ -1,0 +1,183 @@
+"""Measuring a running llama-server: exact-length prefill and decode requests through httpx."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from .errors import MeasurementError
+from .measurement import Measurement, Sample
+from .workload import Workload
+
+FIRST_ID = 3
+"""Token ids below this are the special tokens of the synthetic model (unk, bos, eos)."""
+
+
+@dataclass(frozen=True)
+class Request:
+    """One ``/completion`` request body and the token counts its ``timings`` must report."""
+
+    body: dict[str, Any]
+    expect_prompt_n: int | None
+    expect_predicted_n: int | None
+
+
+def prompt_ids(n: int, *, seed: int, vocab: int) -> list[int]:
+    """*n* token ids drawn from ``[FIRST_ID, vocab)`` by a generator seeded with *seed*: the same
+    seed gives the same prompt, different seeds give prompts with no common prefix."""
+    if vocab <= FIRST_ID + 1:
+        raise MeasurementError(f"vocabulary of {vocab} tokens is too small for token-id prompts")
+    rng = random.Random(seed)
+    return [rng.randrange(FIRST_ID, vocab) for _ in range(n)]
+
+
+def build_requests(workload: Workload, *, seed: int, vocab: int) -> list[Request]:
+    """The requests of one repetition of *workload*; the last one is timed.
+
+    Prefill ``ppN``: a prompt of exactly N fresh token ids, ``cache_prompt: false``; at depth d a
+    first request puts d tokens into the slot's cache and the timed one sends those d plus N
+    new tokens with ``cache_prompt: true``, so exactly N are processed. Decode ``tgM``: a prompt
+    of max(d, 1) tokens, then M generated tokens with ``ignore_eos``."""
+    base: dict[str, Any] = {"temperature": 0.0, "id_slot": 0, "stream": False}
+    depth, n = workload.depth, workload.tokens
+    if workload.is_prefill:
+        new = prompt_ids(n, seed=seed * 2 + 1, vocab=vocab)
+        if depth == 0:
+            return [
+                Request({**base, "prompt": new, "n_predict": 1, "cache_prompt": False}, n, None)
+            ]
+        prefix = prompt_ids(depth, seed=seed * 2, vocab=vocab)
+        return [
+            Request({**base, "prompt": prefix, "n_predict": 1, "cache_prompt": True}, None, None),
+            Request(
+                {**base, "prompt": prefix + new, "n_predict": 1, "cache_prompt": True}, n, None
+            ),
+        ]
+    prompt = prompt_ids(max(depth, 1), seed=seed * 2, vocab=vocab)
+    return [
+        Request(
+            {**base, "prompt": prompt, "n_predict": n, "ignore_eos": True, "cache_prompt": False},
+            max(depth, 1),
+            n,
+        )
+    ]
+
+
+def sample_from(workload: Workload, request: Request, reply: dict[str, Any]) -> Sample:
+    """The sample a timed reply gives, or :class:`MeasurementError` saying why it measures
+    something else than asked."""
+    timings = reply.get("timings")
+    if not isinstance(timings, dict):
+        raise MeasurementError(f"{workload}: the server's reply has no 'timings' block")
+    try:
+        prompt_n, prompt_ms = int(timings["prompt_n"]), float(timings["prompt_ms"])
+        pred_n, pred_ms = int(timings["predicted_n"]), float(timings["predicted_ms"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise MeasurementError(
+            f"{workload}: malformed 'timings' block ({exc}): {timings}"
+        ) from None
+    if request.expect_prompt_n is not None and prompt_n != request.expect_prompt_n:
+        why = (
+            "part of the prompt came from the prefix cache"
+            if prompt_n < request.expect_prompt_n
+            else "the server processed extra tokens"
+        )
+        raise MeasurementError(
+            f"{workload}: server processed prompt_n={prompt_n} tokens, expected "
+            f"{request.expect_prompt_n} ({why}); the sample is not a {workload} measurement"
+        )
+    if request.expect_predicted_n is not None and pred_n != request.expect_predicted_n:
+        raise MeasurementError(
+            f"{workload}: server generated predicted_n={pred_n} tokens, expected "
+            f"{request.expect_predicted_n} (early stop: stop_type={reply.get('stop_type')!r}, "
+            f"context {reply.get('tokens_evaluated')} tokens)"
+        )
+    if workload.is_prefill:
+        if prompt_ms <= 0:
+            raise MeasurementError(f"{workload}: prompt_ms={prompt_ms} is not a duration")
+        return Sample(tokens=prompt_n, ms=prompt_ms)
+    if pred_ms <= 0:
+        raise MeasurementError(f"{workload}: predicted_ms={pred_ms} is not a duration")
+    return Sample(tokens=pred_n, ms=pred_ms)
+
+
+class Meter:
+    """Sends measurement requests to one server at *url*."""
+
+    def __init__(self, url: str, *, vocab: int, request_timeout: float = 600.0) -> None:
+        self.url = url
+        self.vocab = vocab
+        self.client = httpx.Client(base_url=url, timeout=request_timeout)
+
+    def close(self) -> None:
+        self.client.close()
+
+    def post(self, body: dict[str, Any]) -> dict[str, Any]:
+        try:
+            r = self.client.post("/completion", json=body)
+        except httpx.TimeoutException:
+            raise MeasurementError(
+                f"{self.url}/completion: no answer within {self.client.timeout.read} s "
+                "(request timeout)"
+            ) from None
+        except httpx.HTTPError as exc:
+            raise MeasurementError(f"{self.url}/completion: {exc}") from None
+        if r.status_code != 200:
+            raise MeasurementError(
+                f"{self.url}/completion answered HTTP {r.status_code}: {r.text[:300]}"
+            )
+        data = r.json()
+        if not isinstance(data, dict):
+            raise MeasurementError(f"{self.url}/completion: reply is not a JSON object")
+        return data
+
+    def run_once(self, workload: Workload, seed: int) -> Sample:
+        """One repetition of *workload* with prompts derived from *seed*."""
+        requests = build_requests(workload, seed=seed, vocab=self.vocab)
+        reply: dict[str, Any] = {}
+        for req in requests:
+            reply = self.post(req.body)
+        return sample_from(workload, requests[-1], reply)
+
+    def measure(
+        self,
+        workload: Workload,
+        *,
+        configuration: str,
+        build: str,
+        repetitions: int = 3,
+        warmup: bool = True,
+        seed: int = 0,
+        on_sample: Callable[[int, Sample], None] | None = None,
+    ) -> Measurement:
+        """A warmup request, then *repetitions* timed ones, each with its own prompt."""
+        if warmup:
+            self.run_once(workload, seed=10_000 + seed)
+        samples = []
+        for i in range(repetitions):
+            s = self.run_once(workload, seed=seed * 1000 + i + 1)
+            samples.append(s)
+            if on_sample:
+                on_sample(i, s)
+        return Measurement(
+            configuration=configuration, build=build, workload=workload, samples=tuple(samples)
+        )
+
+    def __enter__(self) -> Meter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def server_vocab(url: str) -> int | None:
+    """The model's vocabulary size as the server reports it (``/v1/models`` meta ``n_vocab``)."""
+    try:
+        data = httpx.get(f"{url}/v1/models", timeout=10).json()
+        return int(data["data"][0]["meta"]["n_vocab"])
+    except (httpx.HTTPError, KeyError, IndexError, TypeError, ValueError):
+        return None

@@ -1,0 +1,104 @@
+"""No orphan servers: pid files of running servers, and stopping those a killed session left.
+
+Every server writes ``<cache>/servers/<pid>.json`` (its start time and command line, and its
+owner's pid and start time) while it runs. A later session stops a server whose owner is gone,
+but only when the process with that pid still has the recorded start time and command line,
+so nothing else that reused the pid is touched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from .fs import atomic_write_text, cache_dir
+
+PR_SET_PDEATHSIG = 1
+
+
+def servers_dir() -> Path:
+    return cache_dir() / "servers"
+
+
+def start_time(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (``/proc/<pid>/stat`` field 22)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()
+    return int(fields[19]) if fields[0] != "Z" else None
+
+
+def cmdline(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode("utf-8", "replace").split("\0")[:-1]
+    except OSError:
+        return []
+
+
+def die_with_parent() -> None:
+    """In a child between fork and exec: be killed when the parent dies (Linux only)."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def record(pid: int, command: list[str]) -> Path:
+    """Write the pid file of a started server."""
+    path = servers_dir() / f"{pid}.json"
+    atomic_write_text(
+        path,
+        json.dumps(
+            {
+                "pid": pid,
+                "start_time": start_time(pid),
+                "cmdline": command,
+                "owner_pid": os.getpid(),
+                "owner_start_time": start_time(os.getpid()),
+            }
+        ),
+    )
+    return path
+
+
+def forget(pid: int) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        (servers_dir() / f"{pid}.json").unlink()
+
+
+def _same_process(pid: int, started: Any, command: Any) -> bool:
+    return started is not None and start_time(pid) == started and cmdline(pid) == command
+
+
+def reap() -> list[int]:
+    """Stop servers whose owning session is gone; returns the pids stopped."""
+    stopped = []
+    folder = servers_dir()
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        try:
+            data = json.loads(path.read_text())
+            pid, owner = int(data["pid"]), int(data["owner_pid"])
+        except (OSError, ValueError, KeyError, TypeError):
+            path.unlink(missing_ok=True)
+            continue
+        if _same_process(owner, data.get("owner_start_time"), cmdline(owner)):
+            continue  # its session is still running
+        if _same_process(pid, data.get("start_time"), data.get("cmdline")):
+            for sig in (signal.SIGTERM, signal.SIGKILL):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pid, sig)
+                deadline = time.monotonic() + 5
+                while time.monotonic() < deadline and start_time(pid) is not None:
+                    time.sleep(0.05)
+                if start_time(pid) is None:
+                    break
+            stopped.append(pid)
+        path.unlink(missing_ok=True)
+    return stopped

@@ -1,0 +1,231 @@
+"""pytest hooks, options, markers and fixtures of pytest-moeperf (wiring only)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+from collections.abc import Generator, Iterator
+from pathlib import Path
+
+import pytest
+
+from . import orphans
+from .builds import resolve_server_binary
+from .errors import MoeperfError
+from .fixture import MoePerf
+from .report import summary_rows, text_table
+from .session import Options, PerfSession
+
+SESSION = pytest.StashKey[PerfSession]()
+ITEM_INDEX = pytest.StashKey[int]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("moeperf", "llama.cpp performance suite (pytest-moeperf)")
+    group.addoption(
+        "--moeperf-profile",
+        metavar="NAME",
+        help="profile to measure (default: ini moeperf_profile, else 'embedded')",
+    )
+    group.addoption(
+        "--moeperf-config",
+        metavar="PATH",
+        help="TOML file of profiles and configurations (default: ini moeperf_config, "
+        "else [tool.moeperf] in pyproject.toml)",
+    )
+    group.addoption(
+        "--llama-server",
+        metavar="PATH",
+        help="use this llama-server binary instead of building one "
+        "(precedence: this option, ini llama_server, env LLAMA_SERVER)",
+    )
+    group.addoption(
+        "--moeperf-repetitions",
+        type=int,
+        metavar="N",
+        help="timed repetitions per workload (default: the profile's, else 3)",
+    )
+    group.addoption(
+        "--moeperf-startup-timeout",
+        type=float,
+        metavar="S",
+        help="seconds a server may take to become ready (default 300)",
+    )
+    group.addoption(
+        "--moeperf-request-timeout",
+        type=float,
+        metavar="S",
+        help="seconds one measurement request may take (default 600)",
+    )
+    group.addoption(
+        "--moeperf-results",
+        metavar="PATH",
+        help="write the results file here (default .moeperf/results-*.json)",
+    )
+    parser.addini("moeperf_profile", "default profile for perf tests", default="embedded")
+    parser.addini("moeperf_config", "TOML file of profiles and configurations", default="")
+    parser.addini("llama_server", "llama-server binary to use instead of building one", default="")
+
+
+def _options(config: pytest.Config) -> Options:
+    root = Path(config.rootpath)
+    cfg = config.getoption("moeperf_config") or config.getini("moeperf_config")
+    try:
+        binary = resolve_server_binary(
+            config.getoption("llama_server"), config.getini("llama_server") or None, os.environ
+        )
+    except MoeperfError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    opts = Options(
+        profile=config.getoption("moeperf_profile") or config.getini("moeperf_profile"),
+        config_file=(root / cfg) if cfg else None,
+        pyproject=root / "pyproject.toml",
+        llama_server=binary,
+        repetitions=config.getoption("moeperf_repetitions"),
+        results_dir=root / ".moeperf",
+        rootdir=root,
+    )
+    if config.getoption("moeperf_startup_timeout"):
+        opts.startup_timeout = config.getoption("moeperf_startup_timeout")
+    if config.getoption("moeperf_request_timeout"):
+        opts.request_timeout = config.getoption("moeperf_request_timeout")
+    if config.getoption("moeperf_results"):
+        opts.results_file = Path(config.getoption("moeperf_results"))
+    if opts.repetitions is not None and opts.repetitions < 1:
+        raise pytest.UsageError("--moeperf-repetitions must be >= 1")
+    return opts
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "perf: a performance test (deselected unless -m selects it)")
+    config.addinivalue_line(
+        "markers",
+        "moeperf(configurations=[...], profile=None): the configurations a perf test measures; "
+        "implies perf; lets the plugin keep each server alive exactly as long as needed",
+    )
+
+    def write(line: str, always: bool) -> None:
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is None or (not always and config.getoption("verbose") <= 0):
+            return
+        capture = config.pluginmanager.get_plugin("capturemanager")
+        with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
+            reporter.write_line(line)
+
+    def say(line: str) -> None:
+        write(line, always=False)
+
+    def announce(line: str) -> None:
+        write(line, always=True)
+
+    config.stash[SESSION] = PerfSession(_options(config), report=say, progress=announce)
+    for pid in orphans.reap():
+        say(f"moeperf: stopped llama-server pid {pid} left running by a killed session")
+    _stop_on_sigterm()
+
+
+def _stop_on_sigterm() -> None:
+    """SIGTERM to pytest unwinds like Ctrl-C, so every server is stopped on the way out."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+
+        def interrupt(signum: int, frame: object) -> None:
+            raise KeyboardInterrupt(f"signal {signum}")
+
+        signal.signal(signal.SIGTERM, interrupt)
+
+
+def _declared(item: pytest.Item) -> tuple[str | None, list[str]]:
+    """The profile (closest marker that names one) and the configurations (all markers) a
+    test declares with ``@pytest.mark.moeperf``."""
+    profile: str | None = None
+    configs: list[str] = []
+    for marker in item.iter_markers("moeperf"):
+        if profile is None:
+            profile = marker.kwargs.get("profile")
+        for name in [*marker.args, *marker.kwargs.get("configurations", [])]:
+            if name not in configs:
+                configs.append(name)
+    return profile, configs
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests that declare configurations are perf tests; plain ``pytest`` deselects perf tests."""
+    for item in items:
+        if item.get_closest_marker("moeperf") and not item.get_closest_marker("perf"):
+            item.add_marker(pytest.mark.perf)
+    if not config.getoption("markexpr"):
+        keep = [i for i in items if not i.get_closest_marker("perf")]
+        dropped = [i for i in items if i.get_closest_marker("perf")]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = keep
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    perf = session.config.stash[SESSION]
+    default = perf.options.profile
+    for index, item in enumerate(session.items):
+        item.stash[ITEM_INDEX] = index
+        profile, configs = _declared(item)
+        for name in configs:
+            perf.last_use[(profile or default, name)] = index
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Generator[None, None, None]:
+    yield
+    perf = item.config.stash[SESSION]
+    perf.release_after(item.stash.get(ITEM_INDEX, -1))
+
+
+@pytest.fixture
+def moeperf(request: pytest.FixtureRequest) -> Iterator[MoePerf]:
+    """Measure named configurations of the profile (``--moeperf-profile``, or the test's
+    ``moeperf(profile=...)`` marker)."""
+    perf = request.config.stash[SESSION]
+    profile, _ = _declared(request.node)
+    fixture = MoePerf(perf, profile)
+    try:
+        yield fixture
+    except MoeperfError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    finally:
+        logs = sorted({str(m.extra.get("log")) for m in fixture.touched if m.extra.get("log")})
+        for log in logs:
+            request.node.user_properties.append(("moeperf_log", log))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator:
+    outcome = yield
+    report = outcome.get_result()
+    if call.excinfo is not None and isinstance(call.excinfo.value, MoeperfError):
+        report.longrepr = f"{type(call.excinfo.value).__name__}: {call.excinfo.value}"
+    logs = [v for k, v in item.user_properties if k == "moeperf_log"]
+    if logs and report.when == "call":
+        report.sections.append(("moeperf server logs", "\n".join(logs)))
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    perf = session.config.stash.get(SESSION, None)
+    if perf is None:
+        return
+    perf.close()
+    perf.results_path = perf.write_results()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    perf = terminalreporter.config.stash.get(SESSION, None)
+    if perf is None or not perf.measurements:
+        return
+    terminalreporter.section("moeperf: throughput (median of repetitions)")
+    headers, rows = summary_rows(perf.measurements.values())
+    terminalreporter.write_line(text_table(headers, rows))
+    if perf.results_path is not None:
+        terminalreporter.write_line(f"results: {perf.results_path}")

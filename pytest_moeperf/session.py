@@ -1,0 +1,280 @@
+"""Run-wide state of a perf session: profiles, builds, models, servers and measurements.
+
+One :class:`PerfSession` lives for a pytest session (one per xdist worker). It starts at most
+one server per (profile, configuration, build), reuses it for every test that needs it, and
+stops it when no later test declares it (or at the end of the session, or on interruption).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import __version__
+from .builds import Build, binary_build, build_llama
+from .config import Configuration, Profile, load_profiles
+from .errors import ConfigError, MoeperfError
+from .fs import atomic_write_text
+from .host import host_fingerprint
+from .measure import Meter, server_vocab
+from .measurement import Measurement
+from .model import ensure_model, model_spec
+from .server import LlamaServer
+from .workload import Workload
+
+ServerKey = tuple[str, str, str]  # (profile, configuration, build label)
+SYNTHETIC = "synthetic:"
+
+
+@dataclass
+class Options:
+    """The session's settings, from command-line and ini options."""
+
+    profile: str = "embedded"
+    config_file: Path | None = None
+    pyproject: Path | None = None
+    llama_server: tuple[Path, str] | None = None
+    repetitions: int | None = None
+    startup_timeout: float = 300.0
+    request_timeout: float = 600.0
+    results_dir: Path = Path(".moeperf")
+    results_file: Path | None = None
+    rootdir: Path = Path(".")
+
+
+@dataclass
+class ServerRecord:
+    """A started server and what it was used for."""
+
+    server: LlamaServer
+    configuration: Configuration
+    build: Build
+    starts: int = 0
+    ready_seconds: list[float] = field(default_factory=list)
+
+
+class PerfSession:
+    """The run-wide state of pytest-moeperf."""
+
+    def __init__(
+        self,
+        options: Options,
+        report: Callable[[str], None] | None = None,
+        progress: Callable[[str], None] | None = None,
+    ) -> None:
+        self.options = options
+        self.report = report or (lambda line: None)
+        """Progress lines shown with ``-v`` (server started, measuring)."""
+        self.progress = progress or self.report
+        """Lines of long work shown always (building llama.cpp, writing the model)."""
+        self._profiles: dict[str, Profile] | None = None
+        self._builds: dict[tuple[str, str], Build] = {}
+        self._models: dict[str, Path] = {}
+        self._vocab: dict[Path, int] = {}
+        self.servers: dict[ServerKey, ServerRecord] = {}
+        self.measurements: dict[tuple[str, str, str, str], Measurement] = {}
+        self.start_counts: dict[ServerKey, int] = {}
+        self.log_dir = options.results_dir / "logs" / time.strftime("%Y%m%d-%H%M%S")
+        self._fingerprint: dict[str, Any] | None = None
+        self.last_use: dict[tuple[str, str], int] = {}
+        self.results_path: Path | None = None
+
+    # -- declarations ---------------------------------------------------------------------------
+    @property
+    def profiles(self) -> dict[str, Profile]:
+        if self._profiles is None:
+            self._profiles = load_profiles(self.options.config_file, self.options.pyproject)
+        return self._profiles
+
+    def profile(self, name: str | None = None) -> Profile:
+        name = name or self.options.profile
+        try:
+            return self.profiles[name]
+        except KeyError:
+            raise ConfigError(
+                f"no profile {name!r}; known: {', '.join(self.profiles)} "
+                f"(set --moeperf-profile or add [profiles.{name}] to your moeperf config)"
+            ) from None
+
+    @property
+    def fingerprint(self) -> dict[str, Any]:
+        if self._fingerprint is None:
+            self._fingerprint = host_fingerprint()
+        return self._fingerprint
+
+    # -- builds and models ---------------------------------------------------------------------
+    def build_for(self, profile: Profile, configuration: Configuration) -> Build:
+        """The llama.cpp build a configuration runs: the user's binary (``--llama-server``,
+        ``llama_server`` ini, ``LLAMA_SERVER``) first, else the configuration's, else the
+        profile's binary or build number (built on first use)."""
+        if (
+            self.options.llama_server is not None
+            and configuration.build is None
+            and configuration.binary is None
+        ):
+            path, _origin = self.options.llama_server
+            return self._binary(str(path))
+        binary = configuration.binary or (None if configuration.build else profile.binary)
+        if binary:
+            return self._binary(str(profile.path(binary, self.options.rootdir)))
+        number = configuration.build or profile.build
+        if number is None:
+            raise ConfigError(
+                f"{profile.source}: profile {profile.name!r} names neither build nor binary; "
+                'add build = 11434 or binary = "/path/to/llama-server"'
+            )
+        key = (f"b{number}", " ".join(profile.cmake_args))
+        if key not in self._builds:
+            self._builds[key] = build_llama(number, profile.cmake_args, progress=self.progress)
+        return self._builds[key]
+
+    def _binary(self, path: str) -> Build:
+        key = (path, "")
+        if key not in self._builds:
+            self._builds[key] = binary_build(path)
+        return self._builds[key]
+
+    def model_for(self, profile: Profile) -> Path:
+        """The model file of *profile*; a ``synthetic:PRESET`` model is generated on first use."""
+        ref = profile.model
+        if ref not in self._models:
+            if ref.startswith(SYNTHETIC):
+                spec = model_spec(ref[len(SYNTHETIC) :], **profile.model_overrides)
+                self._models[ref] = ensure_model(spec, progress=self.progress)
+            else:
+                path = profile.path(ref, self.options.rootdir)
+                if not path.is_file():
+                    raise ConfigError(
+                        f"{profile.source}: profile {profile.name!r}: model file {path} not found"
+                    )
+                self._models[ref] = path
+        return self._models[ref]
+
+    # -- servers ---------------------------------------------------------------------------------
+    def server(self, profile: Profile, configuration: Configuration) -> ServerRecord:
+        """The running server of (profile, configuration), started if needed."""
+        cpus = configuration.pinning.resolve()  # HostLacks -> skip, before any build work
+        build = self.build_for(profile, configuration)
+        missing = build.missing_flags(configuration.server_args)
+        if missing:
+            from .config import HostLacks
+
+            raise HostLacks(f"build {build.label} has no {', '.join(missing)}")
+        key = (profile.name, configuration.name, build.label)
+        rec = self.servers.get(key)
+        if rec is not None and rec.server.is_running():
+            return rec
+        model = self.model_for(profile)
+        safe = f"{profile.name}-{configuration.name}-{build.label}".replace("/", "_")
+        server = LlamaServer(
+            build.server,
+            model,
+            configuration.server_args,
+            log_path=self.log_dir / f"{safe}.log",
+            cpus=cpus,
+            env=configuration.env,
+            name=f"{configuration.name} ({build.label})",
+            startup_timeout=self.options.startup_timeout,
+        )
+        server.start()
+        self.start_counts[key] = self.start_counts.get(key, 0) + 1
+        rec = ServerRecord(server=server, configuration=configuration, build=build)
+        rec.starts = self.start_counts[key]
+        rec.ready_seconds.append(server.ready_seconds or 0.0)
+        self.servers[key] = rec
+        self.report(
+            f"moeperf: started {server.name} [{configuration.pinning.describe()}] "
+            f"pid {server.pid} on {server.url}, ready in {server.ready_seconds:.2f} s"
+        )
+        return rec
+
+    def stop_servers(self, keep: Callable[[ServerKey], bool] = lambda k: False) -> None:
+        """Stop every running server except those *keep* selects."""
+        for key, rec in list(self.servers.items()):
+            if not keep(key) and rec.server.is_running():
+                rec.server.stop()
+                self.report(f"moeperf: stopped {rec.server.name}")
+
+    def release_after(self, index: int) -> None:
+        """Stop the servers no test after item *index* declares."""
+        self.stop_servers(keep=lambda k: self.last_use.get((k[0], k[1]), -1) > index)
+
+    # -- measurements ------------------------------------------------------------------------
+    def vocab(self, rec: ServerRecord) -> int:
+        model = rec.server.model
+        if model not in self._vocab:
+            self._vocab[model] = server_vocab(rec.server.url) or 32000
+        return self._vocab[model]
+
+    def measure(
+        self,
+        profile: Profile,
+        configuration: Configuration,
+        workload: Workload,
+        repetitions: int | None = None,
+    ) -> Measurement:
+        """The measurement of *workload* on (profile, configuration), taken once a session."""
+        reps = repetitions or self.options.repetitions or profile.repetitions
+        rec = self.server(profile, configuration)
+        key = (profile.name, configuration.name, rec.build.label, workload.name)
+        if key in self.measurements and len(self.measurements[key].samples) >= reps:
+            return self.measurements[key]
+        self.report(f"moeperf: measuring {workload} x{reps} on {rec.server.name}")
+        with Meter(
+            rec.server.url, vocab=self.vocab(rec), request_timeout=self.options.request_timeout
+        ) as meter:
+            m = meter.measure(
+                workload, configuration=configuration.name, build=rec.build.label, repetitions=reps
+            )
+        m.extra.update(
+            {
+                "profile": profile.name,
+                "flags": configuration.server_args,
+                "pinning": configuration.pinning.describe(),
+                "env": dict(configuration.env),
+                "model": str(rec.server.model),
+                "log": str(rec.server.log_path),
+                "server_ready_s": rec.server.ready_seconds,
+            }
+        )
+        self.measurements[key] = m
+        s = m.summary
+        self.report(
+            f"moeperf: {configuration.name} {workload}: median {s.median:.1f} tok/s "
+            f"(min {s.min:.1f}, max {s.max:.1f}, cv {100 * s.cv:.1f} %)"
+        )
+        return m
+
+    # -- results ----------------------------------------------------------------------------------
+    def results(self) -> dict[str, Any]:
+        """Everything this session measured, in the results-file layout replay reads."""
+        return {
+            "moeperf_results": 1,
+            "plugin_version": __version__,
+            "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "fingerprint": self.fingerprint,
+            "measurements": [m.to_dict() for m in self.measurements.values()],
+        }
+
+    def write_results(self) -> Path | None:
+        """Write the results file (atomically); ``None`` when nothing was measured."""
+        if not self.measurements:
+            return None
+        path = self.options.results_file or (
+            self.options.results_dir / f"results-{time.strftime('%Y%m%d-%H%M%S')}"
+            f"-{os.getpid()}.json"
+        )
+        atomic_write_text(path, json.dumps(self.results(), indent=1) + "\n")
+        return path
+
+    def close(self) -> None:
+        """Stop every server this session started."""
+        try:
+            self.stop_servers()
+        except MoeperfError:
+            pass

@@ -1,0 +1,147 @@
+"""The plugin end to end, in an inner pytest session on the embedded-tiny profile with real
+servers: selection by -m perf, one server per configuration, the summary table, skips."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+PERF_TESTS = """
+import pytest
+
+uses_default = pytest.mark.moeperf(configurations=["default"], profile="embedded-tiny")
+
+@uses_default
+def test_prefill(moeperf):
+    m = moeperf.measure("default", "pp64")
+    assert [s.tokens for s in m.samples] == [64, 64, 64]
+
+@uses_default
+def test_decode(moeperf):
+    m = moeperf.measure("default", "tg16")
+    assert m.summary.median > 0
+    assert moeperf.server("default").is_running()
+
+def test_plain():
+    pass
+"""
+
+
+@pytest.fixture
+def inner(pytester, llama_build, tiny_model, monkeypatch):
+    """An inner pytest project whose perf tests run on the tiny model (build warm in cache)."""
+    monkeypatch.setenv("LLAMA_SERVER", str(llama_build.server))
+    pytester.makeini(
+        "[pytest]\nmoeperf_profile = embedded-tiny\n"
+        "filterwarnings = ignore::pytest.PytestAssertRewriteWarning\n"
+    )
+    return pytester
+
+
+def test_plain_pytest_deselects_perf_tests(inner):
+    inner.makepyfile(test_perf=PERF_TESTS)
+    result = inner.runpytest_subprocess()
+    result.assert_outcomes(passed=1, deselected=2)
+
+
+def test_perf_run_starts_each_server_once_and_prints_the_table(inner):
+    inner.makepyfile(test_perf=PERF_TESTS)
+    result = inner.runpytest_subprocess("-m", "perf", "-v")
+    result.assert_outcomes(passed=2, deselected=1)
+    started = [line for line in result.outlines if line.startswith("moeperf: started default")]
+    assert len(started) == 1, result.outlines
+    assert "ready in" in started[0]
+    result.stdout.fnmatch_lines(
+        [
+            "*moeperf: throughput*",
+            "configuration*pp64 tok/s*tg16 tok/s*spread (cv)*build*",
+            "default *b11434*",
+        ]
+    )
+    results = list((inner.path / ".moeperf").glob("results-*.json"))
+    assert len(results) == 1
+    data = json.loads(results[0].read_text())
+    assert {m["workload"] for m in data["measurements"]} == {"pp64", "tg16"}
+    assert data["fingerprint"]["cpus"] >= 1
+    logs = list((inner.path / ".moeperf" / "logs").rglob("*.log"))
+    assert len(logs) == 1 and "print_timing" in logs[0].read_text()
+
+
+def test_missing_numa_node_skips_with_the_reason(inner):
+    inner.makefile(
+        ".toml",
+        moeperf="""
+[profiles.far]
+build = 11434
+model = "synthetic:tiny"
+flags = ["-c", "512"]
+[profiles.far.configurations.node7]
+numa_node = 7
+""",
+    )
+    inner.makepyfile(
+        test_far="""
+import pytest
+
+@pytest.mark.moeperf(configurations=["node7"], profile="far")
+def test_node7(moeperf):
+    moeperf.measure("node7", "pp16")
+"""
+    )
+    result = inner.runpytest_subprocess("-m", "perf", "-rs", "--moeperf-config", "moeperf.toml")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*NUMA node 7 does not exist on this host*"])
+
+
+def test_unknown_flag_of_the_build_skips_naming_build_and_flag(inner):
+    inner.makefile(
+        ".toml",
+        moeperf="""
+[profiles.cache]
+build = 11434
+model = "synthetic:tiny"
+[profiles.cache.configurations.cache-2gib]
+flags = ["--moe-cache-mib", "2048"]
+""",
+    )
+    inner.makepyfile(
+        test_cache="""
+import pytest
+
+@pytest.mark.moeperf(configurations=["cache-2gib"], profile="cache")
+def test_cache(moeperf):
+    moeperf.measure("cache-2gib", "tg16")
+"""
+    )
+    result = inner.runpytest_subprocess("-m", "perf", "-rs", "--moeperf-config", "moeperf.toml")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*has no --moe-cache-mib*"])
+
+
+def test_bad_config_is_one_clear_line(inner):
+    inner.makefile(
+        ".toml",
+        moeperf="""
+[profiles.bad]
+build = 11434
+model = "synthetic:tiny"
+[profiles.bad.configurations.x]
+flagz = ["-t", "1"]
+""",
+    )
+    inner.makepyfile(
+        test_bad="""
+import pytest
+
+@pytest.mark.moeperf(configurations=["x"], profile="bad")
+def test_x(moeperf):
+    moeperf.measure("x", "pp16")
+"""
+    )
+    result = inner.runpytest_subprocess("-m", "perf", "--moeperf-config", "moeperf.toml")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["*moeperf.toml: profile 'bad', configuration 'x': unknown key(s) flagz*"]
+    )
+    assert "Traceback" not in result.stdout.str()

@@ -1,0 +1,41 @@
+"""The embedded profile's own decision record, as claims a pytest run keeps true.
+
+Measured on the embedded default (llama-server b11434, CPU only, synthetic 460 MB MoE,
+``-c 4096 -t 2 -np 1``): pinning to one core halves throughput, the load mode makes no
+difference on a CPU-only build (unlike ADR-0042's GPU host, where ``-lm none`` doubled
+prefill), oversubscribing the cores costs decode, and decode after a filled context is slower
+than at depth 0. Run with ``pytest -m perf -v``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.moeperf(profile="embedded")
+
+
+@pytest.mark.moeperf(configurations=["mmap", "one-core"])
+def test_one_core_loses_about_half_the_prefill(moeperf):
+    moeperf.check("one-core.pp512 <= 0.70 * mmap.pp512")
+    moeperf.check("one-core.pp512 >= 0.35 * mmap.pp512")
+
+
+@pytest.mark.moeperf(configurations=["mmap", "one-core"])
+def test_one_core_loses_decode_too(moeperf):
+    moeperf.check("one-core.tg64 <= 0.85 * mmap.tg64")
+
+
+@pytest.mark.moeperf(configurations=["mmap", "lm-none"])
+def test_load_mode_is_no_lever_on_a_cpu_only_build(moeperf):
+    moeperf.check("lm-none.pp512 >= 0.90 * mmap.pp512")
+    moeperf.check("lm-none.pp512 <= 1.10 * mmap.pp512")
+
+
+@pytest.mark.moeperf(configurations=["mmap", "oversubscribed"])
+def test_oversubscribed_threads_are_slower(moeperf):
+    moeperf.check("oversubscribed.tg64 <= 0.90 * mmap.tg64")
+
+
+@pytest.mark.moeperf(configurations=["mmap"])
+def test_decode_after_a_filled_context_is_slower(moeperf):
+    moeperf.check("mmap.tg64@d512 <= 0.95 * mmap.tg64")

@@ -1,0 +1,163 @@
+"""Profiles and configurations from TOML: merging, pinning, named errors."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from pytest_moeperf.config import (
+    HostLacks,
+    Pinning,
+    builtin_profiles,
+    load_profiles,
+    parse_profiles,
+)
+from pytest_moeperf.errors import ConfigError
+
+ADR_HOST = """
+[profiles.adr-0042]
+binary = "/opt/llama.cpp/build-new/bin/llama-server"
+model = "/models/Qwen3.8-Flash-Next-UD-Q4_K_XL.gguf"
+flags = ["-ngl", "999", "-ncmoe", "48", "-ot", "per_layer_token_embd=CPU", "-t", "10",
+         "-fa", "1", "-ub", "2048"]
+numa_node = 1
+numa = "isolate"
+requires_gpus = 2
+[profiles.adr-0042.configurations.mmap]
+[profiles.adr-0042.configurations.lm-none]
+flags = ["-lm", "none"]
+[profiles.adr-0042.configurations.lm-none-node0]
+flags = ["-lm", "none"]
+numa_node = 0
+"""
+
+
+def parse(text: str, source: str = "moeperf.toml"):
+    return parse_profiles(tomllib.loads(text), source)
+
+
+def test_production_host_of_the_adr_is_expressible():
+    p = parse(ADR_HOST)["adr-0042"]
+    c = p.configuration("lm-none")
+    assert c.server_args == [
+        "-ngl",
+        "999",
+        "-ncmoe",
+        "48",
+        "-ot",
+        "per_layer_token_embd=CPU",
+        "-t",
+        "10",
+        "-fa",
+        "1",
+        "-ub",
+        "2048",
+        "-lm",
+        "none",
+        "--numa",
+        "isolate",
+    ]
+    assert c.pinning == Pinning(numa_node=1, numa="isolate")
+    assert p.configuration("lm-none-node0").pinning.numa_node == 0
+    assert c.requires_gpus == 2
+
+
+def test_builtin_embedded_profile():
+    p = builtin_profiles()["embedded"]
+    assert p.build == 11434 and p.model == "synthetic:bench"
+    assert p.configuration("one-core").pinning.cpus == "0"
+    assert p.configuration("oversubscribed").flags[-2:] == ("-t", "8")
+    assert [w.name for w in p.workloads] == ["pp512", "tg64"]
+
+
+def test_user_file_overrides_builtin(tmp_path: Path):
+    f = tmp_path / "moeperf.toml"
+    f.write_text(
+        '[profiles.embedded]\nbuild = 11053\nmodel = "m.gguf"\n'
+        "[profiles.embedded.configurations.a]\n"
+    )
+    profiles = load_profiles(f)
+    assert profiles["embedded"].build == 11053
+    assert profiles["embedded"].path("m.gguf", Path("/r")) == tmp_path / "m.gguf"
+    assert "embedded-tiny" in profiles
+
+
+def test_pyproject_tool_table(tmp_path: Path):
+    f = tmp_path / "pyproject.toml"
+    f.write_text(
+        '[tool.moeperf.profiles.mine]\nbinary = "bin/llama-server"\nmodel = "x.gguf"\n'
+        "[tool.moeperf.profiles.mine.configurations.base]\n"
+    )
+    assert load_profiles(None, f)["mine"].binary == "bin/llama-server"
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (
+            '[profiles.p]\nmodel = "m"\n[profiles.p.configurations.c]\nflagz = []\n',
+            "configuration 'c': unknown key(s) flagz",
+        ),
+        (
+            '[profiles.p]\nmodel = "m"\nflags = "-t 2"\n[profiles.p.configurations.c]\n',
+            "flags must be a list of strings",
+        ),
+        ("[profiles.p]\nflags = []\n[profiles.p.configurations.c]\n", "model is missing"),
+        ('[profiles.p]\nmodel = "m"\n', "needs at least one [configurations.NAME]"),
+        (
+            '[profiles.p]\nmodel = "m"\n[profiles.p.configurations.c]\ncpus = "a-b"\n',
+            "is not a CPU number or range",
+        ),
+        (
+            '[profiles.p]\nmodel = "m"\n[profiles.p.configurations.c]\ncpus = "0"\nnuma_node = 0\n',
+            "give cpus or numa_node, not both",
+        ),
+        (
+            '[profiles.p]\nmodel = "m"\n[profiles.p.configurations.c]\nnuma = "mirror"\n',
+            "numa must be one of distribute, isolate, numactl",
+        ),
+        (
+            '[profiles.p]\nmodel = "m"\nworkloads = ["pp"]\n[profiles.p.configurations.c]\n',
+            "is not a llama-bench name",
+        ),
+        (
+            '[profiles.p]\nmodel = "m"\nrepetitions = true\n[profiles.p.configurations.c]\n',
+            "repetitions must be int",
+        ),
+        (
+            '[profiles.p]\nmodel = "m"\nbuild = "11434"\n[profiles.p.configurations.c]\n',
+            "build must be int",
+        ),
+        ("[profile.p]\n", "unknown key(s) profile"),
+    ],
+)
+def test_bad_configuration_names_file_entry_and_problem(text, message):
+    with pytest.raises(ConfigError) as err:
+        parse(text)
+    assert "moeperf.toml" in str(err.value)
+    assert message in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_unknown_configuration_lists_known_ones():
+    p = parse(ADR_HOST)["adr-0042"]
+    with pytest.raises(ConfigError, match="no configuration 'node9'; known: mmap, lm-none"):
+        p.configuration("node9")
+
+
+def test_invalid_toml_names_the_file(tmp_path: Path):
+    f = tmp_path / "moeperf.toml"
+    f.write_text("[profiles.p\n")
+    with pytest.raises(ConfigError, match=r"moeperf.toml: not valid TOML"):
+        load_profiles(f)
+
+
+def test_missing_node_and_cpu_are_host_lacks():
+    with pytest.raises(HostLacks, match="NUMA node 99 does not exist"):
+        Pinning(numa_node=99).resolve()
+    with pytest.raises(HostLacks, match="CPU 4095 asked by pinning cpus 4095"):
+        Pinning(cpus="4095").resolve()
+    assert Pinning().resolve() is None
+    assert Pinning(cpus="0").resolve() == frozenset({0})

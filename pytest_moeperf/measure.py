@@ -152,13 +152,15 @@ class Meter:
         repetitions: int = 3,
         warmup: bool = True,
         seed: int = 0,
+        first: int = 0,
         on_sample: Callable[[int, Sample], None] | None = None,
     ) -> Measurement:
-        """A warmup request, then *repetitions* timed ones, each with its own prompt."""
+        """A warmup request, then *repetitions* timed ones, each with its own prompt; *first*
+        numbers the first repetition (to extend an earlier measurement with new prompts)."""
         if warmup:
             self.run_once(workload, seed=10_000 + seed)
         samples = []
-        for i in range(repetitions):
+        for i in range(first, first + repetitions):
             s = self.run_once(workload, seed=seed * 1000 + i + 1)
             samples.append(s)
             if on_sample:

@@ -15,7 +15,7 @@ from . import orphans
 from .builds import resolve_server_binary
 from .errors import MoeperfError
 from .fixture import MoePerf
-from .report import summary_rows, text_table
+from .report import summary_rows, text_table, verdict_rows
 from .session import Options, PerfSession
 
 SESSION = pytest.StashKey[PerfSession]()
@@ -46,6 +46,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         type=int,
         metavar="N",
         help="timed repetitions per workload (default: the profile's, else 3)",
+    )
+    group.addoption(
+        "--moeperf-max-repetitions",
+        type=int,
+        metavar="N",
+        default=9,
+        help="when a claim is inconclusive, measure both sides up to N repetitions "
+        "before calling it inconclusive (default 9)",
+    )
+    group.addoption(
+        "--moeperf-inconclusive",
+        choices=("skip", "fail"),
+        default="skip",
+        help="what an inconclusive claim does to its test (default: skip)",
     )
     group.addoption(
         "--moeperf-startup-timeout",
@@ -84,6 +98,8 @@ def _options(config: pytest.Config) -> Options:
         pyproject=root / "pyproject.toml",
         llama_server=binary,
         repetitions=config.getoption("moeperf_repetitions"),
+        max_repetitions=config.getoption("moeperf_max_repetitions"),
+        inconclusive=config.getoption("moeperf_inconclusive"),
         results_dir=root / ".moeperf",
         rootdir=root,
     )
@@ -190,7 +206,7 @@ def moeperf(request: pytest.FixtureRequest) -> Iterator[MoePerf]:
     ``moeperf(profile=...)`` marker)."""
     perf = request.config.stash[SESSION]
     profile, _ = _declared(request.node)
-    fixture = MoePerf(perf, profile)
+    fixture = MoePerf(perf, request.node.nodeid, profile)
     try:
         yield fixture
     except MoeperfError as exc:
@@ -227,5 +243,9 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     terminalreporter.section("moeperf: throughput (median of repetitions)")
     headers, rows = summary_rows(perf.measurements.values())
     terminalreporter.write_line(text_table(headers, rows))
+    if perf.verdicts:
+        terminalreporter.write_line("")
+        headers, rows = verdict_rows(perf.verdicts)
+        terminalreporter.write_line(text_table(headers, rows))
     if perf.results_path is not None:
         terminalreporter.write_line(f"results: {perf.results_path}")

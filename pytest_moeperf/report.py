@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from .judge import Verdict
 from .measurement import Measurement
 
 
@@ -57,4 +58,39 @@ def summary_rows(measurements: Iterable[Measurement]) -> tuple[list[str], list[l
             cells.append(f"{s.median:.1f}")
             spreads.append(f"{w.kind} {100 * s.cv:.1f}%")
         rows.append([*cells, ", ".join(spreads) or "-", build])
+    return headers, rows
+
+
+def measurement_rows(measurements: Iterable[Measurement]) -> tuple[list[str], list[list[str]]]:
+    """One row per measurement: configuration | workload | median | min..max | n | build."""
+    headers = ["configuration", "workload", "median tok/s", "min..max", "n", "build"]
+    rows = []
+    for m in measurements:
+        s = m.summary
+        rows.append([m.configuration, m.workload.name, f"{s.median:.1f}",
+                     f"{s.min:.1f}..{s.max:.1f}", str(s.n), m.build])
+    return headers, rows
+
+
+def claim_failure(verdict: Verdict, measurements: Sequence[Measurement]) -> str:
+    """The failure message of a claim: the claim's ratio and interval, then the measured
+    rows it rests on."""
+    headers, rows = measurement_rows(measurements)
+    return "\n".join([
+        f"claim fails: {verdict.explain()}",
+        f"({int(verdict.confidence * 100)} % interval of the ratio of medians, {verdict.method})",
+        "",
+        text_table(headers, rows),
+    ])
+
+
+def verdict_rows(verdicts: Iterable[tuple[str, Verdict]]) -> tuple[list[str], list[list[str]]]:
+    """One row per judged claim: claim | ratio | interval | verdict | test."""
+    headers = ["claim", "ratio", "interval", "verdict", "test"]
+    rows = []
+    for nodeid, v in verdicts:
+        bound = f"{v.relation} {v.threshold:.2f}" if v.relation != "~" else "~ 1"
+        mark = "" if v.outcome in ("holds", "unchanged", "faster") else " *"
+        rows.append([f"{v.label} {bound}", f"{v.ratio:.3f}", f"[{v.low:.3f}, {v.high:.3f}]",
+                     v.outcome + mark, nodeid.split("::")[-1]])
     return headers, rows

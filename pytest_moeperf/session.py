@@ -22,6 +22,7 @@ from .errors import ConfigError, MoeperfError
 from .fs import atomic_write_text
 from .host import host_fingerprint
 from .measure import Meter, server_vocab
+from .judge import Verdict
 from .measurement import Measurement
 from .model import ensure_model, model_spec
 from .server import LlamaServer
@@ -40,6 +41,8 @@ class Options:
     pyproject: Path | None = None
     llama_server: tuple[Path, str] | None = None
     repetitions: int | None = None
+    max_repetitions: int = 9
+    inconclusive: str = "skip"
     startup_timeout: float = 300.0
     request_timeout: float = 600.0
     results_dir: Path = Path(".moeperf")
@@ -83,6 +86,7 @@ class PerfSession:
         self._fingerprint: dict[str, Any] | None = None
         self.last_use: dict[tuple[str, str], int] = {}
         self.results_path: Path | None = None
+        self.verdicts: list[tuple[str, Verdict]] = []
 
     # -- declarations ---------------------------------------------------------------------------
     @property
@@ -218,35 +222,43 @@ class PerfSession:
         workload: Workload,
         repetitions: int | None = None,
     ) -> Measurement:
-        """The measurement of *workload* on (profile, configuration), taken once a session."""
+        """The measurement of *workload* on (profile, configuration), taken once a session and
+        extended with more samples when more *repetitions* are asked later."""
         reps = repetitions or self.options.repetitions or profile.repetitions
         rec = self.server(profile, configuration)
         key = (profile.name, configuration.name, rec.build.label, workload.name)
-        if key in self.measurements and len(self.measurements[key].samples) >= reps:
-            return self.measurements[key]
-        self.report(f"moeperf: measuring {workload} x{reps} on {rec.server.name}")
+        have = self.measurements.get(key)
+        if have is not None and len(have.samples) >= reps:
+            return have
+        start = len(have.samples) if have else 0
+        self.report(f"moeperf: measuring {workload} x{reps - start} on {rec.server.name}")
         with Meter(
             rec.server.url, vocab=self.vocab(rec), request_timeout=self.options.request_timeout
         ) as meter:
-            m = meter.measure(
-                workload, configuration=configuration.name, build=rec.build.label, repetitions=reps
+            taken = meter.measure(
+                workload,
+                configuration=configuration.name,
+                build=rec.build.label,
+                repetitions=reps - start,
+                warmup=have is None,
+                first=start,
             )
-        m.extra.update(
-            {
-                "profile": profile.name,
-                "flags": configuration.server_args,
-                "pinning": configuration.pinning.describe(),
-                "env": dict(configuration.env),
-                "model": str(rec.server.model),
-                "log": str(rec.server.log_path),
-                "server_ready_s": rec.server.ready_seconds,
-            }
-        )
+        extra = {
+            "profile": profile.name,
+            "flags": configuration.server_args,
+            "pinning": configuration.pinning.describe(),
+            "env": dict(configuration.env),
+            "model": str(rec.server.model),
+            "log": str(rec.server.log_path),
+            "server_ready_s": rec.server.ready_seconds,
+        }
+        samples = (have.samples if have else ()) + taken.samples
+        m = Measurement(configuration.name, rec.build.label, workload, samples, extra)
         self.measurements[key] = m
         s = m.summary
         self.report(
             f"moeperf: {configuration.name} {workload}: median {s.median:.1f} tok/s "
-            f"(min {s.min:.1f}, max {s.max:.1f}, cv {100 * s.cv:.1f} %)"
+            f"(min {s.min:.1f}, max {s.max:.1f}, cv {100 * s.cv:.1f} %, n {s.n})"
         )
         return m
 

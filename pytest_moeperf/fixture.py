@@ -72,11 +72,11 @@ class MoePerf:
     def _interleaved(self, c: Claim, n: int) -> tuple[Measurement, Measurement]:
         """Both sides of *c* with at least *n* samples, taken one repetition at a time in turn
         (A B A B ...), so a slow drift of the host falls on both alike."""
-        left = self._operand(c.left, None)
-        right = self._operand(c.right, None) if c.right != c.left else left
-        for i in range(min(len(left.samples), len(right.samples)) + 1, n + 1):
+        left = right = None
+        for i in range(1, n + 1):
             left = self._operand(c.left, i)
             right = self._operand(c.right, i)
+        assert left is not None and right is not None
         return left, right
 
     def judge(self, claim: str | Claim) -> Verdict:

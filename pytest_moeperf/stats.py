@@ -1,4 +1,4 @@
-"""Statistics of throughput samples: medians and spreads."""
+"""Statistics of throughput samples: medians, spreads and intervals of ratios."""
 
 from __future__ import annotations
 
@@ -6,6 +6,9 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
 
 
 @dataclass(frozen=True)
@@ -34,3 +37,176 @@ def summarize(values: Sequence[float]) -> Summary:
     med = statistics.median(values)
     mad = statistics.median(abs(v - med) for v in values)
     return Summary(n=len(values), median=med, min=min(values), max=max(values), mad=mad)
+
+
+class Figure(NamedTuple):
+    """A stored figure without raw samples: a value (tok/s) and its relative standard
+    uncertainty (0.01 = 1 %), e.g. a table cell of a decision record."""
+
+    value: float
+    rel_spread: float
+
+
+@dataclass(frozen=True)
+class RatioInterval:
+    """A confidence interval of ``median(a) / median(b)``."""
+
+    ratio: float
+    low: float
+    high: float
+    confidence: float
+    method: str
+    """``"bootstrap"`` (from raw samples) or ``"propagated"`` (from relative spreads)."""
+    floor: float = 0.0
+    """Half-width in log space that more repetitions cannot shrink (the ``min_rel_spread``
+    floor); 0 when there is none."""
+
+    def __post_init__(self) -> None:
+        if not (0 < self.low <= self.ratio <= self.high):
+            raise ValueError(f"interval [{self.low}, {self.high}] does not hold {self.ratio}")
+
+    def contains(self, value: float) -> bool:
+        """Whether *value* lies inside the interval (ends included)."""
+        return self.low <= value <= self.high
+
+
+def _z(confidence: float) -> float:
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence {confidence!r} must be between 0 and 1")
+    return statistics.NormalDist().inv_cdf(0.5 + confidence / 2)
+
+
+def _log_sigma(rel_spread: float) -> float:
+    """Log-normal sigma of a relative standard uncertainty."""
+    return math.sqrt(math.log1p(rel_spread * rel_spread))
+
+
+def _check_positive(name: str, values: Sequence[float]) -> None:
+    if not values:
+        raise ValueError(f"no samples in {name}")
+    for v in values:
+        if not (math.isfinite(v) and v > 0):
+            raise ValueError(f"sample {v!r} in {name} is not a positive finite number")
+
+
+def relative_uncertainty(values: Sequence[float], *, min_rel_spread: float = 0.0) -> float:
+    """Relative standard uncertainty of the median of *values*, never below *min_rel_spread*.
+
+    One sample carries no spread of its own, so its uncertainty is *min_rel_spread*."""
+    _check_positive("values", values)
+    if len(values) == 1:
+        return min_rel_spread
+    med = statistics.median(values)
+    se = statistics.stdev(values) * math.sqrt(math.pi / 2) / math.sqrt(len(values))
+    return max(min_rel_spread, se / med)
+
+
+def ratio_interval_from_summary(
+    a_value: float,
+    a_rel_spread: float,
+    b_value: float,
+    b_rel_spread: float,
+    *,
+    confidence: float = 0.95,
+) -> RatioInterval:
+    """Interval of ``a_value / b_value`` for stored figures without samples: each value is
+    taken as log-normal with its relative standard uncertainty, and the two as independent."""
+    for name, v in (("a_value", a_value), ("b_value", b_value)):
+        if not (math.isfinite(v) and v > 0):
+            raise ValueError(f"{name} {v!r} is not a positive finite number")
+    for name, s in (("a_rel_spread", a_rel_spread), ("b_rel_spread", b_rel_spread)):
+        if not (math.isfinite(s) and s >= 0):
+            raise ValueError(f"{name} {s!r} is not a finite number >= 0")
+    ratio = a_value / b_value
+    half = _z(confidence) * math.hypot(_log_sigma(a_rel_spread), _log_sigma(b_rel_spread))
+    return RatioInterval(
+        ratio=ratio,
+        low=min(ratio, ratio * math.exp(-half)),
+        high=max(ratio, ratio * math.exp(half)),
+        confidence=confidence,
+        method="propagated",
+    )
+
+
+def ratio_interval(
+    a: Sequence[float],
+    b: Sequence[float],
+    *,
+    confidence: float = 0.95,
+    resamples: int = 4000,
+    seed: int = 0,
+    min_rel_spread: float = 0.01,
+) -> RatioInterval:
+    """Interval of ``median(a) / median(b)`` from raw throughput samples.
+
+    A seeded percentile bootstrap of the ratio of medians (the same inputs and seed always give
+    the same interval), in which each side's relative uncertainty is raised to at least
+    *min_rel_spread*: a few samples that happen to agree say little about run-to-run drift.
+    With a single sample on either side there is nothing to resample, and the interval is
+    propagated from :func:`relative_uncertainty` of each side instead."""
+    _check_positive("a", a)
+    _check_positive("b", b)
+    if not (math.isfinite(min_rel_spread) and min_rel_spread >= 0):
+        raise ValueError(f"min_rel_spread {min_rel_spread!r} must be a finite number >= 0")
+    if resamples < 100:
+        raise ValueError(f"resamples {resamples!r} is too few for a percentile interval")
+    z = _z(confidence)
+    sigma_floor = _log_sigma(min_rel_spread)
+    floor = z * math.sqrt(2) * sigma_floor
+    ratio = statistics.median(a) / statistics.median(b)
+    if len(a) == 1 or len(b) == 1:
+        prop = ratio_interval_from_summary(
+            statistics.median(a),
+            relative_uncertainty(a, min_rel_spread=min_rel_spread),
+            statistics.median(b),
+            relative_uncertainty(b, min_rel_spread=min_rel_spread),
+            confidence=confidence,
+        )
+        return RatioInterval(ratio, prop.low, prop.high, confidence, "propagated", floor)
+
+    rng = np.random.default_rng(seed)
+    sides = []
+    for values in (a, b):
+        arr = np.asarray(values, dtype=float)
+        idx = rng.integers(0, len(arr), size=(resamples, len(arr)))
+        logs = np.log(np.median(arr[idx], axis=1))
+        sd = float(logs.std())
+        if sd < sigma_floor:
+            logs = logs + rng.normal(0.0, math.sqrt(sigma_floor**2 - sd**2), resamples)
+        sides.append(logs)
+    log_ratios = sides[0] - sides[1]
+    alpha = 1 - confidence
+    lo, hi = np.quantile(log_ratios, [alpha / 2, 1 - alpha / 2])
+    return RatioInterval(
+        ratio=ratio,
+        low=min(ratio, math.exp(float(lo))),
+        high=max(ratio, math.exp(float(hi))),
+        confidence=confidence,
+        method="bootstrap",
+        floor=floor,
+    )
+
+
+def repetitions_to_decide(interval: RatioInterval, threshold: float, n: int) -> int | None:
+    """Roughly how many more repetitions per side would make *interval* exclude *threshold*,
+    taking its width as shrinking like ``1/sqrt(n)`` down to its :attr:`~RatioInterval.floor`.
+
+    0 if it already excludes the threshold; ``None`` if the ratio sits on the threshold or the
+    floor alone reaches it, so that no number of repetitions can decide."""
+    if n < 1:
+        raise ValueError(f"n {n!r} must be >= 1")
+    if not (math.isfinite(threshold) and threshold > 0):
+        raise ValueError(f"threshold {threshold!r} is not a positive finite number")
+    distance = abs(math.log(interval.ratio) - math.log(threshold))
+    if distance < 1e-12:
+        return None
+    if interval.ratio > threshold:
+        half = math.log(interval.ratio) - math.log(interval.low)
+    else:
+        half = math.log(interval.high) - math.log(interval.ratio)
+    if half < distance:
+        return 0
+    if interval.floor >= distance:
+        return None
+    needed = n * (half**2 - interval.floor**2) / (distance**2 - interval.floor**2)
+    return max(1, math.ceil(needed) - n)

@@ -23,8 +23,10 @@ class Workload:
         if self.kind not in ("pp", "tg"):
             raise ConfigError(f"workload kind {self.kind!r}: use 'pp' (prefill) or 'tg' (decode)")
         if self.tokens < 1 or self.depth < 0:
-            raise ConfigError(f"workload {self.kind}{self.tokens} @ d{self.depth}: "
-                              "tokens must be >= 1 and depth >= 0")
+            raise ConfigError(
+                f"workload {self.kind}{self.tokens} @ d{self.depth}: "
+                "tokens must be >= 1 and depth >= 0"
+            )
 
     @classmethod
     def parse(cls, name: str) -> Workload:

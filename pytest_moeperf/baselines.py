@@ -1,0 +1,628 @@
+"""Baseline files: stored figures to judge against, in human-edited TOML.
+
+A baseline file holds one profile's figures: a per-file default tolerance, the fingerprint of
+the host the figures were taken on, one ``[[entry]]`` per (build, configuration, workload) and
+the values that ``accept`` replaced, kept under ``[[history]]``::
+
+    schema = 1
+    profile = "adr-0042"
+    tolerance = 0.05
+
+    [fingerprint]
+    cpu_model = "Intel Xeon Silver 4210"
+
+    [[entry]]
+    kind = "bench"                      # "bench" (workload ppN/tgN) or "traffic" (log metric)
+    build = "b11713"
+    configuration = "lm-none-node1"
+    workload = "pp2048"
+    value = 391.4                       # tok/s; with samples = [...] it is their median
+    rel_spread = 0.01                   # relative standard uncertainty; not needed with samples
+    repetitions = 3
+    date = "2026-10-17"
+    source = "ADR-0042, llama-bench production-flags table, row 7"
+
+Optional entry fields: ``samples``, ``repetitions``, ``requests`` (traffic: requests behind
+an aggregate), ``tolerance``, ``flags``, ``note``, ``replaced`` (history: when it was replaced)
+and ``extra``, an inline table of free-form values. Unknown fields are errors, so a misspelt
+``tolerance`` is never silently ignored. Writing a file keeps no comments but the header.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import re
+import statistics
+import tomllib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, NoReturn
+
+from .errors import BaselineError, ConfigError
+from .fs import atomic_write_text
+from .judge import CONFIGURATION_NAME
+from .measurement import Measurement
+from .stats import Figure
+from .workload import Workload
+
+SCHEMA = 1
+KINDS = ("bench", "traffic")
+TRAFFIC_METRIC = re.compile(r"^(prefill|decode)-(aggregate|median)(?:>=(\d+))?$")
+"""Traffic workloads: ``prefill-aggregate>=256`` (aggregate over requests with at least 256 new
+tokens), ``decode-median``, ..."""
+IDENTITY_FIELDS = (
+    "cpu_model",
+    "cpus",
+    "sockets",
+    "cores",
+    "numa_nodes",
+    "memory_gib",
+    "gpus",
+    "model",
+)
+"""Fingerprint fields that name the host and model (as :func:`pytest_moeperf.host.host_fingerprint`
+names them, plus ``sockets``, ``cores`` and ``model``); a difference means the figures were
+taken on other hardware."""
+
+_TOP_FIELDS = ("schema", "profile", "tolerance", "note", "fingerprint", "entry", "history")
+_ENTRY_FIELDS = (
+    "kind",
+    "build",
+    "configuration",
+    "workload",
+    "value",
+    "rel_spread",
+    "samples",
+    "repetitions",
+    "requests",
+    "tolerance",
+    "date",
+    "source",
+    "flags",
+    "note",
+    "replaced",
+    "extra",
+)
+_HEADER = (
+    "# pytest-moeperf baseline file (schema 1). `accept` rewrites this file and keeps no\n"
+    "# comments but this header: put explanations in `note` fields.\n"
+)
+
+
+@dataclass(frozen=True)
+class BaselineEntry:
+    """One stored figure: the throughput of (build, configuration, workload), with provenance."""
+
+    build: str
+    configuration: str
+    workload: str
+    """A workload name (``pp2048``, ``tg128 @ d8192``) for ``bench``, a traffic metric for
+    ``traffic`` (see :data:`TRAFFIC_METRIC`)."""
+    value: float
+    """tok/s; the median of :attr:`samples` when there are samples."""
+    date: str
+    source: str
+    kind: str = "bench"
+    rel_spread: float | None = None
+    """Relative standard uncertainty of :attr:`value` (0.01 = 1 %), for figures without
+    samples."""
+    samples: tuple[float, ...] | None = None
+    repetitions: int | None = None
+    requests: int | None = None
+    tolerance: float | None = None
+    """Overrides the file's tolerance for absolute checks."""
+    flags: str | None = None
+    note: str | None = None
+    replaced: str | None = None
+    """In history: the date a newer value replaced this one."""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        """``(build, configuration, workload)``, unique among a file's entries."""
+        return (self.build, self.configuration, self.workload)
+
+    @property
+    def operand(self) -> list[float] | Figure:
+        """What to judge with: the samples when stored, else a :class:`Figure`."""
+        if self.samples:
+            return list(self.samples)
+        return Figure(self.value, self.rel_spread or 0.0)
+
+
+@dataclass(frozen=True)
+class BaselineFile:
+    """The contents of one baseline file."""
+
+    profile: str
+    tolerance: float = 0.05
+    """Default relative tolerance of absolute checks (0.05: 5 % worse still passes)."""
+    fingerprint: dict[str, Any] = field(default_factory=dict)
+    entries: tuple[BaselineEntry, ...] = ()
+    history: tuple[BaselineEntry, ...] = ()
+    note: str | None = None
+    schema: int = SCHEMA
+    path: Path | None = field(default=None, compare=False)
+
+    def find(self, build: str, configuration: str, workload: str) -> BaselineEntry | None:
+        """The entry for (build, configuration, workload), or ``None``; *workload* may be
+        written in any form :meth:`Workload.parse` accepts."""
+        wanted = (build, configuration, _canonical_workload(workload))
+        for entry in self.entries:
+            if entry.key == wanted:
+                return entry
+        return None
+
+    def tolerance_for(self, entry: BaselineEntry) -> float:
+        """The entry's own tolerance, else the file's."""
+        return self.tolerance if entry.tolerance is None else entry.tolerance
+
+
+def _canonical_workload(name: str) -> str:
+    try:
+        return Workload.parse(name).name
+    except ConfigError:
+        return name.strip()
+
+
+# --- reading ----------------------------------------------------------------------------------
+
+
+class _Where:
+    """Builds one-line error messages that name the file and the entry."""
+
+    def __init__(self, name: str, text: str) -> None:
+        self.name = name
+        self.lines: dict[str, list[int]] = {"entry": [], "history": []}
+        header = re.compile(r"^\s*\[\[\s*(entry|history)\s*\]\]")
+        for number, line in enumerate(text.splitlines(), start=1):
+            m = header.match(line)
+            if m:
+                self.lines[m.group(1)].append(number)
+
+    def fail(self, problem: str) -> NoReturn:
+        raise BaselineError(f"{self.name}: {problem}")
+
+    def entry(self, section: str, index: int, raw: Mapping[str, Any]) -> str:
+        where = f"{section} #{index}"
+        numbers = self.lines.get(section, [])
+        if index <= len(numbers):
+            where += f" at line {numbers[index - 1]}"
+        known = [
+            f"{k} {raw[k] if raw[k].isprintable() else repr(raw[k])}"
+            for k in ("build", "configuration", "workload")
+            if isinstance(raw.get(k), str)
+        ]
+        if known:
+            where += f" ({', '.join(known)})"
+        return where
+
+
+def _show(value: Any) -> str:
+    """*value* as the TOML reader would recognise it in the file."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _check_free_form(where: _Where, what: str, table: Any) -> dict[str, Any]:
+    if not isinstance(table, dict):
+        where.fail(f"{what} must be a table of key = value lines, not {_show(table)}")
+    return {key: _plain(value) for key, value in table.items()}
+
+
+def _plain(value: Any) -> Any:
+    """*value* with TOML dates and times as ISO text, so that they round-trip as strings."""
+    if isinstance(value, dt.date | dt.time):
+        return value.isoformat()
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def _parse_entry(
+    where: _Where, section: str, index: int, raw: Any, known: frozenset[str] | None
+) -> BaselineEntry:
+    if not isinstance(raw, dict):
+        where.fail(f"{section} #{index} is not a table; write it as [[{section}]]")
+    at = where.entry(section, index, raw)
+
+    def bad(problem: str) -> NoReturn:
+        where.fail(f"{at}: {problem}")
+
+    unknown = sorted(set(raw) - set(_ENTRY_FIELDS))
+    if unknown:
+        bad(f"unknown field {unknown[0]!r} (known: {', '.join(_ENTRY_FIELDS)})")
+
+    def text(name: str, required: bool) -> str | None:
+        value = raw.get(name)
+        if value is None:
+            if required:
+                bad(f"missing field {name!r}")
+            return None
+        if name in ("date", "replaced") and isinstance(value, dt.date):
+            return value.isoformat()
+        if not isinstance(value, str) or not value.strip():
+            bad(f"{name} {_show(value)} must be a non-empty string")
+        return value
+
+    def number(name: str, low: float, high: float | None, low_open: bool) -> float | None:
+        value = raw.get(name)
+        if value is None:
+            return None
+        if not _number(value):
+            bad(f"{name} {_show(value)} is not a number")
+        value = float(value)
+        if not math.isfinite(value):
+            bad(f"{name} {value} is not a finite number")
+        too_low = value <= low if low_open else value < low
+        if too_low or (high is not None and value >= high):
+            span = f"> {low:g}" if low_open else f">= {low:g}"
+            if high is not None:
+                span = f"in [{low:g}, {high:g})"
+            bad(f"{name} {value!r} must be {span}")
+        return value
+
+    def count(name: str) -> int | None:
+        value = raw.get(name)
+        if value is None:
+            return None
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            bad(f"{name} {_show(value)} must be a whole number >= 1")
+        return value
+
+    kind = text("kind", required=False) or "bench"
+    if kind not in KINDS:
+        bad(f"kind {kind!r} is not one of {', '.join(KINDS)}")
+    build = text("build", required=True)
+    configuration = text("configuration", required=True)
+    workload = text("workload", required=True)
+    assert build is not None and configuration is not None and workload is not None
+    if not CONFIGURATION_NAME.fullmatch(configuration):
+        bad(
+            f"configuration {configuration!r} may hold only letters, digits, '-', '_' and '.' "
+            "(not last)"
+        )
+    if known is not None and section == "entry" and kind == "bench" and configuration not in known:
+        bad(
+            f"configuration {configuration!r} is not in the profile "
+            f"(known: {', '.join(sorted(known)) or 'none'})"
+        )
+    if kind == "bench":
+        try:
+            workload = Workload.parse(workload).name
+        except ConfigError as e:
+            bad(f"unknown workload: {e}")
+    elif not TRAFFIC_METRIC.fullmatch(workload):
+        bad(
+            f"unknown traffic workload {workload!r}: write prefill-aggregate, decode-median, "
+            "decode-aggregate>=32, ..."
+        )
+
+    samples: tuple[float, ...] | None = None
+    if "samples" in raw:
+        raw_samples = raw["samples"]
+        if not isinstance(raw_samples, list) or not raw_samples:
+            bad(f"samples {_show(raw_samples)} must be a non-empty list of numbers")
+        for s in raw_samples:
+            if not _number(s) or not math.isfinite(s) or s <= 0:
+                bad(f"sample {_show(s)} is not a positive finite number")
+        samples = tuple(float(s) for s in raw_samples)
+    value = number("value", 0.0, None, low_open=True)
+    if value is None:
+        if samples is None:
+            bad("missing field 'value' (or 'samples')")
+        value = statistics.median(samples)
+    elif samples is not None:
+        med = statistics.median(samples)
+        if abs(value - med) > 1e-9 * med:
+            bad(f"value {value!r} is not the median of samples ({med!r}); fix one of them")
+    rel_spread = number("rel_spread", 0.0, 1.0, low_open=False)
+    if rel_spread is None and samples is None:
+        bad("missing field 'rel_spread' (relative uncertainty of value, e.g. 0.01) or 'samples'")
+    repetitions = count("repetitions")
+    if samples is not None and repetitions is not None and repetitions != len(samples):
+        bad(f"repetitions {repetitions} but {len(samples)} samples")
+    extra = _check_free_form(where, f"{at}: extra", raw.get("extra", {}))
+    return BaselineEntry(
+        build=build,
+        configuration=configuration,
+        workload=workload,
+        value=value,
+        date=text("date", required=True) or "",
+        source=text("source", required=True) or "",
+        kind=kind,
+        rel_spread=rel_spread,
+        samples=samples,
+        repetitions=repetitions,
+        requests=count("requests"),
+        tolerance=number("tolerance", 0.0, 1.0, low_open=False),
+        flags=text("flags", required=False),
+        note=text("note", required=False),
+        replaced=text("replaced", required=False),
+        extra=extra,
+    )
+
+
+def parse_baselines(
+    text: str, *, name: str = "<baselines>", known_configurations: Iterable[str] | None = None
+) -> BaselineFile:
+    """Validate and read the TOML *text* of a baseline file; *name* is the file named in
+    errors. With *known_configurations*, a ``bench`` entry for any other configuration is an
+    error."""
+    where = _Where(name, text)
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        hint = " (a key is written twice)" if "overwrite" in str(e) else ""
+        where.fail(f"invalid TOML: {e}{hint}")
+    unknown = sorted(set(doc) - set(_TOP_FIELDS))
+    if unknown:
+        where.fail(f"unknown top-level field {unknown[0]!r} (known: {', '.join(_TOP_FIELDS)})")
+    if "schema" not in doc:
+        where.fail(f"no 'schema' field: write schema = {SCHEMA} at the top")
+    schema = doc["schema"]
+    if schema != SCHEMA or isinstance(schema, bool):
+        where.fail(f"schema {_show(schema)} is not supported: this version reads schema {SCHEMA}")
+    profile = doc.get("profile")
+    if profile is None:
+        where.fail("missing field 'profile' (the name of the profile these baselines judge)")
+    if not isinstance(profile, str) or not profile.strip():
+        where.fail(f"profile {_show(profile)} must be a non-empty string (the profile's name)")
+    tolerance = doc.get("tolerance", 0.05)
+    if not _number(tolerance) or not math.isfinite(tolerance) or not 0 <= tolerance < 1:
+        where.fail(f"tolerance {_show(tolerance)} must be a number in [0, 1), e.g. 0.05")
+    note = doc.get("note")
+    if note is not None and not isinstance(note, str):
+        where.fail(f"note {_show(note)} must be a string")
+    fingerprint = _check_free_form(where, "[fingerprint]", doc.get("fingerprint", {}))
+    known = frozenset(known_configurations) if known_configurations is not None else None
+
+    sections: dict[str, tuple[BaselineEntry, ...]] = {}
+    for section in ("entry", "history"):
+        raws = doc.get(section, [])
+        if not isinstance(raws, list):
+            where.fail(f"{section!r} must be written as [[{section}]] tables")
+        sections[section] = tuple(
+            _parse_entry(where, section, i, raw, known) for i, raw in enumerate(raws, start=1)
+        )
+    seen: dict[tuple[str, str, str], int] = {}
+    for i, entry in enumerate(sections["entry"], start=1):
+        if entry.key in seen:
+            at = where.entry("entry", i, doc["entry"][i - 1])
+            where.fail(
+                f"{at}: duplicate of entry #{seen[entry.key]} (same build, configuration and "
+                "workload); keep one and move the other under [[history]]"
+            )
+        seen[entry.key] = i
+    return BaselineFile(
+        profile=profile,
+        tolerance=float(tolerance),
+        fingerprint=fingerprint,
+        entries=sections["entry"],
+        history=sections["history"],
+        note=note,
+    )
+
+
+def load_baselines(
+    path: Path | str, *, known_configurations: Iterable[str] | None = None
+) -> BaselineFile:
+    """Read and validate the baseline file at *path*; every problem is a one-line
+    :class:`BaselineError` naming the file, the entry and the problem."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise BaselineError(f"{path}: no such baseline file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise BaselineError(f"{path}: cannot read: {e}") from None
+    bf = parse_baselines(text, name=str(path), known_configurations=known_configurations)
+    return replace(bf, path=path)
+
+
+# --- writing ----------------------------------------------------------------------------------
+
+_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+_ESCAPES = {"\\": "\\\\", '"': '\\"', "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f"}
+_ESCAPES["\r"] = "\\r"
+
+
+def _string(s: str) -> str:
+    out = []
+    for ch in s:
+        if ch in _ESCAPES:
+            out.append(_ESCAPES[ch])
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\u{ord(ch):04X}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+def _key(k: str) -> str:
+    return k if _BARE_KEY.fullmatch(k) else _string(k)
+
+
+def _value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        return repr(v)
+    if isinstance(v, str):
+        return _string(v)
+    if isinstance(v, dt.date | dt.time):
+        return _string(v.isoformat())
+    if isinstance(v, list | tuple):
+        return "[" + ", ".join(_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        if not v:
+            return "{}"
+        return "{ " + ", ".join(f"{_key(k)} = {_value(v[k])}" for k in sorted(v)) + " }"
+    raise TypeError(f"{v!r} ({type(v).__name__}) has no TOML form")
+
+
+def _entry_lines(section: str, entry: BaselineEntry) -> list[str]:
+    lines = [f"[[{section}]]"]
+    for name in _ENTRY_FIELDS:
+        value = getattr(entry, name)
+        if value is None or (name == "extra" and not value):
+            continue
+        try:
+            lines.append(f"{name} = {_value(value)}")
+        except TypeError as e:
+            raise BaselineError(
+                f"{section} ({entry.build}, {entry.configuration}, {entry.workload}): "
+                f"field {name!r}: {e}"
+            ) from None
+    return lines
+
+
+def dump_baselines(bf: BaselineFile) -> str:
+    """The TOML text of *bf*: top-level fields, ``[fingerprint]`` with sorted keys, then the
+    entries and the history in their own order, each field in one fixed order, so that
+    rewriting a file changes only the lines whose values changed."""
+    name = str(bf.path) if bf.path else "<baselines>"
+    lines = [_HEADER.rstrip("\n"), f"schema = {bf.schema}", f"profile = {_string(bf.profile)}"]
+    lines.append(f"tolerance = {_value(float(bf.tolerance))}")
+    if bf.note is not None:
+        lines.append(f"note = {_string(bf.note)}")
+    if bf.fingerprint:
+        lines += ["", "[fingerprint]"]
+        for k in sorted(bf.fingerprint):
+            try:
+                lines.append(f"{_key(k)} = {_value(bf.fingerprint[k])}")
+            except TypeError as e:
+                raise BaselineError(f"{name}: fingerprint field {k!r}: {e}") from None
+    for section, entries in (("entry", bf.entries), ("history", bf.history)):
+        for entry in entries:
+            lines.append("")
+            try:
+                lines += _entry_lines(section, entry)
+            except BaselineError as e:
+                raise BaselineError(f"{name}: {e}") from None
+    return "\n".join(lines) + "\n"
+
+
+def _round(value: float) -> float:
+    """Six significant digits: far below run-to-run noise, and short in the file."""
+    return float(f"{value:.6g}")
+
+
+def accept(
+    path: Path | str,
+    profile: str,
+    measurements: Iterable[Measurement],
+    fingerprint: Mapping[str, Any],
+    *,
+    date: str | dt.date,
+    source: str,
+) -> BaselineFile:
+    """Store *measurements* as the baselines of *profile* in the file at *path* (created if
+    missing) and return what was written.
+
+    Each measurement replaces the entry with the same (build, configuration, workload) in
+    place, keeping its per-entry tolerance; the replaced entry moves under ``[[history]]``
+    with ``replaced = date``. The file's fingerprint becomes *fingerprint*. The file is
+    written atomically: a failure leaves the old file as it was."""
+    path = Path(path)
+    day = date.isoformat() if isinstance(date, dt.date) else str(date)
+    if path.exists():
+        old = load_baselines(path)
+        if old.profile != profile:
+            raise BaselineError(
+                f"{path}: holds baselines of profile {old.profile!r}, not {profile!r}; "
+                "accept into that profile's own file"
+            )
+    else:
+        old = BaselineFile(profile=profile)
+    entries = list(old.entries)
+    history = list(old.history)
+    index = {e.key: i for i, e in enumerate(entries)}
+    accepted: set[tuple[str, str, str]] = set()
+    for m in measurements:
+        samples = tuple(_round(v) for v in m.values)
+        if not samples:
+            raise BaselineError(f"{path}: measurement {m.key} has no samples to accept")
+        flags = m.extra.get("flags")
+        if isinstance(flags, list | tuple):
+            flags = " ".join(str(f) for f in flags)
+        new = BaselineEntry(
+            build=m.build,
+            configuration=m.configuration,
+            workload=m.workload.name,
+            value=statistics.median(samples),
+            date=day,
+            source=source,
+            samples=samples,
+            repetitions=len(samples),
+            flags=flags if isinstance(flags, str) and flags else None,
+        )
+        if new.key in accepted:
+            raise BaselineError(
+                f"{path}: two measurements of {', '.join(new.key)} given to accept; pass one"
+            )
+        accepted.add(new.key)
+        if new.key in index:
+            previous = entries[index[new.key]]
+            history.append(replace(previous, replaced=day))
+            entries[index[new.key]] = replace(new, tolerance=previous.tolerance)
+        else:
+            index[new.key] = len(entries)
+            entries.append(new)
+    bf = BaselineFile(
+        profile=profile,
+        tolerance=old.tolerance,
+        fingerprint=dict(fingerprint),
+        entries=tuple(entries),
+        history=tuple(history),
+        note=old.note,
+        path=path,
+    )
+    text = dump_baselines(bf)
+    checked = parse_baselines(text, name=str(path))
+    try:
+        atomic_write_text(path, text)
+    except OSError as e:
+        raise BaselineError(f"{path}: cannot write: {e}") from None
+    return replace(checked, path=path)
+
+
+# --- fingerprints -----------------------------------------------------------------------------
+
+
+def fingerprint_mismatch(
+    baseline_fp: Mapping[str, Any],
+    host_fp: Mapping[str, Any],
+    fields: Iterable[str] = IDENTITY_FIELDS,
+) -> list[str]:
+    """One line per field of *fields* that both fingerprints have and that differs:
+    ``cpu_model: baseline 'X', host 'Y'``. Numbers within 2 % of each other count as equal
+    (tools report memory sizes slightly differently); lists and tuples compare alike."""
+    lines = []
+    for name in fields:
+        if name not in baseline_fp or name not in host_fp:
+            continue
+        if not _same(baseline_fp[name], host_fp[name]):
+            lines.append(f"{name}: baseline {baseline_fp[name]!r}, host {host_fp[name]!r}")
+    return lines
+
+
+def _same(a: Any, b: Any) -> bool:
+    if _number(a) and _number(b):
+        return bool(abs(a - b) <= 0.02 * max(abs(a), abs(b)))
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    return bool(a == b)

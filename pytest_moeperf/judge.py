@@ -1,0 +1,404 @@
+"""Judging: claims between two measurements, absolute baseline checks and build-change gates.
+
+Every verdict comes from an interval, never from two point values, so noise alone makes a
+result *inconclusive* rather than a pass or a failure.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from .errors import MoeperfError
+from .stats import (
+    Figure,
+    RatioInterval,
+    ratio_interval,
+    ratio_interval_from_summary,
+    relative_uncertainty,
+    repetitions_to_decide,
+)
+from .workload import Workload
+
+Outcome = Literal["holds", "fails", "inconclusive", "faster", "slower", "unchanged"]
+Relation = Literal[">=", "<="]
+Values = Sequence[float] | Figure
+"""Raw throughput samples (tok/s), or a stored :class:`~pytest_moeperf.stats.Figure`."""
+
+CONFIGURATION_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9_.-]*[A-Za-z0-9_-])?$")
+"""Configuration names: letters, digits, ``-``, ``_`` and ``.``, not ending in ``.``."""
+BUILD_NAME = re.compile(r"^[A-Za-z0-9_./+:-]+$")
+
+_OPERAND = re.compile(
+    r"^(?P<configuration>[^\[\]\s]+?)"
+    r"(?:\[(?P<build>[^\[\]\s]*)\])?"
+    r"\.(?P<workload>(?:pp|tg)\d+(?:@d\d+)?)$"
+)
+_FACTOR = re.compile(
+    r"^(?P<factor>[+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*(?:\*|\u00d7|x(?=\s))\s*(?P<rest>.*)$"
+)
+_EXAMPLE = "write e.g. 'lm-none.pp2048 >= 2.0 * mmap.pp2048'"
+
+
+class ClaimError(MoeperfError, ValueError):
+    """A claim's text cannot be parsed."""
+
+
+@dataclass(frozen=True)
+class Operand:
+    """One side of a claim: a configuration's workload, optionally on a named build."""
+
+    configuration: str
+    workload: Workload
+    build: str | None = None
+
+    @property
+    def key(self) -> tuple[str | None, str, str]:
+        """``(build, configuration, workload name)``, the key baseline files use."""
+        return (self.build, self.configuration, self.workload.name)
+
+    @property
+    def id(self) -> str:
+        build = f":{self.build}" if self.build else ""
+        depth = f"-d{self.workload.depth}" if self.workload.depth else ""
+        wl = f"{self.workload.kind}{self.workload.tokens}{depth}"
+        return _id_safe(f"{self.configuration}{build}.{wl}")
+
+    def __str__(self) -> str:
+        build = f"[{self.build}]" if self.build else ""
+        depth = f"@d{self.workload.depth}" if self.workload.depth else ""
+        return f"{self.configuration}{build}.{self.workload.kind}{self.workload.tokens}{depth}"
+
+
+def _id_safe(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.:+-]", "_", text)
+
+
+def _parse_operand(text: str, claim_text: str) -> Operand:
+    m = _OPERAND.fullmatch(text)
+    if not m:
+        raise ClaimError(
+            f"claim {claim_text!r}: {text!r} is not CONFIGURATION[BUILD].WORKLOAD "
+            f"(workload ppN, tgN or tgN@dD); {_EXAMPLE}"
+        )
+    configuration, build = m.group("configuration"), m.group("build")
+    if not CONFIGURATION_NAME.fullmatch(configuration):
+        raise ClaimError(
+            f"claim {claim_text!r}: configuration {configuration!r} may hold only letters, "
+            "digits, '-', '_' and '.' (not last)"
+        )
+    if build is not None and not BUILD_NAME.fullmatch(build):
+        raise ClaimError(f"claim {claim_text!r}: build {build!r} in [...] is empty or malformed")
+    try:
+        workload = Workload.parse(m.group("workload").replace("@", " @ "))
+    except MoeperfError as e:
+        raise ClaimError(f"claim {claim_text!r}: {e}") from None
+    return Operand(configuration, workload, build)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """``left <relation> factor * right`` between two measurements' medians, e.g.
+    ``lm-none.pp2048 >= 2.0 * mmap.pp2048`` (prefill at least doubles) or
+    ``cache-6gib.tg128 <= 0.70 * mmap.tg128`` (a dead end: stays at least 30 % slower)."""
+
+    left: Operand
+    relation: Relation
+    factor: float
+    right: Operand
+
+    def __post_init__(self) -> None:
+        if self.relation not in (">=", "<="):
+            raise ClaimError(f"claim relation {self.relation!r}: use '>=' or '<='")
+        if not (math.isfinite(self.factor) and self.factor > 0):
+            raise ClaimError(f"claim factor {self.factor!r} must be a positive finite number")
+
+    @classmethod
+    def parse(cls, text: str) -> Claim:
+        """Parse ``"A.pp2048 >= 2.0 * B.pp2048"``: the factor (written with ``*``, ``x`` or the
+        multiplication sign) defaults to 1, a build may follow the configuration in brackets
+        (``mmap[b11713].tg128``), and a depth the workload (``tg128@d8192``)."""
+        if not isinstance(text, str) or not text.strip():
+            raise ClaimError(f"claim {text!r} is empty; {_EXAMPLE}")
+        compact = re.sub(r"\s*@\s*", "@", text.strip())
+        relations = re.findall(r"[<>=!]=?", compact)
+        if relations not in ([">="], ["<="]):
+            raise ClaimError(
+                f"claim {text!r}: needs exactly one relation, '>=' or '<='; {_EXAMPLE}"
+            )
+        relation: Relation = ">=" if relations[0] == ">=" else "<="
+        left_text, right_text = (s.strip() for s in compact.split(relation))
+        factor = 1.0
+        m = _FACTOR.fullmatch(right_text)
+        if m:
+            factor = float(m.group("factor"))
+            right_text = m.group("rest").strip()
+            if not (math.isfinite(factor) and factor > 0):
+                raise ClaimError(f"claim {text!r}: factor {factor!r} must be positive and finite")
+        return cls(
+            _parse_operand(left_text, text), relation, factor, _parse_operand(right_text, text)
+        )
+
+    @property
+    def threshold(self) -> float:
+        """The bound on ``left / right``: the claim's factor."""
+        return self.factor
+
+    @property
+    def id(self) -> str:
+        """A pytest-id-safe name: ``lm-none.pp2048-ge-2.0-mmap.pp2048``."""
+        rel = "ge" if self.relation == ">=" else "le"
+        factor = "" if self.factor == 1.0 else f"{self.factor!r}-"
+        return f"{self.left.id}-{rel}-{_id_safe(factor)}{self.right.id}"
+
+    def __str__(self) -> str:
+        factor = "" if self.factor == 1.0 else f"{self.factor!r} * "
+        return f"{self.left} {self.relation} {factor}{self.right}"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The judgement of one ratio against a threshold (claims) or a margin around 1 (gates)."""
+
+    outcome: Outcome
+    ratio: float
+    low: float
+    high: float
+    threshold: float
+    more_repetitions: int | None = None
+    """For an inconclusive verdict, roughly how many more repetitions per side would decide
+    it; ``None`` when unknown (stored figures) or when no number would."""
+    label: str = ""
+    """What the ratio is of, e.g. ``lm-none.pp2048 / mmap.pp2048``."""
+    relation: str = ">="
+    """``>=``/``<=`` for claims; ``~`` for a gate (threshold 1, :attr:`margin` around it)."""
+    margin: float | None = None
+    confidence: float = 0.95
+    method: str = ""
+
+    @property
+    def change_pct(self) -> float:
+        """``(ratio - 1)`` in percent."""
+        return (self.ratio - 1.0) * 100.0
+
+    @property
+    def decided(self) -> bool:
+        return self.outcome != "inconclusive"
+
+    def explain(self) -> str:
+        """One line: ``lm-none.pp2048 / mmap.pp2048 = 2.06 [2.01, 2.11] >= 2.00: holds``."""
+        label = f"{self.label} = " if self.label else ""
+        head = f"{label}{self.ratio:.2f} [{self.low:.2f}, {self.high:.2f}]"
+        if self.relation == "~":
+            head += f" ({self.change_pct:+.1f} %) vs 1 ± {self.margin or 0:.2f}"
+        else:
+            head += f" {self.relation} {self.threshold:.2f}"
+        line = f"{head}: {self.outcome}"
+        if self.outcome == "inconclusive" and self.more_repetitions:
+            line += f" (about {self.more_repetitions} more repetitions per side would decide)"
+        return line
+
+
+def _interval(
+    a: Values, b: Values, *, confidence: float, min_rel_spread: float, seed: int
+) -> tuple[RatioInterval, int | None]:
+    """The ratio interval of *a* / *b*, and the repetitions per side behind it (``None`` when
+    both are stored figures)."""
+    if isinstance(a, Figure) and isinstance(b, Figure):
+        iv = ratio_interval_from_summary(*a, *b, confidence=confidence)
+        return iv, None
+    if isinstance(a, Figure) or isinstance(b, Figure):
+
+        def fig(v: Values) -> Figure:
+            if isinstance(v, Figure):
+                return v
+            rel = relative_uncertainty(v, min_rel_spread=min_rel_spread)
+            return Figure(statistics.median(v), rel)
+
+        iv = ratio_interval_from_summary(*fig(a), *fig(b), confidence=confidence)
+        sampled = [len(v) for v in (a, b) if not isinstance(v, Figure)]
+        return iv, min(sampled)
+    iv = ratio_interval(a, b, confidence=confidence, seed=seed, min_rel_spread=min_rel_spread)
+    return iv, min(len(a), len(b))
+
+
+def _more(iv: RatioInterval, thresholds: Sequence[float], n: int | None) -> int | None:
+    if n is None:
+        return None
+    counts = [repetitions_to_decide(iv, t, n) for t in thresholds]
+    if any(c is None for c in counts):
+        return None
+    return max(c for c in counts if c is not None)
+
+
+def judge_claim(
+    claim: Claim,
+    left: Values,
+    right: Values,
+    *,
+    confidence: float = 0.95,
+    min_rel_spread: float = 0.01,
+    seed: int = 0,
+) -> Verdict:
+    """Judge *claim* on the left and right measurements (samples or stored figures).
+
+    ``holds`` when the whole interval of ``left / right`` lies on the claim's side of its
+    factor, ``fails`` when it lies wholly on the other side, ``inconclusive`` otherwise."""
+    iv, n = _interval(left, right, confidence=confidence, min_rel_spread=min_rel_spread, seed=seed)
+    t = claim.threshold
+    if claim.relation == ">=":
+        outcome: Outcome = "holds" if iv.low >= t else "fails" if iv.high < t else "inconclusive"
+    else:
+        outcome = "holds" if iv.high <= t else "fails" if iv.low > t else "inconclusive"
+    more = _more(iv, [t], n) if outcome == "inconclusive" else None
+    return Verdict(
+        outcome=outcome,
+        ratio=iv.ratio,
+        low=iv.low,
+        high=iv.high,
+        threshold=t,
+        more_repetitions=more,
+        label=f"{claim.left} / {claim.right}",
+        relation=claim.relation,
+        confidence=confidence,
+        method=iv.method,
+    )
+
+
+def judge_change(
+    candidate: Values,
+    baseline: Values,
+    *,
+    margin: float = 0.05,
+    confidence: float = 0.95,
+    min_rel_spread: float = 0.01,
+    seed: int = 0,
+    label: str = "candidate / baseline",
+) -> Verdict:
+    """Gate verdict on ``candidate / baseline`` (e.g. a new build against the old one on the
+    same flags), with *margin* the smallest change that matters (0.05 = 5 %).
+
+    The rule, checked in this order on the interval ``[low, high]`` around ``ratio``:
+
+    - ``unchanged``: the whole interval lies within ``[1 - margin, 1 + margin]`` (any change
+      is smaller than the margin);
+    - ``faster``: ``low > 1`` (surely faster) and ``ratio >= 1 + margin`` (by at least the
+      margin, as best estimated);
+    - ``slower``: ``high < 1`` and ``ratio <= 1 - margin``, the mirror image;
+    - ``inconclusive`` otherwise: the interval straddles 1 or a margin edge, so more
+      repetitions are needed (see :attr:`Verdict.more_repetitions`).
+
+    The outcomes exclude each other. A change that is real but smaller than the margin reads
+    ``unchanged`` once the interval is narrow enough, never ``faster``/``slower``."""
+    if not (math.isfinite(margin) and 0 <= margin < 1):
+        raise ValueError(f"margin {margin!r} must be in [0, 1)")
+    iv, n = _interval(
+        candidate, baseline, confidence=confidence, min_rel_spread=min_rel_spread, seed=seed
+    )
+    lo_edge, hi_edge = 1.0 - margin, 1.0 + margin
+    outcome: Outcome
+    if lo_edge <= iv.low and iv.high <= hi_edge:
+        outcome = "unchanged"
+    elif iv.low > 1.0 and iv.ratio >= hi_edge:
+        outcome = "faster"
+    elif iv.high < 1.0 and iv.ratio <= lo_edge:
+        outcome = "slower"
+    else:
+        outcome = "inconclusive"
+    more = None
+    if outcome == "inconclusive":
+        if iv.ratio >= hi_edge or iv.ratio <= lo_edge:
+            more = _more(iv, [1.0], n)
+        elif margin > 0:
+            more = _more(iv, [lo_edge, hi_edge], n)
+    return Verdict(
+        outcome=outcome,
+        ratio=iv.ratio,
+        low=iv.low,
+        high=iv.high,
+        threshold=1.0,
+        more_repetitions=more,
+        label=label,
+        relation="~",
+        margin=margin,
+        confidence=confidence,
+        method=iv.method,
+    )
+
+
+@dataclass(frozen=True)
+class BaselineCheck:
+    """An absolute check of a measurement's median against a stored baseline value."""
+
+    outcome: Literal["pass", "fail"]
+    measured: float
+    """Median of the measured samples, tok/s."""
+    baseline: float
+    tolerance: float
+    higher_is_better: bool = True
+    label: str = ""
+
+    @property
+    def limit(self) -> float:
+        """The worst median that still passes."""
+        sign = -1 if self.higher_is_better else 1
+        return self.baseline * (1 + sign * self.tolerance)
+
+    @property
+    def change(self) -> float:
+        """``measured / baseline - 1`` (0.05 = 5 % above the baseline)."""
+        return self.measured / self.baseline - 1.0
+
+    @property
+    def change_pct(self) -> float:
+        return self.change * 100.0
+
+    @property
+    def verdict(self) -> str:
+        """The outcome, for tables."""
+        return self.outcome
+
+    def explain(self) -> str:
+        """One line: ``mmap.pp2048 = 185.2 vs baseline 189.0 (-2.0 %, limit 179.6): pass``."""
+        label = f"{self.label} = " if self.label else ""
+        return (
+            f"{label}{self.measured:.4g} vs baseline {self.baseline:.4g} "
+            f"({self.change_pct:+.1f} %, limit {self.limit:.4g}): {self.outcome}"
+        )
+
+
+def judge_baseline(
+    measured: Sequence[float],
+    baseline_value: float,
+    tolerance: float,
+    higher_is_better: bool = True,
+    *,
+    label: str = "",
+) -> BaselineCheck:
+    """``pass`` when the median of *measured* is no worse than *baseline_value* by more than
+    *tolerance* (relative: 0.05 allows 5 % worse), else ``fail``."""
+    if not measured:
+        raise ValueError("no measured samples")
+    if not (math.isfinite(baseline_value) and baseline_value > 0):
+        raise ValueError(f"baseline value {baseline_value!r} must be positive and finite")
+    if not (math.isfinite(tolerance) and 0 <= tolerance < 1):
+        raise ValueError(f"tolerance {tolerance!r} must be in [0, 1)")
+    med = statistics.median(measured)
+    if not math.isfinite(med):
+        raise ValueError(f"non-finite sample in {list(measured)!r}")
+    if higher_is_better:
+        ok = med >= baseline_value * (1 - tolerance)
+    else:
+        ok = med <= baseline_value * (1 + tolerance)
+    return BaselineCheck(
+        outcome="pass" if ok else "fail",
+        measured=med,
+        baseline=baseline_value,
+        tolerance=tolerance,
+        higher_is_better=higher_is_better,
+        label=label,
+    )

@@ -9,6 +9,8 @@ built-in ``embedded.toml`` and from the user's file (``moeperf_config`` ini opti
 
 from __future__ import annotations
 
+import os
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -16,14 +18,16 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError
+from .errors import ConfigError, Unavailable
 from .host import numa_nodes, online_cpus, parse_cpu_list
 from .workload import Workload
 
 NUMA_MODES = ("distribute", "isolate", "numactl")
+_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.-]*[A-Za-z0-9_-])?")
 _PIN_KEYS = {"cpus", "numa_node", "numa"}
 _CONFIG_KEYS = _PIN_KEYS | {"flags", "env", "description", "requires_gpus", "build", "binary"}
 _PROFILE_KEYS = _CONFIG_KEYS | {
+    "builds",
     "model",
     "model_overrides",
     "cmake_args",
@@ -34,8 +38,9 @@ _PROFILE_KEYS = _CONFIG_KEYS | {
 }
 
 
-class HostLacks(ConfigError):
-    """The host has no such CPU, NUMA node or GPU: the test is skipped with this reason."""
+class HostLacks(ConfigError, Unavailable):
+    """The host has no such CPU, NUMA node, GPU, model or build flag: the test is skipped
+    with this reason."""
 
 
 @dataclass(frozen=True)
@@ -125,10 +130,25 @@ class Profile:
     requires_gpus: int = 0
     base_dir: Path | None = None
     """Where relative paths (model, binary, baseline) resolve; ``None``: the pytest rootdir."""
+    builds: Mapping[str, int | str] = field(default_factory=dict)
+    """Other builds a claim may name (``mmap[b11053].tg128``): label -> build number or binary."""
+
+    @property
+    def build_label(self) -> str | None:
+        """The label of the profile's own build when its number is known (``b11434``)."""
+        return f"b{self.build}" if self.build is not None else None
 
     def path(self, value: str, rootdir: Path) -> Path:
-        """*value* as a path, relative ones taken from :attr:`base_dir` (else *rootdir*)."""
-        p = Path(value).expanduser()
+        """*value* as a path: ``$VARS`` and ``~`` expanded, relative paths taken from
+        :attr:`base_dir` (else *rootdir*). An unset variable is :class:`HostLacks`: the
+        profile is not configured on this host."""
+        expanded = os.path.expandvars(value)
+        if "$" in expanded:
+            raise HostLacks(
+                f"profile {self.name!r} ({self.source}): {value!r} names an unset environment "
+                "variable; set it to run this profile here"
+            )
+        p = Path(expanded).expanduser()
         return p if p.is_absolute() else (self.base_dir or rootdir) / p
 
     def configuration(self, name: str) -> Configuration:
@@ -229,6 +249,16 @@ def _profile(name: str, table: Any, source: str, base_dir: Path | None) -> Profi
     base_pin = _pinning(where, table, Pinning())
     base_env = _env(where, table.get("env"))
     gpus = _opt(where, "requires_gpus", table.get("requires_gpus", 0), int)
+    builds_table = table.get("builds") or {}
+    if not isinstance(builds_table, dict) or not all(
+        isinstance(k, str) and k.startswith("b") and isinstance(v, int | str)
+        and not isinstance(v, bool)
+        for k, v in builds_table.items()
+    ):
+        raise ConfigError(
+            f"{where}: builds must map labels to build numbers or binaries, "
+            'e.g. builds = {b11053 = 11053, b11713 = "/opt/new/llama-server"}'
+        )
     configs_table = table.get("configurations") or {}
     if not isinstance(configs_table, dict) or not configs_table:
         raise ConfigError(f"{where}: needs at least one [configurations.NAME] table")
@@ -237,8 +267,11 @@ def _profile(name: str, table: Any, source: str, base_dir: Path | None) -> Profi
         cwhere = f"{where}, configuration {cname!r}"
         if not isinstance(ctable, dict):
             raise ConfigError(f"{cwhere}: must be a table")
-        if "." in cname or not cname:
-            raise ConfigError(f"{cwhere}: a configuration name may not be empty or contain '.'")
+        if not _NAME.fullmatch(cname):
+            raise ConfigError(
+                f"{cwhere}: a configuration name is letters, digits, '-', '_' and '.', "
+                "not ending in '.'"
+            )
         _check_keys(cwhere, ctable, _CONFIG_KEYS)
         configs[cname] = Configuration(
             name=cname,
@@ -269,6 +302,7 @@ def _profile(name: str, table: Any, source: str, base_dir: Path | None) -> Profi
         description=_opt(where, "description", table.get("description"), str) or "",
         requires_gpus=gpus,
         base_dir=base_dir,
+        builds=dict(builds_table),
     )
 
 

@@ -1,25 +1,36 @@
-"""The ``moeperf`` fixture: what a perf test uses to start servers, measure and judge claims."""
+"""The ``moeperf`` fixture: what a perf test uses to start servers, measure and judge."""
 
 from __future__ import annotations
 
 import pytest
 
-from .config import Configuration, HostLacks, Profile
-from .errors import ConfigError
-from .judge import Claim, Operand, Verdict, judge_claim
+from .baselines import fingerprint_mismatch
+from .config import Configuration, Profile
+from .errors import Unavailable
+from .judge import (
+    BaselineCheck,
+    Claim,
+    Operand,
+    Verdict,
+    judge_baseline,
+    judge_change,
+    judge_claim,
+    judge_dead_end,
+)
 from .measurement import Measurement
-from .report import claim_failure
+from .report import baseline_failure, claim_failure, measured_table
 from .server import LlamaServer
-from .session import PerfSession
+from .session import BaselineRow, PerfSession
 from .workload import Workload
 
 
 class MoePerf:
-    """Measures named configurations of a profile for one test, and judges claims on them.
+    """Measures named configurations of a profile for one test, and judges them.
 
     ``moeperf.measure("lm-none", "pp512")`` returns the session's measurement of that workload
     on that configuration (taking it on first use); ``moeperf.check("lm-none.pp512 >= 0.9 *
-    mmap.pp512")`` judges a claim. A configuration this host or build cannot run skips the
+    mmap.pp512")`` judges a claim; ``moeperf.check_baseline("mmap", "pp512")`` compares with
+    the stored baseline. Whatever this host, build or replay file cannot provide skips the
     test with the reason."""
 
     def __init__(self, session: PerfSession, nodeid: str, profile: str | None = None) -> None:
@@ -28,6 +39,7 @@ class MoePerf:
         self.profile_name = profile
         self.touched: list[Measurement] = []
         self.verdicts: list[Verdict] = []
+        self.checks: list[BaselineRow] = []
 
     @property
     def profile(self) -> Profile:
@@ -36,23 +48,30 @@ class MoePerf:
     def configuration(self, name: str) -> Configuration:
         return self.profile.configuration(name)
 
-    def server(self, configuration: str) -> LlamaServer:
+    def server(self, configuration: str, build: str | None = None) -> LlamaServer:
         """The running llama-server of *configuration* (started on first use)."""
         try:
-            return self.session.server(self.profile, self.configuration(configuration)).server
-        except HostLacks as exc:
+            return self.session.server(
+                self.profile, self.configuration(configuration), build
+            ).server
+        except Unavailable as exc:
             pytest.skip(str(exc))
 
     def measure(
-        self, configuration: str, workload: str | Workload, repetitions: int | None = None
+        self,
+        configuration: str,
+        workload: str | Workload,
+        repetitions: int | None = None,
+        build: str | None = None,
     ) -> Measurement:
-        """The measurement of *workload* (``"pp512"``, ``"tg64 @ d512"``) on *configuration*."""
+        """The measurement of *workload* (``"pp512"``, ``"tg64 @ d512"``) on *configuration*
+        (on the profile's own build, or the named one of its ``builds`` table)."""
         w = workload if isinstance(workload, Workload) else Workload.parse(workload)
         try:
             m = self.session.measure(
-                self.profile, self.configuration(configuration), w, repetitions
+                self.profile, self.configuration(configuration), w, repetitions, build
             )
-        except HostLacks as exc:
+        except Unavailable as exc:
             pytest.skip(str(exc))
         self.touched = [t for t in self.touched if t.key != m.key] + [m]
         return m
@@ -61,23 +80,37 @@ class MoePerf:
         """Median tok/s of :meth:`measure`."""
         return self.measure(configuration, workload).summary.median
 
+    # -- claims ----------------------------------------------------------------------------------
     def _operand(self, op: Operand, repetitions: int | None) -> Measurement:
-        if op.build is not None:
-            raise ConfigError(
-                f"claim operand {op}: a build qualifier needs the build gate; "
-                "write the configuration without [build] here"
-            )
-        return self.measure(op.configuration, op.workload, repetitions)
+        return self.measure(op.configuration, op.workload, repetitions, op.build)
 
     def _interleaved(self, c: Claim, n: int) -> tuple[Measurement, Measurement]:
         """Both sides of *c* with at least *n* samples, taken one repetition at a time in turn
         (A B A B ...), so a slow drift of the host falls on both alike."""
-        left = right = None
-        for i in range(1, n + 1):
+        left = self._operand(c.left, 1)
+        right = self._operand(c.right, 1)
+        for i in range(2, n + 1):
             left = self._operand(c.left, i)
             right = self._operand(c.right, i)
-        assert left is not None and right is not None
         return left, right
+
+    def _judged(self, c: Claim, judge: object) -> Verdict:
+        """Measure both sides of *c* and apply *judge* (a callable of left, right), adding
+        repetitions while the verdict is inconclusive and more could decide it."""
+        assert callable(judge)
+        reps = self.session.options.repetitions or self.profile.repetitions
+        left, right = self._interleaved(c, reps)
+        verdict: Verdict = judge(left.operand, right.operand)
+        limit = self.session.options.max_repetitions
+        while verdict.outcome == "inconclusive" and verdict.more_repetitions:
+            n = min(len(left.samples), len(right.samples))
+            if n == 0 or n >= limit:
+                break
+            left, right = self._interleaved(c, min(limit, n + verdict.more_repetitions))
+            verdict = judge(left.operand, right.operand)
+        self.verdicts.append(verdict)
+        self.session.verdicts.append((self.nodeid, verdict))
+        return verdict
 
     def judge(self, claim: str | Claim) -> Verdict:
         """The verdict of *claim* (holds / fails / inconclusive) on this session's measurements.
@@ -85,19 +118,21 @@ class MoePerf:
         When it is inconclusive, both sides get more repetitions, up to
         ``--moeperf-max-repetitions``, as long as that could decide it."""
         c = claim if isinstance(claim, Claim) else Claim.parse(claim)
-        left, right = self._interleaved(c, self.session.options.repetitions or
-                                        self.profile.repetitions)
-        verdict = judge_claim(c, left.values, right.values)
-        limit = self.session.options.max_repetitions
-        while verdict.outcome == "inconclusive" and verdict.more_repetitions:
-            n = min(len(left.samples), len(right.samples))
-            if n >= limit:
-                break
-            left, right = self._interleaved(c, min(limit, n + verdict.more_repetitions))
-            verdict = judge_claim(c, left.values, right.values)
-        self.verdicts.append(verdict)
-        self.session.verdicts.append((self.nodeid, verdict))
-        return verdict
+        return self._judged(c, lambda a, b: judge_claim(c, a, b))
+
+    def compare(self, candidate: str, baseline: str, margin: float = 0.05) -> Verdict:
+        """The change from *baseline* to *candidate* (operands such as ``mmap[b11713].tg128``
+        and ``mmap[b11053].tg128``): faster / slower / unchanged / inconclusive, with
+        *margin* the smallest change that matters. Does not fail the test by itself."""
+        c = Claim.parse(f"{candidate} >= {baseline}")
+        label = f"{c.left} / {c.right}"
+        return self._judged(c, lambda a, b: judge_change(a, b, margin=margin, label=label))
+
+    def _inconclusive(self, verdict: Verdict) -> None:
+        message = f"inconclusive: {verdict.explain()}"
+        if self.session.options.inconclusive == "fail":
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
 
     def check(self, claim: str | Claim) -> Verdict:
         """Judge *claim*; fail the test with the measured table when it fails, and skip it
@@ -106,8 +141,64 @@ class MoePerf:
         if verdict.outcome == "fails":
             pytest.fail(claim_failure(verdict, self.touched), pytrace=False)
         if verdict.outcome == "inconclusive":
-            message = f"inconclusive: {verdict.explain()}"
-            if self.session.options.inconclusive == "fail":
-                pytest.fail(message, pytrace=False)
-            pytest.skip(message)
+            self._inconclusive(verdict)
         return verdict
+
+    def dead_end(
+        self, config: str, slower_than: str, metric: str, reason: str = "", margin: float = 0.05
+    ) -> Verdict:
+        """A configuration recorded as a dead end: slower than *slower_than* in *metric*.
+
+        While it stays slower (the interval of the ratio lies below 1 - *margin*), the test
+        is an expected failure showing the ratio; if it is now as fast or faster, the test
+        fails strictly: the dead end may have reopened."""
+        w = Workload.parse(metric)
+        c = Claim.parse(f"{config}.{w.kind}{w.tokens}"
+                        f"{'@d' + str(w.depth) if w.depth else ''} <= {slower_than}."
+                        f"{w.kind}{w.tokens}{'@d' + str(w.depth) if w.depth else ''}")
+        label = f"{config}.{w.name} / {slower_than}.{w.name}"
+        verdict = self._judged(
+            c, lambda a, b: judge_dead_end(a, b, margin=margin, label=label)
+        )
+        why = f" ({reason})" if reason else ""
+        if verdict.outcome == "holds":
+            pytest.xfail(f"dead end holds{why}: {verdict.explain()}")
+        if verdict.outcome == "fails":
+            pytest.fail(
+                f"dead end may have reopened{why}: {config} is no longer slower than "
+                f"{slower_than} in {w.name}: {verdict.explain()}\n"
+                f"Re-measure {config} against {slower_than} on the production flags and "
+                "update the decision record; then remove or change this dead end.\n\n"
+                + measured_table(self.touched),
+                pytrace=False,
+            )
+        self._inconclusive(verdict)
+        return verdict
+
+    # -- baselines -------------------------------------------------------------------------------
+    def check_baseline(self, configuration: str, workload: str | Workload) -> BaselineCheck:
+        """Compare the measurement with the profile's stored baseline: pass while the median
+        is no worse than baseline x (1 - tolerance). Skips when there is no baseline for it,
+        or when the baseline was taken on a host whose fingerprint differs (naming the fields)."""
+        m = self.measure(configuration, workload)
+        profile = self.profile
+        bf = self.session.baselines(profile)
+        if bf is None:
+            path = self.session.baseline_path(profile)
+            pytest.skip(f"no baseline file {path} for profile {profile.name!r}; "
+                        "record one with --moeperf-accept")
+        mismatch = fingerprint_mismatch(bf.fingerprint, self.session.fingerprint(profile))
+        if mismatch:
+            pytest.skip(f"baseline {bf.path} was taken on another host: {'; '.join(mismatch)}")
+        entry = bf.find(m.build, m.configuration, m.workload.name)
+        if entry is None:
+            pytest.skip(f"{bf.path} has no baseline for {m.configuration} {m.workload} on "
+                        f"{m.build}; record one with --moeperf-accept")
+        check = judge_baseline(m.values, entry.value, bf.tolerance_for(entry),
+                               label=f"{m.configuration}.{m.workload.name}")
+        row = BaselineRow(self.nodeid, m, check)
+        self.checks.append(row)
+        self.session.baseline_rows.append(row)
+        if check.outcome == "fail":
+            pytest.fail(baseline_failure(self.checks, bf.path), pytrace=False)
+        return check

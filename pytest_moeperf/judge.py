@@ -195,6 +195,8 @@ class Verdict:
         head = f"{label}{self.ratio:.2f} [{self.low:.2f}, {self.high:.2f}]"
         if self.relation == "~":
             head += f" ({self.change_pct:+.1f} %) vs 1 ± {self.margin or 0:.2f}"
+        elif self.relation == "<":
+            head += f" < 1 (reopened at >= {1 - (self.margin or 0):.2f})"
         else:
             head += f" {self.relation} {self.threshold:.2f}"
         line = f"{head}: {self.outcome}"
@@ -401,4 +403,47 @@ def judge_baseline(
         tolerance=tolerance,
         higher_is_better=higher_is_better,
         label=label,
+    )
+
+
+def judge_dead_end(
+    config: Values,
+    other: Values,
+    *,
+    margin: float = 0.05,
+    confidence: float = 0.95,
+    min_rel_spread: float = 0.01,
+    seed: int = 0,
+    label: str = "dead end / other",
+) -> Verdict:
+    """Is a dead end still slower? On the interval of ``config / other``:
+
+    - ``holds``: ``high < 1``, the configuration is surely slower: the dead end stands;
+    - ``fails``: ``low >= 1 - margin``, it is as fast (within *margin*) or faster: the dead
+      end may have reopened;
+    - ``inconclusive`` otherwise."""
+    if not (math.isfinite(margin) and 0 <= margin < 1):
+        raise ValueError(f"margin {margin!r} must be in [0, 1)")
+    iv, n = _interval(config, other, confidence=confidence, min_rel_spread=min_rel_spread,
+                      seed=seed)
+    outcome: Outcome
+    if iv.high < 1.0:
+        outcome = "holds"
+    elif iv.low >= 1.0 - margin:
+        outcome = "fails"
+    else:
+        outcome = "inconclusive"
+    more = _more(iv, [1.0, 1.0 - margin], n) if outcome == "inconclusive" else None
+    return Verdict(
+        outcome=outcome,
+        ratio=iv.ratio,
+        low=iv.low,
+        high=iv.high,
+        threshold=1.0,
+        more_repetitions=more,
+        label=label,
+        relation="<",
+        margin=margin,
+        confidence=confidence,
+        method=iv.method,
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .stats import Summary, summarize
+from .stats import Figure, Summary, summarize
 from .workload import Workload
 
 
@@ -40,11 +40,23 @@ class Measurement:
     samples: tuple[Sample, ...]
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
     """Context kept with the numbers: flags, pinning, server start time, log path."""
+    figure: Figure | None = None
+    """A stored figure (value and relative spread) standing in for samples, e.g. a table cell
+    of a decision record replayed without raw samples."""
 
     @property
     def values(self) -> list[float]:
-        """Throughput of each sample, tok/s."""
+        """Throughput of each sample, tok/s (the figure's value when there are no samples)."""
+        if not self.samples and self.figure is not None:
+            return [self.figure.value]
         return [s.tok_per_s for s in self.samples]
+
+    @property
+    def operand(self) -> list[float] | Figure:
+        """What a claim is judged on: the raw samples, else the stored figure."""
+        if not self.samples and self.figure is not None:
+            return self.figure
+        return self.values
 
     @property
     def summary(self) -> Summary:
@@ -66,6 +78,7 @@ class Measurement:
             "max": s.max,
             "mad": s.mad,
             "extra": self.extra,
+            **({"figure": list(self.figure)} if self.figure else {}),
         }
 
     @classmethod
@@ -76,4 +89,5 @@ class Measurement:
             workload=Workload.parse(str(d["workload"])),
             samples=tuple(Sample.from_dict(x) for x in d["samples"]),
             extra=dict(d.get("extra") or {}),
+            figure=Figure(*map(float, d["figure"])) if d.get("figure") else None,
         )

@@ -15,7 +15,15 @@ from . import orphans
 from .builds import resolve_server_binary
 from .errors import MoeperfError
 from .fixture import MoePerf
-from .report import summary_rows, text_table, verdict_rows
+from .fs import atomic_write_text
+from .report import (
+    BASELINE_HEADERS,
+    baseline_rows,
+    markdown_report,
+    summary_rows,
+    text_table,
+    verdict_rows,
+)
 from .session import Options, PerfSession
 
 SESSION = pytest.StashKey[PerfSession]()
@@ -46,6 +54,23 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         type=int,
         metavar="N",
         help="timed repetitions per workload (default: the profile's, else 3)",
+    )
+    group.addoption(
+        "--moeperf-replay",
+        metavar="PATH",
+        help="judge stored numbers instead of starting servers: a results file written by a "
+        "run (.moeperf/results-*.json) or a baseline file (baselines/*.toml)",
+    )
+    group.addoption(
+        "--moeperf-report",
+        metavar="PATH",
+        help="write the run's tables (throughput, baselines, claims, host) as markdown here",
+    )
+    group.addoption(
+        "--moeperf-accept",
+        action="store_true",
+        help="write this run's measurements as the new baselines of their profiles "
+        "(atomically; previous values kept as history in the file)",
     )
     group.addoption(
         "--moeperf-max-repetitions",
@@ -107,6 +132,13 @@ def _options(config: pytest.Config) -> Options:
         opts.startup_timeout = config.getoption("moeperf_startup_timeout")
     if config.getoption("moeperf_request_timeout"):
         opts.request_timeout = config.getoption("moeperf_request_timeout")
+    if config.getoption("moeperf_replay"):
+        opts.replay = Path(config.getoption("moeperf_replay"))
+    if config.getoption("moeperf_report"):
+        opts.report_file = Path(config.getoption("moeperf_report"))
+    opts.accept = bool(config.getoption("moeperf_accept"))
+    if opts.accept and opts.replay:
+        raise pytest.UsageError("--moeperf-accept takes measured results, not --moeperf-replay")
     if config.getoption("moeperf_results"):
         opts.results_file = Path(config.getoption("moeperf_results"))
     if opts.repetitions is not None and opts.repetitions < 1:
@@ -120,6 +152,11 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         "moeperf(configurations=[...], profile=None): the configurations a perf test measures; "
         "implies perf; lets the plugin keep each server alive exactly as long as needed",
+    )
+    config.addinivalue_line(
+        "markers",
+        "dead_end(config, slower_than, metric, reason='', margin=0.05): a configuration "
+        "recorded as slower; xfail while it stays slower, strict failure if it is not",
     )
 
     def write(line: str, always: bool) -> None:
@@ -136,7 +173,10 @@ def pytest_configure(config: pytest.Config) -> None:
     def announce(line: str) -> None:
         write(line, always=True)
 
-    config.stash[SESSION] = PerfSession(_options(config), report=say, progress=announce)
+    try:
+        config.stash[SESSION] = PerfSession(_options(config), report=say, progress=announce)
+    except MoeperfError as exc:
+        raise pytest.UsageError(str(exc)) from None
     for pid in orphans.reap():
         say(f"moeperf: stopped llama-server pid {pid} left running by a killed session")
     _stop_on_sigterm()
@@ -165,6 +205,10 @@ def _declared(item: pytest.Item) -> tuple[str | None, list[str]]:
         for name in [*marker.args, *marker.kwargs.get("configurations", [])]:
             if name not in configs:
                 configs.append(name)
+    for marker in item.iter_markers("dead_end"):
+        for name in (marker.kwargs.get("config"), marker.kwargs.get("slower_than")):
+            if name and name not in configs:
+                configs.append(name)
     return profile, configs
 
 
@@ -172,8 +216,14 @@ def _declared(item: pytest.Item) -> tuple[str | None, list[str]]:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests that declare configurations are perf tests; plain ``pytest`` deselects perf tests."""
     for item in items:
-        if item.get_closest_marker("moeperf") and not item.get_closest_marker("perf"):
+        dead_end = item.get_closest_marker("dead_end")
+        if (item.get_closest_marker("moeperf") or dead_end) and not item.get_closest_marker(
+            "perf"
+        ):
             item.add_marker(pytest.mark.perf)
+        names = getattr(item, "fixturenames", None)
+        if dead_end is not None and isinstance(names, list) and "moeperf" not in names:
+            names.append("moeperf")
     if not config.getoption("markexpr"):
         keep = [i for i in items if not i.get_closest_marker("perf")]
         dropped = [i for i in items if i.get_closest_marker("perf")]
@@ -198,6 +248,22 @@ def pytest_runtest_teardown(item: pytest.Item) -> Generator[None, None, None]:
     yield
     perf = item.config.stash[SESSION]
     perf.release_after(item.stash.get(ITEM_INDEX, -1))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+    """After the body of a ``dead_end`` test, judge the dead end."""
+    result = yield
+    marker = item.get_closest_marker("dead_end")
+    if marker is not None:
+        fixture = getattr(item, "funcargs", {}).get("moeperf")
+        if fixture is None:
+            raise pytest.UsageError(f"{item.nodeid}: dead_end needs the moeperf fixture")
+        try:
+            fixture.dead_end(*marker.args, **marker.kwargs)
+        except MoeperfError as exc:
+            pytest.fail(str(exc), pytrace=False)
+    return result
 
 
 @pytest.fixture
@@ -233,12 +299,26 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if perf is None:
         return
     perf.close()
-    perf.results_path = perf.write_results()
+    try:
+        perf.results_path = perf.write_results()
+        if perf.options.accept and session.exitstatus != pytest.ExitCode.INTERRUPTED:
+            perf.accept_baselines()
+        if perf.options.report_file is not None:
+            fp = next(iter(perf.results().get("fingerprints", {}).values()), perf.host)
+            atomic_write_text(perf.options.report_file, markdown_report(
+                list(perf.measurements.values()), perf.baseline_rows, perf.verdicts, fp))
+    except (MoeperfError, OSError) as exc:
+        perf.finish_error = str(exc)
+        session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     perf = terminalreporter.config.stash.get(SESSION, None)
-    if perf is None or not perf.measurements:
+    if perf is None:
+        return
+    if perf.finish_error:
+        terminalreporter.write_line(f"moeperf: error: {perf.finish_error}", red=True)
+    if not perf.measurements:
         return
     terminalreporter.section("moeperf: throughput (median of repetitions)")
     headers, rows = summary_rows(perf.measurements.values())
@@ -247,5 +327,12 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_line("")
         headers, rows = verdict_rows(perf.verdicts)
         terminalreporter.write_line(text_table(headers, rows))
+    if perf.baseline_rows:
+        terminalreporter.write_line("")
+        terminalreporter.write_line(text_table(BASELINE_HEADERS, baseline_rows(perf.baseline_rows)))
+    for path in perf.accepted:
+        terminalreporter.write_line(f"accepted as new baselines: {path}")
+    if perf.options.report_file is not None and not perf.finish_error:
+        terminalreporter.write_line(f"report: {perf.options.report_file}")
     if perf.results_path is not None:
         terminalreporter.write_line(f"results: {perf.results_path}")

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from .judge import Verdict
 from .measurement import Measurement
+
+if TYPE_CHECKING:
+    from .session import BaselineRow
 
 
 def text_table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
@@ -56,7 +60,10 @@ def summary_rows(measurements: Iterable[Measurement]) -> tuple[list[str], list[l
                 continue
             s = m.summary
             cells.append(f"{s.median:.1f}")
-            spreads.append(f"{w.kind} {100 * s.cv:.1f}%")
+            if m.figure is not None and not m.samples:
+                spreads.append(f"{w.kind} ±{100 * m.figure.rel_spread:.1f}% (stored)")
+            else:
+                spreads.append(f"{w.kind} {100 * s.cv:.1f}%")
         rows.append([*cells, ", ".join(spreads) or "-", build])
     return headers, rows
 
@@ -72,15 +79,19 @@ def measurement_rows(measurements: Iterable[Measurement]) -> tuple[list[str], li
     return headers, rows
 
 
+def measured_table(measurements: Sequence[Measurement]) -> str:
+    """:func:`measurement_rows` as a text table."""
+    return text_table(*measurement_rows(measurements))
+
+
 def claim_failure(verdict: Verdict, measurements: Sequence[Measurement]) -> str:
     """The failure message of a claim: the claim's ratio and interval, then the measured
     rows it rests on."""
-    headers, rows = measurement_rows(measurements)
     return "\n".join([
         f"claim fails: {verdict.explain()}",
         f"({int(verdict.confidence * 100)} % interval of the ratio of medians, {verdict.method})",
         "",
-        text_table(headers, rows),
+        measured_table(measurements),
     ])
 
 
@@ -89,8 +100,60 @@ def verdict_rows(verdicts: Iterable[tuple[str, Verdict]]) -> tuple[list[str], li
     headers = ["claim", "ratio", "interval", "verdict", "test"]
     rows = []
     for nodeid, v in verdicts:
-        bound = f"{v.relation} {v.threshold:.2f}" if v.relation != "~" else "~ 1"
-        mark = "" if v.outcome in ("holds", "unchanged", "faster") else " *"
+        bound = {"~": "~ 1", "<": "< 1 (dead end)"}.get(v.relation,
+                                                         f"{v.relation} {v.threshold:.2f}")
+        mark = " *" if v.outcome in ("fails", "inconclusive") else ""
         rows.append([f"{v.label} {bound}", f"{v.ratio:.3f}", f"[{v.low:.3f}, {v.high:.3f}]",
                      v.outcome + mark, nodeid.split("::")[-1]])
     return headers, rows
+
+
+BASELINE_HEADERS = ["configuration", "workload", "baseline", "measured", "change (%)", "verdict",
+                    "build"]
+
+
+def baseline_rows(rows: Iterable[BaselineRow]) -> list[list[str]]:
+    """configuration | workload | baseline | measured | change (%) | verdict | build, the
+    failing cells marked with ``*``."""
+    out = []
+    for r in rows:
+        c, m = r.check, r.measurement
+        bad = " *" if c.outcome == "fail" else ""
+        out.append([m.configuration, m.workload.name, f"{c.baseline:.1f}",
+                    f"{c.measured:.1f}{bad}", f"{c.change_pct:+.1f}{bad}",
+                    f"{c.outcome}{bad}", m.build])
+    return out
+
+
+def baseline_failure(rows: Sequence[BaselineRow], path: object) -> str:
+    """The failure message of a baseline check: every row the test touched, in the ADR's
+    layout, failing cells marked."""
+    worst = [r for r in rows if r.check.outcome == "fail"]
+    head = "; ".join(r.check.explain() for r in worst)
+    return "\n".join([
+        f"below baseline ({path}): {head}",
+        "",
+        text_table(BASELINE_HEADERS, baseline_rows(rows)),
+    ])
+
+
+def markdown_report(
+    measurements: Sequence[Measurement],
+    rows: Sequence[BaselineRow],
+    verdicts: Sequence[tuple[str, Verdict]],
+    fingerprint: Mapping[str, Any],
+) -> str:
+    """The run as a markdown document: throughput, baselines, claims and the host."""
+    parts = ["# pytest-moeperf report", ""]
+    if measurements:
+        parts += ["## Throughput (median of repetitions)", "",
+                  markdown_table(*summary_rows(measurements)), ""]
+    if rows:
+        parts += ["## Against baselines", "", markdown_table(BASELINE_HEADERS, baseline_rows(rows)),
+                  ""]
+    if verdicts:
+        parts += ["## Claims", "", markdown_table(*verdict_rows(verdicts)), ""]
+    if fingerprint:
+        parts += ["## Host", "", markdown_table(["field", "value"],
+                                                [[k, str(v)] for k, v in fingerprint.items()]), ""]
+    return "\n".join(parts)

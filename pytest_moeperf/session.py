@@ -3,10 +3,12 @@
 One :class:`PerfSession` lives for a pytest session (one per xdist worker). It starts at most
 one server per (profile, configuration, build), reuses it for every test that needs it, and
 stops it when no later test declares it (or at the end of the session, or on interruption).
+In replay mode it starts nothing: measurements come from a results file or a baseline file.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import time
@@ -16,20 +18,25 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
+from .baselines import BaselineFile, accept, load_baselines
 from .builds import Build, binary_build, build_llama
-from .config import Configuration, Profile, load_profiles
+from .config import Configuration, HostLacks, Profile, load_profiles
 from .errors import ConfigError, MoeperfError
 from .fs import atomic_write_text
-from .host import host_fingerprint
+from .host import file_digest, host_fingerprint
+from .judge import BaselineCheck, Verdict
 from .measure import Meter, server_vocab
-from .judge import Verdict
 from .measurement import Measurement
 from .model import ensure_model, model_spec
+from .replay import Replay
 from .server import LlamaServer
 from .workload import Workload
 
 ServerKey = tuple[str, str, str]  # (profile, configuration, build label)
+MeasurementKey = tuple[str, str, str, str]  # (profile, configuration, build label, workload)
 SYNTHETIC = "synthetic:"
+MODEL_DIGEST_BYTES = 16 << 20
+"""The model fingerprint hashes the first 16 MiB (and records the size): cheap for 100 GB."""
 
 
 @dataclass
@@ -47,6 +54,9 @@ class Options:
     request_timeout: float = 600.0
     results_dir: Path = Path(".moeperf")
     results_file: Path | None = None
+    report_file: Path | None = None
+    replay: Path | None = None
+    accept: bool = False
     rootdir: Path = Path(".")
 
 
@@ -59,6 +69,15 @@ class ServerRecord:
     build: Build
     starts: int = 0
     ready_seconds: list[float] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class BaselineRow:
+    """One measured row checked against its stored baseline, for reports."""
+
+    nodeid: str
+    measurement: Measurement
+    check: BaselineCheck
 
 
 class PerfSession:
@@ -79,14 +98,20 @@ class PerfSession:
         self._builds: dict[tuple[str, str], Build] = {}
         self._models: dict[str, Path] = {}
         self._vocab: dict[Path, int] = {}
+        self._baselines: dict[str, BaselineFile | None] = {}
+        self._fingerprints: dict[str, dict[str, Any]] = {}
+        self._host: dict[str, Any] | None = None
+        self.replay = Replay.load(options.replay) if options.replay else None
         self.servers: dict[ServerKey, ServerRecord] = {}
-        self.measurements: dict[tuple[str, str, str, str], Measurement] = {}
+        self.measurements: dict[MeasurementKey, Measurement] = {}
         self.start_counts: dict[ServerKey, int] = {}
         self.log_dir = options.results_dir / "logs" / time.strftime("%Y%m%d-%H%M%S")
-        self._fingerprint: dict[str, Any] | None = None
         self.last_use: dict[tuple[str, str], int] = {}
         self.results_path: Path | None = None
+        self.accepted: list[Path] = []
+        self.finish_error: str | None = None
         self.verdicts: list[tuple[str, Verdict]] = []
+        self.baseline_rows: list[BaselineRow] = []
 
     # -- declarations ---------------------------------------------------------------------------
     @property
@@ -105,33 +130,74 @@ class PerfSession:
                 f"(set --moeperf-profile or add [profiles.{name}] to your moeperf config)"
             ) from None
 
+    # -- fingerprints ----------------------------------------------------------------------------
     @property
-    def fingerprint(self) -> dict[str, Any]:
-        if self._fingerprint is None:
-            self._fingerprint = host_fingerprint()
-        return self._fingerprint
+    def host(self) -> dict[str, Any]:
+        """This host's fingerprint (taken once)."""
+        if self._host is None:
+            self._host = host_fingerprint()
+        return self._host
+
+    def fingerprint(self, profile: Profile) -> dict[str, Any]:
+        """The facts *profile*'s numbers are taken on: the host, the llama-server build and the
+        model file (name, size, hash of its head). In replay mode: the replayed file's."""
+        if self.replay is not None:
+            return dict(self.replay.fingerprint)
+        if profile.name not in self._fingerprints:
+            fp = dict(self.host)
+            rec = next((r for k, r in self.servers.items() if k[0] == profile.name), None)
+            if rec is not None:
+                fp["llama_server"] = rec.build.version().raw.strip().splitlines()[0]
+                model = rec.server.model
+                fp["model"] = model.name
+                fp["model_bytes"] = model.stat().st_size
+                fp["model_sha256_16mib"] = file_digest(model, MODEL_DIGEST_BYTES)
+                self._fingerprints[profile.name] = fp
+            return fp
+        return self._fingerprints[profile.name]
 
     # -- builds and models ---------------------------------------------------------------------
-    def build_for(self, profile: Profile, configuration: Configuration) -> Build:
-        """The llama.cpp build a configuration runs: the user's binary (``--llama-server``,
-        ``llama_server`` ini, ``LLAMA_SERVER``) first, else the configuration's, else the
-        profile's binary or build number (built on first use)."""
+    def build_for(
+        self, profile: Profile, configuration: Configuration, label: str | None = None
+    ) -> tuple[str, Build]:
+        """The label and build a configuration runs on.
+
+        Without *label*: the user's binary (``--llama-server``, ``llama_server`` ini,
+        ``LLAMA_SERVER``) first, else the configuration's, else the profile's binary or build
+        number (built on first use). With *label* (``b11053``): that entry of the profile's
+        ``builds`` table, or the profile's own build when the label is its own."""
+        if label is not None and label != profile.build_label:
+            target = profile.builds.get(label)
+            if target is None:
+                known = ", ".join([*(b for b in [profile.build_label] if b), *profile.builds])
+                raise ConfigError(
+                    f"profile {profile.name!r} ({profile.source}) has no build {label!r}; "
+                    f"known: {known or 'none'} (add it to the profile's builds table)"
+                )
+            if isinstance(target, int):
+                return label, self._built(target, profile)
+            return label, self._binary(str(profile.path(target, self.options.rootdir)))
         if (
             self.options.llama_server is not None
             and configuration.build is None
             and configuration.binary is None
         ):
             path, _origin = self.options.llama_server
-            return self._binary(str(path))
+            build = self._binary(str(path))
+            return build.label, build
         binary = configuration.binary or (None if configuration.build else profile.binary)
         if binary:
-            return self._binary(str(profile.path(binary, self.options.rootdir)))
+            build = self._binary(str(profile.path(binary, self.options.rootdir)))
+            return (profile.build_label if not configuration.binary else None) or build.label, build
         number = configuration.build or profile.build
         if number is None:
             raise ConfigError(
                 f"{profile.source}: profile {profile.name!r} names neither build nor binary; "
                 'add build = 11434 or binary = "/path/to/llama-server"'
             )
+        return f"b{number}", self._built(number, profile)
+
+    def _built(self, number: int, profile: Profile) -> Build:
         key = (f"b{number}", " ".join(profile.cmake_args))
         if key not in self._builds:
             self._builds[key] = build_llama(number, profile.cmake_args, progress=self.progress)
@@ -153,28 +219,31 @@ class PerfSession:
             else:
                 path = profile.path(ref, self.options.rootdir)
                 if not path.is_file():
-                    raise ConfigError(
-                        f"{profile.source}: profile {profile.name!r}: model file {path} not found"
+                    raise HostLacks(
+                        f"profile {profile.name!r} ({profile.source}): model file {path} "
+                        "is not on this host"
                     )
                 self._models[ref] = path
         return self._models[ref]
 
     # -- servers ---------------------------------------------------------------------------------
-    def server(self, profile: Profile, configuration: Configuration) -> ServerRecord:
-        """The running server of (profile, configuration), started if needed."""
+    def server(
+        self, profile: Profile, configuration: Configuration, label: str | None = None
+    ) -> ServerRecord:
+        """The running server of (profile, configuration, build), started if needed."""
+        if self.replay is not None:
+            raise ConfigError("replay mode (--moeperf-replay) starts no servers")
         cpus = configuration.pinning.resolve()  # HostLacks -> skip, before any build work
-        build = self.build_for(profile, configuration)
+        label, build = self.build_for(profile, configuration, label)
         missing = build.missing_flags(configuration.server_args)
         if missing:
-            from .config import HostLacks
-
-            raise HostLacks(f"build {build.label} has no {', '.join(missing)}")
-        key = (profile.name, configuration.name, build.label)
+            raise HostLacks(f"build {label} has no {', '.join(missing)}")
+        key = (profile.name, configuration.name, label)
         rec = self.servers.get(key)
         if rec is not None and rec.server.is_running():
             return rec
         model = self.model_for(profile)
-        safe = f"{profile.name}-{configuration.name}-{build.label}".replace("/", "_")
+        safe = f"{profile.name}-{configuration.name}-{label}".replace("/", "_")
         server = LlamaServer(
             build.server,
             model,
@@ -182,7 +251,7 @@ class PerfSession:
             log_path=self.log_dir / f"{safe}.log",
             cpus=cpus,
             env=configuration.env,
-            name=f"{configuration.name} ({build.label})",
+            name=f"{configuration.name} ({label})",
             startup_timeout=self.options.startup_timeout,
         )
         server.start()
@@ -221,12 +290,18 @@ class PerfSession:
         configuration: Configuration,
         workload: Workload,
         repetitions: int | None = None,
+        build: str | None = None,
     ) -> Measurement:
-        """The measurement of *workload* on (profile, configuration), taken once a session and
-        extended with more samples when more *repetitions* are asked later."""
+        """The measurement of *workload* on (profile, configuration, build), taken once a
+        session and extended with more samples when more *repetitions* are asked later."""
+        if self.replay is not None:
+            m = self.replay.find(profile, configuration.name, workload, build)
+            self.measurements[(profile.name, m.configuration, m.build, workload.name)] = m
+            return m
         reps = repetitions or self.options.repetitions or profile.repetitions
-        rec = self.server(profile, configuration)
-        key = (profile.name, configuration.name, rec.build.label, workload.name)
+        rec = self.server(profile, configuration, build)
+        label = next(k[2] for k, r in self.servers.items() if r is rec)
+        key = (profile.name, configuration.name, label, workload.name)
         have = self.measurements.get(key)
         if have is not None and len(have.samples) >= reps:
             return have
@@ -238,7 +313,7 @@ class PerfSession:
             taken = meter.measure(
                 workload,
                 configuration=configuration.name,
-                build=rec.build.label,
+                build=label,
                 repetitions=reps - start,
                 warmup=have is None,
                 first=start,
@@ -253,7 +328,7 @@ class PerfSession:
             "server_ready_s": rec.server.ready_seconds,
         }
         samples = (have.samples if have else ()) + taken.samples
-        m = Measurement(configuration.name, rec.build.label, workload, samples, extra)
+        m = Measurement(configuration.name, label, workload, samples, extra)
         self.measurements[key] = m
         s = m.summary
         self.report(
@@ -262,24 +337,73 @@ class PerfSession:
         )
         return m
 
+    # -- baselines -------------------------------------------------------------------------------
+    def baseline_path(self, profile: Profile) -> Path | None:
+        return profile.path(profile.baseline, self.options.rootdir) if profile.baseline else None
+
+    def baselines(self, profile: Profile) -> BaselineFile | None:
+        """*profile*'s baseline file (``None`` when it names none or it does not exist yet)."""
+        if profile.name not in self._baselines:
+            path = self.baseline_path(profile)
+            self._baselines[profile.name] = (
+                load_baselines(path) if path is not None and path.exists() else None
+            )
+        return self._baselines[profile.name]
+
+    def accept_baselines(self) -> list[Path]:
+        """Write this session's measurements as the new baselines of their profiles."""
+        written = []
+        by_profile: dict[str, list[Measurement]] = {}
+        for key, m in self.measurements.items():
+            if m.samples:
+                by_profile.setdefault(key[0], []).append(m)
+        for name, ms in by_profile.items():
+            profile = self.profile(name)
+            path = self.baseline_path(profile)
+            if path is None:
+                raise ConfigError(
+                    f"profile {name!r} ({profile.source}) names no baseline file; add "
+                    f'baseline = "baselines/{name}.toml" to accept its measurements'
+                )
+            today = dt.date.today().isoformat()
+            accept(path, name, ms, self.fingerprint(profile), date=today,
+                   source=f"pytest-moeperf {__version__} accept, {today}")
+            self._baselines.pop(name, None)
+            written.append(path)
+        self.accepted = written
+        return written
+
     # -- results ----------------------------------------------------------------------------------
     def results(self) -> dict[str, Any]:
         """Everything this session measured, in the results-file layout replay reads."""
+        profiles = sorted({k[0] for k in self.measurements})
         return {
             "moeperf_results": 1,
             "plugin_version": __version__,
             "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "fingerprint": self.fingerprint,
+            "fingerprint": self.host,
+            "fingerprints": {p: self.fingerprint(self.profile(p)) for p in profiles},
             "measurements": [m.to_dict() for m in self.measurements.values()],
+            "verdicts": [
+                {"test": nodeid, "claim": v.label, "outcome": v.outcome, "ratio": v.ratio,
+                 "low": v.low, "high": v.high, "threshold": v.threshold}
+                for nodeid, v in self.verdicts
+            ],
+            "baseline_checks": [
+                {"test": r.nodeid, "key": list(r.measurement.key), "outcome": r.check.outcome,
+                 "measured": r.check.measured, "baseline": r.check.baseline,
+                 "tolerance": r.check.tolerance}
+                for r in self.baseline_rows
+            ],
         }
 
     def write_results(self) -> Path | None:
-        """Write the results file (atomically); ``None`` when nothing was measured."""
-        if not self.measurements:
+        """Write the results file (atomically); ``None`` when nothing was measured here."""
+        if not self.measurements or self.replay is not None:
             return None
         path = self.options.results_file or (
-            self.options.results_dir / f"results-{time.strftime('%Y%m%d-%H%M%S')}"
-            f"-{os.getpid()}.json"
+            self.options.results_dir
+            / f"results-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.json"
         )
         atomic_write_text(path, json.dumps(self.results(), indent=1) + "\n")
         return path

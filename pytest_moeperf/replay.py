@@ -1,0 +1,92 @@
+"""Replay: judge stored numbers without starting servers.
+
+The source is a results file that a real run wrote (``.moeperf/results-*.json``: raw samples)
+or a baseline file (``baselines/*.toml``: stored figures such as a decision record's table
+cells, or accepted samples).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .baselines import load_baselines
+from .config import Profile
+from .errors import ResultsError, Unavailable
+from .measurement import Measurement, Sample
+from .stats import Figure
+from .workload import Workload
+
+DEFAULT_REL_SPREAD = 0.01
+"""Relative spread assumed for a stored figure that gives none."""
+
+
+@dataclass
+class Replay:
+    """Stored measurements, looked up by (configuration, build, workload)."""
+
+    path: Path
+    measurements: list[Measurement]
+    fingerprint: dict[str, Any] = field(default_factory=dict)
+    profile: str | None = None
+    """The profile a baseline file belongs to (``None``: results files name it per row)."""
+
+    @classmethod
+    def load(cls, path: Path) -> Replay:
+        """Read a results file (JSON) or a baseline file (TOML)."""
+        if not path.is_file():
+            raise ResultsError(f"--moeperf-replay {path}: no such file")
+        if path.suffix == ".toml":
+            return cls._from_baselines(path)
+        try:
+            data = json.loads(path.read_text())
+            if not isinstance(data, dict) or data.get("moeperf_results") != 1:
+                raise ValueError("not a pytest-moeperf results file (no moeperf_results: 1)")
+            ms = [Measurement.from_dict(d) for d in data["measurements"]]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ResultsError(f"--moeperf-replay {path}: {exc}") from None
+        return cls(path, ms, dict(data.get("fingerprint") or {}))
+
+    @classmethod
+    def _from_baselines(cls, path: Path) -> Replay:
+        bf = load_baselines(path)
+        ms = []
+        for e in bf.entries:
+            if e.kind != "bench":
+                continue
+            w = Workload.parse(e.workload)
+            extra = {"profile": bf.profile, "source": e.source, "flags": e.flags}
+            if e.samples:
+                samples = tuple(Sample(w.tokens, w.tokens * 1000.0 / v) for v in e.samples)
+                ms.append(Measurement(e.configuration, e.build, w, samples, extra))
+            else:
+                fig = Figure(e.value, e.rel_spread or DEFAULT_REL_SPREAD)
+                ms.append(Measurement(e.configuration, e.build, w, (), extra, figure=fig))
+        return cls(path, ms, dict(bf.fingerprint), bf.profile)
+
+    def find(
+        self, profile: Profile, configuration: str, workload: Workload, build: str | None
+    ) -> Measurement:
+        """The stored measurement; without *build*, the profile's own build, or the only
+        build stored for it. Missing data is :class:`~pytest_moeperf.errors.Unavailable`."""
+        rows = [
+            m for m in self.measurements
+            if m.configuration == configuration and m.workload == workload
+            and m.extra.get("profile", profile.name) == profile.name
+        ]
+        if build is None and len(rows) > 1:
+            build = profile.build_label
+            if build is None:
+                builds = ", ".join(sorted(m.build for m in rows))
+                raise ResultsError(
+                    f"{self.path}: {configuration} {workload} is stored for builds {builds}; "
+                    f"name one in the claim, e.g. {configuration}[{rows[0].build}].{workload.kind}"
+                    f"{workload.tokens}"
+                )
+        for m in rows:
+            if build is None or m.build == build:
+                return m
+        on = f" on build {build}" if build else ""
+        raise Unavailable(f"replay file {self.path} has no {configuration} {workload}{on}")

@@ -39,3 +39,25 @@ def test_oversubscribed_threads_are_slower(moeperf):
 @pytest.mark.moeperf(configurations=["mmap"])
 def test_decode_after_a_filled_context_is_slower(moeperf):
     moeperf.check("mmap.tg64@d512 <= 0.95 * mmap.tg64")
+
+
+def baseline_case(configuration: str, workload: str):
+    return pytest.param(
+        configuration,
+        workload,
+        marks=pytest.mark.moeperf(configurations=[configuration]),
+        id=f"{configuration}-{workload}",
+    )
+
+
+@pytest.mark.parametrize(
+    "configuration, workload",
+    [
+        baseline_case(c, w)
+        for c in ("mmap", "lm-none", "one-core", "oversubscribed")
+        for w in ("pp512", "tg64")
+    ],
+)
+def test_throughput_holds_its_baseline(moeperf, configuration, workload):
+    """baselines/embedded.toml, recorded on this kind of machine with --moeperf-accept."""
+    moeperf.check_baseline(configuration, workload)

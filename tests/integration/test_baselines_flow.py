@@ -1,0 +1,81 @@
+"""Baselines end to end on real servers (tiny model): none yet -> accept -> pass -> a baseline
+the host cannot reach fails with the table in the ADR's layout; a broken file is one line."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+CONFIG = """
+[profiles.tiny]
+build = 11434
+model = "synthetic:tiny"
+flags = ["-c", "1024", "-t", "2", "-np", "1"]
+baseline = "baselines/tiny.toml"
+[profiles.tiny.configurations.default]
+"""
+
+TEST = """
+import pytest
+
+@pytest.mark.moeperf(configurations=["default"], profile="tiny")
+def test_prefill_holds_its_baseline(moeperf):
+    moeperf.check_baseline("default", "pp64")
+"""
+
+
+@pytest.fixture
+def tiny(pytester, llama_build, tiny_model, monkeypatch):
+    monkeypatch.setenv("LLAMA_SERVER", str(llama_build.server))
+    pytester.makeini(
+        "[pytest]\nmoeperf_config = moeperf.toml\n"
+        "filterwarnings = ignore::pytest.PytestAssertRewriteWarning\n"
+    )
+    pytester.makefile(".toml", moeperf=CONFIG)
+    pytester.makepyfile(test_tiny=TEST)
+    return pytester
+
+
+def test_accept_then_check_then_fail_with_the_table(tiny):
+    baseline = tiny.path / "baselines" / "tiny.toml"
+    result = tiny.runpytest_subprocess("-m", "perf", "-rs")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*no baseline file*tiny.toml*--moeperf-accept*"])
+    assert not baseline.exists()
+
+    result = tiny.runpytest_subprocess("-m", "perf", "--moeperf-accept")
+    result.stdout.fnmatch_lines(["*accepted as new baselines: *tiny.toml"])
+    text = baseline.read_text()
+    assert 'configuration = "default"' in text and 'workload = "pp64"' in text
+    assert "[fingerprint]" in text and "model_sha256_16mib" in text
+
+    # the tiny model is too fast to measure steadily: widen the tolerance for this test
+    baseline.write_text(re.sub(r"^tolerance = .*$", "tolerance = 0.9", text, flags=re.M))
+    result = tiny.runpytest_subprocess("-m", "perf")
+    result.assert_outcomes(passed=1)
+
+    # a baseline this host cannot reach
+    unreachable = re.sub(r"^value = .*$", "value = 1e9", baseline.read_text(), count=1,
+                         flags=re.M)
+    unreachable = re.sub(r"^samples = .*$", "rel_spread = 0.01", unreachable, flags=re.M)
+    baseline.write_text(unreachable)
+    result = tiny.runpytest_subprocess("-m", "perf")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*below baseline*tiny.toml*default.pp64 = * vs baseline 1e+09*fail*",
+        "configuration*workload*baseline*measured*change (%)*verdict*build*",
+        "default*pp64*1000000000.0*fail **",
+    ])
+
+
+def test_broken_baseline_file_is_one_clear_line(tiny):
+    (tiny.path / "baselines").mkdir()
+    (tiny.path / "baselines" / "tiny.toml").write_text(
+        'schema = 1\nprofile = "tiny"\n[[entry]]\nbuild = "b11434"\nconfiguration = "default"\n'
+        'workload = "pp64"\nvalue = "fast"\ndate = "2026-11-29"\nsource = "hand"\n'
+    )
+    result = tiny.runpytest_subprocess("-m", "perf")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["BaselineError: *tiny.toml: entry #1*value 'fast' is not a number*"])
+    assert "Traceback" not in result.stdout.str()

@@ -7,8 +7,13 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .errors import MoeperfError
+from .fs import atomic_write_text
+
+if TYPE_CHECKING:
+    from .gate import BuildUnderTest
 
 
 def _say(line: str) -> None:
@@ -59,6 +64,84 @@ def _make_model(args: argparse.Namespace) -> int:
     return 0
 
 
+def _side(value: str, cpus: str | None) -> BuildUnderTest:
+    from .gate import BuildUnderTest
+
+    target: int | str = int(value) if value.isdigit() else value
+    return BuildUnderTest(target, cpus)
+
+
+def _gate(args: argparse.Namespace) -> int:
+    import dataclasses
+    import datetime as dt
+
+    from .baselines import accept
+    from .gate import run_gate
+    from .session import Options, PerfSession
+    from .workload import Workload
+
+    root = Path.cwd()
+    config_file = Path(args.config) if args.config else None
+    if config_file is None and (root / "moeperf.toml").is_file():
+        config_file = root / "moeperf.toml"
+    session = PerfSession(
+        Options(
+            profile=args.profile,
+            config_file=config_file,
+            pyproject=root / "pyproject.toml",
+            results_dir=root / ".moeperf",
+            rootdir=root,
+            startup_timeout=args.startup_timeout,
+        ),
+        report=_say if args.verbose else None,
+        progress=_say,
+    )
+    profile = session.profile()
+    baseline, candidate = _side(args.baseline, None), _side(args.candidate, args.candidate_cpus)
+    workloads = [Workload.parse(w) for w in args.workload] or None
+    configurations = [c for arg in args.configuration for c in arg.split(",") if c] or None
+    for name in configurations or ():
+        profile.configuration(name)  # unknown names fail before any build work
+    try:
+        result = run_gate(
+            session,
+            profile,
+            baseline,
+            candidate,
+            configurations=configurations,
+            workloads=workloads,
+            repetitions=args.repetitions,
+            max_repetitions=args.max_repetitions,
+            margin=args.margin,
+            on_row=lambda r: _say(f"  {r.configuration} {r.workload}: {r.verdict.explain()}"),
+        )
+    finally:
+        session.close()
+    print(result.text())
+    if args.markdown:
+        atomic_write_text(Path(args.markdown), result.markdown())
+    if args.json:
+        atomic_write_text(Path(args.json), result.json_text())
+    if args.accept:
+        if not result.passed:
+            raise MoeperfError("--accept refused: the candidate is slower; nothing was written")
+        path = session.baseline_path(profile)
+        if path is None:
+            raise MoeperfError(f"--accept: profile {profile.name!r} names no baseline file")
+        ms = [dataclasses.replace(r.candidate, build=candidate.name) for r in result.rows]
+        today = dt.date.today().isoformat()
+        accept(
+            path,
+            profile.name,
+            ms,
+            session.fingerprint(profile),
+            date=today,
+            source=f"moeperf gate --accept, {today}, {candidate.name} over {baseline.name}",
+        )
+        _say(f"accepted {len(ms)} measurement(s) of {candidate.name} as baselines in {path}")
+    return 0 if result.passed else 1
+
+
 def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="moeperf", description="llama.cpp performance decisions as a pytest suite."
@@ -93,6 +176,63 @@ def make_parser() -> argparse.ArgumentParser:
     m.add_argument("--seed", type=int, help="random seed of the weights (default 0)")
     m.add_argument("-o", "--output", help="write here instead of the cache")
     m.set_defaults(run=_make_model)
+
+    g = sub.add_parser(
+        "gate",
+        help="compare a candidate llama.cpp build with a baseline build "
+        "on the same configurations, interleaved; exit 1 if any metric is slower",
+    )
+    g.add_argument("--baseline", required=True, help="build number (e.g. 11053) or binary path")
+    g.add_argument("--candidate", required=True, help="build number (e.g. 11434) or binary path")
+    g.add_argument("--profile", default="embedded", help="profile (default embedded)")
+    g.add_argument("--config", help="TOML file of profiles (default ./moeperf.toml if present)")
+    g.add_argument(
+        "-c",
+        "--configuration",
+        action="append",
+        default=[],
+        help="configuration(s) to gate, comma separated (default: all)",
+    )
+    g.add_argument(
+        "-w",
+        "--workload",
+        action="append",
+        default=[],
+        help="workload(s), e.g. pp512 (default: the profile's)",
+    )
+    g.add_argument("-r", "--repetitions", type=int, default=5, help="rounds (default 5)")
+    g.add_argument(
+        "--max-repetitions",
+        type=int,
+        default=9,
+        help="rounds an inconclusive row may grow to (default 9)",
+    )
+    g.add_argument(
+        "--margin",
+        type=float,
+        default=0.05,
+        help="smallest change that counts, relative (default 0.05)",
+    )
+    g.add_argument(
+        "--candidate-cpus",
+        help="pin the candidate's servers here (a deliberate slowdown to check the gate, e.g. 0)",
+    )
+    g.add_argument("--startup-timeout", type=float, default=300.0)
+    g.add_argument("--markdown", help="also write the table as markdown here")
+    g.add_argument("--json", help="also write machine-readable JSON here")
+    g.add_argument(
+        "--accept",
+        action="store_true",
+        help="if the gate passes, write the candidate's measurements as baselines",
+    )
+    g.add_argument("-v", "--verbose", action="store_true", help="progress of servers")
+    g.set_defaults(run=_gate)
+
+    from .logs import add_logstats_arguments, run_logstats
+
+    ls = sub.add_parser("logstats", help="ADR-style real-traffic table from llama-server logs")
+    add_logstats_arguments(ls)
+    ls.set_defaults(run=run_logstats)
     return parser
 
 

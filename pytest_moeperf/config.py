@@ -251,7 +251,9 @@ def _profile(name: str, table: Any, source: str, base_dir: Path | None) -> Profi
     gpus = _opt(where, "requires_gpus", table.get("requires_gpus", 0), int)
     builds_table = table.get("builds") or {}
     if not isinstance(builds_table, dict) or not all(
-        isinstance(k, str) and k.startswith("b") and isinstance(v, int | str)
+        isinstance(k, str)
+        and k.startswith("b")
+        and isinstance(v, int | str)
         and not isinstance(v, bool)
         for k, v in builds_table.items()
     ):

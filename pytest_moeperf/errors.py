@@ -40,6 +40,6 @@ class ResultsError(MoeperfError):
     """A results file (written by a run, read by replay) is invalid."""
 
 
-class Unavailable(MoeperfError):  # noqa: N818 - reads as "unavailable: <reason>"
+class Unavailable(MoeperfError):
     """What a test needs is not here (a NUMA node, a build's flag, replayed data): the test is
     skipped with this reason, not failed."""

@@ -153,13 +153,13 @@ class MoePerf:
         is an expected failure showing the ratio; if it is now as fast or faster, the test
         fails strictly: the dead end may have reopened."""
         w = Workload.parse(metric)
-        c = Claim.parse(f"{config}.{w.kind}{w.tokens}"
-                        f"{'@d' + str(w.depth) if w.depth else ''} <= {slower_than}."
-                        f"{w.kind}{w.tokens}{'@d' + str(w.depth) if w.depth else ''}")
-        label = f"{config}.{w.name} / {slower_than}.{w.name}"
-        verdict = self._judged(
-            c, lambda a, b: judge_dead_end(a, b, margin=margin, label=label)
+        c = Claim.parse(
+            f"{config}.{w.kind}{w.tokens}"
+            f"{'@d' + str(w.depth) if w.depth else ''} <= {slower_than}."
+            f"{w.kind}{w.tokens}{'@d' + str(w.depth) if w.depth else ''}"
         )
+        label = f"{config}.{w.name} / {slower_than}.{w.name}"
+        verdict = self._judged(c, lambda a, b: judge_dead_end(a, b, margin=margin, label=label))
         why = f" ({reason})" if reason else ""
         if verdict.outcome == "holds":
             pytest.xfail(f"dead end holds{why}: {verdict.explain()}")
@@ -185,17 +185,25 @@ class MoePerf:
         bf = self.session.baselines(profile)
         if bf is None:
             path = self.session.baseline_path(profile)
-            pytest.skip(f"no baseline file {path} for profile {profile.name!r}; "
-                        "record one with --moeperf-accept")
+            pytest.skip(
+                f"no baseline file {path} for profile {profile.name!r}; "
+                "record one with --moeperf-accept"
+            )
         mismatch = fingerprint_mismatch(bf.fingerprint, self.session.fingerprint(profile))
         if mismatch:
             pytest.skip(f"baseline {bf.path} was taken on another host: {'; '.join(mismatch)}")
         entry = bf.find(m.build, m.configuration, m.workload.name)
         if entry is None:
-            pytest.skip(f"{bf.path} has no baseline for {m.configuration} {m.workload} on "
-                        f"{m.build}; record one with --moeperf-accept")
-        check = judge_baseline(m.values, entry.value, bf.tolerance_for(entry),
-                               label=f"{m.configuration}.{m.workload.name}")
+            pytest.skip(
+                f"{bf.path} has no baseline for {m.configuration} {m.workload} on "
+                f"{m.build}; record one with --moeperf-accept"
+            )
+        check = judge_baseline(
+            m.values,
+            entry.value,
+            bf.tolerance_for(entry),
+            label=f"{m.configuration}.{m.workload.name}",
+        )
         row = BaselineRow(self.nodeid, m, check)
         self.checks.append(row)
         self.session.baseline_rows.append(row)

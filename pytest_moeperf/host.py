@@ -7,6 +7,7 @@ import os
 import platform
 import shutil
 import subprocess
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -157,3 +158,19 @@ def host_fingerprint() -> dict[str, Any]:
         "numa_balancing": _read("/proc/sys/kernel/numa_balancing") or "",
         "kernel": platform.release(),
     }
+
+
+def _cpu_times() -> tuple[int, int]:
+    """(busy, total) jiffies of all CPUs from /proc/stat."""
+    fields = [int(x) for x in (_read("/proc/stat") or "cpu 0 0 0 1").splitlines()[0].split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return sum(fields) - idle, sum(fields)
+
+
+def busy_fraction(seconds: float = 0.25) -> float:
+    """The share of all CPUs' time spent busy over the next *seconds* (0..1): other work on
+    the host while nothing of ours runs means measurements will be noisy."""
+    b0, t0 = _cpu_times()
+    time.sleep(seconds)
+    b1, t1 = _cpu_times()
+    return (b1 - b0) / (t1 - t0) if t1 > t0 else 0.0

@@ -424,8 +424,9 @@ def judge_dead_end(
     - ``inconclusive`` otherwise."""
     if not (math.isfinite(margin) and 0 <= margin < 1):
         raise ValueError(f"margin {margin!r} must be in [0, 1)")
-    iv, n = _interval(config, other, confidence=confidence, min_rel_spread=min_rel_spread,
-                      seed=seed)
+    iv, n = _interval(
+        config, other, confidence=confidence, min_rel_spread=min_rel_spread, seed=seed
+    )
     outcome: Outcome
     if iv.high < 1.0:
         outcome = "holds"

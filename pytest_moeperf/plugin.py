@@ -217,9 +217,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Tests that declare configurations are perf tests; plain ``pytest`` deselects perf tests."""
     for item in items:
         dead_end = item.get_closest_marker("dead_end")
-        if (item.get_closest_marker("moeperf") or dead_end) and not item.get_closest_marker(
-            "perf"
-        ):
+        if (item.get_closest_marker("moeperf") or dead_end) and not item.get_closest_marker("perf"):
             item.add_marker(pytest.mark.perf)
         names = getattr(item, "fixturenames", None)
         if dead_end is not None and isinstance(names, list) and "moeperf" not in names:
@@ -283,15 +281,18 @@ def moeperf(request: pytest.FixtureRequest) -> Iterator[MoePerf]:
             request.node.user_properties.append(("moeperf_log", log))
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator:
-    outcome = yield
-    report = outcome.get_result()
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """A MoeperfError shows as its one line, not a traceback; server logs are listed."""
+    report = yield
     if call.excinfo is not None and isinstance(call.excinfo.value, MoeperfError):
         report.longrepr = f"{type(call.excinfo.value).__name__}: {call.excinfo.value}"
-    logs = [v for k, v in item.user_properties if k == "moeperf_log"]
+    logs = [str(v) for k, v in item.user_properties if k == "moeperf_log"]
     if logs and report.when == "call":
         report.sections.append(("moeperf server logs", "\n".join(logs)))
+    return report
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
@@ -305,8 +306,12 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
             perf.accept_baselines()
         if perf.options.report_file is not None:
             fp = next(iter(perf.results().get("fingerprints", {}).values()), perf.host)
-            atomic_write_text(perf.options.report_file, markdown_report(
-                list(perf.measurements.values()), perf.baseline_rows, perf.verdicts, fp))
+            atomic_write_text(
+                perf.options.report_file,
+                markdown_report(
+                    list(perf.measurements.values()), perf.baseline_rows, perf.verdicts, fp
+                ),
+            )
     except (MoeperfError, OSError) as exc:
         perf.finish_error = str(exc)
         session.exitstatus = pytest.ExitCode.INTERNAL_ERROR

@@ -72,8 +72,10 @@ class Replay:
         """The stored measurement; without *build*, the profile's own build, or the only
         build stored for it. Missing data is :class:`~pytest_moeperf.errors.Unavailable`."""
         rows = [
-            m for m in self.measurements
-            if m.configuration == configuration and m.workload == workload
+            m
+            for m in self.measurements
+            if m.configuration == configuration
+            and m.workload == workload
             and m.extra.get("profile", profile.name) == profile.name
         ]
         if build is None and len(rows) > 1:

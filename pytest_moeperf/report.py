@@ -54,10 +54,10 @@ def summary_rows(measurements: Iterable[Measurement]) -> tuple[list[str], list[l
         cells = [name]
         spreads = []
         for w in workloads:
-            m = by_w.get(w.name)
-            if m is None:
+            if w.name not in by_w:
                 cells.append("-")
                 continue
+            m = by_w[w.name]
             s = m.summary
             cells.append(f"{s.median:.1f}")
             if m.figure is not None and not m.samples:
@@ -74,8 +74,16 @@ def measurement_rows(measurements: Iterable[Measurement]) -> tuple[list[str], li
     rows = []
     for m in measurements:
         s = m.summary
-        rows.append([m.configuration, m.workload.name, f"{s.median:.1f}",
-                     f"{s.min:.1f}..{s.max:.1f}", str(s.n), m.build])
+        rows.append(
+            [
+                m.configuration,
+                m.workload.name,
+                f"{s.median:.1f}",
+                f"{s.min:.1f}..{s.max:.1f}",
+                str(s.n),
+                m.build,
+            ]
+        )
     return headers, rows
 
 
@@ -87,12 +95,14 @@ def measured_table(measurements: Sequence[Measurement]) -> str:
 def claim_failure(verdict: Verdict, measurements: Sequence[Measurement]) -> str:
     """The failure message of a claim: the claim's ratio and interval, then the measured
     rows it rests on."""
-    return "\n".join([
-        f"claim fails: {verdict.explain()}",
-        f"({int(verdict.confidence * 100)} % interval of the ratio of medians, {verdict.method})",
-        "",
-        measured_table(measurements),
-    ])
+    return "\n".join(
+        [
+            f"claim fails: {verdict.explain()}",
+            f"({int(verdict.confidence * 100)} % interval of the ratio of medians, {verdict.method})",
+            "",
+            measured_table(measurements),
+        ]
+    )
 
 
 def verdict_rows(verdicts: Iterable[tuple[str, Verdict]]) -> tuple[list[str], list[list[str]]]:
@@ -100,16 +110,31 @@ def verdict_rows(verdicts: Iterable[tuple[str, Verdict]]) -> tuple[list[str], li
     headers = ["claim", "ratio", "interval", "verdict", "test"]
     rows = []
     for nodeid, v in verdicts:
-        bound = {"~": "~ 1", "<": "< 1 (dead end)"}.get(v.relation,
-                                                         f"{v.relation} {v.threshold:.2f}")
+        bound = {"~": "~ 1", "<": "< 1 (dead end)"}.get(
+            v.relation, f"{v.relation} {v.threshold:.2f}"
+        )
         mark = " *" if v.outcome in ("fails", "inconclusive") else ""
-        rows.append([f"{v.label} {bound}", f"{v.ratio:.3f}", f"[{v.low:.3f}, {v.high:.3f}]",
-                     v.outcome + mark, nodeid.split("::")[-1]])
+        rows.append(
+            [
+                f"{v.label} {bound}",
+                f"{v.ratio:.3f}",
+                f"[{v.low:.3f}, {v.high:.3f}]",
+                v.outcome + mark,
+                nodeid.split("::")[-1],
+            ]
+        )
     return headers, rows
 
 
-BASELINE_HEADERS = ["configuration", "workload", "baseline", "measured", "change (%)", "verdict",
-                    "build"]
+BASELINE_HEADERS = [
+    "configuration",
+    "workload",
+    "baseline",
+    "measured",
+    "change (%)",
+    "verdict",
+    "build",
+]
 
 
 def baseline_rows(rows: Iterable[BaselineRow]) -> list[list[str]]:
@@ -119,9 +144,17 @@ def baseline_rows(rows: Iterable[BaselineRow]) -> list[list[str]]:
     for r in rows:
         c, m = r.check, r.measurement
         bad = " *" if c.outcome == "fail" else ""
-        out.append([m.configuration, m.workload.name, f"{c.baseline:.1f}",
-                    f"{c.measured:.1f}{bad}", f"{c.change_pct:+.1f}{bad}",
-                    f"{c.outcome}{bad}", m.build])
+        out.append(
+            [
+                m.configuration,
+                m.workload.name,
+                f"{c.baseline:.1f}",
+                f"{c.measured:.1f}{bad}",
+                f"{c.change_pct:+.1f}{bad}",
+                f"{c.outcome}{bad}",
+                m.build,
+            ]
+        )
     return out
 
 
@@ -130,11 +163,13 @@ def baseline_failure(rows: Sequence[BaselineRow], path: object) -> str:
     layout, failing cells marked."""
     worst = [r for r in rows if r.check.outcome == "fail"]
     head = "; ".join(r.check.explain() for r in worst)
-    return "\n".join([
-        f"below baseline ({path}): {head}",
-        "",
-        text_table(BASELINE_HEADERS, baseline_rows(rows)),
-    ])
+    return "\n".join(
+        [
+            f"below baseline ({path}): {head}",
+            "",
+            text_table(BASELINE_HEADERS, baseline_rows(rows)),
+        ]
+    )
 
 
 def markdown_report(
@@ -146,14 +181,26 @@ def markdown_report(
     """The run as a markdown document: throughput, baselines, claims and the host."""
     parts = ["# pytest-moeperf report", ""]
     if measurements:
-        parts += ["## Throughput (median of repetitions)", "",
-                  markdown_table(*summary_rows(measurements)), ""]
+        parts += [
+            "## Throughput (median of repetitions)",
+            "",
+            markdown_table(*summary_rows(measurements)),
+            "",
+        ]
     if rows:
-        parts += ["## Against baselines", "", markdown_table(BASELINE_HEADERS, baseline_rows(rows)),
-                  ""]
+        parts += [
+            "## Against baselines",
+            "",
+            markdown_table(BASELINE_HEADERS, baseline_rows(rows)),
+            "",
+        ]
     if verdicts:
         parts += ["## Claims", "", markdown_table(*verdict_rows(verdicts)), ""]
     if fingerprint:
-        parts += ["## Host", "", markdown_table(["field", "value"],
-                                                [[k, str(v)] for k, v in fingerprint.items()]), ""]
+        parts += [
+            "## Host",
+            "",
+            markdown_table(["field", "value"], [[k, str(v)] for k, v in fingerprint.items()]),
+            "",
+        ]
     return "\n".join(parts)

@@ -23,7 +23,7 @@ from .builds import Build, binary_build, build_llama
 from .config import Configuration, HostLacks, Profile, load_profiles
 from .errors import ConfigError, MoeperfError
 from .fs import atomic_write_text
-from .host import file_digest, host_fingerprint
+from .host import busy_fraction, file_digest, host_fingerprint
 from .judge import BaselineCheck, Verdict
 from .measure import Meter, server_vocab
 from .measurement import Measurement
@@ -35,6 +35,9 @@ from .workload import Workload
 ServerKey = tuple[str, str, str]  # (profile, configuration, build label)
 MeasurementKey = tuple[str, str, str, str]  # (profile, configuration, build label, workload)
 SYNTHETIC = "synthetic:"
+BUSY_WARNING = 0.25
+"""Share of CPU time busy with other work, measured just before a measurement, above which
+the run warns that the numbers will be noisy."""
 MODEL_DIGEST_BYTES = 16 << 20
 """The model fingerprint hashes the first 16 MiB (and records the size): cheap for 100 GB."""
 
@@ -306,6 +309,13 @@ class PerfSession:
         if have is not None and len(have.samples) >= reps:
             return have
         start = len(have.samples) if have else 0
+        busy = busy_fraction()
+        if busy > BUSY_WARNING:
+            self.progress(
+                f"moeperf: warning: the host is {100 * busy:.0f} % busy with other work before "
+                f"measuring {configuration.name} {workload}: expect noise (wide intervals, "
+                "inconclusive verdicts)"
+            )
         self.report(f"moeperf: measuring {workload} x{reps - start} on {rec.server.name}")
         with Meter(
             rec.server.url, vocab=self.vocab(rec), request_timeout=self.options.request_timeout
@@ -326,6 +336,7 @@ class PerfSession:
             "model": str(rec.server.model),
             "log": str(rec.server.log_path),
             "server_ready_s": rec.server.ready_seconds,
+            "host_busy": max(busy, float((have.extra if have else {}).get("host_busy", 0.0))),
         }
         samples = (have.samples if have else ()) + taken.samples
         m = Measurement(configuration.name, label, workload, samples, extra)
@@ -366,8 +377,14 @@ class PerfSession:
                     f'baseline = "baselines/{name}.toml" to accept its measurements'
                 )
             today = dt.date.today().isoformat()
-            accept(path, name, ms, self.fingerprint(profile), date=today,
-                   source=f"pytest-moeperf {__version__} accept, {today}")
+            accept(
+                path,
+                name,
+                ms,
+                self.fingerprint(profile),
+                date=today,
+                source=f"pytest-moeperf {__version__} accept, {today}",
+            )
             self._baselines.pop(name, None)
             written.append(path)
         self.accepted = written
@@ -385,14 +402,26 @@ class PerfSession:
             "fingerprints": {p: self.fingerprint(self.profile(p)) for p in profiles},
             "measurements": [m.to_dict() for m in self.measurements.values()],
             "verdicts": [
-                {"test": nodeid, "claim": v.label, "outcome": v.outcome, "ratio": v.ratio,
-                 "low": v.low, "high": v.high, "threshold": v.threshold}
+                {
+                    "test": nodeid,
+                    "claim": v.label,
+                    "outcome": v.outcome,
+                    "ratio": v.ratio,
+                    "low": v.low,
+                    "high": v.high,
+                    "threshold": v.threshold,
+                }
                 for nodeid, v in self.verdicts
             ],
             "baseline_checks": [
-                {"test": r.nodeid, "key": list(r.measurement.key), "outcome": r.check.outcome,
-                 "measured": r.check.measured, "baseline": r.check.baseline,
-                 "tolerance": r.check.tolerance}
+                {
+                    "test": r.nodeid,
+                    "key": list(r.measurement.key),
+                    "outcome": r.check.outcome,
+                    "measured": r.check.measured,
+                    "baseline": r.check.baseline,
+                    "tolerance": r.check.tolerance,
+                }
                 for r in self.baseline_rows
             ],
         }

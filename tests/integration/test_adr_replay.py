@@ -30,8 +30,15 @@ def adr(pytester):
 
 def test_replaying_the_adr_gives_the_adrs_verdicts(adr):
     result = adr.runpytest_subprocess(
-        "-m", "perf", "-v", "--moeperf-replay", "baselines/adr-0042.toml", "-p", "no:randomly",
-        "--moeperf-report", "report.md",
+        "-m",
+        "perf",
+        "-v",
+        "--moeperf-replay",
+        "baselines/adr-0042.toml",
+        "-p",
+        "no:randomly",
+        "--moeperf-report",
+        "report.md",
     )
     result.assert_outcomes(passed=7, xfailed=5)
     out = result.stdout.str()
@@ -54,13 +61,20 @@ def test_a_dead_end_that_comes_back_to_life_fails_strictly(adr):
     assert revived != text
     baseline.write_text(revived)
     result = adr.runpytest_subprocess(
-        "-m", "perf", "--moeperf-replay", "baselines/adr-0042.toml", "-k", "cache_is_slower",
+        "-m",
+        "perf",
+        "--moeperf-replay",
+        "baselines/adr-0042.toml",
+        "-k",
+        "cache_is_slower",
     )
     result.assert_outcomes(failed=1, xfailed=4)
-    result.stdout.fnmatch_lines([
-        "*dead end may have reopened*cache-2gib is no longer slower than mmap in tg128*",
-        "*Re-measure cache-2gib against mmap*",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*dead end may have reopened*cache-2gib is no longer slower than mmap in tg128*",
+            "*Re-measure cache-2gib against mmap*",
+        ]
+    )
 
 
 def test_the_adr_suite_skips_naming_what_is_missing_off_the_production_host(adr, monkeypatch):

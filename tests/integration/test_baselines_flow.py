@@ -56,17 +56,18 @@ def test_accept_then_check_then_fail_with_the_table(tiny):
     result.assert_outcomes(passed=1)
 
     # a baseline this host cannot reach
-    unreachable = re.sub(r"^value = .*$", "value = 1e9", baseline.read_text(), count=1,
-                         flags=re.M)
+    unreachable = re.sub(r"^value = .*$", "value = 1e9", baseline.read_text(), count=1, flags=re.M)
     unreachable = re.sub(r"^samples = .*$", "rel_spread = 0.01", unreachable, flags=re.M)
     baseline.write_text(unreachable)
     result = tiny.runpytest_subprocess("-m", "perf")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines([
-        "*below baseline*tiny.toml*default.pp64 = * vs baseline 1e+09*fail*",
-        "configuration*workload*baseline*measured*change (%)*verdict*build*",
-        "default*pp64*1000000000.0*fail **",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*below baseline*tiny.toml*default.pp64 = * vs baseline 1e+09*fail*",
+            "configuration*workload*baseline*measured*change (%)*verdict*build*",
+            "default*pp64*1000000000.0*fail **",
+        ]
+    )
 
 
 def test_broken_baseline_file_is_one_clear_line(tiny):
@@ -77,5 +78,7 @@ def test_broken_baseline_file_is_one_clear_line(tiny):
     )
     result = tiny.runpytest_subprocess("-m", "perf")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["BaselineError: *tiny.toml: entry #1*value 'fast' is not a number*"])
+    result.stdout.fnmatch_lines(
+        ["BaselineError: *tiny.toml: entry #1*value 'fast' is not a number*"]
+    )
     assert "Traceback" not in result.stdout.str()

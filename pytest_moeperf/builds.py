@@ -797,8 +797,14 @@ def _check_number(number: object) -> int:
     return number
 
 
-def _check_cmake_args(cmake_args: Sequence[str]) -> tuple[str, ...]:
-    if isinstance(cmake_args, (str, bytes)) or not all(isinstance(a, str) for a in cmake_args):
+def _check_cmake_args(cmake_args: Sequence[str] | None) -> tuple[str, ...]:
+    if cmake_args is None:
+        return ()
+    if (
+        isinstance(cmake_args, (str, bytes))
+        or not isinstance(cmake_args, Sequence)
+        or not all(isinstance(a, str) for a in cmake_args)
+    ):
         raise BuildError(
             f"cmake arguments {cmake_args!r} must be a list of strings such as "
             "['-DGGML_NATIVE=OFF']"

@@ -169,6 +169,20 @@ def _side(config: Configuration, side: BuildUnderTest) -> Configuration:
     return replace(config, pinning=Pinning(cpus=side.cpus, numa=config.pinning.numa))
 
 
+def _rounds(
+    session: PerfSession,
+    profile: Profile,
+    sides: tuple[tuple[str, Configuration], tuple[str, Configuration]],
+    workload: Workload,
+    n: int,
+) -> tuple[Measurement, Measurement]:
+    """Both sides with *n* samples each, one repetition of each in turn (A B A B ...)."""
+    got: list[Measurement] = []
+    for i in range(1, n + 1):
+        got = [session.measure(profile, cfg, workload, i, label) for label, cfg in sides]
+    return got[0], got[1]
+
+
 def run_gate(
     session: PerfSession,
     profile: Profile,
@@ -204,29 +218,18 @@ def run_gate(
         config = profile.configuration(name)
         sides = ((BASELINE, _side(config, baseline)), (CANDIDATE, _side(config, candidate)))
         for w in loads:
-            got: dict[str, Measurement] = {}
-
-            def rounds(n: int, w: Workload = w) -> None:
-                for i in range(1, n + 1):
-                    for label, cfg in sides:
-                        got[label] = session.measure(gated, cfg, w, i, label)
-
-            rounds(repetitions)
-            verdict = judge_change(
-                got[CANDIDATE].values,
-                got[BASELINE].values,
-                margin=margin,
-                label=f"{name}.{w.name} {candidate.name} / {baseline.name}",
-            )
+            label = f"{name}.{w.name} {candidate.name} / {baseline.name}"
+            got = _rounds(session, gated, sides, w, repetitions)
+            verdict = judge_change(got[1].values, got[0].values, margin=margin, label=label)
             while verdict.outcome == "inconclusive" and verdict.more_repetitions:
-                n = len(got[BASELINE].samples)
+                n = len(got[0].samples)
                 if n >= max_repetitions:
                     break
-                rounds(min(max_repetitions, n + verdict.more_repetitions))
-                verdict = judge_change(
-                    got[CANDIDATE].values, got[BASELINE].values, margin=margin, label=verdict.label
+                got = _rounds(
+                    session, gated, sides, w, min(max_repetitions, n + verdict.more_repetitions)
                 )
-            row = GateRow(name, w, got[BASELINE], got[CANDIDATE], verdict)
+                verdict = judge_change(got[1].values, got[0].values, margin=margin, label=label)
+            row = GateRow(name, w, got[0], got[1], verdict)
             rows.append(row)
             if on_row:
                 on_row(row)

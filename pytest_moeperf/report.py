@@ -98,7 +98,8 @@ def claim_failure(verdict: Verdict, measurements: Sequence[Measurement]) -> str:
     return "\n".join(
         [
             f"claim fails: {verdict.explain()}",
-            f"({int(verdict.confidence * 100)} % interval of the ratio of medians, {verdict.method})",
+            f"({int(verdict.confidence * 100)} % interval of the ratio of medians, "
+            f"{verdict.method})",
             "",
             measured_table(measurements),
         ]

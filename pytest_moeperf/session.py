@@ -29,6 +29,7 @@ from .measure import Meter, server_vocab
 from .measurement import Measurement
 from .model import ensure_model, model_spec
 from .replay import Replay
+from .resources import measuring
 from .server import LlamaServer
 from .workload import Workload
 
@@ -309,27 +310,34 @@ class PerfSession:
         if have is not None and len(have.samples) >= reps:
             return have
         start = len(have.samples) if have else 0
-        busy = busy_fraction()
-        if busy > BUSY_WARNING:
-            self.progress(
-                f"moeperf: warning: the host is {100 * busy:.0f} % busy with other work before "
-                f"measuring {configuration.name} {workload}: expect noise (wide intervals, "
-                "inconclusive verdicts)"
-            )
-        self.report(f"moeperf: measuring {workload} x{reps - start} on {rec.server.name}")
-        with Meter(
-            rec.server.url, vocab=self.vocab(rec), request_timeout=self.options.request_timeout
-        ) as meter:
-            taken = meter.measure(
-                workload,
-                configuration=configuration.name,
-                build=label,
-                repetitions=reps - start,
-                warmup=have is None,
-                first=start,
-            )
+        with measuring(rec.server.cpus):
+            busy = busy_fraction()  # other work, while nothing of ours measures on these CPUs
+            if busy > BUSY_WARNING:
+                self.progress(
+                    f"moeperf: warning: the host is {100 * busy:.0f} % busy with other work "
+                    f"before measuring {configuration.name} {workload}: expect noise (wide "
+                    "intervals, inconclusive verdicts)"
+                )
+            self.report(f"moeperf: measuring {workload} x{reps - start} on {rec.server.name}")
+            with Meter(
+                rec.server.url,
+                vocab=self.vocab(rec),
+                request_timeout=self.options.request_timeout,
+            ) as meter:
+                began = time.time()
+                taken = meter.measure(
+                    workload,
+                    configuration=configuration.name,
+                    build=label,
+                    repetitions=reps - start,
+                    warmup=have is None,
+                    first=start,
+                )
+            ended = time.time()
+        spans = [*(have.extra.get("spans", []) if have else []), [began, ended]]
         extra = {
             "profile": profile.name,
+            "spans": spans,
             "flags": configuration.server_args,
             "pinning": configuration.pinning.describe(),
             "env": dict(configuration.env),

@@ -43,3 +43,8 @@ class ResultsError(MoeperfError):
 class Unavailable(MoeperfError):
     """What a test needs is not here (a NUMA node, a build's flag, replayed data): the test is
     skipped with this reason, not failed."""
+
+
+class StartupWarning(UserWarning):
+    """A performance warning llama-server printed while starting (see ``logs.STARTUP_WARNINGS``);
+    ``--moeperf-strict-warnings`` makes it a failure."""

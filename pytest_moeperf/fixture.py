@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 
 from .baselines import fingerprint_mismatch
 from .config import Configuration, Profile
-from .errors import Unavailable
+from .errors import StartupWarning, Unavailable
 from .judge import (
     BaselineCheck,
     Claim,
@@ -40,6 +42,8 @@ class MoePerf:
         self.touched: list[Measurement] = []
         self.verdicts: list[Verdict] = []
         self.checks: list[BaselineRow] = []
+        self._warned: set[tuple[str, str, str, str]] = set()
+        self._used: set[tuple[str, str]] = set()
 
     @property
     def profile(self) -> Profile:
@@ -51,11 +55,12 @@ class MoePerf:
     def server(self, configuration: str, build: str | None = None) -> LlamaServer:
         """The running llama-server of *configuration* (started on first use)."""
         try:
-            return self.session.server(
-                self.profile, self.configuration(configuration), build
-            ).server
+            rec = self.session.server(self.profile, self.configuration(configuration), build)
         except Unavailable as exc:
             pytest.skip(str(exc))
+        self._used.update((k[1], k[2]) for k, r in self.session.servers.items() if r is rec)
+        self._startup_warnings()
+        return rec.server
 
     def measure(
         self,
@@ -74,7 +79,29 @@ class MoePerf:
         except Unavailable as exc:
             pytest.skip(str(exc))
         self.touched = [t for t in self.touched if t.key != m.key] + [m]
+        self._used.add((m.configuration, m.build))
+        self._startup_warnings()
         return m
+
+    def _startup_warnings(self) -> None:
+        """Warn (or fail, with ``--moeperf-strict-warnings``) about the performance warnings
+        the servers this test used printed at start."""
+        found = []
+        for (profile, config, label), findings in self.session.findings.items():
+            if profile != self.profile.name or (config, label) not in self._used:
+                continue
+            for f in findings:
+                key = (profile, config, label, f.id)
+                if key not in self._warned:
+                    self._warned.add(key)
+                    found.append(
+                        f"{config} ({label}): llama-server warned at start "
+                        f"[{f.id}]: {f.line.strip()} -> {f.advice}"
+                    )
+        if found and self.session.options.strict_warnings:
+            pytest.fail("\n".join(found), pytrace=False)
+        for line in found:
+            warnings.warn(StartupWarning(line), stacklevel=3)
 
     def median(self, configuration: str, workload: str | Workload) -> float:
         """Median tok/s of :meth:`measure`."""

@@ -73,6 +73,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "(atomically; previous values kept as history in the file)",
     )
     group.addoption(
+        "--moeperf-strict-warnings",
+        action="store_true",
+        help="fail a test whose server printed a known performance warning at start "
+        "(the mmap/tensor-override hint, NUMA balancing, ...) instead of warning",
+    )
+    group.addoption(
         "--moeperf-max-repetitions",
         type=int,
         metavar="N",
@@ -137,6 +143,7 @@ def _options(config: pytest.Config) -> Options:
     if config.getoption("moeperf_report"):
         opts.report_file = Path(config.getoption("moeperf_report"))
     opts.accept = bool(config.getoption("moeperf_accept"))
+    opts.strict_warnings = bool(config.getoption("moeperf_strict_warnings"))
     if opts.accept and opts.replay:
         raise pytest.UsageError("--moeperf-accept takes measured results, not --moeperf-replay")
     if config.getoption("moeperf_results"):
@@ -309,7 +316,11 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
             atomic_write_text(
                 perf.options.report_file,
                 markdown_report(
-                    list(perf.measurements.values()), perf.baseline_rows, perf.verdicts, fp
+                    list(perf.measurements.values()),
+                    perf.baseline_rows,
+                    perf.verdicts,
+                    fp,
+                    perf.startup_lines(),
                 ),
             )
     except (MoeperfError, OSError) as exc:
@@ -335,6 +346,12 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if perf.baseline_rows:
         terminalreporter.write_line("")
         terminalreporter.write_line(text_table(BASELINE_HEADERS, baseline_rows(perf.baseline_rows)))
+    startup = perf.startup_lines()
+    if startup:
+        terminalreporter.write_line("")
+        terminalreporter.write_line("llama-server startup warnings:")
+        for line in startup:
+            terminalreporter.write_line(f"  {line}")
     for path in perf.accepted:
         terminalreporter.write_line(f"accepted as new baselines: {path}")
     if perf.options.report_file is not None and not perf.finish_error:

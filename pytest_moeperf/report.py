@@ -178,6 +178,7 @@ def markdown_report(
     rows: Sequence[BaselineRow],
     verdicts: Sequence[tuple[str, Verdict]],
     fingerprint: Mapping[str, Any],
+    startup: Sequence[str] = (),
 ) -> str:
     """The run as a markdown document: throughput, baselines, claims and the host."""
     parts = ["# pytest-moeperf report", ""]
@@ -197,6 +198,8 @@ def markdown_report(
         ]
     if verdicts:
         parts += ["## Claims", "", markdown_table(*verdict_rows(verdicts)), ""]
+    if startup:
+        parts += ["## llama-server startup warnings", "", *(f"- {line}" for line in startup), ""]
     if fingerprint:
         parts += [
             "## Host",

@@ -25,6 +25,7 @@ from .errors import ConfigError, MoeperfError
 from .fs import atomic_write_text
 from .host import busy_fraction, file_digest, host_fingerprint
 from .judge import BaselineCheck, Verdict
+from .logs import StartupFinding, scan_startup
 from .measure import Meter, server_vocab
 from .measurement import Measurement
 from .model import ensure_model, model_spec
@@ -61,6 +62,7 @@ class Options:
     report_file: Path | None = None
     replay: Path | None = None
     accept: bool = False
+    strict_warnings: bool = False
     rootdir: Path = Path(".")
 
 
@@ -82,6 +84,16 @@ class BaselineRow:
     nodeid: str
     measurement: Measurement
     check: BaselineCheck
+
+
+def _last_start(log: Path) -> str:
+    """The part of a server log written since its last start (each start writes a
+    ``# moeperf:`` command line first; a restarted server appends to the same log)."""
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        return ""
+    return text[text.rfind("# moeperf:") :] if "# moeperf:" in text else text
 
 
 class PerfSession:
@@ -116,6 +128,8 @@ class PerfSession:
         self.finish_error: str | None = None
         self.verdicts: list[tuple[str, Verdict]] = []
         self.baseline_rows: list[BaselineRow] = []
+        self.findings: dict[ServerKey, list[StartupFinding]] = {}
+        """Performance warnings each server printed at its (last) start."""
 
     # -- declarations ---------------------------------------------------------------------------
     @property
@@ -259,6 +273,7 @@ class PerfSession:
             startup_timeout=self.options.startup_timeout,
         )
         server.start()
+        self.findings[key] = scan_startup(_last_start(server.log_path))
         self.start_counts[key] = self.start_counts.get(key, 0) + 1
         rec = ServerRecord(server=server, configuration=configuration, build=build)
         rec.starts = self.start_counts[key]
@@ -397,6 +412,14 @@ class PerfSession:
             written.append(path)
         self.accepted = written
         return written
+
+    def startup_lines(self) -> list[str]:
+        """One line per performance warning a server printed at start."""
+        return [
+            f"{config} ({label}): [{f.id}] {f.line.strip()} -> {f.advice}"
+            for (_profile, config, label), findings in self.findings.items()
+            for f in findings
+        ]
 
     # -- results ----------------------------------------------------------------------------------
     def results(self) -> dict[str, Any]:

@@ -16,6 +16,8 @@ from .builds import resolve_server_binary
 from .errors import MoeperfError
 from .fixture import MoePerf
 from .fs import atomic_write_text
+from .history import read_history
+from .plot import baseline_marks, plot_report
 from .report import (
     BASELINE_HEADERS,
     baseline_rows,
@@ -28,6 +30,7 @@ from .session import Options, PerfSession
 
 SESSION = pytest.StashKey[PerfSession]()
 ITEM_INDEX = pytest.StashKey[int]()
+REAPED = pytest.StashKey[list[int]]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -64,7 +67,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--moeperf-report",
         metavar="PATH",
-        help="write the run's tables (throughput, baselines, claims, host) as markdown here",
+        help="write the run's tables (throughput, baselines, claims, startup warnings, host) "
+        "as markdown here, and a PNG of throughput (with run-over-run history from .moeperf/) "
+        "beside it",
     )
     group.addoption(
         "--moeperf-accept",
@@ -184,9 +189,15 @@ def pytest_configure(config: pytest.Config) -> None:
         config.stash[SESSION] = PerfSession(_options(config), report=say, progress=announce)
     except MoeperfError as exc:
         raise pytest.UsageError(str(exc)) from None
-    for pid in orphans.reap():
-        say(f"moeperf: stopped llama-server pid {pid} left running by a killed session")
+    config.stash[REAPED] = orphans.reap()  # shown in the header: no reporter here yet
     _stop_on_sigterm()
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    return [
+        f"moeperf: stopped llama-server pid {pid} left running by a killed session"
+        for pid in config.stash.get(REAPED, [])
+    ]
 
 
 def _stop_on_sigterm() -> None:
@@ -312,20 +323,39 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         if perf.options.accept and session.exitstatus != pytest.ExitCode.INTERRUPTED:
             perf.accept_baselines()
         if perf.options.report_file is not None:
-            fp = next(iter(perf.results().get("fingerprints", {}).values()), perf.host)
-            atomic_write_text(
-                perf.options.report_file,
-                markdown_report(
-                    list(perf.measurements.values()),
-                    perf.baseline_rows,
-                    perf.verdicts,
-                    fp,
-                    perf.startup_lines(),
-                ),
-            )
+            _write_report(perf)
     except (MoeperfError, OSError) as exc:
         perf.finish_error = str(exc)
         session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+
+
+def _write_report(perf: PerfSession) -> None:
+    """The markdown report, and beside it a PNG of throughput (with run-over-run history)."""
+    assert perf.options.report_file is not None
+    report = perf.options.report_file
+    results = perf.results_dict or perf.results()
+    fp = next(iter(results.get("fingerprints", {}).values()), perf.host)
+    text = markdown_report(
+        list(perf.measurements.values()),
+        perf.baseline_rows,
+        perf.verdicts,
+        fp,
+        perf.startup_lines(),
+    )
+    if perf.measurements:
+        png = (
+            report.with_suffix(".png")
+            if report.suffix != ".png"
+            else report.with_name(report.stem + ".plot.png")
+        )
+        history, perf.history_problems = read_history(perf.options.results_dir)
+        profiles = sorted({k[0] for k in perf.measurements})
+        marks = baseline_marks(perf.baselines(perf.profile(p)) for p in profiles)
+        plot_report(results, history, png, baselines=marks)
+        perf.report_files.append(png)
+        text += f"\n![throughput per configuration and workload]({png.name})\n"
+    atomic_write_text(report, text)
+    perf.report_files.insert(0, report)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
@@ -354,7 +384,9 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             terminalreporter.write_line(f"  {line}")
     for path in perf.accepted:
         terminalreporter.write_line(f"accepted as new baselines: {path}")
-    if perf.options.report_file is not None and not perf.finish_error:
-        terminalreporter.write_line(f"report: {perf.options.report_file}")
+    for line in perf.history_problems:
+        terminalreporter.write_line(f"moeperf: skipped history file: {line}", yellow=True)
+    for path in perf.report_files:
+        terminalreporter.write_line(f"report: {path}")
     if perf.results_path is not None:
         terminalreporter.write_line(f"results: {perf.results_path}")

@@ -21,8 +21,9 @@ from . import __version__
 from .baselines import BaselineFile, accept, load_baselines
 from .builds import Build, binary_build, build_llama
 from .config import Configuration, HostLacks, Profile, load_profiles
-from .errors import ConfigError, MoeperfError
+from .errors import ConfigError, MeasurementError, MoeperfError
 from .fs import atomic_write_text
+from .history import write_history
 from .host import busy_fraction, file_digest, host_fingerprint
 from .judge import BaselineCheck, Verdict
 from .logs import StartupFinding, scan_startup
@@ -121,11 +122,19 @@ class PerfSession:
         self.servers: dict[ServerKey, ServerRecord] = {}
         self.measurements: dict[MeasurementKey, Measurement] = {}
         self.start_counts: dict[ServerKey, int] = {}
-        self.log_dir = options.results_dir / "logs" / time.strftime("%Y%m%d-%H%M%S")
+        worker = os.environ.get("PYTEST_XDIST_WORKER")  # its own logs: workers start together
+        self.log_dir = (
+            options.results_dir
+            / "logs"
+            / "-".join([time.strftime("%Y%m%d-%H%M%S"), *([worker] if worker else [])])
+        )
         self.last_use: dict[tuple[str, str], int] = {}
         self.results_path: Path | None = None
         self.accepted: list[Path] = []
         self.finish_error: str | None = None
+        self.results_dict: dict[str, Any] | None = None
+        self.history_problems: list[str] = []
+        self.report_files: list[Path] = []
         self.verdicts: list[tuple[str, Verdict]] = []
         self.baseline_rows: list[BaselineRow] = []
         self.findings: dict[ServerKey, list[StartupFinding]] = {}
@@ -334,20 +343,26 @@ class PerfSession:
                     "intervals, inconclusive verdicts)"
                 )
             self.report(f"moeperf: measuring {workload} x{reps - start} on {rec.server.name}")
-            with Meter(
-                rec.server.url,
-                vocab=self.vocab(rec),
-                request_timeout=self.options.request_timeout,
-            ) as meter:
-                began = time.time()
-                taken = meter.measure(
-                    workload,
-                    configuration=configuration.name,
-                    build=label,
-                    repetitions=reps - start,
-                    warmup=have is None,
-                    first=start,
-                )
+            try:
+                with Meter(
+                    rec.server.url,
+                    vocab=self.vocab(rec),
+                    request_timeout=self.options.request_timeout,
+                ) as meter:
+                    began = time.time()
+                    taken = meter.measure(
+                        workload,
+                        configuration=configuration.name,
+                        build=label,
+                        repetitions=reps - start,
+                        warmup=have is None,
+                        first=start,
+                    )
+            except MeasurementError as exc:  # a hung server is stopped; its log tail shown
+                raise rec.server.request_failed(exc) from None
+            except BaseException as exc:  # Ctrl-C, SIGTERM, pytest-timeout: say where
+                rec.server.note(exc, f"measuring {workload}")
+                raise
             ended = time.time()
         spans = [*(have.extra.get("spans", []) if have else []), [began, ended]]
         extra = {
@@ -458,15 +473,16 @@ class PerfSession:
         }
 
     def write_results(self) -> Path | None:
-        """Write the results file (atomically); ``None`` when nothing was measured here."""
+        """Write the results into the history folder (results file, pytest-benchmark saved
+        run, llama-bench JSONL rows), atomically; ``None`` when nothing was measured here."""
         if not self.measurements or self.replay is not None:
             return None
-        path = self.options.results_file or (
-            self.options.results_dir
-            / f"results-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.json"
-        )
-        atomic_write_text(path, json.dumps(self.results(), indent=1) + "\n")
-        return path
+        results = self.results_dict = self.results()
+        written = write_history(results, self.options.results_dir)
+        if self.options.results_file is not None:
+            atomic_write_text(self.options.results_file, json.dumps(results, indent=1) + "\n")
+            return self.options.results_file
+        return written[0]
 
     def close(self) -> None:
         """Stop every server this session started."""

@@ -51,7 +51,13 @@ def test_tensor_override_with_mmap_warns_and_lm_none_does_not(ot):
     assert "tensor overrides to CPU are used with mmap enabled" in out
     assert "llama-server startup warnings:\n  mmap (b11434): [mmap-tensor-overrides]" in out
     assert "lm-none (b11434): [mmap-tensor-overrides]" not in out
-    assert "mmap (b11434): [mmap-tensor-overrides]" in (ot.path / "report.md").read_text()
+    report = (ot.path / "report.md").read_text()
+    assert "mmap (b11434): [mmap-tensor-overrides]" in report
+    assert "![throughput per configuration and workload](report.png)" in report
+    assert (ot.path / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    history = ot.path / ".moeperf"
+    assert list(history.glob("results-*.json")) and list(history.glob("benchmarks/*/0001_*.json"))
+    assert list(history.glob("llama-bench/*.jsonl"))
 
 
 def test_strict_warnings_fail_the_test(ot):

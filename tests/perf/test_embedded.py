@@ -3,8 +3,9 @@
 Measured on the embedded default (llama-server b11434, CPU only, synthetic 460 MB MoE,
 ``-c 4096 -t 2 -np 1``): pinning to one core halves throughput, the load mode makes no
 difference on a CPU-only build (unlike ADR-0042's GPU host, where ``-lm none`` doubled
-prefill), oversubscribing the cores costs decode, and decode after a filled context is slower
-than at depth 0. Run with ``pytest -m perf -v``.
+prefill), oversubscribing the cores is a dead end for decode, the GPU expert cache cannot even
+be tried on this build, and decode after a filled context is slower than at depth 0; each
+configuration holds its recorded baseline. Run with ``pytest -m perf -v``.
 """
 
 from __future__ import annotations
@@ -31,9 +32,24 @@ def test_load_mode_is_no_lever_on_a_cpu_only_build(moeperf):
     moeperf.check("lm-none.pp512 <= 1.10 * mmap.pp512")
 
 
-@pytest.mark.moeperf(configurations=["mmap", "oversubscribed"])
-def test_oversubscribed_threads_are_slower(moeperf):
-    moeperf.check("oversubscribed.tg64 <= 0.90 * mmap.tg64")
+@pytest.mark.dead_end(
+    config="oversubscribed",
+    slower_than="mmap",
+    metric="tg64",
+    reason="8 threads on 2 cores wait on each other at every barrier",
+)
+def test_oversubscribing_threads_stays_a_dead_end(moeperf):
+    """xfail while -t 8 on 2 cores decodes slower than -t 2; fails if that ever stops."""
+
+
+@pytest.mark.dead_end(
+    config="moe-cache",
+    slower_than="mmap",
+    metric="tg64",
+    reason="ADR-0042 decision 1: the GPU expert cache loses to no cache",
+)
+def test_gpu_expert_cache_stays_a_dead_end(moeperf):
+    """Skipped on builds without --moe-cache-mib (b11434), with that reason."""
 
 
 @pytest.mark.moeperf(configurations=["mmap"])

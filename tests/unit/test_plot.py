@@ -1,0 +1,167 @@
+"""The PNG report: throughput panels per workload, the history row, baselines."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_moeperf.baselines import BaselineEntry, BaselineFile
+from pytest_moeperf.history import read_history, write_history
+from pytest_moeperf.measurement import Measurement, Sample
+from pytest_moeperf.plot import DPI, PANEL_HEIGHT, baseline_marks, plot_report
+from pytest_moeperf.stats import Figure
+from pytest_moeperf.workload import Workload
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+FINGERPRINT = {
+    "hostname": "bench-01",
+    "cpu_model": "Intel(R) Xeon(R) Silver 4210 CPU @ 2.20GHz",
+    "cpus": 40,
+    "gpus": ["NVIDIA GeForce RTX 3090", "NVIDIA GeForce RTX 3090"],
+}
+# configuration -> workload -> samples (tok/s), 3 to 5 each
+THIS_RUN = {
+    "mmap": {"pp512": [189.0, 186.2, 191.4], "tg64": [15.9, 16.1, 15.7, 16.0]},
+    "lm-none": {"pp512": [391.4, 388.0, 395.1, 390.2, 379.9], "tg64": [16.2, 16.0, 16.3]},
+}
+
+
+def results(build: str, date: str, runs: dict[str, dict[str, list[float]]]) -> dict[str, Any]:
+    """A results dict as PerfSession.results() writes it."""
+    ms = []
+    for config, by_workload in runs.items():
+        for wname, values in by_workload.items():
+            wl = Workload.parse(wname)
+            samples = tuple(Sample(wl.tokens, wl.tokens * 1000.0 / v) for v in values)
+            extra = {"profile": "prod", "flags": ["-t", "10"], "pinning": "node 1"}
+            ms.append(Measurement(config, build, wl, samples, extra).to_dict())
+    return {
+        "moeperf_results": 1,
+        "plugin_version": "0.1.0",
+        "date": date,
+        "fingerprint": FINGERPRINT,
+        "fingerprints": {"prod": FINGERPRINT},
+        "measurements": ms,
+        "verdicts": [],
+        "baseline_checks": [],
+    }
+
+
+def scaled(factor: float) -> dict[str, dict[str, list[float]]]:
+    return {c: {w: [v * factor for v in vs] for w, vs in ws.items()} for c, ws in THIS_RUN.items()}
+
+
+@pytest.fixture
+def current() -> dict[str, Any]:
+    return results("b11713", "2026-10-17T09:30:00+0200", THIS_RUN)
+
+
+@pytest.fixture
+def earlier() -> list[dict[str, Any]]:
+    """Two earlier runs on build b11053, then one on b11713 (the history before this run)."""
+    return [
+        results("b11053", "2026-10-10T09:30:00+0200", scaled(0.70)),
+        results("b11053", "2026-10-12T09:30:00+0200", scaled(0.72)),
+        results("b11713", "2026-10-15T09:30:00+0200", scaled(0.98)),
+    ]
+
+
+BASELINES = {
+    ("mmap", "b11713", " pp512 "): 189.0,  # any form Workload.parse reads
+    ("lm-none", "b11713", "pp512"): 391.4,
+    ("lm-none", "b11713", "tg64"): 17.5,
+}
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == PNG_MAGIC
+    assert data[12:16] == b"IHDR"
+    width, height = struct.unpack(">II", data[16:24])
+    return width, height
+
+
+def test_plot_with_history_and_baselines(
+    tmp_path: Path, current: dict[str, Any], earlier: list[dict[str, Any]]
+) -> None:
+    out = plot_report(current, [*earlier, current], tmp_path / "report.png", baselines=BASELINES)
+    assert out == tmp_path / "report.png"
+    width, height = png_size(out)
+    assert out.stat().st_size > 20_000
+    # two workloads side by side, two rows (throughput, run over run)
+    assert width >= 2 * 4.5 * DPI
+    assert height == pytest.approx((2 * PANEL_HEIGHT + 1.3) * DPI, abs=2)
+    assert not list(tmp_path.glob("*.tmp")) and not list(tmp_path.glob(".*"))
+
+
+def test_plot_without_history_or_baselines(tmp_path: Path, current: dict[str, Any]) -> None:
+    out = plot_report(current, [], tmp_path / "plain.png")
+    width, height = png_size(out)
+    assert height == pytest.approx((PANEL_HEIGHT + 1.3) * DPI, abs=2)
+    assert width >= 2 * 4.5 * DPI
+
+
+def test_history_of_only_this_run_draws_one_row(tmp_path: Path, current: dict[str, Any]) -> None:
+    _, alone = png_size(plot_report(current, [current], tmp_path / "alone.png"))
+    _, plain = png_size(plot_report(current, [], tmp_path / "plain.png"))
+    assert alone == plain
+
+
+def test_this_run_read_back_from_its_file_is_not_an_earlier_run(
+    tmp_path: Path, current: dict[str, Any]
+) -> None:
+    written = write_history(current, tmp_path / "h", stamp="s")
+    runs, _ = read_history(tmp_path / "h")
+    later = {**current, "date": "2026-10-17T09:30:01+0200"}  # results() asked again
+    _, height = png_size(plot_report(later, runs, tmp_path / "r.png"))
+    assert height == pytest.approx((PANEL_HEIGHT + 1.3) * DPI, abs=2)
+    assert json.loads(written[0].read_text()) == current
+
+
+def test_history_of_other_configurations_draws_one_row(
+    tmp_path: Path, current: dict[str, Any]
+) -> None:
+    other = results("b11053", "2026-10-10T09:30:00+0200", {"node0": THIS_RUN["mmap"]})
+    _, height = png_size(plot_report(current, [other], tmp_path / "r.png"))
+    assert height == pytest.approx((PANEL_HEIGHT + 1.3) * DPI, abs=2)
+
+
+def test_build_gate_run_stored_figures_and_missing_cells(
+    tmp_path: Path, current: dict[str, Any], earlier: list[dict[str, Any]]
+) -> None:
+    gate = results("b11053", current["date"], scaled(0.7))
+    current["measurements"] += gate["measurements"]
+    stored = Measurement(
+        "one-core", "b11713", Workload.parse("pp512"), (), {"profile": "prod"}, Figure(150.0, 0.02)
+    )
+    current["measurements"].append(stored.to_dict())
+    width, height = png_size(
+        plot_report(current, earlier, tmp_path / "gate.png", baselines=BASELINES)
+    )
+    assert height == pytest.approx((2 * PANEL_HEIGHT + 1.3) * DPI, abs=2)
+    assert width > 2 * (1.15 * 5 + 2.0) * DPI - 2  # five (configuration, build) columns
+
+
+def test_no_measurements_still_writes_a_png(tmp_path: Path) -> None:
+    empty = results("b11713", "2026-10-17T09:30:00+0200", {})
+    assert png_size(plot_report(empty, [], tmp_path / "empty.png"))[0] > 0
+
+
+def test_replaces_an_existing_file(tmp_path: Path, current: dict[str, Any]) -> None:
+    path = tmp_path / "report.png"
+    path.write_bytes(b"old")
+    plot_report(current, [], path)
+    assert path.read_bytes()[:8] == PNG_MAGIC
+
+
+def test_baseline_marks_from_baseline_files() -> None:
+    entry = BaselineEntry("b11713", "lm-none", "tg128@d8192", 16.3, "2026-10-17", "ADR-0042")
+    traffic = BaselineEntry(
+        "b11713", "lm-none", "prefill-median", 219.0, "2026-10-17", "logs", kind="traffic"
+    )
+    bf = BaselineFile("prod", entries=(entry, traffic))
+    assert baseline_marks([bf, None]) == {("lm-none", "b11713", "tg128 @ d8192"): 16.3}

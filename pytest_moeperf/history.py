@@ -53,16 +53,7 @@ LLAMA_BENCH_DIR = "llama-bench"
 LLAMA_BENCH_ALL = "llama-bench.jsonl"
 LOCK_NAME = ".history.lock"
 
-LLAMA_BENCH_FIELDS: tuple[str, ...] = (
-    "build_commit",
-    "build_number",
-    "cpu_info",
-    "gpu_info",
-    "backends",
-    "model_filename",
-    "model_type",
-    "model_size",
-    "model_n_params",
+SETTING_FIELDS: tuple[str, ...] = (
     "n_batch",
     "n_ubatch",
     "n_threads",
@@ -88,6 +79,20 @@ LLAMA_BENCH_FIELDS: tuple[str, ...] = (
     "repack",
     "fit_target",
     "fit_min_ctx",
+)
+"""llama-bench row fields that come from the configuration's flags (or their defaults)."""
+
+LLAMA_BENCH_FIELDS: tuple[str, ...] = (
+    "build_commit",
+    "build_number",
+    "cpu_info",
+    "gpu_info",
+    "backends",
+    "model_filename",
+    "model_type",
+    "model_size",
+    "model_n_params",
+    *SETTING_FIELDS,
     "n_prompt",
     "n_gen",
     "n_depth",
@@ -706,36 +711,7 @@ def llama_bench_rows(results: Mapping[str, Any]) -> list[dict[str, Any]]:
             "model_type": f"{model_name} [{m.configuration}]",
             "model_size": int(fp.get("model_bytes") or 0),
             "model_n_params": 0,
-            **{
-                k: fields[k]
-                for k in (
-                    "n_batch",
-                    "n_ubatch",
-                    "n_threads",
-                    "cpu_mask",
-                    "cpu_strict",
-                    "poll",
-                    "type_k",
-                    "type_v",
-                    "n_gpu_layers",
-                    "n_cpu_moe",
-                    "split_mode",
-                    "main_gpu",
-                    "no_kv_offload",
-                    "flash_attn",
-                    "devices",
-                    "tensor_split",
-                    "tensor_buft_overrides",
-                    "load_mode",
-                    "lazy_mode",
-                    "embeddings",
-                    "no_op_offload",
-                    "no_host",
-                    "repack",
-                    "fit_target",
-                    "fit_min_ctx",
-                )
-            },
+            **{k: fields[k] for k in SETTING_FIELDS},
             "n_prompt": wl.tokens if wl.is_prefill else 0,
             "n_gen": 0 if wl.is_prefill else wl.tokens,
             "n_depth": wl.depth,

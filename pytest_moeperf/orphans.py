@@ -43,11 +43,18 @@ def cmdline(pid: int) -> list[str]:
         return []
 
 
-def die_with_parent() -> None:
-    """In a child between fork and exec: be killed when the parent dies (Linux only)."""
+def die_with_parent(parent: int | None = None) -> None:
+    """In a child between fork and exec: be killed when the parent dies (Linux only).
+
+    The signal comes when the *thread* that forked dies, so start servers from the thread
+    that lives as long as the session (pytest's main thread). With *parent* (the forking
+    process's pid, taken before the fork), a parent that died before the request took effect
+    is noticed, and the child kills itself instead of running on unowned."""
     with contextlib.suppress(OSError, AttributeError):
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if parent is not None and os.getppid() != parent:
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def record(pid: int, command: list[str]) -> Path:
@@ -77,8 +84,41 @@ def _same_process(pid: int, started: Any, command: Any) -> bool:
     return started is not None and start_time(pid) == started and cmdline(pid) == command
 
 
+def alive(pid: int) -> bool:
+    """Whether *pid* is a running process (a zombie, exited but not yet waited for, is not)."""
+    return start_time(pid) is not None
+
+
+def terminate(pid: int, timeout: float = 5.0) -> bool:
+    """Stop *pid* (and its process group when it leads one, as servers do): SIGTERM (with
+    SIGCONT, so that a stopped process gets it), then SIGKILL after *timeout* seconds.
+    Returns whether it is gone."""
+    try:
+        group = os.getpgid(pid) == pid
+    except (ProcessLookupError, PermissionError):
+        group = False
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for s in (sig, signal.SIGCONT) if sig == signal.SIGTERM else (sig,):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                if group:
+                    os.killpg(pid, s)
+                else:
+                    os.kill(pid, s)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and alive(pid):
+            time.sleep(0.05)
+        if not alive(pid):
+            return True
+    return False
+
+
 def reap() -> list[int]:
-    """Stop servers whose owning session is gone; returns the pids stopped."""
+    """Stop servers whose owning session is gone; returns the pids stopped.
+
+    A pid file is acted on only when its owner (pid and start time) no longer runs; its
+    server is stopped only when the process with that pid still has the recorded start time
+    and command line (so a pid reused by something else is never touched). The file is then
+    removed, unless the server would not die (it is tried again next time)."""
     stopped = []
     folder = servers_dir()
     for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
@@ -91,14 +131,8 @@ def reap() -> list[int]:
         if _same_process(owner, data.get("owner_start_time"), cmdline(owner)):
             continue  # its session is still running
         if _same_process(pid, data.get("start_time"), data.get("cmdline")):
-            for sig in (signal.SIGTERM, signal.SIGKILL):
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(pid, sig)
-                deadline = time.monotonic() + 5
-                while time.monotonic() < deadline and start_time(pid) is not None:
-                    time.sleep(0.05)
-                if start_time(pid) is None:
-                    break
+            if not terminate(pid):
+                continue
             stopped.append(pid)
         path.unlink(missing_ok=True)
     return stopped

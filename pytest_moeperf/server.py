@@ -12,11 +12,18 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
+import httpcore  # noqa: F401 (see below)
 import httpx
 
 from . import orphans
-from .errors import ServerError
+from .errors import MeasurementError, MoeperfError, ServerError
 from .host import format_cpu_list, process_cpus
+
+# httpx imports httpcore on first use and keeps a map of the httpcore exception classes it
+# saw first. pytester drops the modules a test imported when the test ends, so a first use
+# inside such a test (an inline inner session) would leave later httpx calls in the process
+# with a stale map: httpcore's errors would escape unmapped (not httpx.HTTPError). Imported
+# with the plugin, httpcore is never dropped.
 
 HOST = "127.0.0.1"
 _BIND_FAILURES = ("couldn't bind", "address already in use", "failed to bind")
@@ -130,15 +137,20 @@ class LlamaServer:
         port = free_port()
         cpus = self.cpus
         env = {**os.environ, **self.env}
+        parent = os.getpid()
 
         def pin() -> None:  # runs in the child between fork and exec
-            orphans.die_with_parent()
+            orphans.die_with_parent(parent)
             if cpus is not None:
                 os.sched_setaffinity(0, cpus)
 
         t0 = time.monotonic()
         with self.log_path.open("ab") as log:
-            log.write(f"# moeperf: {' '.join(self.command(port))}\n".encode())
+            log.write(
+                f"# moeperf: {' '.join(self.command(port))}\n"
+                f"# moeperf: spawned at {time.time():.6f} (unix time; the times of "
+                "--log-timestamps count from about here)\n".encode()
+            )
             log.flush()
             try:
                 self.process = subprocess.Popen(
@@ -152,14 +164,17 @@ class LlamaServer:
                 )
             except OSError as exc:
                 raise ServerError(f"{self.name}: cannot run {self.binary}: {exc}") from None
-        self.port = port
-        self.started_at = time.time()
-        orphans.record(self.process.pid, self.command(port))
         try:
+            self.port = port
+            self.started_at = time.time()
+            orphans.record(self.process.pid, self.command(port))
             self._verify_pinning()
             self._wait_healthy(t0)
-        except BaseException:
+        except (MoeperfError, _BindLost):
             self.stop()
+            raise
+        except BaseException as exc:  # Ctrl-C, SIGTERM, pytest-timeout
+            self.interrupted(exc, f"starting {self.name}, {time.monotonic() - t0:.1f} s in")
             raise
         self.ready_seconds = time.monotonic() - t0
 
@@ -190,36 +205,83 @@ class LlamaServer:
                         f"{self.name}: llama-server exited with code {code} before it was ready; "
                         f"log {self.log_path}, last lines:\n{self.log_tail(15)}"
                     )
-                try:
-                    if client.get(f"{self.url}/health").status_code == 200:
-                        self._verify_pinning()
-                        return
-                except httpx.HTTPError:
-                    pass
-                if time.monotonic() > deadline:
+                # checked before asking: a server first seen ready after the budget is late
+                # (and a budget of 0 always times out)
+                left = deadline - time.monotonic()
+                if left < 0:
                     raise ServerError(
                         f"{self.name}: not ready after {self.startup_timeout:.0f} s "
                         f"(startup timeout); log {self.log_path}, last lines:\n{self.log_tail(15)}"
                     )
+                try:
+                    reply = client.get(f"{self.url}/health", timeout=min(2.0, max(left, 0.1)))
+                    if reply.status_code == 200:
+                        self._verify_pinning()
+                        return
+                except httpx.HTTPError:
+                    pass
                 time.sleep(0.05)
 
     def stop(self) -> int | None:
-        """Stop the server (SIGTERM to its process group, SIGKILL after *stop_timeout*);
-        returns its exit code. Safe to call twice."""
+        """Stop the server (SIGTERM to its process group, with SIGCONT so that a stopped
+        server gets it; SIGKILL after *stop_timeout*); returns its exit code. What is left of
+        its process group once it is gone (children of a wrapper script) is killed. Safe to
+        call twice."""
         proc = self.process
         if proc is None:
             return None
         if proc.poll() is None:
-            for sig, wait in ((signal.SIGTERM, self.stop_timeout), (signal.SIGKILL, 10.0)):
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, sig)
+            for sigs, wait in (
+                ((signal.SIGTERM, signal.SIGCONT), self.stop_timeout),
+                ((signal.SIGKILL,), 10.0),
+            ):
+                for sig in sigs:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.killpg(proc.pid, sig)
                 try:
                     proc.wait(timeout=wait)
                     break
                 except subprocess.TimeoutExpired:
                     continue
-        orphans.forget(proc.pid)
-        return proc.poll()
+            # the group id cannot be reused while members are left, so this hits only ours
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        code = proc.poll()
+        if code is not None:
+            orphans.forget(proc.pid)  # else the next session's reaper tries again
+        return code
+
+    # -- what went wrong ------------------------------------------------------------------------
+    def interrupted(self, exc: BaseException, phase: str) -> None:
+        """Stop the server after *exc* (an interruption: Ctrl-C, SIGTERM, pytest-timeout)
+        broke off *phase* (``"measuring tg64 on mmap (b11434)"``): a request may still be in
+        flight, so its state is unknown (a later use starts a fresh one). Adds to *exc* the
+        phase and the log's last lines from before the stop."""
+        last = self.log_tail(10)
+        self.stop()
+        exc.add_note(
+            f"moeperf: interrupted while {phase}; server stopped; "
+            f"log {self.log_path}, last lines:\n{last}"
+        )
+
+    def request_failed(self, exc: MeasurementError) -> MeasurementError:
+        """The error to raise for a request to this server that failed with *exc*.
+
+        A request that got no answer within the request timeout leaves a hung server: it is
+        stopped (a later use starts a fresh one). A server that died says its exit code. Both
+        name the log and show its last lines; other errors are returned as they are."""
+        timed_out = isinstance(exc.__context__, httpx.TimeoutException) or (
+            "(request timeout)" in str(exc)
+        )
+        last = self.log_tail(15)  # what it was doing, before stopping it adds its exit lines
+        if timed_out:
+            self.stop()
+            what = f"{self.name} hung and was stopped"
+        elif self.process is not None and not self.is_running():
+            what = f"{self.name}: llama-server exited with code {self.process.poll()}"
+        else:
+            return exc
+        return MeasurementError(f"{exc}; {what}; log {self.log_path}, last lines:\n{last}")
 
     def __enter__(self) -> LlamaServer:
         return self.start()

@@ -360,8 +360,8 @@ class PerfSession:
                     )
             except MeasurementError as exc:  # a hung server is stopped; its log tail shown
                 raise rec.server.request_failed(exc) from None
-            except BaseException as exc:  # Ctrl-C, SIGTERM, pytest-timeout: say where
-                rec.server.note(exc, f"measuring {workload}")
+            except BaseException as exc:  # Ctrl-C, SIGTERM, pytest-timeout: stop, say where
+                rec.server.interrupted(exc, f"measuring {workload} on {rec.server.name}")
                 raise
             ended = time.time()
         spans = [*(have.extra.get("spans", []) if have else []), [began, ended]]

@@ -50,15 +50,17 @@ def test_accept_then_check_then_fail_with_the_table(tiny):
     assert 'configuration = "default"' in text and 'workload = "pp64"' in text
     assert "[fingerprint]" in text and "model_sha256_16mib" in text
 
-    # the tiny model is too fast to measure steadily: widen the tolerance for this test
-    baseline.write_text(re.sub(r"^tolerance = .*$", "tolerance = 0.9", text, flags=re.M))
+    # the tiny model is too fast to measure steadily (its throughput swings by 10x on a busy
+    # host): a baseline any server reaches passes, one no server reaches fails
+    def with_value(value: str) -> str:
+        edited = re.sub(r"^value = .*$", f"value = {value}", text, count=1, flags=re.M)
+        return re.sub(r"^samples = .*$", "rel_spread = 0.01", edited, flags=re.M)
+
+    baseline.write_text(with_value("1.0"))
     result = tiny.runpytest_subprocess("-m", "perf")
     result.assert_outcomes(passed=1)
 
-    # a baseline this host cannot reach
-    unreachable = re.sub(r"^value = .*$", "value = 1e9", baseline.read_text(), count=1, flags=re.M)
-    unreachable = re.sub(r"^samples = .*$", "rel_spread = 0.01", unreachable, flags=re.M)
-    baseline.write_text(unreachable)
+    baseline.write_text(with_value("1e9"))
     result = tiny.runpytest_subprocess("-m", "perf")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(

@@ -22,7 +22,7 @@ from .baselines import BaselineFile, accept, load_baselines
 from .builds import Build, binary_build, build_llama
 from .config import Configuration, HostLacks, Profile, load_profiles
 from .errors import ConfigError, MeasurementError, MoeperfError
-from .fs import atomic_write_text
+from .fs import atomic_write_text, file_lock
 from .history import write_history
 from .host import busy_fraction, file_digest, host_fingerprint
 from .judge import BaselineCheck, Verdict
@@ -415,14 +415,15 @@ class PerfSession:
                     f'baseline = "baselines/{name}.toml" to accept its measurements'
                 )
             today = dt.date.today().isoformat()
-            accept(
-                path,
-                name,
-                ms,
-                self.fingerprint(profile),
-                date=today,
-                source=f"pytest-moeperf {__version__} accept, {today}",
-            )
+            with file_lock(path.with_name(f".{path.name}.lock")):  # xdist workers take turns
+                accept(
+                    path,
+                    name,
+                    ms,
+                    self.fingerprint(profile),
+                    date=today,
+                    source=f"pytest-moeperf {__version__} accept, {today}",
+                )
             self._baselines.pop(name, None)
             written.append(path)
         self.accepted = written

@@ -57,6 +57,11 @@ def build_requests(workload: Workload, *, seed: int, vocab: int) -> list[Request
                 {**base, "prompt": prefix + new, "n_predict": 1, "cache_prompt": True}, n, None
             ),
         ]
+    if n < 2:
+        raise MeasurementError(
+            f"{workload}: decode needs at least 2 generated tokens (the first comes from the "
+            "prompt's logits, not a decode step); use tg2 or more"
+        )
     prompt = prompt_ids(max(depth, 1), seed=seed * 2, vocab=vocab)
     return [
         Request(
@@ -102,7 +107,9 @@ def sample_from(workload: Workload, request: Request, reply: dict[str, Any]) -> 
         return Sample(tokens=prompt_n, ms=prompt_ms)
     if pred_ms <= 0:
         raise MeasurementError(f"{workload}: predicted_ms={pred_ms} is not a duration")
-    return Sample(tokens=pred_n, ms=pred_ms)
+    # predicted_ms runs from the first sampled token to the last: M - 1 decode steps (the
+    # first token comes from the prompt's logits). llama-bench's tgM times M decode steps.
+    return Sample(tokens=pred_n - 1, ms=pred_ms)
 
 
 class Meter:

@@ -11,8 +11,9 @@ from pytest_moeperf.measure import FIRST_ID, build_requests, prompt_ids, sample_
 from pytest_moeperf.stats import summarize
 from pytest_moeperf.workload import Workload
 
-workloads = st.builds(
-    Workload, st.sampled_from(["pp", "tg"]), st.integers(1, 4096), st.integers(0, 8192)
+workloads = st.one_of(
+    st.builds(Workload, st.just("pp"), st.integers(1, 4096), st.integers(0, 8192)),
+    st.builds(Workload, st.just("tg"), st.integers(2, 4096), st.integers(0, 8192)),
 )
 
 
@@ -96,3 +97,16 @@ def test_summary_is_ordered(values):
     assert s.min <= s.median <= s.max
     assert 0 <= s.mad <= s.max - s.min
     assert s.n == len(values)
+
+
+def test_decode_rate_counts_decode_steps():
+    """predicted_ms spans M - 1 decode steps: tg64 in 630 ms is 100 tok/s, like llama-bench."""
+    w = Workload.parse("tg64")
+    req = build_requests(w, seed=0, vocab=4096)[-1]
+    s = sample_from(w, req, _reply(prompt_n=1, predicted_n=64, predicted_ms=630.0))
+    assert s.tok_per_s == pytest.approx(100.0)
+
+
+def test_tg1_has_no_decode_step():
+    with pytest.raises(MeasurementError, match="at least 2 generated tokens"):
+        build_requests(Workload.parse("tg1"), seed=0, vocab=4096)

@@ -1,0 +1,680 @@
+"""llama-bench as a cross-check of the server's numbers: the same configuration and workloads,
+measured by the llama-bench built next to llama-server.
+
+:func:`bench_args` translates a configuration's llama-server flags into llama-bench arguments
+(llama-bench spells several of them differently, lacks the server-only ones, and turns a
+repeated flag or a comma list into extra test combinations); :func:`run_bench` runs llama-bench
+pinned like the server and returns one :class:`BenchResult` per workload.
+
+What the two measure differs in one known way: the server's ``tgM`` at depth 0 decodes after a
+1-token prompt, llama-bench's ``tgM`` after none; at depth d both decode after d tokens in the
+context. Server-side costs (sampling, HTTP, the slot loop) are in the server's numbers only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple, TypeVar
+
+from . import orphans
+from .errors import MoeperfError
+from .host import format_cpu_list, online_cpus
+from .measurement import Measurement, Sample
+from .workload import Workload
+
+__all__ = [
+    "BenchArgs",
+    "BenchError",
+    "BenchResult",
+    "bench_args",
+    "parse_bench_json",
+    "run_bench",
+]
+
+
+_T = TypeVar("_T")
+
+
+class BenchError(MoeperfError):
+    """llama-bench is missing, failed, printed something unreadable, or cannot express a
+    configuration's flags."""
+
+
+# --------------------------------------------------------------------------------------------
+# Flag translation tables (llama-server b11434 -> llama-bench b11434)
+
+#: Server flags whose value llama-bench takes unchanged under the given name. A repeated flag
+#: keeps its last value, as the server does (llama-bench would run one test per value).
+_SAME_VALUE: dict[str, str] = {
+    "-t": "-t",
+    "--threads": "-t",
+    "-lm": "-lm",
+    "--load-mode": "-lm",
+    "-ub": "-ub",
+    "--ubatch-size": "-ub",
+    "-b": "-b",
+    "--batch-size": "-b",
+    "--numa": "--numa",
+    "-ctk": "-ctk",
+    "--cache-type-k": "-ctk",
+    "-ctv": "-ctv",
+    "--cache-type-v": "-ctv",
+    "-sm": "-sm",
+    "--split-mode": "-sm",
+    "-mg": "-mg",
+    "--main-gpu": "-mg",
+    "-lzm": "-lzm",
+    "--lazy-mode": "-lzm",
+    "-C": "-C",
+    "--cpu-mask": "-C",
+    "--cpu-strict": "--cpu-strict",
+    "--poll": "--poll",
+    "--prio": "--prio",
+}
+
+#: Server flags whose comma-separated list llama-bench spells with '/' (a comma there would
+#: mean one test per element).
+_SLASH_LIST: dict[str, str] = {
+    "-ts": "-ts",
+    "--tensor-split": "-ts",
+    "-dev": "-dev",
+    "--device": "-dev",
+}
+
+#: Server switches (no value) that llama-bench takes as ``flag 0|1``.
+_SWITCHES: dict[str, tuple[str, str]] = {
+    "--repack": ("--repack", "1"),
+    "-nr": ("--repack", "0"),
+    "--no-repack": ("--repack", "0"),
+    "-kvo": ("-nkvo", "0"),
+    "--kv-offload": ("-nkvo", "0"),
+    "-nkvo": ("-nkvo", "1"),
+    "--no-kv-offload": ("-nkvo", "1"),
+    "--op-offload": ("-nopo", "0"),
+    "--no-op-offload": ("-nopo", "1"),
+    "--no-host": ("--no-host", "1"),
+}
+
+_FLASH_ATTN = {"-fa", "--flash-attn"}
+_GPU_LAYERS = {"-ngl", "--gpu-layers", "--n-gpu-layers"}
+_THREADS_BATCH = {"-tb", "--threads-batch"}
+_OVERRIDE = {"-ot", "--override-tensor"}
+_CPU_MOE = {"-cmoe", "--cpu-moe"}
+_N_CPU_MOE = {"-ncmoe", "--n-cpu-moe"}
+_FIT = {"-fit", "--fit"}
+
+#: Server-only flags that take a value and do not change what llama-bench measures.
+_DROP_VALUE = frozenset(
+    {
+        "-c",
+        "--ctx-size",
+        "-np",
+        "--parallel",
+        "--host",
+        "--port",
+        "-a",
+        "--alias",
+        "--tags",
+        "--log-file",
+        "--log-colors",
+        "-lv",
+        "--verbosity",
+        "--log-verbosity",
+        "--log-prompts-dir",
+        "-n",
+        "--predict",
+        "--n-predict",
+        "--keep",
+        "-to",
+        "--timeout",
+        "--threads-http",
+        "--api-key",
+        "--api-key-file",
+        "--api-prefix",
+        "--path",
+        "--cache-reuse",
+        "-cram",
+        "--cache-ram",
+        "-ctxcp",
+        "--ctx-checkpoints",
+        "--swa-checkpoints",
+        "-cms",
+        "--checkpoint-min-step",
+        "--slot-save-path",
+        "-sps",
+        "--slot-prompt-similarity",
+        "--sleep-idle-seconds",
+        "--sse-ping-interval",
+        "--media-path",
+        "--chat-template",
+        "--chat-template-file",
+        "--reasoning-format",
+        "-rea",
+        "--reasoning",
+        "--reasoning-budget",
+        "--temp",
+        "--temperature",
+        "--top-k",
+        "--top-p",
+        "--min-p",
+        "-s",
+        "--seed",
+        "--cors-origins",
+        "--cors-methods",
+        "--cors-headers",
+    }
+)
+
+#: Server-only switches (no value) that do not change what llama-bench measures.
+_DROP_SWITCH = frozenset(
+    {
+        "--jinja",
+        "--no-jinja",
+        "--metrics",
+        "--props",
+        "--slots",
+        "--no-slots",
+        "--log-disable",
+        "--log-prefix",
+        "--no-log-prefix",
+        "--log-timestamps",
+        "--no-log-timestamps",
+        "--log-jsonl",
+        "--no-log-jsonl",
+        "-v",
+        "--verbose",
+        "--log-verbose",
+        "--warmup",
+        "--no-warmup",
+        "-cb",
+        "--cont-batching",
+        "-nocb",
+        "--no-cont-batching",
+        "-kvu",
+        "--kv-unified",
+        "-no-kvu",
+        "--no-kv-unified",
+        "--cache-prompt",
+        "--no-cache-prompt",
+        "--cache-idle-slots",
+        "--no-cache-idle-slots",
+        "--context-shift",
+        "--no-context-shift",
+        "--ui",
+        "--no-ui",
+        "--webui",
+        "--no-webui",
+        "--perf",
+        "--no-perf",
+        "--ignore-eos",
+        "-sp",
+        "--special",
+        "--reuse-port",
+        "--offline",
+    }
+)
+
+#: llama.cpp's ``LLM_FFN_EXPS_REGEX``: what ``-cmoe`` keeps on the CPU, and per layer ``-ncmoe``.
+_EXPS = r"\.ffn_(up|down|gate|gate_up)_(ch|)exps"
+
+
+def _is_value(token: str) -> bool:
+    """Whether *token* reads as a flag's value rather than the next flag (``-1`` is a value)."""
+    if not token.startswith("-") or token == "-":
+        return True
+    try:
+        float(token)
+    except ValueError:
+        return False
+    return True
+
+
+def _is_override(item: str) -> bool:
+    """Whether *item* is one ``pattern=buffer-type`` that llama-bench can take in its list."""
+    name, eq, buft = item.partition("=")
+    return bool(eq and name and buft) and ";" not in item
+
+
+def _count(text: str) -> int | None:
+    """*text* as a non-negative integer, else ``None``."""
+    try:
+        value = int(text)
+    except ValueError:
+        return None
+    return value if value >= 0 else None
+
+
+class BenchArgs(NamedTuple):
+    """llama-bench arguments for a configuration and its workloads."""
+
+    runs: list[list[str]]
+    """One argument list per depth (without ``-m MODEL``), each running exactly that depth's
+    workloads."""
+    dropped: list[str]
+    """Server-only flags (with their values) left out because they do not change what
+    llama-bench measures, e.g. ``"-c 4096"``."""
+    unknown: list[str]
+    """Flags (with their values) that llama-bench cannot be given, or that are not known here:
+    a measurement run without them may not be the same configuration."""
+
+
+def bench_args(
+    server_flags: Sequence[str], workloads: Sequence[Workload], repetitions: int
+) -> BenchArgs:
+    """llama-bench arguments that measure *workloads* with *repetitions* repetitions (JSON
+    output) under the same settings as llama-server started with *server_flags*.
+
+    Flags are translated where llama-bench spells them differently (``-nr`` -> ``--repack 0``,
+    several ``-ot`` -> one ``-ot a=CPU;b=CPU``, ``-ts 3,1`` -> ``-ts 3/1``), a repeated flag
+    keeps its last value as in the server, server-only flags are listed in ``dropped`` and
+    everything else in ``unknown``. Raises :class:`BenchError` when there is no workload or
+    *repetitions* is below 1."""
+    if not workloads:
+        raise BenchError("llama-bench: no workload to measure (give e.g. pp512 or tg64)")
+    if repetitions < 1:
+        raise BenchError(f"llama-bench: repetitions must be >= 1, got {repetitions}")
+
+    settings: dict[str, str] = {}
+    overrides: list[tuple[str, str]] = []  # (kind, value): ("ot", "a=CPU"), ("cmoe", ""), ...
+    threads_batch: str | None = None
+    dropped: list[str] = []
+    unknown: list[str] = []
+
+    args = [str(a) for a in server_flags]
+    i = 0
+    while i < len(args):
+        flag = args[i]
+        takes_value = (
+            flag in _SAME_VALUE
+            or flag in _SLASH_LIST
+            or flag in _FLASH_ATTN
+            or flag in _GPU_LAYERS
+            or flag in _THREADS_BATCH
+            or flag in _OVERRIDE
+            or flag in _N_CPU_MOE
+            or flag in _FIT
+            or flag in _DROP_VALUE
+        )
+        if takes_value:
+            if i + 1 >= len(args):
+                unknown.append(flag)  # no value: the server would refuse it too
+                break
+            value = args[i + 1]
+            spelled = f"{flag} {value}"
+            i += 2
+        else:
+            value = ""
+            spelled = flag
+            i += 1
+
+        if flag in _SAME_VALUE:
+            bench_flag = _SAME_VALUE[flag]
+            if bench_flag == "-t" and value.lstrip("-").isdigit() and int(value) <= 0:
+                # -t -1: the server's default (all math cores), llama-bench's default too
+                settings.pop("-t", None)
+                dropped.append(spelled)
+            elif "," in value or (bench_flag == "-t" and not value.isdigit()):
+                unknown.append(spelled)  # a list would run one llama-bench test per element
+            else:
+                settings[bench_flag] = value
+        elif flag in _SLASH_LIST:
+            settings[_SLASH_LIST[flag]] = value.replace(",", "/")
+        elif flag in _SWITCHES:
+            bench_flag, bench_value = _SWITCHES[flag]
+            settings[bench_flag] = bench_value
+        elif flag in _FLASH_ATTN:
+            fa = _flash_attn(value)
+            if fa is None:
+                unknown.append(spelled)
+            else:
+                settings["-fa"] = fa
+        elif flag in _GPU_LAYERS:
+            if value == "all" or (value.lstrip("-").isdigit() and int(value) <= -2):
+                settings["-ngl"] = "-1"  # llama-bench offloads every layer for a negative count
+            elif value.isdigit():
+                settings["-ngl"] = value
+            else:  # "auto", -1: the server fits layers to free device memory, llama-bench cannot
+                unknown.append(spelled)
+        elif flag in _THREADS_BATCH:
+            threads_batch = value
+        elif flag in _OVERRIDE:
+            items = [item for item in value.split(",") if item]
+            if items and all(_is_override(item) for item in items):
+                overrides += [("ot", item) for item in items]
+            else:
+                unknown.append(spelled)
+        elif flag in _CPU_MOE:
+            overrides.append(("cmoe", ""))
+        elif flag in _N_CPU_MOE:
+            n = _count(value)
+            if n is None:
+                unknown.append(spelled)
+            else:
+                overrides.append(("ncmoe", value))
+        elif flag in _FIT:
+            # off: the server keeps the given layers, as llama-bench does; on: it fits them
+            (dropped if value in ("off", "0", "false", "disabled") else unknown).append(spelled)
+        elif flag in _DROP_VALUE or flag in _DROP_SWITCH:
+            dropped.append(spelled)
+        else:
+            if i < len(args) and _is_value(args[i]):
+                spelled = f"{flag} {args[i]}"
+                i += 1
+            unknown.append(spelled)
+
+    if threads_batch is not None:
+        tb = f"-tb {threads_batch}"
+        if threads_batch == settings.get("-t") or (
+            "-t" not in settings and threads_batch.startswith("-")
+        ):
+            dropped.append(tb)  # the same threads for batches: llama-bench's only setting
+        else:
+            unknown.append(tb)  # llama-bench uses one thread count for prompt and generation
+
+    common: list[str] = []
+    for bench_flag, value in settings.items():
+        common += [bench_flag, value]
+    common += _override_args(overrides)
+    common += ["-r", str(repetitions), "-o", "json"]
+
+    runs: list[list[str]] = []
+    for depth in sorted({w.depth for w in workloads}):
+        pp = _unique(w.tokens for w in workloads if w.depth == depth and w.is_prefill)
+        tg = _unique(w.tokens for w in workloads if w.depth == depth and not w.is_prefill)
+        runs.append(
+            [
+                "-p",
+                ",".join(map(str, pp)) or "0",
+                "-n",
+                ",".join(map(str, tg)) or "0",
+                "-d",
+                str(depth),
+                *common,
+            ]
+        )
+    return BenchArgs(runs=runs, dropped=dropped, unknown=unknown)
+
+
+def _unique(values: Iterable[_T]) -> list[_T]:
+    seen: list[_T] = []
+    for v in values:
+        if v not in seen:
+            seen.append(v)
+    return seen
+
+
+def _flash_attn(value: str) -> str | None:
+    """The server's ``-fa`` value in llama-bench's words (both accept the same spellings)."""
+    if value in ("on", "enabled", "true", "1"):
+        return "on"
+    if value in ("off", "disabled", "false", "0"):
+        return "off"
+    if value in ("auto", "-1"):
+        return "auto"
+    return None
+
+
+def _override_args(overrides: list[tuple[str, str]]) -> list[str]:
+    """One llama-bench ``-ot`` (overrides joined by ';') and/or ``-ncmoe``, in the server's
+    order of precedence (the first matching pattern wins)."""
+    if not overrides:
+        return []
+    kinds = [k for k, _ in overrides]
+    all_cpu = all(k != "ot" or v.rpartition("=")[2] == "CPU" for k, v in overrides)
+    if kinds.count("ncmoe") == 1 and (kinds[-1] == "ncmoe" or all_cpu):
+        # llama-bench puts -ncmoe's patterns after -ot's: the same precedence when -ncmoe
+        # comes last in the server's flags, and no matter when every override says CPU
+        ot = [f"{_EXPS}=CPU" if k == "cmoe" else v for k, v in overrides if k != "ncmoe"]
+        ncmoe = next(v for k, v in overrides if k == "ncmoe")
+        return (["-ot", ";".join(ot)] if ot else []) + ["-ncmoe", ncmoe]
+    patterns: list[str] = []
+    for kind, value in overrides:
+        if kind == "ot":
+            patterns.append(value)
+        elif kind == "cmoe":
+            patterns.append(f"{_EXPS}=CPU")
+        else:
+            patterns += [f"blk\\.{layer}{_EXPS}=CPU" for layer in range(int(value))]
+    return ["-ot", ";".join(patterns)] if patterns else []
+
+
+# --------------------------------------------------------------------------------------------
+# Results
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    """llama-bench's measurement of one workload."""
+
+    workload: Workload
+    values: tuple[float, ...]
+    """Throughput of each repetition, tok/s."""
+    avg: float
+    """llama-bench's ``avg_ts``, tok/s."""
+    stddev: float
+    """llama-bench's ``stddev_ts``, tok/s."""
+    build_number: int | None
+    samples_ns: tuple[int, ...] = ()
+    """Each repetition's duration, ns (``samples_ns``)."""
+    command: tuple[str, ...] = ()
+    """The llama-bench command line that measured it."""
+    dropped: tuple[str, ...] = ()
+    """Server-only flags of the configuration that llama-bench ran without."""
+    unknown: tuple[str, ...] = ()
+    """Flags of the configuration that llama-bench could not be given (a run that was not
+    strict): its numbers may be of another configuration."""
+    raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    """llama-bench's whole JSON record."""
+
+    @property
+    def name(self) -> str:
+        return self.workload.name
+
+    def to_measurement(self, configuration: str, build: str) -> Measurement:
+        """The same numbers as a :class:`Measurement` (one sample per repetition), marked as
+        llama-bench's in ``extra``."""
+        tokens = self.workload.tokens
+        if self.samples_ns:
+            samples = tuple(Sample(tokens=tokens, ms=ns / 1e6) for ns in self.samples_ns)
+        else:
+            samples = tuple(Sample(tokens=tokens, ms=tokens * 1000.0 / v) for v in self.values)
+        return Measurement(
+            configuration=configuration,
+            build=build,
+            workload=self.workload,
+            samples=samples,
+            extra={
+                "source": "llama-bench",
+                "avg_ts": self.avg,
+                "stddev_ts": self.stddev,
+                "build_number": self.build_number,
+                "command": list(self.command),
+                "dropped": list(self.dropped),
+                "unknown": list(self.unknown),
+            },
+        )
+
+
+def _record_workload(rec: Mapping[str, Any]) -> Workload:
+    n_prompt, n_gen, depth = int(rec["n_prompt"]), int(rec["n_gen"]), int(rec.get("n_depth", 0))
+    if n_prompt > 0 and n_gen == 0:
+        return Workload("pp", n_prompt, depth)
+    if n_gen > 0 and n_prompt == 0:
+        return Workload("tg", n_gen, depth)
+    raise ValueError(f"n_prompt={n_prompt}, n_gen={n_gen} is neither a ppN nor a tgN test")
+
+
+def parse_bench_json(text: str, command: Sequence[str] = ()) -> list[BenchResult]:
+    """The results in llama-bench's ``-o json`` output, in its order; :class:`BenchError` when
+    the output is not that."""
+    where = f"llama-bench output{' of ' + ' '.join(command) if command else ''}"
+    try:
+        records = json.loads(text)
+    except json.JSONDecodeError as exc:
+        start = " ".join(text.split())[:200]
+        raise BenchError(f"{where} is not JSON ({exc}); it starts: {start!r}") from None
+    if not isinstance(records, list):
+        raise BenchError(f"{where} is not a JSON list of test records")
+    results = []
+    for rec in records:
+        try:
+            if not isinstance(rec, dict):
+                raise TypeError("a record is not a JSON object")
+            workload = _record_workload(rec)
+            samples_ns = tuple(int(x) for x in rec.get("samples_ns") or ())
+            tokens = workload.tokens
+            if samples_ns:
+                if any(ns <= 0 for ns in samples_ns):
+                    raise ValueError(f"samples_ns {list(samples_ns)} holds a non-positive time")
+                values = tuple(tokens * 1e9 / ns for ns in samples_ns)
+            else:
+                values = tuple(float(x) for x in rec["samples_ts"])
+            build = rec.get("build_number")
+            results.append(
+                BenchResult(
+                    workload=workload,
+                    values=values,
+                    avg=float(rec["avg_ts"]),
+                    stddev=float(rec["stddev_ts"]),
+                    build_number=int(build) if build is not None else None,
+                    samples_ns=samples_ns,
+                    command=tuple(command),
+                    raw=rec,
+                )
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise BenchError(f"{where}: unreadable test record ({exc!s}): {rec!r:.300}") from None
+    return results
+
+
+# --------------------------------------------------------------------------------------------
+# Running llama-bench
+
+
+def _tail(text: str, lines: int = 15) -> str:
+    """The last *lines* non-blank lines of *text*."""
+    return "\n".join([ln for ln in text.splitlines() if ln.strip()][-lines:])
+
+
+def _check_binary(bench: Path | str | None) -> Path:
+    if bench is None:
+        raise BenchError(
+            "no llama-bench next to this llama-server: llama-bench is built next to "
+            "llama-server by `moeperf build N`; for your own binary, build llama.cpp's "
+            "llama-bench target into the same directory"
+        )
+    path = Path(bench)
+    if not path.is_file() or not os.access(path, os.X_OK):
+        what = "does not exist" if not path.exists() else "is not an executable file"
+        raise BenchError(
+            f"llama-bench {path} {what}: llama-bench is built next to llama-server by "
+            "`moeperf build N`; for your own binary, build llama.cpp's llama-bench target "
+            "into the same directory"
+        )
+    return path
+
+
+def run_bench(
+    bench: Path | str | None,
+    model: Path | str,
+    server_flags: Sequence[str],
+    workloads: Sequence[Workload],
+    *,
+    repetitions: int = 3,
+    cpus: frozenset[int] | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 600.0,
+    strict: bool = True,
+) -> dict[str, BenchResult]:
+    """llama-bench's measurement of each of *workloads* (keyed by workload name, e.g.
+    ``"tg64 @ d512"``) on *model*, with the settings of a server started with *server_flags*,
+    pinned to *cpus* like the server and with *env* added to the environment.
+
+    Raises :class:`BenchError` when llama-bench is missing, a flag cannot be translated and
+    *strict* is set, a run fails or exceeds *timeout* seconds (all runs together), or its
+    output is unreadable or lacks a workload. The caller holds any CPU lock
+    (:func:`pytest_moeperf.resources.measuring`) around the call."""
+    binary = _check_binary(bench)
+    model_path = Path(model)
+    if not model_path.is_file():
+        raise BenchError(f"llama-bench: model {model_path} does not exist")
+    plan = bench_args(server_flags, workloads, repetitions)
+    if plan.unknown and strict:
+        raise BenchError(
+            f"llama-bench cannot be given the server flag(s) {', '.join(plan.unknown)}; "
+            "its numbers would measure another configuration (server-only flags it may drop: "
+            f"{', '.join(plan.dropped) or 'none'})"
+        )
+    if cpus is not None:
+        missing = cpus - online_cpus()
+        if missing:
+            raise BenchError(
+                f"llama-bench: CPU {format_cpu_list(missing)} to pin to is not available here"
+            )
+    full_env = {**os.environ, **(env or {})}
+
+    def pin() -> None:  # in the child, between fork and exec
+        orphans.die_with_parent()
+        if cpus is not None:
+            os.sched_setaffinity(0, cpus)
+
+    deadline = time.monotonic() + timeout
+    results: dict[str, BenchResult] = {}
+    for args in plan.runs:
+        command = [str(binary), "-m", str(model_path), *args]
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise BenchError(f"llama-bench: no time left of the {timeout:.0f} s timeout")
+        try:
+            proc = subprocess.run(
+                command,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                env=full_env,
+                preexec_fn=pin,
+                timeout=left,
+                check=False,
+            )
+        except subprocess.TimeoutExpired as exc:
+            err = (exc.stderr or b"").decode("utf-8", "replace")
+            raise BenchError(
+                f"llama-bench did not finish within {timeout:.0f} s: {' '.join(command)}"
+                + (f"; last lines of its stderr:\n{_tail(err)}" if err.strip() else "")
+            ) from None
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise BenchError(f"llama-bench {binary} cannot be run: {exc}") from None
+        stdout = proc.stdout.decode("utf-8", "replace")
+        stderr = proc.stderr.decode("utf-8", "replace")
+        if proc.returncode != 0:
+            tail = _tail(stderr) or _tail(stdout) or "no output"
+            raise BenchError(
+                f"llama-bench exited with code {proc.returncode}: {' '.join(command)}; "
+                f"last lines of its output:\n{tail}"
+            )
+        for result in parse_bench_json(stdout, command):
+            if result.name in results:
+                raise BenchError(f"llama-bench reported {result.name} twice: {' '.join(command)}")
+            results[result.name] = result
+    asked = _unique(w.name for w in workloads)
+    missing_w = [name for name in asked if name not in results]
+    if missing_w:
+        raise BenchError(
+            f"llama-bench output lacks {', '.join(missing_w)} (it reported "
+            f"{', '.join(results) or 'nothing'})"
+        )
+    extra = [name for name in results if name not in asked]
+    if extra:
+        raise BenchError(f"llama-bench ran tests that were not asked: {', '.join(extra)}")
+    return {
+        name: dataclasses.replace(
+            results[name], dropped=tuple(plan.dropped), unknown=tuple(plan.unknown)
+        )
+        for name in asked
+    }

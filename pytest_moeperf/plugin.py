@@ -78,6 +78,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "(atomically; previous values kept as history in the file)",
     )
     group.addoption(
+        "--moeperf-bench",
+        action="store_true",
+        help="after the run, measure every configuration's workloads with llama-bench too "
+        "(same model, flags, pinning) and show the gap to the server's numbers",
+    )
+    group.addoption(
         "--moeperf-strict-warnings",
         action="store_true",
         help="fail a test whose server printed a known performance warning at start "
@@ -149,6 +155,7 @@ def _options(config: pytest.Config) -> Options:
         opts.report_file = Path(config.getoption("moeperf_report"))
     opts.accept = bool(config.getoption("moeperf_accept"))
     opts.strict_warnings = bool(config.getoption("moeperf_strict_warnings"))
+    opts.bench = bool(config.getoption("moeperf_bench"))
     if opts.accept and opts.replay:
         raise pytest.UsageError("--moeperf-accept takes measured results, not --moeperf-replay")
     if config.getoption("moeperf_results"):
@@ -319,6 +326,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         return
     perf.close()
     try:
+        if perf.options.bench and session.exitstatus != pytest.ExitCode.INTERRUPTED:
+            perf.cross_check()
         perf.results_path = perf.write_results()
         if perf.options.accept and session.exitstatus != pytest.ExitCode.INTERRUPTED:
             perf.accept_baselines()
@@ -341,6 +350,7 @@ def _write_report(perf: PerfSession) -> None:
         perf.verdicts,
         fp,
         perf.startup_lines(),
+        perf.bench_rows() if perf.bench else None,
     )
     if perf.measurements:
         png = (
@@ -376,6 +386,12 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if perf.baseline_rows:
         terminalreporter.write_line("")
         terminalreporter.write_line(text_table(BASELINE_HEADERS, baseline_rows(perf.baseline_rows)))
+    if perf.bench or perf.bench_errors:
+        terminalreporter.write_line("")
+        terminalreporter.write_line("llama-bench cross-check (same model, flags, pinning):")
+        terminalreporter.write_line(text_table(*perf.bench_rows()))
+        for line in perf.bench_errors:
+            terminalreporter.write_line(f"  {line}", yellow=True)
     startup = perf.startup_lines()
     if startup:
         terminalreporter.write_line("")

@@ -179,6 +179,7 @@ def markdown_report(
     verdicts: Sequence[tuple[str, Verdict]],
     fingerprint: Mapping[str, Any],
     startup: Sequence[str] = (),
+    bench: tuple[list[str], list[list[str]]] | None = None,
 ) -> str:
     """The run as a markdown document: throughput, baselines, claims and the host."""
     parts = ["# pytest-moeperf report", ""]
@@ -198,6 +199,13 @@ def markdown_report(
         ]
     if verdicts:
         parts += ["## Claims", "", markdown_table(*verdict_rows(verdicts)), ""]
+    if bench:
+        parts += [
+            "## llama-bench cross-check (same model, flags, pinning)",
+            "",
+            markdown_table(*bench),
+            "",
+        ]
     if startup:
         parts += ["## llama-server startup warnings", "", *(f"- {line}" for line in startup), ""]
     if fingerprint:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from typing import Any
 
 from . import __version__
 from .baselines import BaselineFile, accept, load_baselines
+from .bench import BenchResult, run_bench
 from .builds import Build, binary_build, build_llama
 from .config import Configuration, HostLacks, Profile, load_profiles
 from .errors import ConfigError, MeasurementError, MoeperfError
@@ -63,6 +65,7 @@ class Options:
     report_file: Path | None = None
     replay: Path | None = None
     accept: bool = False
+    bench: bool = False
     strict_warnings: bool = False
     rootdir: Path = Path(".")
 
@@ -135,6 +138,9 @@ class PerfSession:
         self.results_dict: dict[str, Any] | None = None
         self.history_problems: list[str] = []
         self.report_files: list[Path] = []
+        self.bench: dict[MeasurementKey, BenchResult] = {}
+        """llama-bench's numbers for measured workloads (``--moeperf-bench``)."""
+        self.bench_errors: list[str] = []
         self.verdicts: list[tuple[str, Verdict]] = []
         self.baseline_rows: list[BaselineRow] = []
         self.findings: dict[ServerKey, list[StartupFinding]] = {}
@@ -429,6 +435,54 @@ class PerfSession:
         self.accepted = written
         return written
 
+    def cross_check(self) -> None:
+        """Run llama-bench on every measured (profile, configuration, build), with the same
+        model, flags (translated), pinning and workloads, after the servers are stopped."""
+        groups: dict[ServerKey, list[Measurement]] = {}
+        for (profile, config, label, _w), m in self.measurements.items():
+            if m.samples and (profile, config, label) in self.servers:
+                groups.setdefault((profile, config, label), []).append(m)
+        for key, ms in groups.items():
+            rec = self.servers[key]
+            reps = max(len(m.samples) for m in ms)
+            self.report(f"moeperf: llama-bench cross-check of {rec.server.name}")
+            try:
+                with measuring(rec.server.cpus):
+                    results = run_bench(
+                        rec.build.bench,
+                        rec.server.model,
+                        rec.configuration.server_args,
+                        [m.workload for m in ms],
+                        repetitions=reps,
+                        cpus=rec.server.cpus,
+                        env=rec.configuration.env,
+                        timeout=self.options.request_timeout,
+                    )
+            except MoeperfError as exc:
+                self.bench_errors.append(f"{rec.server.name}: cross-check skipped: {exc}")
+                continue
+            for m in ms:
+                self.bench[(*key, m.workload.name)] = results[m.workload.name]
+
+    def bench_rows(self) -> tuple[list[str], list[list[str]]]:
+        """configuration | workload | server tok/s | bench tok/s | gap (%) | build."""
+        headers = ["configuration", "workload", "server tok/s", "bench tok/s", "gap (%)", "build"]
+        rows = []
+        for key, b in self.bench.items():
+            server = self.measurements[key].summary.median
+            bench = statistics.median(b.values)
+            rows.append(
+                [
+                    key[1],
+                    key[3],
+                    f"{server:.1f}",
+                    f"{bench:.1f}",
+                    f"{100 * (server / bench - 1):+.1f}",
+                    key[2],
+                ]
+            )
+        return headers, rows
+
     def startup_lines(self) -> list[str]:
         """One line per performance warning a server printed at start."""
         return [
@@ -459,6 +513,16 @@ class PerfSession:
                     "threshold": v.threshold,
                 }
                 for nodeid, v in self.verdicts
+            ],
+            "bench": [
+                {
+                    "key": list(k),
+                    "values": list(b.values),
+                    "avg": b.avg,
+                    "stddev": b.stddev,
+                    "command": list(b.command),
+                }
+                for k, b in self.bench.items()
             ],
             "baseline_checks": [
                 {

@@ -145,3 +145,18 @@ def test_x(moeperf):
         ["*moeperf.toml: profile 'bad', configuration 'x': unknown key(s) flagz*"]
     )
     assert "Traceback" not in result.stdout.str()
+
+
+def test_bench_cross_check_shows_both_numbers(inner):
+    inner.makepyfile(test_perf=PERF_TESTS)
+    result = inner.runpytest_subprocess("-m", "perf", "--moeperf-bench", "--moeperf-report", "r.md")
+    result.assert_outcomes(passed=2, deselected=1)
+    result.stdout.fnmatch_lines(
+        [
+            "llama-bench cross-check (same model, flags, pinning):",
+            "configuration*workload*server tok/s*bench tok/s*gap (%)*build*",
+            "default*pp64*b11434",
+            "default*tg16*b11434",
+        ]
+    )
+    assert "## llama-bench cross-check" in (inner.path / "r.md").read_text()

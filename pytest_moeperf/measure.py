@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -161,6 +162,7 @@ class Meter:
         seed: int = 0,
         first: int = 0,
         on_sample: Callable[[int, Sample], None] | None = None,
+        deadline: float | None = None,
     ) -> Measurement:
         """A warmup request, then *repetitions* timed ones, each with its own prompt; *first*
         numbers the first repetition (to extend an earlier measurement with new prompts)."""
@@ -168,6 +170,11 @@ class Meter:
             self.run_once(workload, seed=10_000 + seed)
         samples = []
         for i in range(first, first + repetitions):
+            if deadline is not None and time.monotonic() > deadline:
+                raise MeasurementError(
+                    f"{workload}: the configuration's time budget ran out after "
+                    f"{i - first} of {repetitions} repetitions (configuration timeout)"
+                )
             s = self.run_once(workload, seed=seed * 1000 + i + 1)
             samples.append(s)
             if on_sample:

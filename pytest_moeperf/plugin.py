@@ -116,6 +116,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="seconds one measurement request may take (default 600)",
     )
     group.addoption(
+        "--moeperf-configuration-timeout",
+        type=float,
+        metavar="S",
+        help="seconds all measurements of one configuration may take in a session "
+        "(default: no limit; pytest-timeout's --timeout bounds each test)",
+    )
+    group.addoption(
         "--moeperf-results",
         metavar="PATH",
         help="write the results file here (default .moeperf/results-*.json)",
@@ -147,6 +154,8 @@ def _options(config: pytest.Config) -> Options:
     )
     if config.getoption("moeperf_startup_timeout"):
         opts.startup_timeout = config.getoption("moeperf_startup_timeout")
+    if config.getoption("moeperf_configuration_timeout"):
+        opts.configuration_timeout = config.getoption("moeperf_configuration_timeout")
     if config.getoption("moeperf_request_timeout"):
         opts.request_timeout = config.getoption("moeperf_request_timeout")
     if config.getoption("moeperf_replay"):

@@ -60,6 +60,8 @@ class Options:
     inconclusive: str = "skip"
     startup_timeout: float = 300.0
     request_timeout: float = 600.0
+    configuration_timeout: float | None = None
+    """Seconds all measurements of one (configuration, build) may take in a session."""
     results_dir: Path = Path(".moeperf")
     results_file: Path | None = None
     report_file: Path | None = None
@@ -141,6 +143,7 @@ class PerfSession:
         self.bench: dict[MeasurementKey, BenchResult] = {}
         """llama-bench's numbers for measured workloads (``--moeperf-bench``)."""
         self.bench_errors: list[str] = []
+        self._budget_start: dict[ServerKey, float] = {}
         self.verdicts: list[tuple[str, Verdict]] = []
         self.baseline_rows: list[BaselineRow] = []
         self.findings: dict[ServerKey, list[StartupFinding]] = {}
@@ -363,6 +366,7 @@ class PerfSession:
                         repetitions=reps - start,
                         warmup=have is None,
                         first=start,
+                        deadline=self._deadline(key[:3]),
                     )
             except MeasurementError as exc:  # a hung server is stopped; its log tail shown
                 raise rec.server.request_failed(exc) from None
@@ -391,6 +395,13 @@ class PerfSession:
             f"(min {s.min:.1f}, max {s.max:.1f}, cv {100 * s.cv:.1f} %, n {s.n})"
         )
         return m
+
+    def _deadline(self, key: ServerKey) -> float | None:
+        """When the configuration's time budget (``--moeperf-configuration-timeout``) ends."""
+        if self.options.configuration_timeout is None:
+            return None
+        first = self._budget_start.setdefault(key, time.monotonic())
+        return first + self.options.configuration_timeout
 
     # -- baselines -------------------------------------------------------------------------------
     def baseline_path(self, profile: Profile) -> Path | None:

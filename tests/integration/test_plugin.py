@@ -160,3 +160,14 @@ def test_bench_cross_check_shows_both_numbers(inner):
         ]
     )
     assert "## llama-bench cross-check" in (inner.path / "r.md").read_text()
+
+
+def test_configuration_time_budget_names_the_phase(inner):
+    inner.makepyfile(test_perf=PERF_TESTS)
+    result = inner.runpytest_subprocess(
+        "-m", "perf", "--moeperf-configuration-timeout", "0.000001", "-k", "prefill"
+    )
+    result.assert_outcomes(failed=1, deselected=2)
+    result.stdout.fnmatch_lines(
+        ["*pp64: the configuration's time budget ran out after 0 of 3*(configuration timeout)*"]
+    )

@@ -92,6 +92,7 @@ def _gate(args: argparse.Namespace) -> int:
             results_dir=root / ".moeperf",
             rootdir=root,
             startup_timeout=args.startup_timeout,
+            stream=True,  # both builds measured alike (older builds need streamed replies)
         ),
         report=_say if args.verbose else None,
         progress=_say,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from collections.abc import Callable
@@ -116,9 +117,15 @@ def sample_from(workload: Workload, request: Request, reply: dict[str, Any]) -> 
 class Meter:
     """Sends measurement requests to one server at *url*."""
 
-    def __init__(self, url: str, *, vocab: int, request_timeout: float = 600.0) -> None:
+    def __init__(
+        self, url: str, *, vocab: int, request_timeout: float = 600.0, stream: bool = False
+    ) -> None:
         self.url = url
         self.vocab = vocab
+        self.stream = stream
+        """Ask for server-sent events and read ``timings`` from the last one. Older builds
+        (b11053) answer a non-streamed ``/completion`` of random tokens with HTTP 500 ("does
+        not match the expected Content-only format"); a meter switches to streaming then."""
         self.client = httpx.Client(base_url=url, timeout=request_timeout)
 
     def close(self) -> None:
@@ -126,7 +133,7 @@ class Meter:
 
     def post(self, body: dict[str, Any]) -> dict[str, Any]:
         try:
-            r = self.client.post("/completion", json=body)
+            data = self._streamed(body) if self.stream else self._plain(body)
         except httpx.TimeoutException:
             raise MeasurementError(
                 f"{self.url}/completion: no answer within {self.client.timeout.read} s "
@@ -134,14 +141,38 @@ class Meter:
             ) from None
         except httpx.HTTPError as exc:
             raise MeasurementError(f"{self.url}/completion: {exc}") from None
-        if r.status_code != 200:
-            raise MeasurementError(
-                f"{self.url}/completion answered HTTP {r.status_code}: {r.text[:300]}"
-            )
+        if data is None:  # the old builds' output-format error: measure streamed from now on
+            self.stream = True
+            return self.post(body)
+        return data
+
+    def _plain(self, body: dict[str, Any]) -> dict[str, Any] | None:
+        r = self.client.post("/completion", json={**body, "stream": False})
+        if r.status_code == 500 and "expected Content-only format" in r.text:
+            return None
+        self._check(r.status_code, r.text)
         data = r.json()
         if not isinstance(data, dict):
             raise MeasurementError(f"{self.url}/completion: reply is not a JSON object")
         return data
+
+    def _streamed(self, body: dict[str, Any]) -> dict[str, Any]:
+        last: dict[str, Any] = {}
+        with self.client.stream("POST", "/completion", json={**body, "stream": True}) as r:
+            if r.status_code != 200:
+                self._check(r.status_code, r.read().decode("utf-8", "replace"))
+            for line in r.iter_lines():
+                if line.startswith("data: ") and line[6:].strip() not in ("", "[DONE]"):
+                    event = json.loads(line[6:])
+                    if isinstance(event, dict) and "timings" in event:
+                        last = event
+        if not last:
+            raise MeasurementError(f"{self.url}/completion: the stream ended without timings")
+        return last
+
+    def _check(self, status: int, text: str) -> None:
+        if status != 200:
+            raise MeasurementError(f"{self.url}/completion answered HTTP {status}: {text[:300]}")
 
     def run_once(self, workload: Workload, seed: int) -> Sample:
         """One repetition of *workload* with prompts derived from *seed*."""

@@ -60,6 +60,9 @@ class Options:
     inconclusive: str = "skip"
     startup_timeout: float = 300.0
     request_timeout: float = 600.0
+    stream: bool = False
+    """Measure with streamed replies from the start (the gate does, so both builds are
+    measured alike; a meter switches by itself for builds that need it)."""
     configuration_timeout: float | None = None
     """Seconds all measurements of one (configuration, build) may take in a session."""
     results_dir: Path = Path(".moeperf")
@@ -144,6 +147,7 @@ class PerfSession:
         """llama-bench's numbers for measured workloads (``--moeperf-bench``)."""
         self.bench_errors: list[str] = []
         self._budget_start: dict[ServerKey, float] = {}
+        self._streams: dict[ServerKey, bool] = {}
         self.verdicts: list[tuple[str, Verdict]] = []
         self.baseline_rows: list[BaselineRow] = []
         self.findings: dict[ServerKey, list[StartupFinding]] = {}
@@ -357,6 +361,7 @@ class PerfSession:
                     rec.server.url,
                     vocab=self.vocab(rec),
                     request_timeout=self.options.request_timeout,
+                    stream=self.options.stream or self._streams.get(key[:3], False),
                 ) as meter:
                     began = time.time()
                     taken = meter.measure(
@@ -368,6 +373,7 @@ class PerfSession:
                         first=start,
                         deadline=self._deadline(key[:3]),
                     )
+                    self._streams[key[:3]] = meter.stream
             except MeasurementError as exc:  # a hung server is stopped; its log tail shown
                 raise rec.server.request_failed(exc) from None
             except BaseException as exc:  # Ctrl-C, SIGTERM, pytest-timeout: stop, say where
@@ -384,6 +390,7 @@ class PerfSession:
             "model": str(rec.server.model),
             "log": str(rec.server.log_path),
             "server_ready_s": rec.server.ready_seconds,
+            "streamed": self._streams.get(key[:3], False),
             "host_busy": max(busy, float((have.extra if have else {}).get("host_busy", 0.0))),
         }
         samples = (have.samples if have else ()) + taken.samples

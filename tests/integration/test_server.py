@@ -127,3 +127,15 @@ def test_prefix_cache_hit_is_an_error_not_a_sample(llama_build, tiny_model, tmp_
         reply = meter.post(body)
         with pytest.raises(MeasurementError, match="prefix cache"):
             sample_from(Workload.parse("pp64"), Request(body, 64, None), reply)
+
+
+def test_streamed_measurement_gives_the_same_counts(llama_build, tiny_model, tmp_path):
+    """The gate measures with streamed replies (older builds answer a plain /completion of
+    random tokens with HTTP 500); the timings read from the last event count the same."""
+    with (
+        LlamaServer(llama_build.server, tiny_model, ARGS, log_path=tmp_path / "s.log") as s,
+        Meter(s.url, vocab=server_vocab(s.url) or 0, stream=True) as meter,
+    ):
+        for name, tokens in [("pp64", 64), ("tg16", 15)]:
+            m = meter.measure(Workload.parse(name), configuration="c", build="b", repetitions=2)
+            assert [x.tokens for x in m.samples] == [tokens, tokens]

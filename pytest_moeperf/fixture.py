@@ -18,6 +18,8 @@ from .judge import (
     judge_change,
     judge_claim,
     judge_dead_end,
+    too_noisy,
+    undecided,
 )
 from .measurement import Measurement
 from .report import baseline_failure, claim_failure, measured_table
@@ -135,6 +137,7 @@ class MoePerf:
                 break
             left, right = self._interleaved(c, min(limit, n + verdict.more_repetitions))
             verdict = judge(left.operand, right.operand)
+        verdict = undecided(verdict, too_noisy([left, right]))
         self.verdicts.append(verdict)
         self.session.verdicts.append((self.nodeid, verdict))
         return verdict

@@ -18,7 +18,7 @@ from typing import Any
 
 from .config import Configuration, Pinning, Profile
 from .host import busy_fraction
-from .judge import Verdict, judge_change
+from .judge import Verdict, judge_change, too_noisy, undecided
 from .measurement import Measurement
 from .report import markdown_table, text_table
 from .session import PerfSession
@@ -94,7 +94,7 @@ class GateResult:
             why = ""
             if v.outcome == "inconclusive":
                 cv = max(r.baseline.summary.cv, r.candidate.summary.cv)
-                why = f" (spread too wide: cv {100 * cv:.0f} %)"
+                why = f" ({too_noisy([r.baseline, r.candidate]) or f'cv {100 * cv:.0f} %'})"
             rows.append(
                 [
                     r.configuration,
@@ -229,6 +229,7 @@ def run_gate(
                     session, gated, sides, w, min(max_repetitions, n + verdict.more_repetitions)
                 )
                 verdict = judge_change(got[1].values, got[0].values, margin=margin, label=label)
+            verdict = undecided(verdict, too_noisy(got))
             row = GateRow(name, w, got[0], got[1], verdict)
             rows.append(row)
             if on_row:

@@ -10,8 +10,8 @@ import math
 import re
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Literal
 
 from .errors import MoeperfError
 from .stats import (
@@ -23,6 +23,9 @@ from .stats import (
     repetitions_to_decide,
 )
 from .workload import Workload
+
+if TYPE_CHECKING:
+    from .measurement import Measurement
 
 Outcome = Literal["holds", "fails", "inconclusive", "faster", "slower", "unchanged"]
 Relation = Literal[">=", "<="]
@@ -447,4 +450,39 @@ def judge_dead_end(
         margin=margin,
         confidence=confidence,
         method=iv.method,
+    )
+
+
+BUSY_LIMIT = 0.25
+"""Share of CPU time other work may take, just before a measurement, for it to decide."""
+CV_LIMIT = 0.15
+"""Robust coefficient of variation above which a measurement is too noisy to decide."""
+
+
+def too_noisy(
+    measurements: Sequence[Measurement],
+    *,
+    busy_limit: float = BUSY_LIMIT,
+    cv_limit: float = CV_LIMIT,
+) -> str | None:
+    """Why these measurements must not decide a verdict (the host was busy with other work
+    while they were taken, or their spread is too wide), or ``None``. A concurrent compile on
+    a 2-core box was measured to push the CV to ~20 % (prefill) and ~70 % (decode)."""
+    reasons = []
+    busy = max((float(m.extra.get("host_busy", 0.0)) for m in measurements), default=0.0)
+    if busy > busy_limit:
+        reasons.append(f"host {100 * busy:.0f} % busy with other work")
+    sampled = [m for m in measurements if len(m.samples) > 1]
+    cv = max((m.summary.cv for m in sampled), default=0.0)
+    if cv > cv_limit:
+        reasons.append(f"spread too wide: cv {100 * cv:.0f} %")
+    return "; ".join(reasons) or None
+
+
+def undecided(verdict: Verdict, reason: str | None) -> Verdict:
+    """*verdict*, made inconclusive when *reason* says the numbers are too noisy to decide."""
+    if reason is None or verdict.outcome == "inconclusive":
+        return verdict
+    return replace(
+        verdict, outcome="inconclusive", more_repetitions=None, label=f"{verdict.label} ({reason})"
     )

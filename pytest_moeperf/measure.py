@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -118,10 +118,19 @@ class Meter:
     """Sends measurement requests to one server at *url*."""
 
     def __init__(
-        self, url: str, *, vocab: int, request_timeout: float = 600.0, stream: bool = False
+        self,
+        url: str,
+        *,
+        vocab: int,
+        request_timeout: float = 600.0,
+        stream: bool = False,
+        ban_tokens: Sequence[int] = (),
     ) -> None:
         self.url = url
         self.vocab = vocab
+        self.ban_tokens = list(ban_tokens)
+        """Token ids never to generate (``logit_bias`` false): the synthetic model's byte
+        tokens, whose invalid UTF-8 older builds reject."""
         self.stream = stream
         """Ask for server-sent events and read ``timings`` from the last one. Older builds
         (b11053) answer a non-streamed ``/completion`` of random tokens with HTTP 500 ("does
@@ -132,6 +141,8 @@ class Meter:
         self.client.close()
 
     def post(self, body: dict[str, Any]) -> dict[str, Any]:
+        if self.ban_tokens:
+            body = {**body, "logit_bias": [[t, False] for t in self.ban_tokens]}
         try:
             data = self._streamed(body) if self.stream else self._plain(body)
         except httpx.TimeoutException:
@@ -156,9 +167,27 @@ class Meter:
             raise MeasurementError(f"{self.url}/completion: reply is not a JSON object")
         return data
 
-    def _streamed(self, body: dict[str, Any]) -> dict[str, Any]:
+    def _streamed(self, body: dict[str, Any], attempts: int = 3) -> dict[str, Any]:
+        """The last event that carries ``timings``; a stream cut short (the connection closed
+        early, no final event) is asked again, up to *attempts* times."""
+        for attempt in range(1, attempts + 1):
+            try:
+                return self._stream_once(body)
+            except (httpx.RemoteProtocolError, _CutShort) as exc:
+                if attempt == attempts:
+                    raise MeasurementError(
+                        f"{self.url}/completion: the event stream was cut short {attempts} "
+                        f"times ({exc})"
+                    ) from None
+        raise AssertionError("unreachable")
+
+    def _stream_once(self, body: dict[str, Any]) -> dict[str, Any]:
         last: dict[str, Any] = {}
-        with self.client.stream("POST", "/completion", json={**body, "stream": True}) as r:
+        # a connection per streamed request: after an event stream the server may close the
+        # connection, and a pooled one would fail the next request ("Server disconnected")
+        with self.client.stream(
+            "POST", "/completion", json={**body, "stream": True}, headers={"Connection": "close"}
+        ) as r:
             if r.status_code != 200:
                 self._check(r.status_code, r.read().decode("utf-8", "replace"))
             for line in r.iter_lines():
@@ -167,7 +196,7 @@ class Meter:
                     if isinstance(event, dict) and "timings" in event:
                         last = event
         if not last:
-            raise MeasurementError(f"{self.url}/completion: the stream ended without timings")
+            raise _CutShort("the stream ended without a final event with timings")
         return last
 
     def _check(self, status: int, text: str) -> None:
@@ -219,6 +248,10 @@ class Meter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class _CutShort(Exception):
+    """An event stream ended before its final event."""
 
 
 def server_vocab(url: str) -> int | None:

@@ -45,6 +45,9 @@ N_SPECIAL = 3
 """``<unk>``, ``<s>``, ``</s>``."""
 
 MIN_VOCAB = N_SPECIAL + 256
+BYTE_TOKEN_IDS = range(N_SPECIAL, N_SPECIAL + 256)
+"""Ids of the byte-fallback tokens ``<0x00>``..``<0xFF>``: generating them can produce invalid
+UTF-8, which some llama-server builds (b11053) reject with HTTP 500."""
 """Special tokens plus one token per byte, so that any text tokenizes."""
 
 MAX_LAYERS = 512  # LLAMA_MAX_LAYERS

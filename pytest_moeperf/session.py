@@ -31,7 +31,7 @@ from .judge import BaselineCheck, Verdict
 from .logs import StartupFinding, scan_startup
 from .measure import Meter, server_vocab
 from .measurement import Measurement
-from .model import ensure_model, model_spec
+from .model import BYTE_TOKEN_IDS, ensure_model, model_spec
 from .replay import Replay
 from .resources import measuring
 from .server import LlamaServer
@@ -362,6 +362,7 @@ class PerfSession:
                     vocab=self.vocab(rec),
                     request_timeout=self.options.request_timeout,
                     stream=self.options.stream or self._streams.get(key[:3], False),
+                    ban_tokens=BYTE_TOKEN_IDS if profile.model.startswith(SYNTHETIC) else (),
                 ) as meter:
                     began = time.time()
                     taken = meter.measure(

@@ -39,3 +39,22 @@ def test_equal_builds_are_unchanged():
     r = _result([600, 605, 598, 602, 601], [601, 603, 599, 600, 604])
     assert r.rows[0].verdict.outcome == "unchanged" and r.passed
     assert r.to_json()["rows"][0]["verdict"] == "unchanged"
+
+
+def test_a_busy_host_never_makes_a_verdict():
+    """A clear 2x slowdown measured while the host was busy with other work (a compile) is
+    inconclusive, not slower: the gate must not fail on noise."""
+    from pytest_moeperf.judge import too_noisy, undecided
+
+    b, c = _m("baseline", [600, 605, 598, 602, 601]), _m("candidate", [300, 305, 298, 302, 301])
+    c.extra["host_busy"] = 0.6
+    v = undecided(judge_change(c.values, b.values), too_noisy([b, c]))
+    assert v.outcome == "inconclusive" and "host 60 % busy" in v.label
+
+
+def test_a_wide_spread_never_makes_a_verdict():
+    from pytest_moeperf.judge import too_noisy
+
+    b = _m("baseline", [600, 420, 700, 510, 650])
+    assert too_noisy([b]) is not None and "spread too wide" in str(too_noisy([b]))
+    assert too_noisy([_m("x", [600, 605, 598, 602, 601])]) is None

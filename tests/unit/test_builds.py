@@ -939,6 +939,8 @@ def test_interrupted_compile_ends_the_compilers(tmp_path, monkeypatch, fake_comp
             """,
     )
     main = threading.get_ident()
+    # an xdist worker ignores SIGINT; this test needs Python's own Ctrl-C handler
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
 
     def interrupt() -> None:
         deadline = time.monotonic() + 30
@@ -948,8 +950,11 @@ def test_interrupted_compile_ends_the_compilers(tmp_path, monkeypatch, fake_comp
 
     threading.Thread(target=interrupt, daemon=True).start()
     started = time.monotonic()
-    with pytest.raises(KeyboardInterrupt):
-        builds.build_llama(11434, cache_root=tmp_path / "cache", jobs=1)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            builds.build_llama(11434, cache_root=tmp_path / "cache", jobs=1)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert time.monotonic() - started < 30
     pid = int(pidfile.read_text())
     deadline = time.monotonic() + 5

@@ -5,7 +5,8 @@ Verdicts come from :func:`pytest_moeperf.judge.judge_change` on a seeded bootstr
 (95 %) of the ratio of medians, candidate / baseline: ``faster`` or ``slower`` only when the
 whole interval is past 1 ± half the margin and the ratio is past the margin, ``unchanged``
 when the whole interval lies within 1 ± margin, ``inconclusive`` otherwise — a noisy host
-(busy with other work, or a CV above 15 %) yields "inconclusive", never "slower". An inconclusive row gets more rounds, up to a limit.
+(busy with other work, or a CV above 15 %) yields "inconclusive", never "slower". An
+inconclusive row gets more rounds, up to a limit.
 """
 
 from __future__ import annotations

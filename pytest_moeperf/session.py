@@ -9,6 +9,7 @@ In replay mode it starts nothing: measurements come from a results file or a bas
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import os
 import statistics
@@ -24,7 +25,7 @@ from .bench import BenchResult, run_bench
 from .builds import Build, binary_build, build_llama
 from .config import Configuration, HostLacks, Profile, load_profiles
 from .errors import ConfigError, MeasurementError, MoeperfError
-from .fs import atomic_write_text, file_lock
+from .fs import atomic_write_text, cache_dir, file_lock
 from .history import write_history
 from .host import busy_fraction, file_digest, host_fingerprint
 from .judge import BaselineCheck, Verdict
@@ -440,7 +441,8 @@ class PerfSession:
                     f'baseline = "baselines/{name}.toml" to accept its measurements'
                 )
             today = dt.date.today().isoformat()
-            with file_lock(path.with_name(f".{path.name}.lock")):  # xdist workers take turns
+            key = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:16]
+            with file_lock(cache_dir() / "locks" / f"baseline-{key}.lock"):  # workers take turns
                 accept(
                     path,
                     name,

@@ -441,8 +441,8 @@ class PerfSession:
                     f'baseline = "baselines/{name}.toml" to accept its measurements'
                 )
             today = dt.date.today().isoformat()
-            key = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:16]
-            with file_lock(cache_dir() / "locks" / f"baseline-{key}.lock"):  # workers take turns
+            digest = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:16]
+            with file_lock(cache_dir() / "locks" / f"baseline-{digest}.lock"):  # workers take turns
                 accept(
                     path,
                     name,

@@ -26,15 +26,8 @@ def test_prefill_holds_its_baseline(moeperf):
 
 
 @pytest.fixture
-def tiny(pytester, llama_build, tiny_model, monkeypatch):
-    monkeypatch.setenv("LLAMA_SERVER", str(llama_build.server))
-    pytester.makeini(
-        "[pytest]\nmoeperf_config = moeperf.toml\n"
-        "filterwarnings = ignore::pytest.PytestAssertRewriteWarning\n"
-    )
-    pytester.makefile(".toml", moeperf=CONFIG)
-    pytester.makepyfile(test_tiny=TEST)
-    return pytester
+def tiny(perf_project):
+    return perf_project(config=CONFIG, tests=TEST)
 
 
 def test_accept_then_check_then_fail_with_the_table(tiny):

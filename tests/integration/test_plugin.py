@@ -29,14 +29,9 @@ def test_plain():
 
 
 @pytest.fixture
-def inner(pytester, llama_build, tiny_model, monkeypatch):
+def inner(perf_project):
     """An inner pytest project whose perf tests run on the tiny model (build warm in cache)."""
-    monkeypatch.setenv("LLAMA_SERVER", str(llama_build.server))
-    pytester.makeini(
-        "[pytest]\nmoeperf_profile = embedded-tiny\n"
-        "filterwarnings = ignore::pytest.PytestAssertRewriteWarning\n"
-    )
-    return pytester
+    return perf_project(profile="embedded-tiny")
 
 
 def test_plain_pytest_deselects_perf_tests(inner):

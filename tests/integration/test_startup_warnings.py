@@ -30,15 +30,8 @@ def test_lm_none(moeperf):
 
 
 @pytest.fixture
-def ot(pytester, llama_build, tiny_model, monkeypatch):
-    monkeypatch.setenv("LLAMA_SERVER", str(llama_build.server))
-    pytester.makeini(
-        "[pytest]\nmoeperf_config = moeperf.toml\n"
-        "filterwarnings = ignore::pytest.PytestAssertRewriteWarning\n"
-    )
-    pytester.makefile(".toml", moeperf=CONFIG)
-    pytester.makepyfile(test_ot=TEST)
-    return pytester
+def ot(perf_project):
+    return perf_project(config=CONFIG, tests=TEST)
 
 
 def test_tensor_override_with_mmap_warns_and_lm_none_does_not(ot):

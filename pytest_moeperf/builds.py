@@ -39,6 +39,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from . import fs
 from .errors import BuildError
@@ -182,6 +183,19 @@ _CacheKey = tuple[str, int, int]
 _version_cache: dict[_CacheKey, BuildVersion] = {}
 _flags_cache: dict[_CacheKey, frozenset[str]] = {}
 _cache_guard = threading.Lock()
+_T = TypeVar("_T")
+
+
+def _cached(cache: dict[_CacheKey, _T], binary: Path) -> _T | None:
+    """What *cache* holds for *binary* as it is now (path, mtime, size), if anything."""
+    with _cache_guard:
+        return cache.get(_binary_key(binary))
+
+
+def _remember(cache: dict[_CacheKey, _T], binary: Path, value: _T) -> _T:
+    with _cache_guard:
+        cache[_binary_key(binary)] = value
+    return value
 
 
 def _binary_key(path: Path) -> _CacheKey:
@@ -239,9 +253,7 @@ class Build:
 
     def version(self) -> BuildVersion:
         """``llama-server --version``, parsed; asked once per binary (path and mtime)."""
-        key = _binary_key(self.server)
-        with _cache_guard:
-            cached = _version_cache.get(key)
+        cached = _cached(_version_cache, self.server)
         if cached is not None:
             return cached
         rc, out = _ask_binary(self.server, "--version")
@@ -251,15 +263,11 @@ class Build:
                 f"{self.server} does not answer --version like llama-server "
                 f"(exit {rc}, output {_short(out)!r}): give the path of llama.cpp's llama-server"
             )
-        with _cache_guard:
-            _version_cache[key] = parsed
-        return parsed
+        return _remember(_version_cache, self.server, parsed)
 
     def flags(self) -> frozenset[str]:
         """Every flag ``llama-server --help`` spells; asked once per binary (path and mtime)."""
-        key = _binary_key(self.server)
-        with _cache_guard:
-            cached = _flags_cache.get(key)
+        cached = _cached(_flags_cache, self.server)
         if cached is not None:
             return cached
         rc, out = _ask_binary(self.server, "--help")
@@ -269,9 +277,7 @@ class Build:
                 f"{self.server} --help lists no options (exit {rc}, output {_short(out)!r}): "
                 "give the path of llama.cpp's llama-server"
             )
-        with _cache_guard:
-            _flags_cache[key] = parsed
-        return parsed
+        return _remember(_flags_cache, self.server, parsed)
 
     def has_flag(self, flag: str) -> bool:
         return flag in self.flags()

@@ -60,7 +60,7 @@ class MoePerf:
             rec = self.session.server(self.profile, self.configuration(configuration), build)
         except Unavailable as exc:
             pytest.skip(str(exc))
-        self._used.update((k[1], k[2]) for k, r in self.session.servers.items() if r is rec)
+        self._used.add((configuration, rec.label))
         self._startup_warnings()
         return rec.server
 
@@ -183,11 +183,7 @@ class MoePerf:
         is an expected failure showing the ratio; if it is now as fast or faster, the test
         fails strictly: the dead end may have reopened."""
         w = Workload.parse(metric)
-        c = Claim.parse(
-            f"{config}.{w.kind}{w.tokens}"
-            f"{'@d' + str(w.depth) if w.depth else ''} <= {slower_than}."
-            f"{w.kind}{w.tokens}{'@d' + str(w.depth) if w.depth else ''}"
-        )
+        c = Claim(Operand(config, w), "<=", 1.0, Operand(slower_than, w))
         label = f"{config}.{w.name} / {slower_than}.{w.name}"
         verdict = self._judged(c, lambda a, b: judge_dead_end(a, b, margin=margin, label=label))
         why = f" ({reason})" if reason else ""

@@ -167,6 +167,36 @@ def _cpu_times() -> tuple[int, int]:
     return sum(fields) - idle, sum(fields)
 
 
+def _process_ticks(pid: int) -> int:
+    """CPU time (user + system, clock ticks) process *pid* has used, its threads included."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0
+    return int(fields[11]) + int(fields[12])
+
+
+class OtherWork:
+    """Measures the share of all CPUs' time that processes other than *ours* keep busy
+    between :meth:`start` and :meth:`share` (0..1): other work on the host while we measure
+    means noisy numbers."""
+
+    def __init__(self, *ours: int) -> None:
+        self.ours = (os.getpid(), *ours)
+        self.start()
+
+    def _now(self) -> tuple[int, int, int]:
+        busy, total = _cpu_times()
+        return busy, total, sum(_process_ticks(p) for p in self.ours)
+
+    def start(self) -> None:
+        self._begin = self._now()
+
+    def share(self) -> float:
+        busy, total, ours = (b - a for a, b in zip(self._begin, self._now(), strict=True))
+        return max(0.0, (busy - ours) / total) if total > 0 else 0.0
+
+
 def busy_fraction(seconds: float = 0.25) -> float:
     """The share of all CPUs' time spent busy over the next *seconds* (0..1): other work on
     the host while nothing of ours runs means measurements will be noisy."""

@@ -274,6 +274,39 @@ def judge_claim(
     )
 
 
+def _margin_interval(
+    a: Values, b: Values, margin: float, confidence: float, min_rel_spread: float, seed: int
+) -> tuple[RatioInterval, int | None]:
+    """:func:`_interval` of ``a / b`` for a rule with a *margin* around 1 (checked)."""
+    if not (math.isfinite(margin) and 0 <= margin < 1):
+        raise ValueError(f"margin {margin!r} must be in [0, 1)")
+    return _interval(a, b, confidence=confidence, min_rel_spread=min_rel_spread, seed=seed)
+
+
+def _around_one(
+    outcome: Outcome,
+    iv: RatioInterval,
+    more: int | None,
+    label: str,
+    relation: str,
+    margin: float,
+) -> Verdict:
+    """The verdict of a rule judged against 1 with a margin (gates, dead ends)."""
+    return Verdict(
+        outcome=outcome,
+        ratio=iv.ratio,
+        low=iv.low,
+        high=iv.high,
+        threshold=1.0,
+        more_repetitions=more,
+        label=label,
+        relation=relation,
+        margin=margin,
+        confidence=iv.confidence,
+        method=iv.method,
+    )
+
+
 def judge_change(
     candidate: Values,
     baseline: Values,
@@ -302,11 +335,7 @@ def judge_change(
     1.055 [1.012, 1.084]). The outcomes exclude each other. A change that is real but
     smaller than the margin reads ``unchanged`` once the interval is narrow enough, never
     ``faster``/``slower``."""
-    if not (math.isfinite(margin) and 0 <= margin < 1):
-        raise ValueError(f"margin {margin!r} must be in [0, 1)")
-    iv, n = _interval(
-        candidate, baseline, confidence=confidence, min_rel_spread=min_rel_spread, seed=seed
-    )
+    iv, n = _margin_interval(candidate, baseline, margin, confidence, min_rel_spread, seed)
     lo_edge, hi_edge = 1.0 - margin, 1.0 + margin
     outcome: Outcome
     if lo_edge <= iv.low and iv.high <= hi_edge:
@@ -323,19 +352,7 @@ def judge_change(
             more = _more(iv, [1.0], n)
         elif margin > 0:
             more = _more(iv, [lo_edge, hi_edge], n)
-    return Verdict(
-        outcome=outcome,
-        ratio=iv.ratio,
-        low=iv.low,
-        high=iv.high,
-        threshold=1.0,
-        more_repetitions=more,
-        label=label,
-        relation="~",
-        margin=margin,
-        confidence=confidence,
-        method=iv.method,
-    )
+    return _around_one(outcome, iv, more, label, "~", margin)
 
 
 @dataclass(frozen=True)
@@ -428,11 +445,7 @@ def judge_dead_end(
     - ``fails``: ``low >= 1 - margin``, it is as fast (within *margin*) or faster: the dead
       end may have reopened;
     - ``inconclusive`` otherwise."""
-    if not (math.isfinite(margin) and 0 <= margin < 1):
-        raise ValueError(f"margin {margin!r} must be in [0, 1)")
-    iv, n = _interval(
-        config, other, confidence=confidence, min_rel_spread=min_rel_spread, seed=seed
-    )
+    iv, n = _margin_interval(config, other, margin, confidence, min_rel_spread, seed)
     outcome: Outcome
     if iv.high < 1.0:
         outcome = "holds"
@@ -441,23 +454,11 @@ def judge_dead_end(
     else:
         outcome = "inconclusive"
     more = _more(iv, [1.0, 1.0 - margin], n) if outcome == "inconclusive" else None
-    return Verdict(
-        outcome=outcome,
-        ratio=iv.ratio,
-        low=iv.low,
-        high=iv.high,
-        threshold=1.0,
-        more_repetitions=more,
-        label=label,
-        relation="<",
-        margin=margin,
-        confidence=confidence,
-        method=iv.method,
-    )
+    return _around_one(outcome, iv, more, label, "<", margin)
 
 
 BUSY_LIMIT = 0.25
-"""Share of CPU time other work may take, just before a measurement, for it to decide."""
+"""Share of all CPUs' time other work may take while a measurement runs for it to decide."""
 CV_LIMIT = 0.15
 """Robust coefficient of variation above which a measurement is too noisy to decide."""
 

@@ -15,7 +15,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +27,8 @@ from .config import Configuration, HostLacks, Profile, load_profiles
 from .errors import ConfigError, MeasurementError, MoeperfError
 from .fs import atomic_write_text, cache_dir, file_lock
 from .history import write_history
-from .host import busy_fraction, file_digest, host_fingerprint
-from .judge import BaselineCheck, Verdict
+from .host import OtherWork, file_digest, host_fingerprint
+from .judge import BUSY_LIMIT, BaselineCheck, Verdict
 from .logs import StartupFinding, scan_startup
 from .measure import Meter, server_vocab
 from .measurement import Measurement
@@ -41,9 +41,6 @@ from .workload import Workload
 ServerKey = tuple[str, str, str]  # (profile, configuration, build label)
 MeasurementKey = tuple[str, str, str, str]  # (profile, configuration, build label, workload)
 SYNTHETIC = "synthetic:"
-BUSY_WARNING = 0.25
-"""Share of CPU time busy with other work, measured just before a measurement, above which
-the run warns that the numbers will be noisy."""
 MODEL_DIGEST_BYTES = 16 << 20
 """The model fingerprint hashes the first 16 MiB (and records the size): cheap for 100 GB."""
 
@@ -83,8 +80,8 @@ class ServerRecord:
     server: LlamaServer
     configuration: Configuration
     build: Build
-    starts: int = 0
-    ready_seconds: list[float] = field(default_factory=list)
+    label: str
+    """The build's label in this session (``b11434``, or a profile's ``builds`` key)."""
 
 
 @dataclass(frozen=True)
@@ -130,7 +127,6 @@ class PerfSession:
         self.replay = Replay.load(options.replay) if options.replay else None
         self.servers: dict[ServerKey, ServerRecord] = {}
         self.measurements: dict[MeasurementKey, Measurement] = {}
-        self.start_counts: dict[ServerKey, int] = {}
         worker = os.environ.get("PYTEST_XDIST_WORKER")  # its own logs: workers start together
         self.log_dir = (
             options.results_dir
@@ -297,10 +293,7 @@ class PerfSession:
         )
         server.start()
         self.findings[key] = scan_startup(_last_start(server.log_path))
-        self.start_counts[key] = self.start_counts.get(key, 0) + 1
-        rec = ServerRecord(server=server, configuration=configuration, build=build)
-        rec.starts = self.start_counts[key]
-        rec.ready_seconds.append(server.ready_seconds or 0.0)
+        rec = ServerRecord(server=server, configuration=configuration, build=build, label=label)
         self.servers[key] = rec
         self.report(
             f"moeperf: started {server.name} [{configuration.pinning.describe()}] "
@@ -342,20 +335,14 @@ class PerfSession:
             return m
         reps = repetitions or self.options.repetitions or profile.repetitions
         rec = self.server(profile, configuration, build)
-        label = next(k[2] for k, r in self.servers.items() if r is rec)
+        label = rec.label
         key = (profile.name, configuration.name, label, workload.name)
         have = self.measurements.get(key)
         if have is not None and len(have.samples) >= reps:
             return have
         start = len(have.samples) if have else 0
         with measuring(rec.server.cpus):
-            busy = busy_fraction()  # other work, while nothing of ours measures on these CPUs
-            if busy > BUSY_WARNING:
-                self.progress(
-                    f"moeperf: warning: the host is {100 * busy:.0f} % busy with other work "
-                    f"before measuring {configuration.name} {workload}: expect noise (wide "
-                    "intervals, inconclusive verdicts)"
-                )
+            other = OtherWork(rec.server.pid or 0)  # CPU time of anything but us and the server
             self.report(f"moeperf: measuring {workload} x{reps - start} on {rec.server.name}")
             try:
                 with Meter(
@@ -382,6 +369,13 @@ class PerfSession:
                 rec.server.interrupted(exc, f"measuring {workload} on {rec.server.name}")
                 raise
             ended = time.time()
+            busy = other.share()
+        if busy > BUSY_LIMIT:
+            self.progress(
+                f"moeperf: warning: the host was {100 * busy:.0f} % busy with other work while "
+                f"measuring {configuration.name} {workload}: expect noise (wide intervals, "
+                "inconclusive verdicts)"
+            )
         spans = [*(have.extra.get("spans", []) if have else []), [began, ended]]
         extra = {
             "profile": profile.name,

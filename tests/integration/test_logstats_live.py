@@ -65,39 +65,12 @@ def test_logstats_matches_client_timings(llama_build, tiny_model, tmp_path, caps
         ) as server:
             client.append(_traffic(server.url, seed))
         logs.append(str(log))
-    assert (
-        main(
-            [
-                "logstats",
-                *logs,
-                "--prefill-min",
-                "256",
-                "--prefill-large-min",
-                "800",
-                "--decode-min",
-                "32",
-            ]
-        )
-        == 0
-    )
+    argv = ["logstats", *logs, "--prefill-min", "256", "--prefill-large-min", "800"]
+    argv += ["--decode-min", "32"]
+    assert main(argv) == 0
     table = capsys.readouterr().out
     assert "two-cores" in table and "cpu0" in table and "(n=" in table
-    assert (
-        main(
-            [
-                "logstats",
-                *logs,
-                "--prefill-min",
-                "256",
-                "--prefill-large-min",
-                "800",
-                "--decode-min",
-                "32",
-                "--json",
-            ]
-        )
-        == 0
-    )
+    assert main([*argv, "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     for label, timings in zip(("two-cores.log", "cpu0.log"), client, strict=True):
         stats = next(v["stats"] for k, v in doc.items() if k.startswith(label.split(".")[0]))

@@ -271,6 +271,12 @@ class PerfSession:
         if self.replay is not None:
             raise ConfigError("replay mode (--moeperf-replay) starts no servers")
         cpus = configuration.pinning.resolve()  # HostLacks -> skip, before any build work
+        gpus = len(self.host["gpus"])
+        if configuration.requires_gpus > gpus:
+            raise HostLacks(
+                f"configuration {configuration.name!r} needs {configuration.requires_gpus} "
+                f"GPU(s); this host has {gpus}"
+            )
         label, build = self.build_for(profile, configuration, label)
         missing = build.missing_flags(configuration.server_args)
         if missing:

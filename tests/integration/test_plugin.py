@@ -166,3 +166,25 @@ def test_configuration_time_budget_names_the_phase(inner):
     result.stdout.fnmatch_lines(
         ["*pp64: the configuration's time budget ran out after 0 of 3*(configuration timeout)*"]
     )
+
+
+def test_configuration_needing_more_gpus_than_the_host_skips(perf_project):
+    project = perf_project(
+        config="""
+[profiles.gpu]
+build = 11434
+model = "synthetic:tiny"
+requires_gpus = 64
+[profiles.gpu.configurations.split]
+""",
+        tests="""
+import pytest
+
+@pytest.mark.moeperf(configurations=["split"], profile="gpu")
+def test_split(moeperf):
+    moeperf.measure("split", "pp16")
+""",
+    )
+    result = project.runpytest_subprocess("-m", "perf", "-rs")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*configuration 'split' needs 64 GPU(s); this host has *"])

@@ -22,7 +22,7 @@ BUILD = 11434
 def llama_build():
     """The llama.cpp build the integration tests run: ``LLAMA_SERVER`` if set, else b11434 built
     by the embedded builder (once per cache, shared by xdist workers through a file lock)."""
-    from pytest_moeperf.builds import binary_build, build_llama
+    from pytest_moeperf.llama.builds import binary_build, build_llama
 
     if os.environ.get("LLAMA_SERVER"):
         return binary_build(os.environ["LLAMA_SERVER"])
@@ -32,6 +32,6 @@ def llama_build():
 @pytest.fixture(scope="session")
 def tiny_model() -> Path:
     """The synthetic tiny MoE GGUF (< 1 MB)."""
-    from pytest_moeperf.model import ensure_model, model_spec
+    from pytest_moeperf.llama.synthetic_model import ensure_model, model_spec
 
     return ensure_model(model_spec("tiny"))

@@ -21,7 +21,7 @@ def _say(line: str) -> None:
 
 
 def _build(args: argparse.Namespace) -> int:
-    from .builds import build_llama
+    from .llama.builds import build_llama
 
     t0 = time.monotonic()
     build = build_llama(args.number, args.cmake_arg, progress=_say, jobs=args.jobs)
@@ -45,7 +45,7 @@ def _overrides(pairs: Sequence[str]) -> dict[str, int]:
 
 
 def _make_model(args: argparse.Namespace) -> int:
-    from .model import describe, ensure_model, model_spec, write_model
+    from .llama.synthetic_model import describe, ensure_model, model_spec, write_model
 
     spec = model_spec(
         args.preset,
@@ -75,10 +75,10 @@ def _gate(args: argparse.Namespace) -> int:
     import dataclasses
     import datetime as dt
 
-    from .baselines import accept
     from .gate import run_gate
+    from .measure.workload import Workload
     from .session import Options, PerfSession
-    from .workload import Workload
+    from .store.baselines import accept
 
     root = Path.cwd()
     config_file = Path(args.config) if args.config else None
@@ -229,7 +229,7 @@ def make_parser() -> argparse.ArgumentParser:
     g.add_argument("-v", "--verbose", action="store_true", help="progress of servers")
     g.set_defaults(run=_gate)
 
-    from .logs import add_logstats_arguments, run_logstats
+    from .llama.logs import add_logstats_arguments, run_logstats
 
     ls = sub.add_parser("logstats", help="ADR-style real-traffic table from llama-server logs")
     add_logstats_arguments(ls)

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError, Unavailable
-from .host import numa_nodes, online_cpus, parse_cpu_list
-from .workload import Workload
+from .host.machine import numa_nodes, online_cpus, parse_cpu_list
+from .measure.workload import Workload
 
 NUMA_MODES = ("distribute", "isolate", "numactl")
 _NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.-]*[A-Za-z0-9_-])?")

@@ -6,10 +6,15 @@ import warnings
 
 import pytest
 
-from .baselines import fingerprint_mismatch
 from .config import Configuration, Profile
 from .errors import StartupWarning, Unavailable
-from .judge import (
+from .llama.server import LlamaServer
+from .measure.measurement import Measurement
+from .measure.workload import Workload
+from .report.tables import baseline_failure, claim_failure, measured_table
+from .session import BaselineRow, PerfSession
+from .store.baselines import fingerprint_mismatch
+from .verdicts.judge import (
     BaselineCheck,
     Claim,
     Operand,
@@ -21,11 +26,6 @@ from .judge import (
     too_noisy,
     undecided,
 )
-from .measurement import Measurement
-from .report import baseline_failure, claim_failure, measured_table
-from .server import LlamaServer
-from .session import BaselineRow, PerfSession
-from .workload import Workload
 
 
 class MoePerf:

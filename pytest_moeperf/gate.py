@@ -18,12 +18,12 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from .config import Configuration, Pinning, Profile
-from .host import busy_fraction
-from .judge import Verdict, judge_change, too_noisy, undecided
-from .measurement import Measurement
-from .report import markdown_table, text_table
+from .host.machine import busy_fraction
+from .measure.measurement import Measurement
+from .measure.workload import Workload
+from .report.tables import markdown_table, text_table
 from .session import PerfSession
-from .workload import Workload
+from .verdicts.judge import Verdict, judge_change, too_noisy, undecided
 
 BASELINE, CANDIDATE = "baseline", "candidate"
 

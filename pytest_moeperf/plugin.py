@@ -11,14 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from . import orphans
-from .builds import resolve_server_binary
 from .errors import MoeperfError
 from .fixture import MoePerf
 from .fs import atomic_write_text
-from .history import read_history
-from .plot import baseline_marks, plot_report
-from .report import (
+from .llama import orphans
+from .llama.builds import resolve_server_binary
+from .report.plot import baseline_marks, plot_report
+from .report.tables import (
     BASELINE_HEADERS,
     baseline_rows,
     markdown_report,
@@ -27,6 +26,7 @@ from .report import (
     verdict_rows,
 )
 from .session import Options, PerfSession
+from .store.history import read_history
 
 SESSION = pytest.StashKey[PerfSession]()
 ITEM_INDEX = pytest.StashKey[int]()

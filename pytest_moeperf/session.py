@@ -20,23 +20,23 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
-from .baselines import BaselineFile, accept, load_baselines
-from .bench import BenchResult, run_bench
-from .builds import Build, binary_build, build_llama
 from .config import Configuration, HostLacks, Profile, load_profiles
 from .errors import ConfigError, MeasurementError, MoeperfError
 from .fs import atomic_write_text, cache_dir, file_lock
-from .history import write_history
-from .host import OtherWork, file_digest, host_fingerprint
-from .judge import BUSY_LIMIT, BaselineCheck, Verdict
-from .logs import StartupFinding, scan_startup
-from .measure import Meter, server_vocab
-from .measurement import Measurement
-from .model import BYTE_TOKEN_IDS, ensure_model, model_spec
-from .replay import Replay
-from .resources import measuring
-from .server import LlamaServer
-from .workload import Workload
+from .host.locks import measuring
+from .host.machine import OtherWork, file_digest, host_fingerprint
+from .llama.bench import BenchResult, run_bench
+from .llama.builds import Build, binary_build, build_llama
+from .llama.logs import StartupFinding, scan_startup
+from .llama.server import LlamaServer
+from .llama.synthetic_model import BYTE_TOKEN_IDS, ensure_model, model_spec
+from .measure.measurement import Measurement
+from .measure.meter import Meter, server_vocab
+from .measure.workload import Workload
+from .store.baselines import BaselineFile, accept, load_baselines
+from .store.history import write_history
+from .store.replay import Replay
+from .verdicts.judge import BUSY_LIMIT, BaselineCheck, Verdict
 
 ServerKey = tuple[str, str, str]  # (profile, configuration, build label)
 MeasurementKey = tuple[str, str, str, str]  # (profile, configuration, build label, workload)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_moeperf import orphans
+from pytest_moeperf.llama import orphans
 
 INI = (
     "[pytest]\nmoeperf_profile = embedded-tiny\n"

@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from pytest_moeperf.bench import BenchError, bench_args, run_bench
-from pytest_moeperf.workload import Workload
+from pytest_moeperf.llama.bench import BenchError, bench_args, run_bench
+from pytest_moeperf.measure.workload import Workload
 
 FLAGS = ["-c", "1024", "-t", "2", "-np", "1"]
 

@@ -29,8 +29,8 @@ from _procs import (
     wait_until,
 )
 
-from pytest_moeperf import orphans
-from pytest_moeperf.server import LlamaServer, free_port
+from pytest_moeperf.llama import orphans
+from pytest_moeperf.llama.server import LlamaServer, free_port
 
 GRACEFUL = "cleaning up before exit"
 """What llama-server logs when it is stopped with SIGTERM (not killed)."""

@@ -11,10 +11,10 @@ import httpx
 import pytest
 
 from pytest_moeperf.errors import MeasurementError, ServerError
-from pytest_moeperf.host import process_cpus
-from pytest_moeperf.measure import Meter, Request, sample_from, server_vocab
-from pytest_moeperf.server import LlamaServer
-from pytest_moeperf.workload import Workload
+from pytest_moeperf.host.machine import process_cpus
+from pytest_moeperf.llama.server import LlamaServer
+from pytest_moeperf.measure.meter import Meter, Request, sample_from, server_vocab
+from pytest_moeperf.measure.workload import Workload
 
 ARGS = ["-c", "1024", "-t", "2", "-np", "1"]
 

@@ -17,7 +17,7 @@ from _procs import (
     survivors,
 )
 
-from pytest_moeperf import orphans
+from pytest_moeperf.llama import orphans
 
 
 def test_startup_timeout_stops_the_server_and_shows_its_log(project, llama_build):

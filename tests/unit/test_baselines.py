@@ -12,7 +12,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pytest_moeperf import fs
-from pytest_moeperf.baselines import (
+from pytest_moeperf.errors import BaselineError
+from pytest_moeperf.measure.measurement import Measurement, Sample
+from pytest_moeperf.measure.stats import Figure
+from pytest_moeperf.measure.workload import Workload
+from pytest_moeperf.store.baselines import (
     TRAFFIC_METRIC,
     BaselineEntry,
     BaselineFile,
@@ -22,11 +26,7 @@ from pytest_moeperf.baselines import (
     load_baselines,
     parse_baselines,
 )
-from pytest_moeperf.errors import BaselineError
-from pytest_moeperf.judge import CONFIGURATION_NAME
-from pytest_moeperf.measurement import Measurement, Sample
-from pytest_moeperf.stats import Figure
-from pytest_moeperf.workload import Workload
+from pytest_moeperf.verdicts.judge import CONFIGURATION_NAME
 
 ADR = Path(__file__).resolve().parents[2] / "baselines" / "adr-0042.toml"
 
@@ -432,7 +432,7 @@ def test_accept_keeps_a_corrupt_file_untouched(tmp_path):
 
 def test_fingerprint_mismatch():
     adr = load_baselines(ADR).fingerprint
-    host = {  # shaped like pytest_moeperf.host.host_fingerprint()
+    host = {  # shaped like pytest_moeperf.host.machine.host_fingerprint()
         "hostname": "box",
         "cpu_model": "AMD EPYC 7302",
         "cpus": 40,

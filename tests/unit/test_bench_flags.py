@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from pytest_moeperf.bench import (
+from pytest_moeperf.llama.bench import (
     BenchError,
     BenchResult,
     bench_args,
     parse_bench_json,
     run_bench,
 )
-from pytest_moeperf.workload import Workload
+from pytest_moeperf.measure.workload import Workload
 
 DATA = Path(__file__).parent / "data" / "llama-bench-b11434.json"
 PP512 = [Workload.parse("pp512")]

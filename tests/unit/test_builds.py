@@ -1,4 +1,4 @@
-"""Unit tests of pytest_moeperf.builds: no real llama.cpp compile.
+"""Unit tests of pytest_moeperf.llama.builds: no real llama.cpp compile.
 
 The build steps run for real where that is cheap: CMake configures and Ninja "compiles" a tiny
 fake source tree whose targets write shell scripts, and pip searches a local directory."""
@@ -19,9 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from pytest_moeperf import builds, fs
-from pytest_moeperf.builds import Build, BuildJob, BuildVersion
+from pytest_moeperf import fs
 from pytest_moeperf.errors import BuildError, MoeperfError
+from pytest_moeperf.llama import builds
+from pytest_moeperf.llama.builds import Build, BuildJob, BuildVersion
 
 DATA = Path(__file__).parent / "data"
 HELP = DATA / "llama-server-b11434-help.txt"

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from pytest_moeperf.gate import GateResult, GateRow
-from pytest_moeperf.judge import judge_change
-from pytest_moeperf.measurement import Measurement, Sample
-from pytest_moeperf.workload import Workload
+from pytest_moeperf.measure.measurement import Measurement, Sample
+from pytest_moeperf.measure.workload import Workload
+from pytest_moeperf.verdicts.judge import judge_change
 
 W = Workload.parse("pp512")
 
@@ -44,7 +44,7 @@ def test_equal_builds_are_unchanged():
 def test_a_busy_host_never_makes_a_verdict():
     """A clear 2x slowdown measured while the host was busy with other work (a compile) is
     inconclusive, not slower: the gate must not fail on noise."""
-    from pytest_moeperf.judge import too_noisy, undecided
+    from pytest_moeperf.verdicts.judge import too_noisy, undecided
 
     b, c = _m("baseline", [600, 605, 598, 602, 601]), _m("candidate", [300, 305, 298, 302, 301])
     c.extra["host_busy"] = 0.6
@@ -53,7 +53,7 @@ def test_a_busy_host_never_makes_a_verdict():
 
 
 def test_a_wide_spread_never_makes_a_verdict():
-    from pytest_moeperf.judge import too_noisy
+    from pytest_moeperf.verdicts.judge import too_noisy
 
     b = _m("baseline", [600, 420, 700, 510, 650])
     assert too_noisy([b]) is not None and "spread too wide" in str(too_noisy([b]))

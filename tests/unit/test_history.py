@@ -14,8 +14,12 @@ from typing import Any
 
 import pytest
 
-from pytest_moeperf import fs, history
-from pytest_moeperf.history import (
+from pytest_moeperf import fs
+from pytest_moeperf.measure.measurement import Measurement, Sample
+from pytest_moeperf.measure.stats import Figure
+from pytest_moeperf.measure.workload import Workload
+from pytest_moeperf.store import history
+from pytest_moeperf.store.history import (
     LLAMA_BENCH_EXTRA_FIELDS,
     LLAMA_BENCH_FIELDS,
     benchmark_json,
@@ -24,9 +28,6 @@ from pytest_moeperf.history import (
     read_history,
     write_history,
 )
-from pytest_moeperf.measurement import Measurement, Sample
-from pytest_moeperf.stats import Figure
-from pytest_moeperf.workload import Workload
 
 BASE_FLAGS = ["-c", "4096", "-t", "2", "-np", "1"]
 CONFIGS = {

@@ -11,9 +11,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_moeperf.baselines import BaselineFile, load_baselines
 from pytest_moeperf.errors import MoeperfError
-from pytest_moeperf.judge import (
+from pytest_moeperf.measure.stats import Figure
+from pytest_moeperf.measure.workload import Workload
+from pytest_moeperf.store.baselines import BaselineFile, load_baselines
+from pytest_moeperf.verdicts.judge import (
     BUILD_NAME,
     CONFIGURATION_NAME,
     Claim,
@@ -24,8 +26,6 @@ from pytest_moeperf.judge import (
     judge_change,
     judge_claim,
 )
-from pytest_moeperf.stats import Figure
-from pytest_moeperf.workload import Workload
 
 ADR = Path(__file__).resolve().parents[2] / "baselines" / "adr-0042.toml"
 

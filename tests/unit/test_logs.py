@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pytest_moeperf.errors import MoeperfError
-from pytest_moeperf.logs import (
+from pytest_moeperf.llama.logs import (
     STARTUP_WARNINGS,
     LogError,
     RequestTiming,

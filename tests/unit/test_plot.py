@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from pytest_moeperf.baselines import BaselineEntry, BaselineFile
-from pytest_moeperf.history import read_history, write_history
-from pytest_moeperf.measurement import Measurement, Sample
-from pytest_moeperf.plot import DPI, PANEL_HEIGHT, baseline_marks, plot_report
-from pytest_moeperf.stats import Figure
-from pytest_moeperf.workload import Workload
+from pytest_moeperf.measure.measurement import Measurement, Sample
+from pytest_moeperf.measure.stats import Figure
+from pytest_moeperf.measure.workload import Workload
+from pytest_moeperf.report.plot import DPI, PANEL_HEIGHT, baseline_marks, plot_report
+from pytest_moeperf.store.baselines import BaselineEntry, BaselineFile
+from pytest_moeperf.store.history import read_history, write_history
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 FINGERPRINT = {

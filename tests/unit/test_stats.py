@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_moeperf.stats import (
+from pytest_moeperf.measure.stats import (
     RatioInterval,
     ratio_interval,
     ratio_interval_from_summary,

@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 
-from .errors import MeasurementError
+from ..errors import MeasurementError
 from .measurement import Measurement, Sample
 from .workload import Workload
 

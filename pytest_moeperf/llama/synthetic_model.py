@@ -25,8 +25,8 @@ from pathlib import Path
 import gguf
 import numpy as np
 
-from . import fs
-from .errors import ModelError
+from .. import fs
+from ..errors import ModelError
 
 ARCH = "qwen3moe"
 """The llama.cpp architecture the synthetic models use."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 _NAME = re.compile(r"^\s*(pp|tg)(\d+)\s*(?:@\s*d(\d+))?\s*$")
 

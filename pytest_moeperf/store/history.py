@@ -39,10 +39,10 @@ from pytest_benchmark import __version__ as PYTEST_BENCHMARK_VERSION
 from pytest_benchmark.stats import Stats
 from pytest_benchmark.utils import get_machine_id
 
-from . import __version__
-from .fs import atomic_write_text, file_lock
-from .host import parse_cpu_list
-from .measurement import Measurement
+from .. import __version__
+from ..fs import atomic_write_text, file_lock
+from ..host.machine import parse_cpu_list
+from ..measure.measurement import Measurement
 
 RESULTS_FORMAT = 1
 """The ``moeperf_results`` version this module reads and writes."""

@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_moeperf import model
 from pytest_moeperf.errors import ModelError
-from pytest_moeperf.model import (
+from pytest_moeperf.llama import synthetic_model as model
+from pytest_moeperf.llama.synthetic_model import (
     DIGEST_KEY,
     PRESETS,
     ModelSpec,

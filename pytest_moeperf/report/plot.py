@@ -11,16 +11,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .errors import MoeperfError
-from .fs import atomic_write_bytes
-from .history import measurements_of, parse_date
-from .measurement import Measurement
-from .workload import Workload
+from ..errors import MoeperfError
+from ..fs import atomic_write_bytes
+from ..measure.measurement import Measurement
+from ..measure.workload import Workload
+from ..store.history import measurements_of, parse_date
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
-    from .baselines import BaselineFile
+    from ..store.baselines import BaselineFile
 
 BaselineMarks = Mapping[tuple[str, str, str], float]
 """Baseline tok/s by ``(configuration, build, workload)``, the key order of

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .judge import Verdict
-from .measurement import Measurement
+from ..measure.measurement import Measurement
+from ..verdicts.judge import Verdict
 
 if TYPE_CHECKING:
-    from .session import BaselineRow
+    from ..session import BaselineRow
 
 
 def text_table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> str:

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
-from .errors import MoeperfError
-from .stats import (
+from ..errors import MoeperfError
+from ..measure.stats import (
     Figure,
     RatioInterval,
     ratio_interval,
@@ -22,10 +22,10 @@ from .stats import (
     relative_uncertainty,
     repetitions_to_decide,
 )
-from .workload import Workload
+from ..measure.workload import Workload
 
 if TYPE_CHECKING:
-    from .measurement import Measurement
+    from ..measure.measurement import Measurement
 
 Outcome = Literal["holds", "fails", "inconclusive", "faster", "slower", "unchanged"]
 Relation = Literal[">=", "<="]

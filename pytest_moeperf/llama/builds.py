@@ -41,8 +41,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from . import fs
-from .errors import BuildError
+from .. import fs
+from ..errors import BuildError
 
 __all__ = [
     "BASE_CMAKE_ARGS",

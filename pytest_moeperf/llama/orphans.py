@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .fs import atomic_write_text, cache_dir
+from ..fs import atomic_write_text, cache_dir
 
 PR_SET_PDEATHSIG = 1
 

@@ -9,8 +9,8 @@ import fcntl
 import os
 from collections.abc import Iterator
 
-from .fs import cache_dir
-from .host import online_cpus
+from ..fs import cache_dir
+from .machine import online_cpus
 
 
 @contextlib.contextmanager

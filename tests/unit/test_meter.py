@@ -7,9 +7,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pytest_moeperf.errors import MeasurementError
-from pytest_moeperf.measure import FIRST_ID, build_requests, prompt_ids, sample_from
-from pytest_moeperf.stats import summarize
-from pytest_moeperf.workload import Workload
+from pytest_moeperf.measure.meter import FIRST_ID, build_requests, prompt_ids, sample_from
+from pytest_moeperf.measure.stats import summarize
+from pytest_moeperf.measure.workload import Workload
 
 workloads = st.one_of(
     st.builds(Workload, st.just("pp"), st.integers(1, 4096), st.integers(0, 8192)),

@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
+from ..errors import MoeperfError
+from ..host.machine import format_cpu_list, online_cpus
+from ..measure.measurement import Measurement, Sample
+from ..measure.workload import Workload
 from . import orphans
-from .errors import MoeperfError
-from .host import format_cpu_list, online_cpus
-from .measurement import Measurement, Sample
-from .workload import Workload
 
 __all__ = [
     "BenchArgs",

@@ -15,9 +15,9 @@ from types import TracebackType
 import httpcore  # noqa: F401 (see below)
 import httpx
 
+from ..errors import MeasurementError, MoeperfError, ServerError
+from ..host.machine import format_cpu_list, process_cpus
 from . import orphans
-from .errors import MeasurementError, MoeperfError, ServerError
-from .host import format_cpu_list, process_cpus
 
 # httpx imports httpcore on first use and keeps a map of the httpcore exception classes it
 # saw first. pytester drops the modules a test imported when the test ends, so a first use

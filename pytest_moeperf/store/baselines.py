@@ -40,12 +40,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NoReturn
 
-from .errors import BaselineError, ConfigError
-from .fs import atomic_write_text
-from .judge import CONFIGURATION_NAME
-from .measurement import Measurement
-from .stats import Figure
-from .workload import Workload
+from ..errors import BaselineError, ConfigError
+from ..fs import atomic_write_text
+from ..measure.measurement import Measurement
+from ..measure.stats import Figure
+from ..measure.workload import Workload
+from ..verdicts.judge import CONFIGURATION_NAME
 
 SCHEMA = 1
 KINDS = ("bench", "traffic")

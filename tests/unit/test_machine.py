@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pytest_moeperf.errors import ConfigError
-from pytest_moeperf.host import (
+from pytest_moeperf.host.machine import (
     format_cpu_list,
     host_fingerprint,
     numa_nodes,

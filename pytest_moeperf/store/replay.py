@@ -12,12 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..config import Profile
+from ..errors import ResultsError, Unavailable
+from ..measure.measurement import Measurement, Sample
+from ..measure.stats import Figure
+from ..measure.workload import Workload
 from .baselines import load_baselines
-from .config import Profile
-from .errors import ResultsError, Unavailable
-from .measurement import Measurement, Sample
-from .stats import Figure
-from .workload import Workload
 
 DEFAULT_REL_SPREAD = 0.01
 """Relative spread assumed for a stored figure that gives none."""

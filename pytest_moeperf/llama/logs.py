@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any, cast
 
-from .errors import MoeperfError
+from ..errors import MoeperfError
 
 __all__ = [
     "STARTUP_WARNINGS",

@@ -1,0 +1,2 @@
+"""What is measured and how: workloads, request shapes, samples and measurements, summary
+statistics."""

@@ -1,0 +1,1 @@
+"""What people read and look at: tables (terminal, markdown) and the PNG plot."""

@@ -1,0 +1,1 @@
+"""Files that outlive a run: baseline files, the results history, replay of stored numbers."""

@@ -12,10 +12,11 @@ from .llama.server import LlamaServer
 from .measure.measurement import Measurement
 from .measure.workload import Workload
 from .report.tables import baseline_failure, claim_failure, measured_table
-from .session import BaselineRow, PerfSession
+from .session import PerfSession
 from .store.baselines import fingerprint_mismatch
 from .verdicts.judge import (
     BaselineCheck,
+    BaselineRow,
     Claim,
     Operand,
     Verdict,

@@ -36,7 +36,7 @@ from .measure.workload import Workload
 from .store.baselines import BaselineFile, accept, load_baselines
 from .store.history import write_history
 from .store.replay import Replay
-from .verdicts.judge import BUSY_LIMIT, BaselineCheck, Verdict
+from .verdicts.judge import BUSY_LIMIT, BaselineRow, Verdict
 
 ServerKey = tuple[str, str, str]  # (profile, configuration, build label)
 MeasurementKey = tuple[str, str, str, str]  # (profile, configuration, build label, workload)
@@ -82,15 +82,6 @@ class ServerRecord:
     build: Build
     label: str
     """The build's label in this session (``b11434``, or a profile's ``builds`` key)."""
-
-
-@dataclass(frozen=True)
-class BaselineRow:
-    """One measured row checked against its stored baseline, for reports."""
-
-    nodeid: str
-    measurement: Measurement
-    check: BaselineCheck
 
 
 def _last_start(log: Path) -> str:
@@ -336,7 +327,9 @@ class PerfSession:
         """The measurement of *workload* on (profile, configuration, build), taken once a
         session and extended with more samples when more *repetitions* are asked later."""
         if self.replay is not None:
-            m = self.replay.find(profile, configuration.name, workload, build)
+            m = self.replay.find(
+                profile.name, configuration.name, workload, build, profile.build_label
+            )
             self.measurements[(profile.name, m.configuration, m.build, workload.name)] = m
             return m
         reps = repetitions or self.options.repetitions or profile.repetitions

@@ -38,11 +38,11 @@ from ..errors import MoeperfError
 __all__ = [
     "STARTUP_WARNINGS",
     "Aggregate",
+    "KnownWarning",
     "LogError",
     "ParsedLog",
     "RequestTiming",
     "StartupFinding",
-    "StartupWarning",
     "TimingParser",
     "TrafficStats",
     "add_logstats_arguments",
@@ -106,7 +106,7 @@ def _is_server_line(text: str) -> bool:
 
 
 @dataclass(frozen=True)
-class StartupWarning:
+class KnownWarning:
     """One kind of performance warning llama.cpp can print, and what to do about it."""
 
     id: str
@@ -125,8 +125,8 @@ class StartupWarning:
 
 
 # Exact texts, llama.cpp b11434 source (file:line), quoted in each regex's comment.
-STARTUP_WARNINGS: tuple[StartupWarning, ...] = (
-    StartupWarning(
+STARTUP_WARNINGS: tuple[KnownWarning, ...] = (
+    KnownWarning(
         id="mmap-tensor-overrides",
         # src/llama-model-loader.cpp:1246 "llama_model_loader: tensor overrides to CPU are used
         # with mmap enabled - consider using --load-mode none for better performance"
@@ -138,7 +138,7 @@ STARTUP_WARNINGS: tuple[StartupWarning, ...] = (
         "(llama-bench) and 97 -> 219 tok/s on real traffic, at the cost of pinned RAM for the "
         "CPU-resident weights and a slower cold start",
     ),
-    StartupWarning(
+    KnownWarning(
         id="numa-balancing",
         # ggml/src/ggml-cpu/ggml-cpu.c:714 "/proc/sys/kernel/numa_balancing is enabled, this has
         # been observed to impair performance" (printed only with --numa)
@@ -149,7 +149,7 @@ STARTUP_WARNINGS: tuple[StartupWarning, ...] = (
         "found no decode change once the process was pinned (taskset + --numa isolate) and "
         "its memory node-local",
     ),
-    StartupWarning(
+    KnownWarning(
         id="op-device-mismatch",
         # src/llama-context.cpp:539 "%s: layer %d is assigned to device %s but %s is assigned to
         # device %s (usually due to missing support)"
@@ -160,7 +160,7 @@ STARTUP_WARNINGS: tuple[StartupWarning, ...] = (
         advice="expect the operation to be disabled (next line); use a build or backend that "
         "supports it, or turn it off explicitly so runs are comparable",
     ),
-    StartupWarning(
+    KnownWarning(
         id="fused-op-disabled",
         # src/llama-context.cpp:552 "%s: %s not supported, set to disabled"
         # e.g. "Flash Attention not supported, set to disabled"
@@ -170,7 +170,7 @@ STARTUP_WARNINGS: tuple[StartupWarning, ...] = (
         advice="check the backend/build supports the op for this model and KV type; pin "
         "-fa on/off explicitly in the profile so baselines do not depend on detection",
     ),
-    StartupWarning(
+    KnownWarning(
         id="cpu-buffer-fallback",
         # src/llama-model-loader.cpp:1404 "%s: tensor '%s' (%s) (and %zu others) cannot be used
         # with preferred buffer type %s, using %s instead" (debug level in b11434, -v)
@@ -180,7 +180,7 @@ STARTUP_WARNINGS: tuple[StartupWarning, ...] = (
         advice="check which tensors (their type may lack a kernel on that backend); a "
         "different quantisation or --repack/--no-repack setting may avoid it",
     ),
-    StartupWarning(
+    KnownWarning(
         id="pinned-memory-failed",
         # ggml/src/ggml-cuda/ggml-cuda.cu:1283/5037 "%s: failed to allocate|register %.2f MiB of
         # pinned memory: %s"; ggml-vulkan-buffers.cpp:253 "WARNING: failed to allocate %.2f MB
@@ -193,7 +193,7 @@ STARTUP_WARNINGS: tuple[StartupWarning, ...] = (
         advice="raise the memlock limit (ulimit -l / LimitMEMLOCK=) or free RAM; with "
         "--load-mode none the CPU-resident weights need that much pinned memory",
     ),
-    StartupWarning(
+    KnownWarning(
         id="mlock-failed",
         # src/llama-mmap.cpp:732 "warning: failed to mlock %zu-byte buffer (after previously
         # locking %zu bytes): %s"; :789 "warning: mlock not supported on this system"
@@ -202,7 +202,7 @@ STARTUP_WARNINGS: tuple[StartupWarning, ...] = (
         "fault pages back in",
         advice="raise the memlock limit (ulimit -l) or drop mlock from --load-mode",
     ),
-    StartupWarning(
+    KnownWarning(
         id="buffered-io-fallback",
         # src/llama-mmap.cpp:191 "Failed to open file '%s' with error: %s. Falling back to
         # buffered I/O"; :293 "%s: Falling back to buffered IO due to %s"
@@ -212,7 +212,7 @@ STARTUP_WARNINGS: tuple[StartupWarning, ...] = (
         advice="expect slower, page-cache-polluting loads; use a file system that supports "
         "O_DIRECT or another --load-mode",
     ),
-    StartupWarning(
+    KnownWarning(
         id="no-tensor-cores",
         # ggml/src/ggml-cuda/ggml-cuda.cu:370 "The following devices will have suboptimal
         # performance due to a lack of tensor cores:"
@@ -221,7 +221,7 @@ STARTUP_WARNINGS: tuple[StartupWarning, ...] = (
         advice="build with CMAKE_CUDA_ARCHITECTURES=61-virtual;80-virtual and "
         "-DGGML_CUDA_FORCE_MMQ=ON, as the next log lines suggest",
     ),
-    StartupWarning(
+    KnownWarning(
         id="cache-reuse-disabled",
         # tools/server/server-context.cpp:1314/1326 "cache_reuse is not supported by
         # multimodal|this context, it will be disabled"; :3464 "cache reuse is not supported -
@@ -231,7 +231,7 @@ STARTUP_WARNINGS: tuple[StartupWarning, ...] = (
         "so such prompts are prefilled again",
         advice="do not count on --cache-reuse here; compare prefill with it removed",
     ),
-    StartupWarning(
+    KnownWarning(
         id="speculative-unsupported",
         # tools/server/server-context.cpp:1375 "speculative decoding not supported by this
         # context"
@@ -239,14 +239,14 @@ STARTUP_WARNINGS: tuple[StartupWarning, ...] = (
         meaning="the draft model / speculative options were ignored",
         advice="remove the speculative flags, or decode numbers will be attributed to them wrongly",
     ),
-    StartupWarning(
+    KnownWarning(
         id="graph-reuse-disabled",
         # src/llama-context.cpp:287 "%s: graph reuse disabled" (LLAMA_GRAPH_REUSE_DISABLE)
         regex=r": graph reuse disabled",
         meaning="LLAMA_GRAPH_REUSE_DISABLE is set: every decode step rebuilds its graph",
         advice="unset LLAMA_GRAPH_REUSE_DISABLE in the server's environment",
     ),
-    StartupWarning(
+    KnownWarning(
         id="kv-cache-retry",
         # tools/server/server-context.cpp:4061 "failed to find free space in the KV cache,
         # retrying with smaller batch size, off = %d, n_batch = %d, ret = %d"
@@ -255,7 +255,7 @@ STARTUP_WARNINGS: tuple[StartupWarning, ...] = (
         advice="raise -c (context) or lower -np/-b; prefill of that request ran with a smaller "
         "batch",
     ),
-    StartupWarning(
+    KnownWarning(
         id="op-not-supported",
         # ggml/src/ggml-cuda/ggml-cuda.cu:4456 "%s: op not supported %s (%s)"
         regex=r"\bop not supported\b",
@@ -263,7 +263,7 @@ STARTUP_WARNINGS: tuple[StartupWarning, ...] = (
         advice="report it with the build and flags; the run that printed it is not a valid "
         "measurement",
     ),
-    StartupWarning(
+    KnownWarning(
         id="falling-back",
         # catch-all, e.g. ggml/src/ggml-sycl/fattn-onednn.cpp:220 "%s: oneDNN did not fuse the
         # SDPA graph; falling back to TILE kernel", ggml-cuda.cu:158 "hipMallocManaged
@@ -294,7 +294,7 @@ class StartupFinding:
 class _StartupScanner:
     """Attributes lines to warnings, keeping the first line and a count per warning id."""
 
-    def __init__(self, warnings: Sequence[StartupWarning] = STARTUP_WARNINGS) -> None:
+    def __init__(self, warnings: Sequence[KnownWarning] = STARTUP_WARNINGS) -> None:
         self._warnings = tuple(warnings)
         self._found: dict[str, StartupFinding] = {}
         try:  # one alternation rejects most lines in a single search
@@ -324,7 +324,7 @@ class _StartupScanner:
 
 
 def scan_startup(
-    text: str, warnings: Sequence[StartupWarning] = STARTUP_WARNINGS
+    text: str, warnings: Sequence[KnownWarning] = STARTUP_WARNINGS
 ) -> list[StartupFinding]:
     """The performance warnings in a server log's text, one finding per warning id, in order of
     first appearance."""

@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..measure.measurement import Measurement
-from ..verdicts.judge import Verdict
-
-if TYPE_CHECKING:
-    from ..session import BaselineRow
+from ..verdicts.judge import BaselineRow, Verdict
 
 
 def text_table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> str:

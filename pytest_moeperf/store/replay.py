@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..config import Profile
 from ..errors import ResultsError, Unavailable
 from ..measure.measurement import Measurement, Sample
 from ..measure.stats import Figure
@@ -67,19 +66,25 @@ class Replay:
         return cls(path, ms, dict(bf.fingerprint), bf.profile)
 
     def find(
-        self, profile: Profile, configuration: str, workload: Workload, build: str | None
+        self,
+        profile: str,
+        configuration: str,
+        workload: Workload,
+        build: str | None,
+        profile_build: str | None = None,
     ) -> Measurement:
-        """The stored measurement; without *build*, the profile's own build, or the only
-        build stored for it. Missing data is :class:`~pytest_moeperf.errors.Unavailable`."""
+        """The stored measurement of *profile*'s *configuration*; without *build*, the
+        profile's own build (*profile_build*), or the only build stored for it. Missing data
+        is :class:`~pytest_moeperf.errors.Unavailable`."""
         rows = [
             m
             for m in self.measurements
             if m.configuration == configuration
             and m.workload == workload
-            and m.extra.get("profile", profile.name) == profile.name
+            and m.extra.get("profile", profile) == profile
         ]
         if build is None and len(rows) > 1:
-            build = profile.build_label
+            build = profile_build
             if build is None:
                 builds = ", ".join(sorted(m.build for m in rows))
                 raise ResultsError(

@@ -396,6 +396,15 @@ class BaselineCheck:
         )
 
 
+@dataclass(frozen=True)
+class BaselineRow:
+    """One measured row checked against its stored baseline, for reports."""
+
+    nodeid: str
+    measurement: Measurement
+    check: BaselineCheck
+
+
 def judge_baseline(
     measured: Sequence[float],
     baseline_value: float,

@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 from pytest_moeperf.errors import MoeperfError
 from pytest_moeperf.llama.logs import (
     STARTUP_WARNINGS,
+    KnownWarning,
     LogError,
     RequestTiming,
-    StartupWarning,
     TimingParser,
     add_logstats_arguments,
     format_traffic_table,
@@ -615,7 +615,7 @@ def test_no_false_positives_on_a_real_log():
 def test_warning_table_is_extensible():
     extra = (
         *STARTUP_WARNINGS,
-        StartupWarning("kv-offload-off", r"kv_unified = 'false'", "per-slot KV", "try -kvu"),
+        KnownWarning("kv-offload-off", r"kv_unified = 'false'", "per-slot KV", "try -kvu"),
     )
     found = scan_startup((DATA / "real-b11434.log").read_text(), extra)
     assert [f.id for f in found] == ["mmap-tensor-overrides", "kv-offload-off"]

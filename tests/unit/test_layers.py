@@ -1,0 +1,115 @@
+"""The package's layers point down: no module imports one from a layer above its own (the
+README's layout table lists the layers in this order), and only the pytest-facing modules
+import pytest. Every import counts, those inside functions and ``TYPE_CHECKING`` blocks too."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "pytest_moeperf"
+
+# Bottom first. A module may import its own layer and the layers below it.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("pytest_moeperf", "pytest_moeperf.errors", "pytest_moeperf.fs"),
+    ("pytest_moeperf.host",),
+    ("pytest_moeperf.measure",),
+    ("pytest_moeperf.llama",),
+    ("pytest_moeperf.verdicts",),
+    ("pytest_moeperf.store",),
+    ("pytest_moeperf.report",),
+    ("pytest_moeperf.config",),
+    ("pytest_moeperf.session",),
+    ("pytest_moeperf.fixture", "pytest_moeperf.gate"),
+    ("pytest_moeperf.plugin", "pytest_moeperf.cli"),
+)
+PYTEST_FACING = {"pytest_moeperf.plugin", "pytest_moeperf.fixture"}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def layer_of(module: str) -> int:
+    """Index of the most specific layer entry that *module* is, or lies under."""
+    best, best_len = -1, -1
+    for i, layer in enumerate(LAYERS):
+        for entry in layer:
+            if (module == entry or module.startswith(entry + ".")) and len(entry) > best_len:
+                best, best_len = i, len(entry)
+    if best < 0:
+        raise AssertionError(f"{module} is in no layer: add it to LAYERS and the README")
+    return best
+
+
+def imports_of(path: Path) -> set[str]:
+    """Absolute names of every module *path* imports (``from .x import y`` gives ``x.y``
+    as well, since ``y`` may be a module)."""
+    module = module_name(path)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join([*base, *([node.module] if node.module else [])])
+            else:
+                target = node.module or ""
+            found.add(target)
+            found.update(f"{target}.{alias.name}" for alias in node.names)
+    return found
+
+
+def sources() -> list[Path]:
+    return sorted(PACKAGE.rglob("*.py"))
+
+
+def is_module(name: str) -> bool:
+    rel = Path(*name.split("."))
+    return (PACKAGE.parent / rel).with_suffix(".py").is_file() or (
+        PACKAGE.parent / rel / "__init__.py"
+    ).is_file()
+
+
+@pytest.mark.parametrize("path", sources(), ids=lambda p: module_name(p))
+def test_no_import_runs_up_a_layer(path):
+    module = module_name(path)
+    mine = layer_of(module)
+    upward = sorted(
+        name
+        for name in imports_of(path)
+        if name.startswith("pytest_moeperf") and is_module(name) and layer_of(name) > mine
+    )
+    assert not upward, f"{module} (layer {mine}) imports from above: {upward}"
+
+
+@pytest.mark.parametrize("path", sources(), ids=lambda p: module_name(p))
+def test_only_the_pytest_facing_modules_import_pytest(path):
+    module = module_name(path)
+    uses_pytest = any(n == "pytest" or n.startswith("pytest.") for n in imports_of(path))
+    assert not uses_pytest or module in PYTEST_FACING, f"{module} imports pytest"
+
+
+def test_every_module_has_a_layer():
+    for path in sources():
+        layer_of(module_name(path))
+
+
+def test_the_check_sees_an_upward_import(tmp_path, monkeypatch):
+    """The checker itself: a module of measure/ importing the session is caught."""
+    fake = tmp_path / "pytest_moeperf"
+    (fake / "measure").mkdir(parents=True)
+    (fake / "__init__.py").write_text("")
+    (fake / "session.py").write_text("")
+    (fake / "measure" / "__init__.py").write_text("")
+    bad = fake / "measure" / "bad.py"
+    bad.write_text("from ..session import PerfSession\n")
+    monkeypatch.setattr(__import__(__name__, fromlist=["x"]), "PACKAGE", fake)
+    with pytest.raises(AssertionError, match=r"imports from above: \['pytest_moeperf.session'"):
+        test_no_import_runs_up_a_layer(bad)

@@ -143,6 +143,23 @@ def _gate(args: argparse.Namespace) -> int:
     return 0 if result.passed else 1
 
 
+def _baselines(args: argparse.Namespace) -> int:
+    """List the hosts each baseline file holds numbers of, with their probe figures."""
+    from collections import Counter
+
+    from .store.baselines import load_baselines
+
+    for i, name in enumerate(args.files):
+        bf = load_baselines(Path(name))
+        counts = Counter(e.host for e in bf.entries)
+        print(f"{'' if i == 0 else chr(10)}{name}: profile {bf.profile}, {len(bf.hosts)} host(s)")
+        for host in bf.hosts:
+            dates = sorted({e.date for e in bf.entries if e.host == host.id})
+            when = f", recorded {dates[0]}" + (f" to {dates[-1]}" if len(dates) > 1 else "")
+            print(f"  {host.describe()}; {counts.get(host.id, 0)} entries{when if dates else ''}")
+    return 0
+
+
 def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="moeperf", description="llama.cpp performance decisions as a pytest suite."
@@ -228,6 +245,13 @@ def make_parser() -> argparse.ArgumentParser:
     )
     g.add_argument("-v", "--verbose", action="store_true", help="progress of servers")
     g.set_defaults(run=_gate)
+
+    bl = sub.add_parser(
+        "baselines",
+        help="list the hosts a baseline file holds numbers of (fingerprint, probe figures)",
+    )
+    bl.add_argument("files", nargs="+", metavar="FILE", help="baseline file(s), baselines/*.toml")
+    bl.set_defaults(run=_baselines)
 
     from .llama.logs import add_logstats_arguments, run_logstats
 

@@ -35,6 +35,7 @@ _PROFILE_KEYS = _CONFIG_KEYS | {
     "workloads",
     "repetitions",
     "configurations",
+    "memory_bandwidth_gbs",
 }
 
 
@@ -132,6 +133,9 @@ class Profile:
     """Where relative paths (model, binary, baseline) resolve; ``None``: the pytest rootdir."""
     builds: Mapping[str, int | str] = field(default_factory=dict)
     """Other builds a claim may name (``mmap[b11053].tg128``): label -> build number or binary."""
+    memory_bandwidth_gbs: float | None = None
+    """The memory bandwidth the host is known to reach (GB/s), e.g. a STREAM figure from its
+    record; decode's roofline uses it instead of the probe's own measurement."""
 
     @property
     def build_label(self) -> str | None:
@@ -219,6 +223,13 @@ def _env(where: str, value: Any) -> dict[str, str]:
     return dict(value)
 
 
+def _bandwidth(where: str, value: Any) -> float | None:
+    value = _opt(where, "memory_bandwidth_gbs", value, (int, float))
+    if value is not None and not (0 < value < 1e5):
+        raise ConfigError(f"{where}: memory_bandwidth_gbs must be a positive number of GB/s")
+    return float(value) if value is not None else None
+
+
 def _profile(name: str, table: Any, source: str, base_dir: Path | None) -> Profile:
     where = f"{source}: profile {name!r}"
     if not isinstance(table, dict):
@@ -298,6 +309,7 @@ def _profile(name: str, table: Any, source: str, base_dir: Path | None) -> Profi
         pinning=base_pin,
         env=base_env,
         baseline=_opt(where, "baseline", table.get("baseline"), str),
+        memory_bandwidth_gbs=_bandwidth(where, table.get("memory_bandwidth_gbs")),
         workloads=workloads,
         repetitions=reps,
         configurations=configs,

@@ -13,7 +13,7 @@ from .measure.measurement import Measurement
 from .measure.workload import Workload
 from .report.tables import baseline_failure, claim_failure, measured_table
 from .session import PerfSession
-from .store.baselines import fingerprint_mismatch
+from .store.baselines import host_for
 from .verdicts.judge import (
     BaselineCheck,
     BaselineRow,
@@ -138,10 +138,18 @@ class MoePerf:
                 break
             left, right = self._interleaved(c, min(limit, n + verdict.more_repetitions))
             verdict = judge(left.operand, right.operand)
-        verdict = undecided(verdict, too_noisy([left, right]))
+        reasons = [r for r in (too_noisy([left, right]), self._host_moved([left, right])) if r]
+        verdict = undecided(verdict, "; ".join(reasons) or None)
         self.verdicts.append(verdict)
         self.session.verdicts.append((self.nodeid, verdict))
         return verdict
+
+    def _host_moved(self, measurements: list[Measurement]) -> str | None:
+        """Why the host cannot be trusted to be the one these numbers were taken on (its
+        probe moved since the run's first probe of those CPUs), or ``None``."""
+        keys = {str(m.extra["probe_cpus"]) for m in measurements if m.extra.get("probe_cpus")}
+        moved = self.session.host_moved(keys) if keys else []
+        return f"host changed under the run: {'; '.join(moved)}" if moved else None
 
     def judge(self, claim: str | Claim) -> Verdict:
         """The verdict of *claim* (holds / fails / inconclusive) on this session's measurements.
@@ -159,8 +167,10 @@ class MoePerf:
         label = f"{c.left} / {c.right}"
         return self._judged(c, lambda a, b: judge_change(a, b, margin=margin, label=label))
 
-    def _inconclusive(self, verdict: Verdict) -> None:
-        message = f"inconclusive: {verdict.explain()}"
+    def _inconclusive(self, verdict: Verdict | str) -> None:
+        """Skip the test as undecided (fail it, with ``--moeperf-inconclusive=fail``)."""
+        why = verdict if isinstance(verdict, str) else verdict.explain()
+        message = f"inconclusive: {why}"
         if self.session.options.inconclusive == "fail":
             pytest.fail(message, pytrace=False)
         pytest.skip(message)
@@ -205,8 +215,11 @@ class MoePerf:
     # -- baselines -------------------------------------------------------------------------------
     def check_baseline(self, configuration: str, workload: str | Workload) -> BaselineCheck:
         """Compare the measurement with the profile's stored baseline: pass while the median
-        is no worse than baseline x (1 - tolerance). Skips when there is no baseline for it,
-        or when the baseline was taken on a host whose fingerprint differs (naming the fields)."""
+        is no worse than baseline x (1 - tolerance). Only this host's numbers apply: the
+        file's host whose fingerprint matches and whose probe figures on the configuration's
+        CPUs are within the probe tolerance of this run's. Skips when there is no such host
+        (naming the fields or both probe values that differ) or no baseline for it, and is
+        undecided when the host's probe moved since the start of the run."""
         m = self.measure(configuration, workload)
         profile = self.profile
         bf = self.session.baselines(profile)
@@ -216,15 +229,26 @@ class MoePerf:
                 f"no baseline file {path} for profile {profile.name!r}; "
                 "record one with --moeperf-accept"
             )
-        mismatch = fingerprint_mismatch(bf.fingerprint, self.session.fingerprint(profile))
-        if mismatch:
-            pytest.skip(f"baseline {bf.path} was taken on another host: {'; '.join(mismatch)}")
-        entry = bf.find(m.build, m.configuration, m.workload.name)
+        cpus = m.extra.get("probe_cpus")
+        host, why = host_for(
+            bf,
+            self.session.fingerprint(profile),
+            str(cpus) if cpus else None,
+            self.session.options.probe_tolerance,
+        )
+        if host is None:
+            pytest.skip(
+                f"baseline {bf.path} holds no numbers of this host, so none apply: {'; '.join(why)}"
+            )
+        entry = bf.find(m.build, m.configuration, m.workload.name, host=host.id)
         if entry is None:
             pytest.skip(
                 f"{bf.path} has no baseline for {m.configuration} {m.workload} on "
-                f"{m.build}; record one with --moeperf-accept"
+                f"{m.build} of host {host.id}; record one with --moeperf-accept"
             )
+        moved = self._host_moved([m])
+        if moved:
+            self._inconclusive(f"{m.configuration}.{m.workload.name}: {moved}")
         check = judge_baseline(
             m.values,
             entry.value,

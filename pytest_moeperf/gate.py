@@ -230,7 +230,10 @@ def run_gate(
                     session, gated, sides, w, min(max_repetitions, n + verdict.more_repetitions)
                 )
                 verdict = judge_change(got[1].values, got[0].values, margin=margin, label=label)
-            verdict = undecided(verdict, too_noisy(got))
+            keys = {str(m.extra["probe_cpus"]) for m in got if m.extra.get("probe_cpus")}
+            moved = session.host_moved(keys)
+            reasons = [too_noisy(got), *([f"host changed: {'; '.join(moved)}"] if moved else [])]
+            verdict = undecided(verdict, "; ".join(r for r in reasons if r) or None)
             row = GateRow(name, w, got[0], got[1], verdict)
             rows.append(row)
             if on_row:
@@ -239,4 +242,10 @@ def run_gate(
     after = busy_fraction(0.5)
     if after > 0.25:
         notes.append(f"the host was {100 * after:.0f} % busy with other work right after the gate")
+    moved = session.host_moved(list(session.probes), force=True)  # the host at the end
+    if moved:
+        why = f"host changed during the gate: {'; '.join(moved)}"
+        notes.append(why + "; every verdict is undecided")
+        rows = [replace(r, verdict=undecided(r.verdict, why)) for r in rows]
+    notes += [f"host probe: {p.describe()}" for p in session.probes.values()]
     return GateResult(baseline.name, candidate.name, margin, rows, busy, loadavg, notes)

@@ -14,18 +14,20 @@ import pytest
 from .errors import MoeperfError
 from .fixture import MoePerf
 from .fs import atomic_write_text
+from .host.probe import DEFAULT_TOLERANCE
 from .llama import orphans
 from .llama.builds import resolve_server_binary
 from .report.plot import baseline_marks, plot_report
 from .report.tables import (
     BASELINE_HEADERS,
     baseline_rows,
+    host_lines,
     markdown_report,
     summary_rows,
     text_table,
     verdict_rows,
 )
-from .session import Options, PerfSession
+from .session import REPROBE_SECONDS, Options, PerfSession
 from .store.history import read_history
 
 SESSION = pytest.StashKey[PerfSession]()
@@ -123,6 +125,24 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "(default: no limit; pytest-timeout's --timeout bounds each test)",
     )
     group.addoption(
+        "--moeperf-probe-tolerance",
+        type=float,
+        metavar="SHARE",
+        default=DEFAULT_TOLERANCE,
+        help="two calibration probes (memory bandwidth, compute) that differ by more than this "
+        "share are two hosts: baselines of the other do not apply, and a host whose probe moved "
+        "that much during the run makes later verdicts undecided. Default: %(default)r",
+    )
+    group.addoption(
+        "--moeperf-reprobe-seconds",
+        type=float,
+        metavar="S",
+        default=REPROBE_SECONDS,
+        help="a verdict probes its CPUs again when their last probe is older than S seconds, "
+        "to notice the host changing under the run (0: before every verdict). "
+        "Default: %(default)r",
+    )
+    group.addoption(
         "--moeperf-results",
         metavar="PATH",
         help="write the results file here (default .moeperf/results-*.json)",
@@ -171,6 +191,16 @@ def _options(config: pytest.Config) -> Options:
         opts.results_file = Path(config.getoption("moeperf_results"))
     if opts.repetitions is not None and opts.repetitions < 1:
         raise pytest.UsageError("--moeperf-repetitions must be >= 1")
+    tolerance = config.getoption("moeperf_probe_tolerance")
+    if not (0 < tolerance < 1):
+        raise pytest.UsageError(
+            f"--moeperf-probe-tolerance {tolerance!r} must be a share between 0 and 1, e.g. 0.1"
+        )
+    opts.probe_tolerance = tolerance
+    reprobe = config.getoption("moeperf_reprobe_seconds")
+    if not reprobe >= 0:
+        raise pytest.UsageError(f"--moeperf-reprobe-seconds {reprobe!r} must be >= 0")
+    opts.reprobe_seconds = reprobe
     return opts
 
 
@@ -335,6 +365,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         return
     perf.close()
     try:
+        if session.exitstatus != pytest.ExitCode.INTERRUPTED:
+            perf.host_moved(list(perf.probes), force=True)  # the host at the end of the run
         if perf.options.bench and session.exitstatus != pytest.ExitCode.INTERRUPTED:
             perf.cross_check()
         perf.results_path = perf.write_results()
@@ -360,6 +392,7 @@ def _write_report(perf: PerfSession) -> None:
         fp,
         perf.startup_lines(),
         perf.bench_rows() if perf.bench else None,
+        host_lines=host_lines(perf.probes.values(), perf.host_changes),
     )
     if perf.measurements:
         png = (
@@ -386,6 +419,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if not perf.measurements:
         return
     terminalreporter.section("moeperf: throughput (median of repetitions)")
+    for line in host_lines(perf.probes.values(), perf.host_changes):
+        terminalreporter.write_line(line, yellow=line.startswith("host changed"))
     headers, rows = summary_rows(perf.measurements.values())
     terminalreporter.write_line(text_table(headers, rows))
     if perf.verdicts:

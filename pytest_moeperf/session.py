@@ -24,10 +24,19 @@ from .config import Configuration, HostLacks, Profile, load_profiles
 from .errors import ConfigError, MeasurementError, MoeperfError
 from .fs import atomic_write_text, cache_dir, file_lock
 from .host.locks import measuring
-from .host.machine import OtherWork, file_digest, host_fingerprint
+from .host.machine import (
+    OtherWork,
+    file_digest,
+    format_cpu_list,
+    host_fingerprint,
+    online_cpus,
+    parse_cpu_list,
+)
+from .host.probe import DEFAULT_TOLERANCE, Probe, probe_moved, run_probe
 from .llama.bench import BenchResult, run_bench
 from .llama.builds import Build, binary_build, build_llama
 from .llama.logs import StartupFinding, scan_startup
+from .llama.model_bytes import DecodeBytes, decode_bytes
 from .llama.server import LlamaServer
 from .llama.synthetic_model import BYTE_TOKEN_IDS, ensure_model, model_spec
 from .measure.measurement import Measurement
@@ -43,6 +52,9 @@ MeasurementKey = tuple[str, str, str, str]  # (profile, configuration, build lab
 SYNTHETIC = "synthetic:"
 MODEL_DIGEST_BYTES = 16 << 20
 """The model fingerprint hashes the first 16 MiB (and records the size): cheap for 100 GB."""
+REPROBE_SECONDS = 30.0
+"""A verdict re-probes its CPUs when their last probe is older than this (a few seconds of
+work): often enough to notice the host changing under a run, rarely enough to cost little."""
 
 
 @dataclass
@@ -71,6 +83,11 @@ class Options:
     bench: bool = False
     strict_warnings: bool = False
     rootdir: Path = Path(".")
+    probe_tolerance: float = DEFAULT_TOLERANCE
+    """Two probes differing by more than this share are two hosts (baselines do not apply),
+    or a host that changed under the run (verdicts become undecided)."""
+    reprobe_seconds: float = REPROBE_SECONDS
+    """A verdict re-probes its CPUs when their last probe is older than this."""
 
 
 @dataclass
@@ -140,6 +157,15 @@ class PerfSession:
         self.baseline_rows: list[BaselineRow] = []
         self.findings: dict[ServerKey, list[StartupFinding]] = {}
         """Performance warnings each server printed at its (last) start."""
+        self.probes: dict[str, Probe] = {}
+        """The calibration probe of each CPU set (``"0-1"``), taken before its first
+        measurement: what this run's numbers and baselines are judged against."""
+        self.reprobes: dict[str, list[tuple[float, Probe]]] = {}
+        """Later probes of each CPU set (wall time, probe): before verdicts, and at the end."""
+        self.host_changes: list[str] = list(self.replay.host_changes if self.replay else [])
+        """How the host changed under the run (probe figures that moved), one line each."""
+        self._decode_bytes: dict[Path, DecodeBytes | None] = {}
+        self._probed_at: dict[str, float] = {}
 
     # -- declarations ---------------------------------------------------------------------------
     @property
@@ -171,8 +197,10 @@ class PerfSession:
         model file (name, size, hash of its head). In replay mode: the replayed file's."""
         if self.replay is not None:
             return dict(self.replay.fingerprint)
+        probes = {k: p.to_dict() for k, p in sorted(self.probes.items())}
         if profile.name not in self._fingerprints:
             fp = dict(self.host)
+            fp["probes"] = probes
             rec = next((r for k, r in self.servers.items() if k[0] == profile.name), None)
             if rec is not None:
                 fp["llama_server"] = rec.build.version().raw.strip().splitlines()[0]
@@ -182,7 +210,92 @@ class PerfSession:
                 fp["model_sha256_16mib"] = file_digest(model, MODEL_DIGEST_BYTES)
                 self._fingerprints[profile.name] = fp
             return fp
-        return self._fingerprints[profile.name]
+        return {**self._fingerprints[profile.name], "probes": probes}
+
+    # -- the host, measured -----------------------------------------------------------------------
+    @staticmethod
+    def probe_key(cpus: frozenset[int] | None) -> str:
+        """The CPU set a server pinned to *cpus* runs on, as a kernel list (``"0-1"``)."""
+        return format_cpu_list(cpus if cpus is not None else online_cpus())
+
+    def probe(self, cpus: frozenset[int] | None) -> Probe | None:
+        """The calibration probe of the CPU set *cpus*, taken once per run under the CPUs'
+        lock (in replay mode: the replayed run's, ``None`` when it has none)."""
+        key = self.probe_key(cpus)
+        if self.replay is not None:
+            raw = (self.replay.fingerprint.get("probes") or {}).get(key)
+            try:
+                return Probe.from_dict(raw) if isinstance(raw, dict) else None
+            except ValueError:
+                return None
+        if key not in self.probes:
+            with measuring(cpus):
+                probe = run_probe(cpus)
+            self.probes[key] = probe
+            self._probed_at[key] = time.time()
+            self.report(f"moeperf: host probe: {probe.describe()} in {probe.seconds:.1f} s")
+        return self.probes[key]
+
+    def host_moved(self, keys: set[str] | list[str], *, force: bool = False) -> list[str]:
+        """Probe the CPU sets *keys* again (when their last probe is older than
+        ``options.reprobe_seconds``, or always with *force*) and say how each moved from its first
+        probe beyond the probe tolerance: one line per figure, ``[]`` when the host is as it
+        was. Every move is also kept in :attr:`host_changes`."""
+        if self.replay is not None:
+            return list(self.host_changes)
+        lines = []
+        for key in sorted(keys):
+            first = self.probes.get(key)
+            if first is None:
+                continue
+            seen = self.reprobes.setdefault(key, [])
+            last_at = seen[-1][0] if seen else self._probed_at.get(key, 0.0)
+            if force or time.time() - last_at >= self.options.reprobe_seconds:
+                cpus = parse_cpu_list(key)
+                with measuring(cpus):
+                    seen.append((time.time(), run_probe(cpus)))
+                tolerance = self.options.probe_tolerance
+                if probe_moved(first, seen[-1][1], tolerance=tolerance):
+                    with measuring(cpus):  # a move must be confirmed by a second probe
+                        seen.append((time.time(), run_probe(cpus)))
+            if not seen:
+                continue
+            recent = [p for _, p in seen[-2:]]
+            for line in probe_moved(first, *recent, tolerance=self.options.probe_tolerance):
+                lines.append(line)
+                if line not in self.host_changes:
+                    self.host_changes.append(line)
+        return lines
+
+    def decode_limit(
+        self, profile: Profile, model: Path, probe: Probe | None, workload: Workload
+    ) -> dict[str, Any] | None:
+        """Decode's roofline for *workload*: the bytes a step reads (mean depth over the
+        generated tokens) and the rate the memory bandwidth allows, the profile's stated
+        bandwidth first, else the probe's; ``None`` for prefill or an unreadable model."""
+        if workload.kind != "tg":
+            return None
+        if model not in self._decode_bytes:
+            try:
+                self._decode_bytes[model] = decode_bytes(model)
+            except MoeperfError:
+                self._decode_bytes[model] = None
+        db = self._decode_bytes[model]
+        if db is None:
+            return None
+        if profile.memory_bandwidth_gbs is not None:
+            bandwidth, source = profile.memory_bandwidth_gbs, "profile"
+        elif probe is not None:
+            bandwidth, source = probe.bandwidth_gbs, f"probe on CPUs {probe.cpus}"
+        else:
+            return None
+        depth = max(workload.depth, 1) + workload.tokens // 2
+        return {
+            "bandwidth_gbs": bandwidth,
+            "bandwidth_source": source,
+            "bytes_per_token": db.per_token(depth),
+            "limit_tok_s": round(db.limit(bandwidth, depth), 3),
+        }
 
     # -- builds and models ---------------------------------------------------------------------
     def build_for(
@@ -340,8 +453,10 @@ class PerfSession:
         if have is not None and len(have.samples) >= reps:
             return have
         start = len(have.samples) if have else 0
+        probe = self.probe(rec.server.cpus)
         with measuring(rec.server.cpus):
-            other = OtherWork(rec.server.pid or 0)  # CPU time of anything but us and the server
+            # CPU time on the server's CPUs of anything but us and the server
+            other = OtherWork(rec.server.pid or 0, cpus=rec.server.cpus)
             self.report(f"moeperf: measuring {workload} x{reps - start} on {rec.server.name}")
             try:
                 with Meter(
@@ -368,7 +483,8 @@ class PerfSession:
                 rec.server.interrupted(exc, f"measuring {workload} on {rec.server.name}")
                 raise
             ended = time.time()
-            busy = other.share()
+            steal = other.steal()
+            busy = other.share() + steal
         if busy > BUSY_LIMIT:
             self.progress(
                 f"moeperf: warning: the host was {100 * busy:.0f} % busy with other work while "
@@ -387,7 +503,12 @@ class PerfSession:
             "server_ready_s": rec.server.ready_seconds,
             "streamed": self._streams.get(key[:3], False),
             "host_busy": max(busy, float((have.extra if have else {}).get("host_busy", 0.0))),
+            "steal": max(steal, float((have.extra if have else {}).get("steal", 0.0))),
+            "probe_cpus": self.probe_key(rec.server.cpus),
         }
+        roofline = self.decode_limit(profile, rec.server.model, probe, workload)
+        if roofline is not None:
+            extra["roofline"] = roofline
         samples = (have.samples if have else ()) + taken.samples
         m = Measurement(configuration.name, label, workload, samples, extra)
         self.measurements[key] = m
@@ -515,6 +636,12 @@ class PerfSession:
             "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "fingerprint": self.host,
             "fingerprints": {p: self.fingerprint(self.profile(p)) for p in profiles},
+            "probes": {k: p.to_dict() for k, p in sorted(self.probes.items())},
+            "reprobes": {
+                k: [{"at": at, **p.to_dict()} for at, p in seen]
+                for k, seen in sorted(self.reprobes.items())
+            },
+            "host_changes": list(self.host_changes),
             "measurements": [m.to_dict() for m in self.measurements.values()],
             "verdicts": [
                 {

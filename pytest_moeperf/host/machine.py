@@ -160,11 +160,24 @@ def host_fingerprint() -> dict[str, Any]:
     }
 
 
-def _cpu_times() -> tuple[int, int]:
-    """(busy, total) jiffies of all CPUs from /proc/stat."""
-    fields = [int(x) for x in (_read("/proc/stat") or "cpu 0 0 0 1").splitlines()[0].split()[1:]]
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
-    return sum(fields) - idle, sum(fields)
+def _cpu_times(cpus: Iterable[int] | None = None) -> tuple[int, int, int]:
+    """(busy, total, steal) jiffies from /proc/stat: of all CPUs, or summed over *cpus*.
+    ``guest`` time is already part of ``user`` and is not counted twice."""
+    lines = (_read("/proc/stat") or "cpu 0 0 0 1").splitlines()
+    wanted = None if cpus is None else {f"cpu{c}" for c in cpus}
+    busy = total = steal = 0
+    for line in lines:
+        name, _, rest = line.partition(" ")
+        if not name.startswith("cpu") or (name != "cpu") == (wanted is None):
+            continue
+        if wanted is not None and name not in wanted:
+            continue
+        fields = [int(x) for x in rest.split()][:8]  # user .. steal
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+        busy += sum(fields) - idle
+        total += sum(fields)
+        steal += fields[7] if len(fields) > 7 else 0
+    return busy, total, steal
 
 
 def _process_ticks(pid: int) -> int:
@@ -177,30 +190,47 @@ def _process_ticks(pid: int) -> int:
 
 
 class OtherWork:
-    """Measures the share of all CPUs' time that processes other than *ours* keep busy
-    between :meth:`start` and :meth:`share` (0..1): other work on the host while we measure
-    means noisy numbers."""
+    """Measures, between :meth:`start` and :meth:`share`, the share of the CPUs' time (of
+    *cpus*, the CPUs a server is pinned to; of all CPUs when ``None``) that processes other
+    than *ours* keep busy, and the share the hypervisor stole (:meth:`steal`): other tenants
+    on the CPUs we measure on mean noisy numbers. Our own CPU time is subtracted wherever it
+    ran, so the share on pinned CPUs is a lower bound when we are not pinned there."""
 
-    def __init__(self, *ours: int) -> None:
+    def __init__(self, *ours: int, cpus: Iterable[int] | None = None) -> None:
         self.ours = (os.getpid(), *ours)
+        self.cpus = None if cpus is None else frozenset(cpus)
         self.start()
 
-    def _now(self) -> tuple[int, int, int]:
-        busy, total = _cpu_times()
-        return busy, total, sum(_process_ticks(p) for p in self.ours)
+    def _now(self) -> tuple[int, int, int, int]:
+        busy, total, steal = _cpu_times(self.cpus)
+        return busy, total, steal, sum(_process_ticks(p) for p in self.ours)
 
     def start(self) -> None:
         self._begin = self._now()
+        self._end: tuple[int, int, int, int] | None = None
+
+    def _delta(self) -> tuple[int, int, int, int]:
+        if self._end is None:
+            self._end = self._now()
+        busy, total, steal, ours = (b - a for a, b in zip(self._begin, self._end, strict=True))
+        return busy, total, steal, ours
 
     def share(self) -> float:
-        busy, total, ours = (b - a for a, b in zip(self._begin, self._now(), strict=True))
-        return max(0.0, (busy - ours) / total) if total > 0 else 0.0
+        """Other work's share of the CPUs' time (0..1), steal not counted. The first call of
+        :meth:`share` or :meth:`steal` ends the span."""
+        busy, total, steal, ours = self._delta()
+        return max(0.0, (busy - steal - ours) / total) if total > 0 else 0.0
+
+    def steal(self) -> float:
+        """The share of the CPUs' time the hypervisor gave to other guests (0..1)."""
+        _busy, total, steal, _ours = self._delta()
+        return max(0.0, steal / total) if total > 0 else 0.0
 
 
 def busy_fraction(seconds: float = 0.25) -> float:
     """The share of all CPUs' time spent busy over the next *seconds* (0..1): other work on
     the host while nothing of ours runs means measurements will be noisy."""
-    b0, t0 = _cpu_times()
+    b0, t0, _ = _cpu_times()
     time.sleep(seconds)
-    b1, t1 = _cpu_times()
+    b1, t1, _ = _cpu_times()
     return (b1 - b0) / (t1 - t0) if t1 > t0 else 0.0

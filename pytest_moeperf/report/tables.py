@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from ..host.probe import Probe
 from ..measure.measurement import Measurement
 from ..verdicts.judge import BaselineRow, Verdict
 
@@ -44,13 +45,21 @@ def summary_rows(measurements: Iterable[Measurement]) -> tuple[list[str], list[l
         profile = str(m.extra.get("profile", ""))
         groups.setdefault((profile, m.configuration, m.build), {})[m.workload.name] = m
     profiles = {k[0] for k in groups}
-    headers = ["configuration", *(f"{w.name} tok/s" for w in workloads), "spread (cv)", "build"]
+    roofline = any(m.extra.get("roofline") for m in ms)
+    headers = ["configuration", *(f"{w.name} tok/s" for w in workloads), "spread (cv)"]
+    headers += ["decode / bandwidth limit"] if roofline else []
+    headers.append("build")
     rows = []
     for (profile, config, build), by_w in groups.items():
         name = f"{profile}/{config}" if len(profiles) > 1 else config
         cells = [name]
         spreads = []
+        limits = []
         for w in workloads:
+            limit = (by_w[w.name].extra.get("roofline") or {}) if w.name in by_w else {}
+            if limit.get("limit_tok_s"):
+                share = by_w[w.name].summary.median / float(limit["limit_tok_s"])
+                limits.append(f"{w.name} {100 * share:.0f}% of {float(limit['limit_tok_s']):.0f}")
             if w.name not in by_w:
                 cells.append("-")
                 continue
@@ -61,8 +70,23 @@ def summary_rows(measurements: Iterable[Measurement]) -> tuple[list[str], list[l
                 spreads.append(f"{w.kind} ±{100 * m.figure.rel_spread:.1f}% (stored)")
             else:
                 spreads.append(f"{w.kind} {100 * s.cv:.1f}%")
-        rows.append([*cells, ", ".join(spreads) or "-", build])
+        rows.append(
+            [
+                *cells,
+                ", ".join(spreads) or "-",
+                *([", ".join(limits) or "-"] if roofline else []),
+                build,
+            ]
+        )
     return headers, rows
+
+
+def host_lines(probes: Iterable[Probe], changes: Sequence[str] = ()) -> list[str]:
+    """The host as the run measured it: one line per probed CPU set, then how it changed."""
+    lines = [f"host probe: {p.describe()}" for p in probes]
+    if changes:
+        lines.append("host changed under the run (later verdicts undecided): " + "; ".join(changes))
+    return lines
 
 
 def measurement_rows(measurements: Iterable[Measurement]) -> tuple[list[str], list[list[str]]]:
@@ -177,9 +201,13 @@ def markdown_report(
     fingerprint: Mapping[str, Any],
     startup: Sequence[str] = (),
     bench: tuple[list[str], list[list[str]]] | None = None,
+    host_lines: Sequence[str] = (),
 ) -> str:
-    """The run as a markdown document: throughput, baselines, claims and the host."""
+    """The run as a markdown document: the host as measured, throughput, baselines, claims
+    and the host's fingerprint."""
     parts = ["# pytest-moeperf report", ""]
+    if host_lines:
+        parts += [*(f"- {line}" for line in host_lines), ""]
     if measurements:
         parts += [
             "## Throughput (median of repetitions)",

@@ -1,17 +1,23 @@
 """Baseline files: stored figures to judge against, in human-edited TOML.
 
-A baseline file holds one profile's figures: a per-file default tolerance, the fingerprint of
-the host the figures were taken on, one ``[[entry]]`` per (build, configuration, workload) and
-the values that ``accept`` replaced, kept under ``[[history]]``::
+A baseline file holds one profile's figures: a per-file default tolerance, one ``[[host]]``
+per host the figures were taken on (its fingerprint, with the calibration probe's figures per
+set of CPUs), one ``[[entry]]`` per (host, build, configuration, workload) and the values that
+``accept`` replaced, kept under ``[[history]]``::
 
-    schema = 1
+    schema = 2
     profile = "adr-0042"
     tolerance = 0.05
 
-    [fingerprint]
+    [[host]]
+    id = "adr-0042"
+
+    [host.fingerprint]
     cpu_model = "Intel Xeon Silver 4210"
+    probes = { "0-1" = { bandwidth_gbs = 19.4, compute_gops = 31.0, ... } }
 
     [[entry]]
+    host = "adr-0042"                   # which [[host]]; may be left out when there is one
     kind = "bench"                      # "bench" (workload ppN/tgN) or "traffic" (log metric)
     build = "b11713"
     configuration = "lm-none-node1"
@@ -26,6 +32,12 @@ Optional entry fields: ``samples``, ``repetitions``, ``requests`` (traffic: requ
 an aggregate), ``tolerance``, ``flags``, ``note``, ``replaced`` (history: when it was replaced)
 and ``extra``, an inline table of free-form values. Unknown fields are errors, so a misspelt
 ``tolerance`` is never silently ignored. Writing a file keeps no comments but the header.
+
+Numbers are only ever held against the host that recorded them: two machines that look the
+same to ``/proc/cpuinfo`` can differ by 2.7x, so a host is its fingerprint *and* its probe
+figures (:func:`host_differences`). ``accept`` replaces the numbers of the host it runs on and
+adds a new ``[[host]]`` for a host the file does not know, never overwriting another's.
+Schema 1 files (one top-level ``[fingerprint]``, no hosts) are read as one host ``host-1``.
 """
 
 from __future__ import annotations
@@ -42,12 +54,16 @@ from typing import Any, NoReturn
 
 from ..errors import BaselineError, ConfigError
 from ..fs import atomic_write_text
+from ..host.probe import DEFAULT_TOLERANCE, Probe, probe_differences
 from ..measure.measurement import Measurement
 from ..measure.stats import Figure
 from ..measure.workload import Workload
 from ..verdicts.judge import CONFIGURATION_NAME
 
-SCHEMA = 1
+SCHEMA = 2
+READABLE_SCHEMAS = (1, 2)
+FIRST_HOST = "host-1"
+"""The id of the one host of a schema 1 file, and of the first host ``accept`` records."""
 KINDS = ("bench", "traffic")
 TRAFFIC_METRIC = re.compile(r"^(prefill|decode)-(aggregate|median)(?:>=(\d+))?$")
 """Traffic workloads: ``prefill-aggregate>=256`` (aggregate over requests with at least 256 new
@@ -66,8 +82,12 @@ IDENTITY_FIELDS = (
 names them, plus ``sockets``, ``cores`` and ``model``); a difference means the figures were
 taken on other hardware."""
 
-_TOP_FIELDS = ("schema", "profile", "tolerance", "note", "fingerprint", "entry", "history")
+_TOP_FIELDS = ("schema", "profile", "tolerance", "note", "host", "entry", "history")
+_TOP_FIELDS_1 = ("schema", "profile", "tolerance", "note", "fingerprint", "entry", "history")
+_HOST_FIELDS = ("id", "note", "fingerprint")
+_HOST_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _ENTRY_FIELDS = (
+    "host",
     "kind",
     "build",
     "configuration",
@@ -86,7 +106,7 @@ _ENTRY_FIELDS = (
     "extra",
 )
 _HEADER = (
-    "# pytest-moeperf baseline file (schema 1). `accept` rewrites this file and keeps no\n"
+    "# pytest-moeperf baseline file (schema 2). `accept` rewrites this file and keeps no\n"
     "# comments but this header: put explanations in `note` fields.\n"
 )
 
@@ -118,10 +138,12 @@ class BaselineEntry:
     replaced: str | None = None
     """In history: the date a newer value replaced this one."""
     extra: dict[str, Any] = field(default_factory=dict)
+    host: str = FIRST_HOST
+    """The id of the ``[[host]]`` these numbers were taken on."""
 
     @property
     def key(self) -> tuple[str, str, str]:
-        """``(build, configuration, workload)``, unique among a file's entries."""
+        """``(build, configuration, workload)``, unique among one host's entries."""
         return (self.build, self.configuration, self.workload)
 
     @property
@@ -133,25 +155,73 @@ class BaselineEntry:
 
 
 @dataclass(frozen=True)
+class BaselineHost:
+    """A host a baseline file holds numbers of: its fingerprint, the probe's figures in it."""
+
+    id: str
+    fingerprint: dict[str, Any] = field(default_factory=dict)
+    note: str | None = None
+
+    def probe(self, cpus: str) -> Probe | None:
+        """The probe's figures on the CPU set *cpus* (``"0-1"``), ``None`` when not probed."""
+        raw = (self.fingerprint.get("probes") or {}).get(cpus)
+        return Probe.from_dict(raw) if isinstance(raw, dict) else None
+
+    def describe(self) -> str:
+        """One line: id, CPU, memory, probes."""
+        fp = self.fingerprint
+        parts = [
+            str(fp.get("cpu_model", "?")),
+            f"{fp.get('cpus', '?')} CPUs",
+            f"{fp.get('memory_gib', '?')} GiB",
+        ]
+        if fp.get("gpus"):
+            parts.append(", ".join(map(str, fp["gpus"])))
+        if fp.get("hostname"):
+            parts.append(f"hostname {fp['hostname']}")
+        probes = fp.get("probes") or {}
+        shown = []
+        for cpus in sorted(probes):
+            try:
+                p = Probe.from_dict(probes[cpus])
+            except ValueError:
+                continue
+            shown.append(f"{p.bandwidth_gbs:.1f} GB/s, {p.compute_gops:.1f} Gop/s on CPUs {cpus}")
+        parts.append("probe: " + ("; ".join(shown) if shown else "none (recorded without one)"))
+        return f"{self.id}: " + ", ".join(parts)
+
+
+@dataclass(frozen=True)
 class BaselineFile:
     """The contents of one baseline file."""
 
     profile: str
     tolerance: float = 0.05
     """Default relative tolerance of absolute checks (0.05: 5 % worse still passes)."""
-    fingerprint: dict[str, Any] = field(default_factory=dict)
+    hosts: tuple[BaselineHost, ...] = ()
     entries: tuple[BaselineEntry, ...] = ()
     history: tuple[BaselineEntry, ...] = ()
     note: str | None = None
     schema: int = SCHEMA
     path: Path | None = field(default=None, compare=False)
 
-    def find(self, build: str, configuration: str, workload: str) -> BaselineEntry | None:
-        """The entry for (build, configuration, workload), or ``None``; *workload* may be
-        written in any form :meth:`Workload.parse` accepts."""
+    @property
+    def fingerprint(self) -> dict[str, Any]:
+        """The first host's fingerprint (the only one's, in a file of one host)."""
+        return dict(self.hosts[0].fingerprint) if self.hosts else {}
+
+    def host(self, host_id: str) -> BaselineHost | None:
+        return next((h for h in self.hosts if h.id == host_id), None)
+
+    def find(
+        self, build: str, configuration: str, workload: str, host: str | None = None
+    ) -> BaselineEntry | None:
+        """The entry for (build, configuration, workload) of *host* (of the first host that
+        has one, without *host*), or ``None``; *workload* may be written in any form
+        :meth:`Workload.parse` accepts."""
         wanted = (build, configuration, _canonical_workload(workload))
         for entry in self.entries:
-            if entry.key == wanted:
+            if entry.key == wanted and (host is None or entry.host == host):
                 return entry
         return None
 
@@ -175,8 +245,8 @@ class _Where:
 
     def __init__(self, name: str, text: str) -> None:
         self.name = name
-        self.lines: dict[str, list[int]] = {"entry": [], "history": []}
-        header = re.compile(r"^\s*\[\[\s*(entry|history)\s*\]\]")
+        self.lines: dict[str, list[int]] = {"entry": [], "history": [], "host": []}
+        header = re.compile(r"^\s*\[\[\s*(entry|history|host)\s*\]\]")
         for number, line in enumerate(text.splitlines(), start=1):
             m = header.match(line)
             if m:
@@ -229,7 +299,12 @@ def _plain(value: Any) -> Any:
 
 
 def _parse_entry(
-    where: _Where, section: str, index: int, raw: Any, known: frozenset[str] | None
+    where: _Where,
+    section: str,
+    index: int,
+    raw: Any,
+    known: frozenset[str] | None,
+    hosts: tuple[str, ...],
 ) -> BaselineEntry:
     if not isinstance(raw, dict):
         where.fail(f"{section} #{index} is not a table; write it as [[{section}]]")
@@ -279,6 +354,13 @@ def _parse_entry(
             bad(f"{name} {_show(value)} must be a whole number >= 1")
         return value
 
+    host = text("host", required=False)
+    if host is None:
+        if len(hosts) > 1:
+            bad(f"missing field 'host': this file holds the hosts {', '.join(hosts)}; name one")
+        host = hosts[0] if hosts else FIRST_HOST
+    elif host not in hosts:
+        bad(f"host {host!r} is not a [[host]] of this file (hosts: {', '.join(hosts) or 'none'})")
     kind = text("kind", required=False) or "bench"
     if kind not in KINDS:
         bad(f"kind {kind!r} is not one of {', '.join(KINDS)}")
@@ -349,7 +431,45 @@ def _parse_entry(
         note=text("note", required=False),
         replaced=text("replaced", required=False),
         extra=extra,
+        host=host,
     )
+
+
+def _parse_hosts(where: _Where, raws: Any) -> tuple[BaselineHost, ...]:
+    if not isinstance(raws, list):
+        where.fail("'host' must be written as [[host]] tables")
+    hosts: list[BaselineHost] = []
+    for i, raw in enumerate(raws, start=1):
+        at = f"host #{i}"
+        numbers = where.lines.get("host", [])
+        if i <= len(numbers):
+            at += f" at line {numbers[i - 1]}"
+        if not isinstance(raw, dict):
+            where.fail(f"{at} is not a table; write it as [[host]]")
+        unknown = sorted(set(raw) - set(_HOST_FIELDS))
+        if unknown:
+            where.fail(f"{at}: unknown field {unknown[0]!r} (known: {', '.join(_HOST_FIELDS)})")
+        host_id = raw.get("id")
+        if not isinstance(host_id, str) or not _HOST_ID.fullmatch(host_id):
+            where.fail(
+                f"{at}: id {_show(host_id)} must be a name of letters, digits, '-', '_' and '.'"
+            )
+        if any(h.id == host_id for h in hosts):
+            where.fail(f"{at}: a second host with id {host_id!r}; host ids are unique")
+        note = raw.get("note")
+        if note is not None and not isinstance(note, str):
+            where.fail(f"{at}: note {_show(note)} must be a string")
+        fp = _check_free_form(where, f"{at}: fingerprint", raw.get("fingerprint", {}))
+        probes = fp.get("probes", {})
+        if not isinstance(probes, dict):
+            where.fail(f"{at}: fingerprint.probes must be a table of CPU list = probe figures")
+        for cpus, figures in probes.items():
+            try:
+                Probe.from_dict(figures if isinstance(figures, dict) else {})
+            except ValueError as e:
+                where.fail(f"{at}: probe on CPUs {cpus!r}: {e}")
+        hosts.append(BaselineHost(host_id, fp, note))
+    return tuple(hosts)
 
 
 def parse_baselines(
@@ -364,14 +484,19 @@ def parse_baselines(
     except tomllib.TOMLDecodeError as e:
         hint = " (a key is written twice)" if "overwrite" in str(e) else ""
         where.fail(f"invalid TOML: {e}{hint}")
-    unknown = sorted(set(doc) - set(_TOP_FIELDS))
-    if unknown:
-        where.fail(f"unknown top-level field {unknown[0]!r} (known: {', '.join(_TOP_FIELDS)})")
     if "schema" not in doc:
         where.fail(f"no 'schema' field: write schema = {SCHEMA} at the top")
     schema = doc["schema"]
-    if schema != SCHEMA or isinstance(schema, bool):
-        where.fail(f"schema {_show(schema)} is not supported: this version reads schema {SCHEMA}")
+    if schema not in READABLE_SCHEMAS or isinstance(schema, bool):
+        where.fail(
+            f"schema {_show(schema)} is not supported: this version reads schema "
+            f"{' and '.join(map(str, READABLE_SCHEMAS))}"
+        )
+    top = _TOP_FIELDS if schema == SCHEMA else _TOP_FIELDS_1
+    unknown = sorted(set(doc) - set(top))
+    if unknown:
+        hint = " (schema 1 files have one [fingerprint] and no [[host]])" if schema == 1 else ""
+        where.fail(f"unknown top-level field {unknown[0]!r} (known: {', '.join(top)}){hint}")
     profile = doc.get("profile")
     if profile is None:
         where.fail("missing field 'profile' (the name of the profile these baselines judge)")
@@ -383,7 +508,12 @@ def parse_baselines(
     note = doc.get("note")
     if note is not None and not isinstance(note, str):
         where.fail(f"note {_show(note)} must be a string")
-    fingerprint = _check_free_form(where, "[fingerprint]", doc.get("fingerprint", {}))
+    if schema == 1:
+        fingerprint = _check_free_form(where, "[fingerprint]", doc.get("fingerprint", {}))
+        hosts: tuple[BaselineHost, ...] = (BaselineHost(FIRST_HOST, fingerprint),)
+    else:
+        hosts = _parse_hosts(where, doc.get("host", []))
+    host_ids = tuple(h.id for h in hosts)
     known = frozenset(known_configurations) if known_configurations is not None else None
 
     sections: dict[str, tuple[BaselineEntry, ...]] = {}
@@ -391,22 +521,30 @@ def parse_baselines(
         raws = doc.get(section, [])
         if not isinstance(raws, list):
             where.fail(f"{section!r} must be written as [[{section}]] tables")
+        if schema == 1:
+            for i, raw in enumerate(raws, start=1):
+                if isinstance(raw, dict) and "host" in raw:
+                    at = where.entry(section, i, raw)
+                    where.fail(f"{at}: a 'host' field needs schema = {SCHEMA} and [[host]] tables")
         sections[section] = tuple(
-            _parse_entry(where, section, i, raw, known) for i, raw in enumerate(raws, start=1)
+            _parse_entry(where, section, i, raw, known, host_ids)
+            for i, raw in enumerate(raws, start=1)
         )
-    seen: dict[tuple[str, str, str], int] = {}
+    seen: dict[tuple[str, str, str, str], int] = {}
     for i, entry in enumerate(sections["entry"], start=1):
-        if entry.key in seen:
+        key = (entry.host, *entry.key)
+        if key in seen:
             at = where.entry("entry", i, doc["entry"][i - 1])
             where.fail(
-                f"{at}: duplicate of entry #{seen[entry.key]} (same build, configuration and "
+                f"{at}: duplicate of entry #{seen[key]} (same host, build, configuration and "
                 "workload); keep one and move the other under [[history]]"
             )
-        seen[entry.key] = i
+        seen[key] = i
     return BaselineFile(
         profile=profile,
         tolerance=float(tolerance),
-        fingerprint=fingerprint,
+        hosts=hosts,
+        schema=schema,
         entries=sections["entry"],
         history=sections["history"],
         note=note,
@@ -472,11 +610,11 @@ def _value(v: Any) -> str:
     raise TypeError(f"{v!r} ({type(v).__name__}) has no TOML form")
 
 
-def _entry_lines(section: str, entry: BaselineEntry) -> list[str]:
+def _entry_lines(section: str, entry: BaselineEntry, one_host: bool) -> list[str]:
     lines = [f"[[{section}]]"]
     for name in _ENTRY_FIELDS:
         value = getattr(entry, name)
-        if value is None or (name == "extra" and not value):
+        if value is None or (name == "extra" and not value) or (name == "host" and one_host):
             continue
         try:
             lines.append(f"{name} = {_value(value)}")
@@ -489,26 +627,32 @@ def _entry_lines(section: str, entry: BaselineEntry) -> list[str]:
 
 
 def dump_baselines(bf: BaselineFile) -> str:
-    """The TOML text of *bf*: top-level fields, ``[fingerprint]`` with sorted keys, then the
-    entries and the history in their own order, each field in one fixed order, so that
-    rewriting a file changes only the lines whose values changed."""
+    """The TOML text of *bf* (always the current schema): top-level fields, each
+    ``[[host]]`` with its fingerprint's keys sorted, then the entries and the history in their
+    own order, each field in one fixed order, so that rewriting a file changes only the lines
+    whose values changed. Entries name their host only when the file holds several."""
     name = str(bf.path) if bf.path else "<baselines>"
-    lines = [_HEADER.rstrip("\n"), f"schema = {bf.schema}", f"profile = {_string(bf.profile)}"]
+    lines = [_HEADER.rstrip("\n"), f"schema = {SCHEMA}", f"profile = {_string(bf.profile)}"]
     lines.append(f"tolerance = {_value(float(bf.tolerance))}")
     if bf.note is not None:
         lines.append(f"note = {_string(bf.note)}")
-    if bf.fingerprint:
-        lines += ["", "[fingerprint]"]
-        for k in sorted(bf.fingerprint):
-            try:
-                lines.append(f"{_key(k)} = {_value(bf.fingerprint[k])}")
-            except TypeError as e:
-                raise BaselineError(f"{name}: fingerprint field {k!r}: {e}") from None
+    for host in bf.hosts:
+        lines += ["", "[[host]]", f"id = {_string(host.id)}"]
+        if host.note is not None:
+            lines.append(f"note = {_string(host.note)}")
+        if host.fingerprint:
+            lines += ["", "[host.fingerprint]"]
+            for k in sorted(host.fingerprint):
+                try:
+                    lines.append(f"{_key(k)} = {_value(host.fingerprint[k])}")
+                except TypeError as e:
+                    raise BaselineError(f"{name}: fingerprint field {k!r}: {e}") from None
+    one_host = len(bf.hosts) <= 1
     for section, entries in (("entry", bf.entries), ("history", bf.history)):
         for entry in entries:
             lines.append("")
             try:
-                lines += _entry_lines(section, entry)
+                lines += _entry_lines(section, entry, one_host)
             except BaselineError as e:
                 raise BaselineError(f"{name}: {e}") from None
     return "\n".join(lines) + "\n"
@@ -527,13 +671,18 @@ def accept(
     *,
     date: str | dt.date,
     source: str,
+    probe_tolerance: float = DEFAULT_TOLERANCE,
 ) -> BaselineFile:
-    """Store *measurements* as the baselines of *profile* in the file at *path* (created if
-    missing) and return what was written.
+    """Store *measurements* as the baselines of *profile* on this host (*fingerprint*, with
+    its probe figures) in the file at *path* (created if missing) and return what was
+    written.
 
-    Each measurement replaces the entry with the same (build, configuration, workload) in
-    place, keeping its per-entry tolerance; the replaced entry moves under ``[[history]]``
-    with ``replaced = date``. The file's fingerprint becomes *fingerprint*. The file is
+    The host is the file's ``[[host]]`` that :func:`host_differences` finds the same
+    (fingerprint fields equal, probe figures within *probe_tolerance*); its fingerprint
+    becomes *fingerprint*. A host the file does not hold yet is added as a new ``[[host]]``:
+    another host's numbers are never replaced. Each measurement replaces this host's entry
+    with the same (build, configuration, workload) in place, keeping its per-entry tolerance;
+    the replaced entry moves under ``[[history]]`` with ``replaced = date``. The file is
     written atomically: a failure leaves the old file as it was."""
     path = Path(path)
     day = date.isoformat() if isinstance(date, dt.date) else str(date)
@@ -546,9 +695,18 @@ def accept(
             )
     else:
         old = BaselineFile(profile=profile)
+    hosts = list(old.hosts)
+    same = [h for h in hosts if not host_differences(h, fingerprint, None, probe_tolerance)]
+    if same:
+        host_id = same[0].id
+        hosts = [replace(h, fingerprint=dict(fingerprint)) if h.id == host_id else h for h in hosts]
+    else:
+        taken = {h.id for h in hosts}
+        host_id = next(f"host-{n}" for n in range(1, len(taken) + 2) if f"host-{n}" not in taken)
+        hosts.append(BaselineHost(host_id, dict(fingerprint)))
     entries = list(old.entries)
     history = list(old.history)
-    index = {e.key: i for i, e in enumerate(entries)}
+    index = {e.key: i for i, e in enumerate(entries) if e.host == host_id}
     accepted: set[tuple[str, str, str]] = set()
     for m in measurements:
         samples = tuple(_round(v) for v in m.values)
@@ -567,6 +725,7 @@ def accept(
             samples=samples,
             repetitions=len(samples),
             flags=flags if isinstance(flags, str) and flags else None,
+            host=host_id,
         )
         if new.key in accepted:
             raise BaselineError(
@@ -583,7 +742,7 @@ def accept(
     bf = BaselineFile(
         profile=profile,
         tolerance=old.tolerance,
-        fingerprint=dict(fingerprint),
+        hosts=tuple(hosts),
         entries=tuple(entries),
         history=tuple(history),
         note=old.note,
@@ -626,3 +785,72 @@ def _same(a: Any, b: Any) -> bool:
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
     return bool(a == b)
+
+
+def _probes(fp: Mapping[str, Any]) -> dict[str, Probe]:
+    out = {}
+    for cpus, raw in (fp.get("probes") or {}).items():
+        try:
+            out[str(cpus)] = Probe.from_dict(raw)
+        except (ValueError, AttributeError):
+            continue
+    return out
+
+
+def host_differences(
+    host: BaselineHost,
+    fingerprint: Mapping[str, Any],
+    cpus: str | None,
+    tolerance: float = DEFAULT_TOLERANCE,
+) -> list[str]:
+    """Why *host* (a baseline file's) is not the host *fingerprint* describes, one line per
+    reason; empty when it is the same host.
+
+    The same host has the same identity fields (:func:`fingerprint_mismatch`) and measures the
+    same: the probe's figures on the CPU set *cpus* (on every CPU set both probed, when
+    ``None``) within *tolerance*. Where only one side has probe figures, the two cannot be
+    told apart and count as different; where neither has any (a replayed file of an older
+    version), the identity fields decide."""
+    lines = [f"{host.id}: {line}" for line in fingerprint_mismatch(host.fingerprint, fingerprint)]
+    if lines:
+        return lines
+    here, there = _probes(fingerprint), _probes(host.fingerprint)
+    if not here and not there:
+        return []
+    if cpus is not None:
+        if cpus not in there:
+            return [
+                f"{host.id} has no probe figures on CPUs {cpus} (recorded "
+                f"{'without a probe' if not there else 'on CPUs ' + ', '.join(sorted(there))}): "
+                "record this host's numbers with --moeperf-accept"
+            ]
+        if cpus not in here:
+            return [f"this run has no probe figures on CPUs {cpus} to compare with {host.id}'s"]
+        return [
+            f"{host.id}: {line}" for line in probe_differences(here[cpus], there[cpus], tolerance)
+        ]
+    common = sorted(set(here) & set(there))
+    if not common:
+        return [f"{host.id} and this host were probed on different CPUs, or one of them not at all"]
+    return [
+        f"{host.id}: {line}"
+        for c in common
+        for line in probe_differences(here[c], there[c], tolerance)
+    ]
+
+
+def host_for(
+    bf: BaselineFile,
+    fingerprint: Mapping[str, Any],
+    cpus: str | None,
+    tolerance: float = DEFAULT_TOLERANCE,
+) -> tuple[BaselineHost | None, list[str]]:
+    """The host of *bf* whose numbers apply to the host *fingerprint* describes on the CPU set
+    *cpus*, and, when none does, every reason why not (one line per host)."""
+    reasons: list[str] = []
+    for host in bf.hosts:
+        why = host_differences(host, fingerprint, cpus, tolerance)
+        if not why:
+            return host, []
+        reasons += why
+    return None, reasons or ["the file holds no host"]

@@ -31,6 +31,8 @@ class Replay:
     fingerprint: dict[str, Any] = field(default_factory=dict)
     profile: str | None = None
     """The profile a baseline file belongs to (``None``: results files name it per row)."""
+    host_changes: list[str] = field(default_factory=list)
+    """How the host changed under the stored run (its probes moved), one line each."""
 
     @classmethod
     def load(cls, path: Path) -> Replay:
@@ -44,13 +46,22 @@ class Replay:
             if not isinstance(data, dict) or data.get("moeperf_results") != 1:
                 raise ValueError("not a pytest-moeperf results file (no moeperf_results: 1)")
             ms = [Measurement.from_dict(d) for d in data["measurements"]]
+            changes = [str(line) for line in data.get("host_changes") or []]
+            fingerprint = dict(data.get("fingerprint") or {})
+            if "probes" in data and "probes" not in fingerprint:
+                fingerprint["probes"] = dict(data["probes"])
         except (ValueError, KeyError, TypeError) as exc:
             raise ResultsError(f"--moeperf-replay {path}: {exc}") from None
-        return cls(path, ms, dict(data.get("fingerprint") or {}))
+        return cls(path, ms, fingerprint, host_changes=changes)
 
     @classmethod
     def _from_baselines(cls, path: Path) -> Replay:
         bf = load_baselines(path)
+        if len(bf.hosts) > 1:
+            raise ResultsError(
+                f"--moeperf-replay {path}: holds the numbers of {len(bf.hosts)} hosts "
+                f"({', '.join(h.id for h in bf.hosts)}); replay a results file of one run instead"
+            )
         ms = []
         for e in bf.entries:
             if e.kind != "bench":

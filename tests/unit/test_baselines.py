@@ -20,9 +20,12 @@ from pytest_moeperf.store.baselines import (
     TRAFFIC_METRIC,
     BaselineEntry,
     BaselineFile,
+    BaselineHost,
     accept,
     dump_baselines,
     fingerprint_mismatch,
+    host_differences,
+    host_for,
     load_baselines,
     parse_baselines,
 )
@@ -167,19 +170,39 @@ def entries(draw: st.DrawFn, history: bool = False) -> BaselineEntry:
     )
 
 
-baseline_files = st.builds(
-    BaselineFile,
-    profile=words,
-    tolerance=unit,
-    fingerprint=free_form,
-    entries=st.lists(entries(), max_size=5, unique_by=lambda e: e.key).map(tuple),
-    history=st.lists(entries(history=True), max_size=3).map(tuple),
-    note=st.none() | st.text(max_size=40),
+host_ids = st.lists(
+    st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,10}", fullmatch=True),
+    min_size=1,
+    max_size=3,
+    unique=True,
 )
 
 
+@st.composite
+def baseline_files(draw: st.DrawFn) -> BaselineFile:
+    ids = draw(host_ids)
+    hosts = tuple(
+        BaselineHost(
+            i, draw(free_form.filter(lambda fp: "probes" not in fp)), draw(st.none() | words)
+        )
+        for i in ids
+    )
+    on_host = st.sampled_from(ids)
+    mine = draw(st.lists(st.tuples(entries(), on_host), max_size=5))
+    old = draw(st.lists(st.tuples(entries(history=True), on_host), max_size=3))
+    unique = {(h, *e.key): replace(e, host=h) for e, h in mine}
+    return BaselineFile(
+        profile=draw(words),
+        tolerance=draw(unit),
+        hosts=hosts,
+        entries=tuple(unique.values()),
+        history=tuple(replace(e, host=h) for e, h in old),
+        note=draw(st.none() | st.text(max_size=40)),
+    )
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(baseline_files)
+@given(baseline_files())
 def test_dump_then_load_round_trips(bf):
     text = dump_baselines(bf)
     assert parse_baselines(text) == bf
@@ -189,6 +212,8 @@ def test_dump_then_load_round_trips(bf):
 # --- corrupt files ----------------------------------------------------------------------------
 
 HEAD = 'schema = 1\nprofile = "p"\n'
+HEAD2 = 'schema = 2\nprofile = "p"\n'
+HOST_A = '[[host]]\nid = "a"\n'
 ENTRY = (
     '[[entry]]\nbuild = "b1"\nconfiguration = "mmap"\nworkload = "pp2048"\n'
     'value = 100.0\nrel_spread = 0.01\ndate = "2026-10-17"\nsource = "s"\n'
@@ -256,7 +281,27 @@ CORRUPT = {
         HEAD + _entry(workload='"tg128@d8192"') + _entry(workload='"tg128 @ d8192"'),
         ["entry #2", "duplicate of entry #1"],
     ),
-    "schema-2": (HEAD.replace("1", "2") + ENTRY, ["schema 2 is not supported"]),
+    "schema-3": (HEAD.replace("1", "3") + ENTRY, ["schema 3 is not supported"]),
+    "host-in-schema-1": (HEAD + _entry(host='"a"'), ["a 'host' field needs schema = 2"]),
+    "fingerprint-in-schema-2": (
+        HEAD2 + "[fingerprint]\ncpu_model = 'x'\n",
+        ["unknown top-level field 'fingerprint'"],
+    ),
+    "host-unknown": (
+        HEAD2 + HOST_A + _entry(host='"b"'),
+        ["entry #1", "host 'b' is not a [[host]] of this file (hosts: a)"],
+    ),
+    "host-missing-of-two": (
+        HEAD2 + HOST_A + '[[host]]\nid = "b"\n' + ENTRY,
+        ["missing field 'host': this file holds the hosts a, b"],
+    ),
+    "host-duplicate": (HEAD2 + HOST_A + HOST_A, ["host #2 at line 5", "a second host with id 'a'"]),
+    "host-bad-id": (HEAD2 + '[[host]]\nid = "a b"\n', ["host #1", "id 'a b' must be a name"]),
+    "host-unknown-field": (HEAD2 + HOST_A + "ip = 1\n", ["host #1", "unknown field 'ip'"]),
+    "host-bad-probe": (
+        HEAD2 + HOST_A + '[host.fingerprint]\nprobes = { "0-1" = { cpus = "0-1" } }\n',
+        ["probe on CPUs '0-1'", "'bandwidth_gbs' must be a finite number"],
+    ),
     "schema-missing": ('profile = "p"\n', ["no 'schema' field"]),
     "profile-missing": ("schema = 1\n", ["missing field 'profile'"]),
     "unknown-top": (HEAD + "tolerence = 0.1\n", ["unknown top-level field 'tolerence'"]),
@@ -359,7 +404,7 @@ def test_accept_moves_old_values_to_history(tmp_path):
         + _entry(tolerance="0.1")
         + "\n"
         + _entry(configuration='"keep"', note='"hand-written"')
-        + '\n[fingerprint]\ncpu_model = "old"\n'
+        + '\n[fingerprint]\ncpu_model = "Intel Xeon Silver 4210"\nkernel = "old"\n'
     )
     old = load_baselines(path)
     bf = accept(
@@ -466,3 +511,92 @@ def test_accept_stores_a_host_fingerprint(tmp_path):
     bf = accept(tmp_path / "p.toml", "p", [], fp, date="d", source="s")
     assert bf.fingerprint == fp
     assert load_baselines(tmp_path / "p.toml").fingerprint == fp
+
+
+# --- hosts: numbers apply only where the host measures the same --------------------------------
+
+
+def _probe(bandwidth: float, compute: float, cpus: str = "0-1") -> dict:
+    return {
+        "cpus": cpus,
+        "bandwidth_gbs": bandwidth,
+        "bandwidth_cv": 0.01,
+        "compute_gops": compute,
+        "compute_cv": 0.01,
+        "samples": 7,
+        "seconds": 2.0,
+    }
+
+
+VM = {"cpu_model": "AMD EPYC", "cpus": 2, "memory_gib": 23.5, "hostname": "vm"}
+
+
+def _fp(bandwidth: float, compute: float, **probes: dict) -> dict:
+    return {**VM, "probes": {"0-1": _probe(bandwidth, compute), **probes}}
+
+
+def test_accept_keeps_one_set_of_numbers_per_host(tmp_path):
+    path = tmp_path / "p.toml"
+    fast, slow = _fp(19.4, 30.0), _fp(7.1, 11.0)
+    accept(path, "p", [_measurement("mmap", "pp512", [1160.0])], fast, date="d1", source="s")
+    # the same host again (probe within 10 %): its numbers are replaced, no new host
+    bf = accept(
+        path, "p", [_measurement("mmap", "pp512", [1100.0])], _fp(18.5, 31.0), date="d2", source="s"
+    )
+    assert [h.id for h in bf.hosts] == ["host-1"]
+    assert [e.value for e in bf.entries] == [1100.0] and [e.value for e in bf.history] == [1160.0]
+    assert bf.hosts[0].fingerprint["probes"]["0-1"]["bandwidth_gbs"] == 18.5
+    # a host that looks the same but measures 2.7x slower gets its own numbers
+    bf = accept(path, "p", [_measurement("mmap", "pp512", [424.0])], slow, date="d3", source="s")
+    assert [h.id for h in bf.hosts] == ["host-1", "host-2"]
+    assert {(e.host, e.value) for e in bf.entries} == {("host-1", 1100.0), ("host-2", 424.0)}
+    assert load_baselines(path) == bf
+    assert 'host = "host-2"' in path.read_text()  # entries name their host once there are two
+    assert bf.find("b1", "mmap", "pp512", host="host-2").value == 424.0
+
+    host, why = host_for(bf, _fp(7.3, 10.8), "0-1")
+    assert host is not None and host.id == "host-2" and why == []
+    host, why = host_for(bf, _fp(19.0, 30.5), "0-1")
+    assert host is not None and host.id == "host-1"
+    host, why = host_for(bf, _fp(12.0, 20.0), "0-1")
+    assert host is None
+    assert why[0] == (
+        "host-1: memory bandwidth on CPUs 0-1: this host 12.0 GB/s, baseline host 18.5 GB/s "
+        "(-35 %, more than the probe tolerance 15 %)"
+    )
+    assert any(line.startswith("host-2: memory bandwidth") for line in why)
+    # a wider tolerance is the caller's choice
+    assert host_for(bf, _fp(12.0, 20.0), "0-1", tolerance=0.5)[0] is not None
+
+
+def test_a_host_without_probe_figures_never_applies_to_a_probed_run(tmp_path):
+    path = tmp_path / "p.toml"
+    path.write_text(HEAD + ENTRY + '\n[fingerprint]\ncpu_model = "AMD EPYC"\ncpus = 2\n')
+    old = load_baselines(path)
+    assert [h.id for h in old.hosts] == ["host-1"] and old.schema == 1
+    host, why = host_for(old, _fp(19.4, 30.0), "0-1")
+    assert host is None
+    assert "host-1 has no probe figures on CPUs 0-1 (recorded without a probe)" in why[0]
+    # accept adds this host beside it, keeping the old numbers, and writes schema 2
+    bf = accept(
+        path, "p", [_measurement("mmap", "pp2048", [150.0])], _fp(19.4, 30.0), date="d", source="s"
+    )
+    assert [h.id for h in bf.hosts] == ["host-1", "host-2"]
+    assert bf.find("b1", "mmap", "pp2048", host="host-1") == replace(old.entries[0])
+    assert path.read_text().splitlines()[2] == "schema = 2"
+    # replaying an old results file without probes: the identity fields decide
+    assert host_for(old, {"cpu_model": "AMD EPYC", "cpus": 2}, "0-1")[0] is not None
+    assert host_for(old, {"cpu_model": "Intel", "cpus": 2}, "0-1")[1] == [
+        "host-1: cpu_model: baseline 'AMD EPYC', host 'Intel'"
+    ]
+
+
+def test_probes_on_other_cpus_do_not_vouch_for_these(tmp_path):
+    bf = accept(tmp_path / "p.toml", "p", [], _fp(19.4, 30.0), date="d", source="s")
+    host, why = host_for(bf, _fp(19.4, 30.0, **{"0": _probe(10.0, 15.0, "0")}), "0")
+    assert host is None
+    assert why == [
+        "host-1 has no probe figures on CPUs 0 (recorded on CPUs 0-1): record this host's "
+        "numbers with --moeperf-accept"
+    ]
+    assert host_differences(bf.hosts[0], _fp(19.4, 30.0), None) == []

@@ -47,3 +47,37 @@ def test_make_model_prints_the_path_and_is_deterministic(capsys, tmp_path, monke
     assert main(["make-model", "--preset", "tiny", "--seed", "3"]) == 0
     cached = capsys.readouterr().out.strip()
     assert cached.startswith(str(tmp_path / "cache" / "models"))
+
+
+def test_baselines_lists_the_hosts_a_file_holds(capsys, tmp_path):
+    from pytest_moeperf.measure.measurement import Measurement, Sample
+    from pytest_moeperf.measure.workload import Workload
+    from pytest_moeperf.store.baselines import accept
+
+    def probe(bw: float) -> dict:
+        return {
+            "0-1": {
+                "cpus": "0-1",
+                "bandwidth_gbs": bw,
+                "bandwidth_cv": 0.01,
+                "compute_gops": 30.0,
+                "compute_cv": 0.01,
+                "samples": 7,
+                "seconds": 2.0,
+            }
+        }
+
+    w = Workload.parse("pp512")
+    m = Measurement("mmap", "b11434", w, (Sample(512, 500.0),))
+    path = tmp_path / "e.toml"
+    for bw, day in ((19.4, "2026-11-29"), (7.1, "2026-11-30")):
+        fp = {"cpu_model": "AMD EPYC", "cpus": 2, "memory_gib": 23.5, "probes": probe(bw)}
+        accept(path, "embedded", [m], fp, date=day, source="test")
+    assert main(["baselines", str(path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"{path}: profile embedded, 2 host(s)"
+    assert out[1].startswith("  host-1: AMD EPYC, 2 CPUs, 23.5 GiB, probe: 19.4 GB/s, 30.0 Gop/s")
+    assert out[1].endswith("; 1 entries, recorded 2026-11-29")
+    assert "host-2" in out[2] and "7.1 GB/s" in out[2]
+    assert main(["baselines", str(tmp_path / "missing.toml")]) == 2
+    assert "no such baseline file" in capsys.readouterr().err

@@ -1,0 +1,110 @@
+"""The calibration probe (real, short runs), probe comparisons, per-CPU host load, and the
+bytes a decode step reads (from a real synthetic GGUF)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from pytest_moeperf.errors import ModelError
+from pytest_moeperf.host.machine import OtherWork, online_cpus
+from pytest_moeperf.host.probe import Probe, probe_differences, probe_moved, run_probe
+from pytest_moeperf.llama.model_bytes import KV_BYTES_PER_ELEMENT, decode_bytes
+from pytest_moeperf.llama.synthetic_model import model_spec, write_model
+
+
+def test_a_real_probe_on_one_cpu_round_trips():
+    cpu = min(online_cpus())
+    p = run_probe({cpu}, samples=3, sample_seconds=0.03)
+    assert p.cpus == str(cpu) and p.samples == 3
+    assert p.bandwidth_gbs > 0 and p.compute_gops > 0
+    assert 0 <= p.bandwidth_cv < 10 and 0 <= p.compute_cv < 10
+    assert Probe.from_dict(p.to_dict()) == p
+    assert f"on CPUs {cpu}" in p.describe()
+
+
+def test_the_probe_leaves_the_callers_affinity_alone():
+    """Probe threads pin themselves, never the caller."""
+    before = online_cpus()
+    run_probe({min(before)}, samples=1, sample_seconds=0.02)
+    assert online_cpus() == before
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"bandwidth_gbs": "fast"}, "'bandwidth_gbs' must be a finite number"),
+        ({"compute_gops": 0}, "'compute_gops' must be positive"),
+        ({"cpus": 1}, "'cpus' must be a string"),
+        ({"samples": float("nan")}, "'samples' must be a finite number"),
+    ],
+)
+def test_a_bad_stored_probe_is_named(change, message):
+    good = Probe("0-1", 19.4, 0.01, 30.0, 0.02, 7, 2.0).to_dict()
+    with pytest.raises(ValueError, match=message):
+        Probe.from_dict({**good, **change})
+
+
+def test_probe_differences_and_moves():
+    base = Probe("0-1", 19.4, 0.01, 30.0, 0.02, 7, 2.0)
+    same = Probe("0-1", 18.0, 0.01, 32.0, 0.02, 7, 2.0)  # -7 %, +7 %: the same host
+    slow = Probe("0-1", 7.1, 0.03, 29.0, 0.02, 7, 2.0)
+    assert probe_differences(same, base) == []
+    assert probe_differences(slow, base) == [
+        "memory bandwidth on CPUs 0-1: this host 7.1 GB/s, baseline host 19.4 GB/s "
+        "(-63 %, more than the probe tolerance 15 %)"
+    ]
+    assert probe_differences(same, base, tolerance=0.05)[1].startswith("compute on CPUs 0-1")
+    assert probe_moved(base, slow) == ["memory bandwidth on CPUs 0-1: 19.4 -> 7.1 GB/s (-63 %)"]
+    assert probe_moved(base, same) == []
+    # a move counts when a second probe confirms it, in the same direction
+    assert probe_moved(base, slow, slow) == [
+        "memory bandwidth on CPUs 0-1: 19.4 -> 7.1, 7.1 GB/s (-63 %)"
+    ]
+    assert probe_moved(base, slow, same) == []
+    fast = Probe("0-1", 29.0, 0.01, 30.0, 0.02, 7, 2.0)
+    assert probe_moved(base, slow, fast) == []  # wandered down, then up: no move
+
+
+def test_other_work_is_read_on_the_pinned_cpus():
+    cpu = min(online_cpus())
+    other = OtherWork(cpus={cpu})
+    time.sleep(0.2)
+    assert 0.0 <= other.share() <= 1.0 and 0.0 <= other.steal() <= 1.0
+    assert other.share() == other.share()  # the first call ends the span
+
+
+def test_decode_bytes_of_the_synthetic_model(tmp_path):
+    spec = model_spec("tiny", n_layer=3)
+    path = tmp_path / "m.gguf"
+    write_model(spec, path)
+    d = decode_bytes(path)
+    f16 = 2
+    experts = spec.n_layer * 3 * spec.n_embd * spec.n_ff_exp * spec.n_expert * f16
+    assert (d.experts, d.experts_used) == (spec.n_expert, spec.n_expert_used)
+    assert d.experts_active == experts * spec.n_expert_used // spec.n_expert
+    assert d.lookup == spec.n_embd * f16  # one row of token_embd
+    kv = spec.n_layer * spec.n_head_kv * 2 * spec.head_dim * KV_BYTES_PER_ELEMENT
+    assert d.kv_per_token_of_depth == kv
+    output = spec.n_embd * spec.n_vocab * f16
+    attention = (
+        spec.n_layer
+        * (
+            2 * spec.n_embd * spec.n_head * spec.head_dim
+            + 2 * spec.n_embd * spec.n_head_kv * spec.head_dim
+        )
+        * f16
+    )
+    assert d.dense > output + attention  # plus norms and the router, in f32
+    assert d.per_token(512) == d.per_token(0) + 512 * kv
+    assert d.limit(10.0) == pytest.approx(10e9 / d.per_token(0))
+    total = path.stat().st_size
+    assert d.per_token(0) < total  # only the routed experts' share is read
+
+
+def test_decode_bytes_of_a_file_that_is_not_gguf(tmp_path):
+    bad = tmp_path / "x.gguf"
+    bad.write_bytes(b"not a gguf file at all")
+    with pytest.raises(ModelError, match=r"x\.gguf: not a readable GGUF file"):
+        decode_bytes(bad)

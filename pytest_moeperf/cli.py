@@ -126,6 +126,12 @@ def _gate(args: argparse.Namespace) -> int:
     if args.accept:
         if not result.passed:
             raise MoeperfError("--accept refused: the candidate is slower; nothing was written")
+        if session.host_changes:
+            raise MoeperfError(
+                "--accept refused: the host changed during the gate ("
+                + "; ".join(session.host_changes)
+                + "); nothing was written"
+            )
         path = session.baseline_path(profile)
         if path is None:
             raise MoeperfError(f"--accept: profile {profile.name!r} names no baseline file")

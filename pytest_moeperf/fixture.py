@@ -134,9 +134,11 @@ class MoePerf:
         limit = self.session.options.max_repetitions
         while verdict.outcome == "inconclusive" and verdict.more_repetitions:
             n = min(len(left.samples), len(right.samples))
-            if n == 0 or n >= limit:
+            if n == 0 or n >= limit or not self.session.can_measure_more:
                 break
             left, right = self._interleaved(c, min(limit, n + verdict.more_repetitions))
+            if min(len(left.samples), len(right.samples)) <= n:  # no more samples will come
+                break
             verdict = judge(left.operand, right.operand)
         reasons = [r for r in (too_noisy([left, right]), self._host_moved([left, right])) if r]
         verdict = undecided(verdict, "; ".join(reasons) or None)
@@ -246,18 +248,34 @@ class MoePerf:
                 f"{bf.path} has no baseline for {m.configuration} {m.workload} on "
                 f"{m.build} of host {host.id}; record one with --moeperf-accept"
             )
+
+        def judged(m: Measurement) -> BaselineCheck:
+            return judge_baseline(
+                m.values,
+                entry.value,
+                bf.tolerance_for(entry),
+                label=f"{m.configuration}.{m.workload.name}",
+                baseline=entry.operand,
+            )
+
+        check = judged(m)
+        limit = self.session.options.max_repetitions
+        while check.outcome == "inconclusive" and check.more_repetitions:
+            n = len(m.samples)
+            if not self.session.can_measure_more or n >= limit:
+                break
+            m = self.measure(configuration, workload, min(limit, n + check.more_repetitions))
+            if len(m.samples) <= n:  # the source did not grow: no more samples will come
+                break
+            check = judged(m)
         moved = self._host_moved([m])
         if moved:
             self._inconclusive(f"{m.configuration}.{m.workload.name}: {moved}")
-        check = judge_baseline(
-            m.values,
-            entry.value,
-            bf.tolerance_for(entry),
-            label=f"{m.configuration}.{m.workload.name}",
-        )
         row = BaselineRow(self.nodeid, m, check)
         self.checks.append(row)
         self.session.baseline_rows.append(row)
         if check.outcome == "fail":
             pytest.fail(baseline_failure(self.checks, bf.path), pytrace=False)
+        if check.outcome == "inconclusive":
+            self._inconclusive(check.explain())
         return check

@@ -212,6 +212,12 @@ class PerfSession:
             return fp
         return {**self._fingerprints[profile.name], "probes": probes}
 
+    @property
+    def can_measure_more(self) -> bool:
+        """Whether asking for more repetitions can give more samples: not in replay mode,
+        whose stored measurements are all there will ever be."""
+        return self.replay is None
+
     # -- the host, measured -----------------------------------------------------------------------
     @staticmethod
     def probe_key(cpus: frozenset[int] | None) -> str:
@@ -263,8 +269,9 @@ class PerfSession:
             recent = [p for _, p in seen[-2:]]
             for line in probe_moved(first, *recent, tolerance=self.options.probe_tolerance):
                 lines.append(line)
-                if line not in self.host_changes:
-                    self.host_changes.append(line)
+                figure = line.split(":", 1)[0]  # "compute on CPUs 0-1": its latest values
+                self.host_changes = [c for c in self.host_changes if not c.startswith(figure)]
+                self.host_changes.append(line)
         return lines
 
     def decode_limit(
@@ -540,7 +547,15 @@ class PerfSession:
         return self._baselines[profile.name]
 
     def accept_baselines(self) -> list[Path]:
-        """Write this session's measurements as the new baselines of their profiles."""
+        """Write this session's measurements as the new baselines of their profiles, on this
+        host; refused (nothing written) when the host changed under the run, whose numbers
+        would hold every later run against a host that no longer exists."""
+        if self.host_changes:
+            raise ConfigError(
+                "--moeperf-accept refused, nothing written: the host changed under the run ("
+                + "; ".join(self.host_changes)
+                + "); run again on a steady host"
+            )
         written = []
         by_profile: dict[str, list[Measurement]] = {}
         for key, m in self.measurements.items():

@@ -165,14 +165,15 @@ def baseline_rows(rows: Iterable[BaselineRow]) -> list[list[str]]:
     out = []
     for r in rows:
         c, m = r.check, r.measurement
-        bad = " *" if c.outcome == "fail" else ""
+        bad = " *" if c.outcome in ("fail", "inconclusive") else ""
+        interval = f" {c.interval_pct}" if c.interval_pct else ""
         out.append(
             [
                 m.configuration,
                 m.workload.name,
                 f"{c.baseline:.1f}",
                 f"{c.measured:.1f}{bad}",
-                f"{c.change_pct:+.1f}{bad}",
+                f"{c.change_pct:+.1f}{interval}{bad}",
                 f"{c.outcome}{bad}",
                 m.build,
             ]

@@ -357,15 +357,24 @@ def judge_change(
 
 @dataclass(frozen=True)
 class BaselineCheck:
-    """An absolute check of a measurement's median against a stored baseline value."""
+    """An absolute check of a measurement against a stored baseline, on the interval of
+    ``measured / baseline`` (medians): ``pass`` when the whole interval is no worse than the
+    tolerance allows, ``fail`` when the whole interval is worse, ``inconclusive`` when it
+    straddles the limit (the numbers cannot tell; more repetitions may)."""
 
-    outcome: Literal["pass", "fail"]
+    outcome: Literal["pass", "fail", "inconclusive"]
     measured: float
     """Median of the measured samples, tok/s."""
     baseline: float
     tolerance: float
     higher_is_better: bool = True
     label: str = ""
+    low: float | None = None
+    """Lower end of the interval of ``measured / baseline`` (``None``: a point check)."""
+    high: float | None = None
+    more_repetitions: int | None = None
+    """When inconclusive: about how many more repetitions could decide it."""
+    confidence: float = 0.95
 
     @property
     def limit(self) -> float:
@@ -383,17 +392,29 @@ class BaselineCheck:
         return self.change * 100.0
 
     @property
+    def interval_pct(self) -> str:
+        """The interval of the change, in per cent: ``[-4.1, +9.8]`` (empty without one)."""
+        if self.low is None or self.high is None:
+            return ""
+        return f"[{100 * (self.low - 1):+.1f}, {100 * (self.high - 1):+.1f}]"
+
+    @property
     def verdict(self) -> str:
         """The outcome, for tables."""
         return self.outcome
 
     def explain(self) -> str:
-        """One line: ``mmap.pp2048 = 185.2 vs baseline 189.0 (-2.0 %, limit 179.6): pass``."""
+        """One line: ``mmap.pp2048 = 185.2 vs baseline 189.0 (-2.0 % [-3.1, -0.9], limit
+        179.6): pass``."""
         label = f"{self.label} = " if self.label else ""
-        return (
+        interval = f" {self.interval_pct}" if self.interval_pct else ""
+        line = (
             f"{label}{self.measured:.4g} vs baseline {self.baseline:.4g} "
-            f"({self.change_pct:+.1f} %, limit {self.limit:.4g}): {self.outcome}"
+            f"({self.change_pct:+.1f} %{interval}, limit {self.limit:.4g}): {self.outcome}"
         )
+        if self.outcome == "inconclusive" and self.more_repetitions:
+            line += f" (about {self.more_repetitions} more repetitions would decide)"
+        return line
 
 
 @dataclass(frozen=True)
@@ -412,9 +433,17 @@ def judge_baseline(
     higher_is_better: bool = True,
     *,
     label: str = "",
+    baseline: Values | None = None,
+    confidence: float = 0.95,
+    min_rel_spread: float = 0.01,
+    seed: int = 0,
 ) -> BaselineCheck:
-    """``pass`` when the median of *measured* is no worse than *baseline_value* by more than
-    *tolerance* (relative: 0.05 allows 5 % worse), else ``fail``."""
+    """Judge *measured* against a stored baseline on the interval of ``median(measured) /
+    baseline`` (*baseline*: its samples or stored figure; a bare *baseline_value* counts as a
+    figure with no spread of its own). Higher is better: ``pass`` when the whole interval
+    lies at or above ``1 - tolerance``, ``fail`` when it lies wholly below, ``inconclusive``
+    otherwise; lower is better: the mirror image around ``1 + tolerance``. A noisy host gives
+    a wide interval, and a wide interval never fails."""
     if not measured:
         raise ValueError("no measured samples")
     if not (math.isfinite(baseline_value) and baseline_value > 0):
@@ -424,17 +453,28 @@ def judge_baseline(
     med = statistics.median(measured)
     if not math.isfinite(med):
         raise ValueError(f"non-finite sample in {list(measured)!r}")
+    stored = baseline if baseline is not None else Figure(baseline_value, 0.0)
+    iv, n = _interval(
+        list(measured), stored, confidence=confidence, min_rel_spread=min_rel_spread, seed=seed
+    )
+    outcome: Literal["pass", "fail", "inconclusive"]
     if higher_is_better:
-        ok = med >= baseline_value * (1 - tolerance)
+        t = 1 - tolerance
+        outcome = "pass" if iv.low >= t else "fail" if iv.high < t else "inconclusive"
     else:
-        ok = med <= baseline_value * (1 + tolerance)
+        t = 1 + tolerance
+        outcome = "pass" if iv.high <= t else "fail" if iv.low > t else "inconclusive"
     return BaselineCheck(
-        outcome="pass" if ok else "fail",
+        outcome=outcome,
         measured=med,
         baseline=baseline_value,
         tolerance=tolerance,
         higher_is_better=higher_is_better,
         label=label,
+        low=iv.low,
+        high=iv.high,
+        more_repetitions=_more(iv, [t], n) if outcome == "inconclusive" else None,
+        confidence=confidence,
     )
 
 

@@ -392,7 +392,7 @@ def _write_report(perf: PerfSession) -> None:
         fp,
         perf.startup_lines(),
         perf.bench_rows() if perf.bench else None,
-        host_lines=host_lines(perf.probes.values(), perf.host_changes),
+        host_lines=host_lines(perf.probes.values(), perf.host_changes, perf.measurements.values()),
     )
     if perf.measurements:
         png = (
@@ -419,7 +419,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if not perf.measurements:
         return
     terminalreporter.section("moeperf: throughput (median of repetitions)")
-    for line in host_lines(perf.probes.values(), perf.host_changes):
+    for line in host_lines(perf.probes.values(), perf.host_changes, perf.measurements.values()):
         terminalreporter.write_line(line, yellow=line.startswith("host changed"))
     headers, rows = summary_rows(perf.measurements.values())
     terminalreporter.write_line(text_table(headers, rows))

@@ -81,9 +81,26 @@ def summary_rows(measurements: Iterable[Measurement]) -> tuple[list[str], list[l
     return headers, rows
 
 
-def host_lines(probes: Iterable[Probe], changes: Sequence[str] = ()) -> list[str]:
-    """The host as the run measured it: one line per probed CPU set, then how it changed."""
+def host_lines(
+    probes: Iterable[Probe],
+    changes: Sequence[str] = (),
+    measurements: Iterable[Measurement] = (),
+) -> list[str]:
+    """The host as the run measured it: one line per probed CPU set, the most other work and
+    steal seen on a server's CPUs while it was measured, then how the host changed."""
     lines = [f"host probe: {p.describe()}" for p in probes]
+    loads = [
+        (float(m.extra.get("host_busy", 0.0)), float(m.extra.get("steal", 0.0)), m.configuration)
+        for m in measurements
+        if m.samples and "host_busy" in m.extra
+    ]
+    if loads:
+        busy, _, where = max(loads)
+        steal, _, at = max((s, b, c) for b, s, c in loads)
+        lines.append(
+            f"while measuring, on the server's CPUs: other work up to {100 * busy:.0f} % "
+            f"({where}), steal up to {100 * steal:.0f} % ({at})"
+        )
     if changes:
         lines.append("host changed under the run (later verdicts undecided): " + "; ".join(changes))
     return lines

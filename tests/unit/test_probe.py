@@ -108,3 +108,24 @@ def test_decode_bytes_of_a_file_that_is_not_gguf(tmp_path):
     bad.write_bytes(b"not a gguf file at all")
     with pytest.raises(ModelError, match=r"x\.gguf: not a readable GGUF file"):
         decode_bytes(bad)
+
+
+def test_host_lines_report_probes_load_and_changes():
+    from pytest_moeperf.measure.measurement import Measurement, Sample
+    from pytest_moeperf.measure.workload import Workload
+    from pytest_moeperf.report.tables import host_lines
+
+    w = Workload.parse("pp512")
+    ms = [
+        Measurement("mmap", "b1", w, (Sample(512, 100.0),), {"host_busy": 0.03, "steal": 0.01}),
+        Measurement("lm-none", "b1", w, (Sample(512, 100.0),), {"host_busy": 0.2, "steal": 0.0}),
+    ]
+    probe = Probe("0-1", 19.4, 0.01, 30.0, 0.02, 7, 2.0)
+    lines = host_lines([probe], ["compute on CPUs 0-1: 30.0 -> 20.0, 19.0 Gop/s (-37 %)"], ms)
+    assert lines == [
+        "host probe: 19.4 GB/s (cv 1.0 %), 30.0 Gop/s (cv 2.0 %) on CPUs 0-1",
+        "while measuring, on the server's CPUs: other work up to 20 % (lm-none), "
+        "steal up to 1 % (mmap)",
+        "host changed under the run (later verdicts undecided): "
+        "compute on CPUs 0-1: 30.0 -> 20.0, 19.0 Gop/s (-37 %)",
+    ]

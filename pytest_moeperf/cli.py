@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .errors import MoeperfError
-from .fs import atomic_write_text
+from .fs import check_output, write_output
 
 if TYPE_CHECKING:
     from .gate import BuildUnderTest
@@ -54,6 +54,7 @@ def _make_model(args: argparse.Namespace) -> int:
     )
     t0 = time.monotonic()
     if args.output:
+        check_output(Path(args.output), "make-model -o")
         _say(f"writing {describe(spec)} to {args.output}")
         write_model(spec, Path(args.output))
         path = Path(args.output)
@@ -71,15 +72,47 @@ def _side(value: str, cpus: str | None) -> BuildUnderTest:
     return BuildUnderTest(target, cpus)
 
 
+def _check_gate_args(args: argparse.Namespace) -> None:
+    """Every gate argument checked before any build or server work: one line each."""
+    from .host.machine import parse_cpu_list
+
+    if args.repetitions < 1:
+        raise MoeperfError(f"-r/--repetitions {args.repetitions}: give at least 1 round")
+    if args.max_repetitions < args.repetitions:
+        raise MoeperfError(
+            f"--max-repetitions {args.max_repetitions} is below --repetitions "
+            f"{args.repetitions}: give at least as many"
+        )
+    if not (0 < args.margin < 1):
+        raise MoeperfError(
+            f"--margin {args.margin!r}: give the smallest change that counts as a share "
+            "between 0 and 1, e.g. 0.05"
+        )
+    if args.startup_timeout <= 0:
+        raise MoeperfError(f"--startup-timeout {args.startup_timeout!r}: give seconds > 0")
+    if args.candidate_cpus is not None:
+        try:
+            parse_cpu_list(args.candidate_cpus)
+        except MoeperfError as exc:
+            raise MoeperfError(f"--candidate-cpus: {exc}") from None
+    if args.config is not None and not Path(args.config).is_file():
+        what = "is a directory" if Path(args.config).is_dir() else "does not exist"
+        raise MoeperfError(f"--config {args.config}: {what}; name a TOML file of profiles")
+    for option, value in (("--markdown", args.markdown), ("--json", args.json)):
+        if value:
+            check_output(Path(value), option)
+
+
 def _gate(args: argparse.Namespace) -> int:
     import dataclasses
     import datetime as dt
 
-    from .gate import run_gate
+    from .gate import CANDIDATE, run_gate
     from .measure.workload import Workload
     from .session import Options, PerfSession
     from .store.baselines import accept
 
+    _check_gate_args(args)
     root = Path.cwd()
     config_file = Path(args.config) if args.config else None
     if config_file is None and (root / "moeperf.toml").is_file():
@@ -120,9 +153,9 @@ def _gate(args: argparse.Namespace) -> int:
         session.close()
     print(result.text())
     if args.markdown:
-        atomic_write_text(Path(args.markdown), result.markdown())
+        write_output(Path(args.markdown), result.markdown(), "--markdown")
     if args.json:
-        atomic_write_text(Path(args.json), result.json_text())
+        write_output(Path(args.json), result.json_text(), "--json")
     if args.accept:
         if not result.passed:
             raise MoeperfError("--accept refused: the candidate is slower; nothing was written")
@@ -141,7 +174,7 @@ def _gate(args: argparse.Namespace) -> int:
             path,
             profile.name,
             ms,
-            session.fingerprint(profile),
+            session.fingerprint(profile, label=CANDIDATE),  # the candidate's llama-server
             date=today,
             source=f"moeperf gate --accept, {today}, {candidate.name} over {baseline.name}",
         )

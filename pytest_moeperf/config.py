@@ -333,13 +333,17 @@ def parse_profiles(
 
 
 def _load_toml(path: Path) -> dict[str, Any]:
+    if path.is_dir():
+        raise ConfigError(f"{path}: is a directory; name a TOML file of profiles")
     try:
         with path.open("rb") as fh:
             return tomllib.load(fh)
     except FileNotFoundError:
         raise ConfigError(f"{path}: configuration file not found") from None
-    except tomllib.TOMLDecodeError as exc:
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
 
 
 def builtin_profiles() -> dict[str, Profile]:
@@ -356,7 +360,15 @@ def load_profiles(config_file: Path | None, pyproject: Path | None = None) -> di
             parse_profiles(_load_toml(config_file), str(config_file), config_file.parent)
         )
     elif pyproject is not None and pyproject.is_file():
-        tool = _load_toml(pyproject).get("tool", {}).get("moeperf")
-        if tool:
-            profiles.update(parse_profiles(tool, f"{pyproject} [tool.moeperf]", pyproject.parent))
+        tool = _load_toml(pyproject).get("tool", {})
+        section = tool.get("moeperf") if isinstance(tool, dict) else None
+        if section is not None and not isinstance(section, dict):
+            raise ConfigError(
+                f"{pyproject}: [tool.moeperf] must be a table of [tool.moeperf.profiles.NAME], "
+                f"not {section!r}"
+            )
+        if section:
+            profiles.update(
+                parse_profiles(section, f"{pyproject} [tool.moeperf]", pyproject.parent)
+            )
     return profiles

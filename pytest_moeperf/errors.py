@@ -40,6 +40,11 @@ class ResultsError(MoeperfError):
     """A results file (written by a run, read by replay) is invalid."""
 
 
+class OutputError(MoeperfError):
+    """A file the user asked for cannot be written where they said (no such directory, or
+    something that is not a regular file is in the way)."""
+
+
 class Unavailable(MoeperfError):
     """What a test needs is not here (a NUMA node, a build's flag, replayed data): the test is
     skipped with this reason, not failed."""

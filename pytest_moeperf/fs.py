@@ -5,9 +5,12 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+
+from .errors import OutputError
 
 CACHE_ENV = "MOEPERF_CACHE_DIR"
 
@@ -41,14 +44,53 @@ def file_lock(path: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write *data* to *path* so that readers see either the old file or the whole new one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def check_output(path: Path, what: str) -> None:
+    """Refuse an output path the user gave (*what*: the option that named it, e.g.
+    ``--json``) whose directory does not exist (it is not created for them) or where
+    something other than a regular file would be replaced (a directory, a device, a FIFO, a
+    symbolic link): one :class:`~pytest_moeperf.errors.OutputError` line naming both."""
+    parent = path.parent
+    if not parent.is_dir():
+        raise OutputError(
+            f"{what} {path}: directory {parent} does not exist; create it or name another path"
+        )
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise OutputError(f"{what} {path}: cannot check it: {e.strerror or e}") from None
+    if not stat.S_ISREG(st.st_mode):
+        kind = (
+            "a directory"
+            if stat.S_ISDIR(st.st_mode)
+            else "a symbolic link"
+            if stat.S_ISLNK(st.st_mode)
+            else "not a regular file"
+        )
+        raise OutputError(f"{what} {path}: is {kind}; refusing to replace it (name a regular file)")
+
+
+def atomic_write_bytes(path: Path, data: bytes, *, parents: bool = True) -> None:
+    """Write *data* to *path* so that readers see either the old file or the whole new one.
+
+    The file gets the mode any new file gets (0666 less the umask), not the temporary file's
+    0600. With *parents* (for the cache and the history folder) missing directories are
+    created; without, a missing directory is an error."""
+    if parents:
+        path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
+            os.fchmod(fh.fileno(), 0o666 & ~_umask())
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
@@ -57,6 +99,18 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         raise
 
 
-def atomic_write_text(path: Path, text: str) -> None:
+def atomic_write_text(path: Path, text: str, *, parents: bool = True) -> None:
     """:func:`atomic_write_bytes` for UTF-8 text."""
-    atomic_write_bytes(path, text.encode("utf-8"))
+    atomic_write_bytes(path, text.encode("utf-8"), parents=parents)
+
+
+def write_output(path: Path, data: str | bytes, what: str) -> None:
+    """Write a file the user asked for (*what* names the option), atomically, after
+    :func:`check_output`; a failure to write is an :class:`OutputError` naming it."""
+    check_output(path, what)
+    try:
+        atomic_write_bytes(
+            path, data.encode("utf-8") if isinstance(data, str) else data, parents=False
+        )
+    except OSError as e:
+        raise OutputError(f"{what} {path}: cannot write: {e.strerror or e}") from None

@@ -14,10 +14,11 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .config import Configuration, Pinning, Profile
+from .errors import ConfigError, Unavailable
 from .host.machine import busy_fraction
 from .measure.measurement import Measurement
 from .measure.workload import Workload
@@ -69,6 +70,8 @@ class GateResult:
     host_busy_before: float
     loadavg_before: tuple[float, float, float]
     notes: list[str]
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    """Configurations a build or this host cannot run: (configuration, why)."""
 
     @property
     def slower(self) -> list[GateRow]:
@@ -106,6 +109,8 @@ class GateResult:
                     f"{v.outcome}{why}{mark}",
                 ]
             )
+        for name, why in self.skipped:
+            rows.append([name, "-", "-", "-", "-", f"skipped ({why})"])
         return headers, rows
 
     def text(self) -> str:
@@ -145,6 +150,7 @@ class GateResult:
             "host_busy_before": self.host_busy_before,
             "loadavg_before": list(self.loadavg_before),
             "notes": self.notes,
+            "skipped": [{"configuration": c, "reason": why} for c, why in self.skipped],
             "rows": [
                 {
                     "configuration": r.configuration,
@@ -205,7 +211,10 @@ def run_gate(
     names = list(configurations or profile.configurations)
     loads = list(workloads or profile.workloads)
     if not loads:
-        raise ValueError(f"profile {profile.name!r} lists no workloads; pass some")
+        raise ConfigError(
+            f"profile {profile.name!r} ({profile.source}) lists no workloads: add "
+            'workloads = ["pp512", "tg64"] to it, or pass -w pp512'
+        )
     busy = busy_fraction(1.0)
     loadavg = os.getloadavg()
     notes = []
@@ -215,9 +224,20 @@ def run_gate(
             "expect wide intervals and inconclusive verdicts"
         )
     rows: list[GateRow] = []
+    skipped: list[tuple[str, str]] = []
     for name in names:
         config = profile.configuration(name)
         sides = ((BASELINE, _side(config, baseline)), (CANDIDATE, _side(config, candidate)))
+        try:  # a configuration a build (or this host) cannot run is a skipped row
+            for side, cfg in sides:
+                session.server(gated, cfg, side)
+        except Unavailable as exc:
+            why = str(exc)
+            for side, build in ((BASELINE, baseline), (CANDIDATE, candidate)):
+                why = why.replace(f"build {side} ", f"build {build.name} ")
+            skipped.append((name, why))
+            session.stop_servers()
+            continue
         for w in loads:
             label = f"{name}.{w.name} {candidate.name} / {baseline.name}"
             got = _rounds(session, gated, sides, w, repetitions)
@@ -248,4 +268,4 @@ def run_gate(
         notes.append(why + "; every verdict is undecided")
         rows = [replace(r, verdict=undecided(r.verdict, why)) for r in rows]
     notes += [f"host probe: {p.describe()}" for p in session.probes.values()]
-    return GateResult(baseline.name, candidate.name, margin, rows, busy, loadavg, notes)
+    return GateResult(baseline.name, candidate.name, margin, rows, busy, loadavg, notes, skipped)

@@ -6,17 +6,18 @@ import contextlib
 import os
 import signal
 import threading
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 
 import pytest
 
 from .errors import MoeperfError
 from .fixture import MoePerf
-from .fs import atomic_write_text
+from .fs import check_output, write_output
 from .host.probe import DEFAULT_TOLERANCE
 from .llama import orphans
 from .llama.builds import resolve_server_binary
+from .markers import MarkerError, check_configurations, parse_dead_end, parse_moeperf
 from .report.plot import baseline_marks, plot_report
 from .report.tables import (
     BASELINE_HEADERS,
@@ -33,6 +34,7 @@ from .store.history import read_history
 SESSION = pytest.StashKey[PerfSession]()
 ITEM_INDEX = pytest.StashKey[int]()
 REAPED = pytest.StashKey[list[int]]()
+MARKER_ERROR = pytest.StashKey[str]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -182,6 +184,11 @@ def _options(config: pytest.Config) -> Options:
         opts.replay = Path(config.getoption("moeperf_replay"))
     if config.getoption("moeperf_report"):
         opts.report_file = Path(config.getoption("moeperf_report"))
+        try:  # both files, before anything is measured: never a PNG without its report
+            check_output(opts.report_file, "--moeperf-report")
+            check_output(report_png(opts.report_file), "--moeperf-report (its PNG)")
+        except MoeperfError as exc:
+            raise pytest.UsageError(str(exc)) from None
     opts.accept = bool(config.getoption("moeperf_accept"))
     opts.strict_warnings = bool(config.getoption("moeperf_strict_warnings"))
     opts.bench = bool(config.getoption("moeperf_bench"))
@@ -189,8 +196,17 @@ def _options(config: pytest.Config) -> Options:
         raise pytest.UsageError("--moeperf-accept takes measured results, not --moeperf-replay")
     if config.getoption("moeperf_results"):
         opts.results_file = Path(config.getoption("moeperf_results"))
+        try:
+            check_output(opts.results_file, "--moeperf-results")
+        except MoeperfError as exc:
+            raise pytest.UsageError(str(exc)) from None
     if opts.repetitions is not None and opts.repetitions < 1:
         raise pytest.UsageError("--moeperf-repetitions must be >= 1")
+    if opts.max_repetitions < 1:
+        raise pytest.UsageError(
+            f"--moeperf-max-repetitions {opts.max_repetitions} must be >= 1 (the most "
+            "repetitions an undecided verdict may grow to)"
+        )
     tolerance = config.getoption("moeperf_probe_tolerance")
     if not (0 < tolerance < 1):
         raise pytest.UsageError(
@@ -260,20 +276,40 @@ def _stop_on_sigterm() -> None:
 
 def _declared(item: pytest.Item) -> tuple[str | None, list[str]]:
     """The profile (closest marker that names one) and the configurations (all markers) a
-    test declares with ``@pytest.mark.moeperf``."""
+    test declares with ``@pytest.mark.moeperf`` and ``@pytest.mark.dead_end``; a marker that
+    does not parse declares nothing (the test fails at setup with :func:`_marker_error`)."""
     profile: str | None = None
     configs: list[str] = []
     for marker in item.iter_markers("moeperf"):
-        if profile is None:
-            profile = marker.kwargs.get("profile")
-        for name in [*marker.args, *marker.kwargs.get("configurations", [])]:
-            if name not in configs:
-                configs.append(name)
+        try:
+            parsed = parse_moeperf(marker.args, marker.kwargs)
+        except MarkerError:
+            continue
+        profile = profile or parsed.profile
+        configs += [c for c in parsed.configurations if c not in configs]
     for marker in item.iter_markers("dead_end"):
-        for name in (marker.kwargs.get("config"), marker.kwargs.get("slower_than")):
-            if name and name not in configs:
-                configs.append(name)
+        try:
+            dead = parse_dead_end(marker.args, marker.kwargs)
+        except MarkerError:
+            continue
+        configs += [c for c in (dead.config, dead.slower_than) if c not in configs]
     return profile, configs
+
+
+def _marker_error(item: pytest.Item, perf: PerfSession) -> str | None:
+    """Why the test's markers cannot mean what they say (one line), or ``None``."""
+    try:
+        for marker in item.iter_markers("moeperf"):
+            parse_moeperf(marker.args, marker.kwargs)
+        dead_ends = [parse_dead_end(m.args, m.kwargs) for m in item.iter_markers("dead_end")]
+        if not dead_ends and not item.get_closest_marker("moeperf"):
+            return None
+        profile_name, configs = _declared(item)
+        profile = perf.profile(profile_name)
+        check_configurations(configs, profile, "moeperf" if not dead_ends else "dead_end")
+    except MoeperfError as exc:
+        return f"{item.nodeid}: {exc}"
+    return None
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -300,9 +336,20 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     default = perf.options.profile
     for index, item in enumerate(session.items):
         item.stash[ITEM_INDEX] = index
+        error = _marker_error(item, perf)
+        if error is not None:
+            item.stash[MARKER_ERROR] = error
+            continue
         profile, configs = _declared(item)
         for name in configs:
             perf.last_use[(profile or default, name)] = index
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test whose marker does not parse fails here, with the marker's one line."""
+    error = item.stash.get(MARKER_ERROR, None)
+    if error is not None:
+        pytest.fail(error, pytrace=False)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -322,7 +369,8 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
         if fixture is None:
             raise pytest.UsageError(f"{item.nodeid}: dead_end needs the moeperf fixture")
         try:
-            fixture.dead_end(*marker.args, **marker.kwargs)
+            dead = parse_dead_end(marker.args, marker.kwargs)
+            fixture.dead_end(dead.config, dead.slower_than, dead.metric, dead.reason, dead.margin)
         except MoeperfError as exc:
             pytest.fail(str(exc), pytrace=False)
     return result
@@ -364,19 +412,28 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if perf is None:
         return
     perf.close()
-    try:
-        if session.exitstatus != pytest.ExitCode.INTERRUPTED:
-            perf.host_moved(list(perf.probes), force=True)  # the host at the end of the run
-        if perf.options.bench and session.exitstatus != pytest.ExitCode.INTERRUPTED:
-            perf.cross_check()
-        perf.results_path = perf.write_results()
-        if perf.options.accept and session.exitstatus != pytest.ExitCode.INTERRUPTED:
-            perf.accept_baselines()
-        if perf.options.report_file is not None:
-            _write_report(perf)
-    except (MoeperfError, OSError) as exc:
-        perf.finish_error = str(exc)
-        session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+    interrupted = session.exitstatus == pytest.ExitCode.INTERRUPTED
+    steps: list[Callable[[], object]] = []
+    if not interrupted:
+        steps.append(lambda: perf.host_moved(list(perf.probes), force=True))  # at the end
+        if perf.options.bench:
+            steps.append(perf.cross_check)
+    steps.append(lambda: setattr(perf, "results_path", perf.write_results()))
+    if perf.options.accept and not interrupted:
+        steps.append(lambda: perf.accept_baselines(failed=session.testsfailed))
+    if perf.options.report_file is not None:
+        steps.append(lambda: _write_report(perf))
+    errors = []
+    for step in steps:  # one step's error does not cost the others (a refused accept, a report)
+        try:
+            step()
+        except MoeperfError as exc:
+            errors.append(str(exc))
+            session.exitstatus = pytest.ExitCode.USAGE_ERROR
+        except OSError as exc:
+            errors.append(str(exc))
+            session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+    perf.finish_error = "; ".join(errors) or None
 
 
 def _write_report(perf: PerfSession) -> None:
@@ -395,19 +452,24 @@ def _write_report(perf: PerfSession) -> None:
         host_lines=host_lines(perf.probes.values(), perf.host_changes, perf.measurements.values()),
     )
     if perf.measurements:
-        png = (
-            report.with_suffix(".png")
-            if report.suffix != ".png"
-            else report.with_name(report.stem + ".plot.png")
-        )
+        png = report_png(report)
         history, perf.history_problems = read_history(perf.options.results_dir)
         profiles = sorted({k[0] for k in perf.measurements})
         marks = baseline_marks(perf.baselines(perf.profile(p)) for p in profiles)
         plot_report(results, history, png, baselines=marks)
         perf.report_files.append(png)
         text += f"\n![throughput per configuration and workload]({png.name})\n"
-    atomic_write_text(report, text)
+    write_output(report, text, "--moeperf-report")
     perf.report_files.insert(0, report)
+
+
+def report_png(report: Path) -> Path:
+    """The PNG written beside the markdown report *report*."""
+    return (
+        report.with_suffix(".png")
+        if report.suffix != ".png"
+        else report.with_name(report.stem + ".plot.png")
+    )
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

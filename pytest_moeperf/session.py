@@ -21,8 +21,8 @@ from typing import Any
 
 from . import __version__
 from .config import Configuration, HostLacks, Profile, load_profiles
-from .errors import ConfigError, MeasurementError, MoeperfError
-from .fs import atomic_write_text, cache_dir, file_lock
+from .errors import BaselineError, ConfigError, MeasurementError, MoeperfError
+from .fs import cache_dir, file_lock, write_output
 from .host.locks import measuring
 from .host.machine import (
     OtherWork,
@@ -192,23 +192,33 @@ class PerfSession:
             self._host = host_fingerprint()
         return self._host
 
-    def fingerprint(self, profile: Profile) -> dict[str, Any]:
-        """The facts *profile*'s numbers are taken on: the host, the llama-server build and the
-        model file (name, size, hash of its head). In replay mode: the replayed file's."""
+    def fingerprint(self, profile: Profile, label: str | None = None) -> dict[str, Any]:
+        """The facts *profile*'s numbers are taken on: the host with its probes, the
+        llama-server build (of the servers of build *label*, when given: the gate's candidate)
+        and the model file (name, size, hash of its head). In replay mode: the replayed
+        file's."""
         if self.replay is not None:
             return dict(self.replay.fingerprint)
         probes = {k: p.to_dict() for k, p in sorted(self.probes.items())}
-        if profile.name not in self._fingerprints:
+        if label is not None or profile.name not in self._fingerprints:
             fp = dict(self.host)
             fp["probes"] = probes
-            rec = next((r for k, r in self.servers.items() if k[0] == profile.name), None)
+            rec = next(
+                (
+                    r
+                    for k, r in self.servers.items()
+                    if k[0] == profile.name and label in (None, k[2])
+                ),
+                None,
+            )
             if rec is not None:
                 fp["llama_server"] = rec.build.version().raw.strip().splitlines()[0]
                 model = rec.server.model
                 fp["model"] = model.name
                 fp["model_bytes"] = model.stat().st_size
                 fp["model_sha256_16mib"] = file_digest(model, MODEL_DIGEST_BYTES)
-                self._fingerprints[profile.name] = fp
+                if label is None:
+                    self._fingerprints[profile.name] = fp
             return fp
         return {**self._fingerprints[profile.name], "probes": probes}
 
@@ -541,20 +551,37 @@ class PerfSession:
         """*profile*'s baseline file (``None`` when it names none or it does not exist yet)."""
         if profile.name not in self._baselines:
             path = self.baseline_path(profile)
-            self._baselines[profile.name] = (
-                load_baselines(path) if path is not None and path.exists() else None
-            )
+            bf = None
+            if path is not None and path.exists():
+                bf = load_baselines(path, known_configurations=profile.configurations)
+                if bf.profile != profile.name:
+                    raise BaselineError(
+                        f"{path}: holds baselines of profile {bf.profile!r}, not "
+                        f"{profile.name!r}; point the profile's baseline at its own file"
+                    )
+            self._baselines[profile.name] = bf
         return self._baselines[profile.name]
 
-    def accept_baselines(self) -> list[Path]:
+    def accept_baselines(self, failed: int = 0) -> list[Path]:
         """Write this session's measurements as the new baselines of their profiles, on this
-        host; refused (nothing written) when the host changed under the run, whose numbers
-        would hold every later run against a host that no longer exists."""
+        host. Refused, nothing written, when *failed* tests failed, when the host changed
+        under the run, or when a measurement was taken while other work kept the host busy:
+        such numbers would hold every later run against a host or a state that is gone."""
+        refused = []
+        if failed:
+            refused.append(f"{failed} test(s) failed; fix or deselect them")
         if self.host_changes:
+            refused.append(f"the host changed under the run ({'; '.join(self.host_changes)})")
+        busy = sorted(
+            f"{m.configuration} {m.workload} ({100 * float(m.extra['host_busy']):.0f} %)"
+            for m in self.measurements.values()
+            if float(m.extra.get("host_busy", 0.0)) > BUSY_LIMIT
+        )
+        if busy:
+            refused.append(f"the host was busy with other work while measuring {', '.join(busy)}")
+        if refused:
             raise ConfigError(
-                "--moeperf-accept refused, nothing written: the host changed under the run ("
-                + "; ".join(self.host_changes)
-                + "); run again on a steady host"
+                "--moeperf-accept refused, nothing written: " + "; ".join(refused) + "; run again"
             )
         written = []
         by_profile: dict[str, list[Measurement]] = {}
@@ -701,7 +728,9 @@ class PerfSession:
         results = self.results_dict = self.results()
         written = write_history(results, self.options.results_dir)
         if self.options.results_file is not None:
-            atomic_write_text(self.options.results_file, json.dumps(results, indent=1) + "\n")
+            write_output(
+                self.options.results_file, json.dumps(results, indent=1) + "\n", "--moeperf-results"
+            )
             return self.options.results_file
         return written[0]
 

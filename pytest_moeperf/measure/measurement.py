@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import ConfigError
 from .stats import Figure, Summary, summarize
 from .workload import Workload
 
@@ -27,7 +29,20 @@ class Sample:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Sample:
-        return cls(tokens=int(d["tokens"]), ms=float(d["ms"]))
+        """A sample from its stored form; ``ValueError`` says which field is wrong."""
+        if not isinstance(d, dict):
+            raise ValueError(f"sample {d!r} is not an object with tokens and ms")
+        tokens, ms = d.get("tokens"), d.get("ms")
+        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
+            raise ValueError(f"sample tokens {tokens!r} must be a whole number >= 1")
+        if (
+            isinstance(ms, bool)
+            or not isinstance(ms, int | float)
+            or not math.isfinite(ms)
+            or ms <= 0
+        ):
+            raise ValueError(f"sample ms {ms!r} must be a positive finite number")
+        return cls(tokens=tokens, ms=float(ms))
 
 
 @dataclass(frozen=True)
@@ -83,11 +98,38 @@ class Measurement:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Measurement:
-        return cls(
-            configuration=str(d["configuration"]),
-            build=str(d["build"]),
-            workload=Workload.parse(str(d["workload"])),
-            samples=tuple(Sample.from_dict(x) for x in d["samples"]),
-            extra=dict(d.get("extra") or {}),
-            figure=Figure(*map(float, d["figure"])) if d.get("figure") else None,
+        """A measurement from its stored form; ``ValueError`` names the measurement and the
+        field that is wrong (the caller adds the file)."""
+        if not isinstance(d, dict):
+            raise ValueError(f"measurement {d!r} is not an object")
+        where = (
+            f"measurement {d.get('configuration')!r} {d.get('workload')!r} on {d.get('build')!r}"
         )
+        try:
+            for name in ("configuration", "build", "workload"):
+                if not isinstance(d.get(name), str) or not d[name].strip():
+                    raise ValueError(f"{name} {d.get(name)!r} must be a non-empty string")
+            samples = d.get("samples")
+            if not isinstance(samples, list):
+                raise ValueError(f"samples {samples!r} must be a list")
+            figure = None
+            if d.get("figure"):
+                value, spread = (float(x) for x in d["figure"])
+                if not (math.isfinite(value) and value > 0 and math.isfinite(spread)):
+                    raise ValueError(f"figure {d['figure']!r} must be a positive value")
+                figure = Figure(value, spread)
+            if not samples and figure is None:
+                raise ValueError("has no samples (and no stored figure)")
+            extra = d.get("extra") or {}
+            if not isinstance(extra, dict):
+                raise ValueError(f"extra {extra!r} must be an object")
+            return cls(
+                configuration=d["configuration"],
+                build=d["build"],
+                workload=Workload.parse(d["workload"]),
+                samples=tuple(Sample.from_dict(x) for x in samples),
+                extra=dict(extra),
+                figure=figure,
+            )
+        except (ValueError, TypeError, ConfigError) as exc:
+            raise ValueError(f"{where}: {exc}") from None

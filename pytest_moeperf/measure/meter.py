@@ -162,7 +162,13 @@ class Meter:
         if r.status_code == 500 and "expected Content-only format" in r.text:
             return None
         self._check(r.status_code, r.text)
-        data = r.json()
+        try:
+            data = r.json()
+        except ValueError:  # not JSON, or not even text
+            raise MeasurementError(
+                f"{self.url}/completion: reply is not JSON "
+                f"({r.content[:80].decode('utf-8', 'replace')!r}); is this a llama-server?"
+            ) from None
         if not isinstance(data, dict):
             raise MeasurementError(f"{self.url}/completion: reply is not a JSON object")
         return data
@@ -192,7 +198,13 @@ class Meter:
                 self._check(r.status_code, r.read().decode("utf-8", "replace"))
             for line in r.iter_lines():
                 if line.startswith("data: ") and line[6:].strip() not in ("", "[DONE]"):
-                    event = json.loads(line[6:])
+                    try:
+                        event = json.loads(line[6:])
+                    except ValueError:
+                        raise MeasurementError(
+                            f"{self.url}/completion: an event of the reply stream is not JSON "
+                            f"({line[:80]!r}); is this a llama-server?"
+                        ) from None
                     if isinstance(event, dict) and "timings" in event:
                         last = event
         if not last:

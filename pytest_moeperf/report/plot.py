@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import MoeperfError
-from ..fs import atomic_write_bytes
+from ..fs import write_output
 from ..measure.measurement import Measurement
 from ..measure.workload import Workload
 from ..store.history import measurements_of, parse_date
@@ -129,7 +129,7 @@ def plot_report(
 
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI)
-    atomic_write_bytes(Path(path), buf.getvalue())
+    write_output(Path(path), buf.getvalue(), "--moeperf-report (its PNG)")
     return Path(path)
 
 

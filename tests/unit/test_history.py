@@ -553,7 +553,10 @@ def test_corrupt_and_foreign_files_are_reported_and_skipped(
     assert "not a pytest-moeperf results file" in by_file[name("foreign")]
     assert "not a pytest-moeperf results file" in by_file[name("list")]
     assert "format 2 is newer" in by_file[name("future")]
-    assert by_file[name("badmeasurement")] == "measurement 1 unreadable (missing 'workload')"
+    assert by_file[name("badmeasurement")] == (
+        "measurement 1 unreadable (measurement 'mmap' None on 'b1': workload None must be a "
+        "non-empty string)"
+    )
     assert "measurement 1 unreadable" in by_file[name("badworkload")]
     assert "zz9" in by_file[name("badworkload")]
     assert by_file[name("denied")].startswith("unreadable (PermissionError")

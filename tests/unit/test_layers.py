@@ -21,7 +21,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("pytest_moeperf.store",),
     ("pytest_moeperf.report",),
     ("pytest_moeperf.config",),
-    ("pytest_moeperf.session",),
+    ("pytest_moeperf.session", "pytest_moeperf.markers"),
     ("pytest_moeperf.fixture", "pytest_moeperf.gate"),
     ("pytest_moeperf.plugin", "pytest_moeperf.cli"),
 )

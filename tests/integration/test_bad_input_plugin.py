@@ -8,6 +8,7 @@ import json
 import re
 
 import pytest
+from _profiles import TINY_PROFILE
 
 INI = "[pytest]\nmoeperf_profile = embedded-tiny\n"
 
@@ -146,14 +147,7 @@ def test_fails():
     assert False, "a failing test"
 """
 
-CONFIG = """
-[profiles.tiny]
-build = 11434
-model = "synthetic:tiny"
-flags = ["-c", "1024", "-t", "2", "-np", "1"]
-baseline = "baselines/tiny.toml"
-[profiles.tiny.configurations.default]
-"""
+CONFIG = TINY_PROFILE
 
 
 def test_accept_is_refused_after_a_failure(perf_project):

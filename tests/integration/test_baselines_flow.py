@@ -6,15 +6,9 @@ from __future__ import annotations
 import re
 
 import pytest
+from _profiles import TINY_PROFILE
 
-CONFIG = """
-[profiles.tiny]
-build = 11434
-model = "synthetic:tiny"
-flags = ["-c", "1024", "-t", "2", "-np", "1"]
-baseline = "baselines/tiny.toml"
-[profiles.tiny.configurations.default]
-"""
+CONFIG = TINY_PROFILE
 
 TEST = """
 import pytest

@@ -23,20 +23,18 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from _profiles import TINY_PROFILE
 
 from pytest_moeperf.host.machine import online_cpus
 
-CONFIG = """
-[profiles.tiny]
-build = 11434
-model = "synthetic:tiny"
-flags = ["-c", "1024", "-t", "2", "-np", "1"]
-baseline = "baselines/tiny.toml"
-[profiles.tiny.configurations.default]
+CONFIG = (
+    TINY_PROFILE
+    + """
 [profiles.tiny.configurations.cpu0]
 cpus = "0"
 flags = ["-t", "1"]
 """
+)
 
 BASELINE_TEST = """
 import pytest

@@ -140,7 +140,8 @@ class MoePerf:
             if min(len(left.samples), len(right.samples)) <= n:  # no more samples will come
                 break
             verdict = judge(left.operand, right.operand)
-        reasons = [r for r in (too_noisy([left, right]), self._host_moved([left, right])) if r]
+        noisy = too_noisy([left, right], busy_limit=self.session.options.busy_limit)
+        reasons = [r for r in (noisy, self._host_moved([left, right])) if r]
         verdict = undecided(verdict, "; ".join(reasons) or None)
         self.verdicts.append(verdict)
         self.session.verdicts.append((self.nodeid, verdict))

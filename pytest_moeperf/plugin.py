@@ -30,6 +30,7 @@ from .report.tables import (
 )
 from .session import REPROBE_SECONDS, Options, PerfSession
 from .store.history import read_history
+from .verdicts.judge import BUSY_LIMIT
 
 SESSION = pytest.StashKey[PerfSession]()
 ITEM_INDEX = pytest.StashKey[int]()
@@ -145,6 +146,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "Default: %(default)r",
     )
     group.addoption(
+        "--moeperf-busy-limit",
+        type=float,
+        metavar="SHARE",
+        default=BUSY_LIMIT,
+        help="share of a server's CPUs that other work may take while it is measured for the "
+        "numbers to decide a verdict or be accepted as baselines (above it: inconclusive, "
+        "accept refused). Default: %(default)r",
+    )
+    group.addoption(
         "--moeperf-results",
         metavar="PATH",
         help="write the results file here (default .moeperf/results-*.json)",
@@ -217,6 +227,12 @@ def _options(config: pytest.Config) -> Options:
     if not reprobe >= 0:
         raise pytest.UsageError(f"--moeperf-reprobe-seconds {reprobe!r} must be >= 0")
     opts.reprobe_seconds = reprobe
+    busy_limit = config.getoption("moeperf_busy_limit")
+    if not (0 < busy_limit <= 1):
+        raise pytest.UsageError(
+            f"--moeperf-busy-limit {busy_limit!r} must be a share in (0, 1], e.g. 0.25"
+        )
+    opts.busy_limit = busy_limit
     return opts
 
 

@@ -88,6 +88,9 @@ class Options:
     or a host that changed under the run (verdicts become undecided)."""
     reprobe_seconds: float = REPROBE_SECONDS
     """A verdict re-probes its CPUs when their last probe is older than this."""
+    busy_limit: float = BUSY_LIMIT
+    """Share of a server's CPUs other work may take while it is measured for the numbers to
+    decide a verdict or be accepted as baselines."""
 
 
 @dataclass
@@ -502,7 +505,7 @@ class PerfSession:
             ended = time.time()
             steal = other.steal()
             busy = other.share() + steal
-        if busy > BUSY_LIMIT:
+        if busy > self.options.busy_limit:
             self.progress(
                 f"moeperf: warning: the host was {100 * busy:.0f} % busy with other work while "
                 f"measuring {configuration.name} {workload}: expect noise (wide intervals, "
@@ -575,7 +578,7 @@ class PerfSession:
         busy = sorted(
             f"{m.configuration} {m.workload} ({100 * float(m.extra['host_busy']):.0f} %)"
             for m in self.measurements.values()
-            if float(m.extra.get("host_busy", 0.0)) > BUSY_LIMIT
+            if float(m.extra.get("host_busy", 0.0)) > self.options.busy_limit
         )
         if busy:
             refused.append(f"the host was busy with other work while measuring {', '.join(busy)}")

@@ -533,8 +533,10 @@ def too_noisy(
 
 
 def undecided(verdict: Verdict, reason: str | None) -> Verdict:
-    """*verdict*, made inconclusive when *reason* says the numbers are too noisy to decide."""
-    if reason is None or verdict.outcome == "inconclusive":
+    """*verdict*, made inconclusive when *reason* says the numbers cannot decide (too noisy, or
+    taken on a host that changed); an inconclusive verdict gets the reason too, and no promise
+    that more repetitions would decide."""
+    if reason is None:
         return verdict
     return replace(
         verdict, outcome="inconclusive", more_repetitions=None, label=f"{verdict.label} ({reason})"

@@ -8,7 +8,8 @@
 
 Each inner run shares this 2-core machine with another xdist worker, whose work moves the
 probe too: the runs that must match use ``--moeperf-probe-tolerance 0.5``, and the slowdowns
-are far larger than that (a quarter of the CPU time, or less).
+are far larger than that (a quarter of the CPU time, or less); the accepting run allows the
+other worker's load (``--moeperf-busy-limit 1``).
 """
 
 from __future__ import annotations
@@ -103,7 +104,9 @@ def tiny(perf_project):
 
 def test_baselines_apply_on_the_recording_host_and_skip_on_a_slowed_one(tiny):
     baseline = tiny.path / "baselines" / "tiny.toml"
-    result = tiny.runpytest_subprocess("-m", "perf", "--moeperf-accept", "-v")
+    accept = ("-m", "perf", "--moeperf-accept", "--moeperf-busy-limit", "1", "-v")
+    accept += ("--moeperf-probe-tolerance", "0.5")
+    result = tiny.runpytest_subprocess(*accept)
     result.stdout.fnmatch_lines(["*accepted as new baselines: *tiny.toml"])
     text = baseline.read_text()
     assert "[[host]]" in text and "[host.fingerprint]" in text

@@ -74,7 +74,7 @@ def test_2_the_host_slows_down():
 
 @pytest.mark.moeperf(configurations=["default", "cpu0"])
 def test_3_a_claim_judged_after_the_slowdown(moeperf):
-    moeperf.check("cpu0.tg64 >= 0.3 * default.tg64")
+    moeperf.check("cpu0.tg64 >= 0.5 * default.tg64")
 """
 
 
@@ -192,5 +192,5 @@ def test_a_host_that_slows_midway_ends_undecided_not_failed(perf_project, tmp_pa
     )
     assert skip is not None, out
     # without the probe this claim would have failed: the slowed side lost most of its speed
-    assert float(skip.group(1)) < 0.3, out
+    assert float(skip.group(1)) < 0.5, out
     assert "host changed under the run (later verdicts undecided)" in out

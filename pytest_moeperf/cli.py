@@ -191,7 +191,9 @@ def _baselines(args: argparse.Namespace) -> int:
     for i, name in enumerate(args.files):
         bf = load_baselines(Path(name))
         counts = Counter(e.host for e in bf.entries)
-        print(f"{'' if i == 0 else chr(10)}{name}: profile {bf.profile}, {len(bf.hosts)} host(s)")
+        if i:
+            print()
+        print(f"{name}: profile {bf.profile}, {len(bf.hosts)} host(s)")
         for host in bf.hosts:
             dates = sorted({e.date for e in bf.entries if e.host == host.id})
             when = f", recorded {dates[0]}" + (f" to {dates[-1]}" if len(dates) > 1 else "")

@@ -333,13 +333,13 @@ def parse_profiles(
 
 
 def _load_toml(path: Path) -> dict[str, Any]:
-    if path.is_dir():
-        raise ConfigError(f"{path}: is a directory; name a TOML file of profiles")
     try:
         with path.open("rb") as fh:
             return tomllib.load(fh)
     except FileNotFoundError:
         raise ConfigError(f"{path}: configuration file not found") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a directory; name a TOML file of profiles") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
     except OSError as exc:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
+from typing import Protocol, TypeVar
 
 import pytest
 
@@ -19,6 +21,7 @@ from .verdicts.judge import (
     BaselineRow,
     Claim,
     Operand,
+    Values,
     Verdict,
     judge_baseline,
     judge_change,
@@ -27,6 +30,19 @@ from .verdicts.judge import (
     too_noisy,
     undecided,
 )
+
+
+class _Decision(Protocol):
+    """A verdict that may ask for more repetitions (claims, dead ends, baseline checks)."""
+
+    @property
+    def outcome(self) -> str: ...
+
+    @property
+    def more_repetitions(self) -> int | None: ...
+
+
+D = TypeVar("D", bound=_Decision)
 
 
 class MoePerf:
@@ -124,24 +140,37 @@ class MoePerf:
             right = self._operand(c.right, i)
         return left, right
 
-    def _judged(self, c: Claim, judge: object) -> Verdict:
-        """Measure both sides of *c* and apply *judge* (a callable of left, right), adding
-        repetitions while the verdict is inconclusive and more could decide it."""
-        assert callable(judge)
-        reps = self.session.options.repetitions or self.profile.repetitions
-        left, right = self._interleaved(c, reps)
-        verdict: Verdict = judge(left.operand, right.operand)
+    def _until_decided(
+        self, decide: Callable[[int], tuple[D, list[Measurement]]], n: int
+    ) -> tuple[D, list[Measurement]]:
+        """``decide(k)`` measures its sides to at least *k* repetitions and judges them. While
+        the verdict is inconclusive and more repetitions could decide it, ask for them, up to
+        ``--moeperf-max-repetitions`` and only while the source gives new samples (a replayed
+        file never does)."""
+        verdict, ms = decide(n)
         limit = self.session.options.max_repetitions
         while verdict.outcome == "inconclusive" and verdict.more_repetitions:
-            n = min(len(left.samples), len(right.samples))
-            if n == 0 or n >= limit or not self.session.can_measure_more:
+            got = min(len(m.samples) for m in ms)
+            if got == 0 or got >= limit or not self.session.can_measure_more:
                 break
-            left, right = self._interleaved(c, min(limit, n + verdict.more_repetitions))
-            if min(len(left.samples), len(right.samples)) <= n:  # no more samples will come
+            more, ms = decide(min(limit, got + verdict.more_repetitions))
+            if min(len(m.samples) for m in ms) <= got:  # no more samples will come
                 break
-            verdict = judge(left.operand, right.operand)
-        noisy = too_noisy([left, right], busy_limit=self.session.options.busy_limit)
-        reasons = [r for r in (noisy, self._host_moved([left, right])) if r]
+            verdict = more
+        return verdict, ms
+
+    def _judged(self, c: Claim, judge: Callable[[Values, Values], Verdict]) -> Verdict:
+        """Measure both sides of *c* and apply *judge* (a callable of left, right), adding
+        repetitions while the verdict is inconclusive and more could decide it."""
+
+        def decide(n: int) -> tuple[Verdict, list[Measurement]]:
+            left, right = self._interleaved(c, n)
+            return judge(left.operand, right.operand), [left, right]
+
+        reps = self.session.options.repetitions or self.profile.repetitions
+        verdict, ms = self._until_decided(decide, reps)
+        noisy = too_noisy(ms, busy_limit=self.session.options.busy_limit)
+        reasons = [r for r in (noisy, self._host_moved(ms)) if r]
         verdict = undecided(verdict, "; ".join(reasons) or None)
         self.verdicts.append(verdict)
         self.session.verdicts.append((self.nodeid, verdict))
@@ -150,8 +179,7 @@ class MoePerf:
     def _host_moved(self, measurements: list[Measurement]) -> str | None:
         """Why the host cannot be trusted to be the one these numbers were taken on (its
         probe moved since the run's first probe of those CPUs), or ``None``."""
-        keys = {str(m.extra["probe_cpus"]) for m in measurements if m.extra.get("probe_cpus")}
-        moved = self.session.host_moved(keys) if keys else []
+        moved = self.session.moved_under(measurements)
         return f"host changed under the run: {'; '.join(moved)}" if moved else None
 
     def judge(self, claim: str | Claim) -> Verdict:
@@ -250,25 +278,18 @@ class MoePerf:
                 f"{m.build} of host {host.id}; record one with --moeperf-accept"
             )
 
-        def judged(m: Measurement) -> BaselineCheck:
-            return judge_baseline(
+        def decide(n: int) -> tuple[BaselineCheck, list[Measurement]]:
+            m = self.measure(configuration, workload, n)
+            check = judge_baseline(
                 m.values,
                 entry.value,
                 bf.tolerance_for(entry),
                 label=f"{m.configuration}.{m.workload.name}",
                 baseline=entry.operand,
             )
+            return check, [m]
 
-        check = judged(m)
-        limit = self.session.options.max_repetitions
-        while check.outcome == "inconclusive" and check.more_repetitions:
-            n = len(m.samples)
-            if not self.session.can_measure_more or n >= limit:
-                break
-            m = self.measure(configuration, workload, min(limit, n + check.more_repetitions))
-            if len(m.samples) <= n:  # the source did not grow: no more samples will come
-                break
-            check = judged(m)
+        check, [m] = self._until_decided(decide, len(m.samples))
         moved = self._host_moved([m])
         if moved:
             self._inconclusive(f"{m.configuration}.{m.workload.name}: {moved}")

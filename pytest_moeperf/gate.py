@@ -250,8 +250,7 @@ def run_gate(
                     session, gated, sides, w, min(max_repetitions, n + verdict.more_repetitions)
                 )
                 verdict = judge_change(got[1].values, got[0].values, margin=margin, label=label)
-            keys = {str(m.extra["probe_cpus"]) for m in got if m.extra.get("probe_cpus")}
-            moved = session.host_moved(keys)
+            moved = session.moved_under(got)
             reasons = [too_noisy(got), *([f"host changed: {'; '.join(moved)}"] if moved else [])]
             verdict = undecided(verdict, "; ".join(r for r in reasons if r) or None)
             row = GateRow(name, w, got[0], got[1], verdict)

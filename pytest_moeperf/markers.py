@@ -130,6 +130,36 @@ def parse_dead_end(args: Sequence[Any], kwargs: Mapping[str, Any]) -> DeadEndMar
     return DeadEndMarker(config, other, metric, reason, float(margin))
 
 
+@dataclass(frozen=True)
+class Declared:
+    """What a test's markers declare, all of them read."""
+
+    profile: str | None
+    """The closest ``moeperf`` marker's profile that names one (``None``: the default)."""
+    configurations: tuple[str, ...]
+    """Every configuration the ``moeperf`` and ``dead_end`` markers name, in order."""
+    dead_end: DeadEndMarker | None
+    """The closest ``dead_end`` marker."""
+
+
+Arguments = tuple[Sequence[Any], Mapping[str, Any]]
+
+
+def read_markers(moeperf: Sequence[Arguments], dead_ends: Sequence[Arguments]) -> Declared:
+    """The declaration of a test from its markers' ``(args, kwargs)``, closest first; the
+    first marker that does not parse is a :class:`MarkerError`."""
+    profile: str | None = None
+    names: list[str] = []
+    for args, kwargs in moeperf:
+        parsed = parse_moeperf(args, kwargs)
+        profile = profile or parsed.profile
+        names += parsed.configurations
+    dead = [parse_dead_end(args, kwargs) for args, kwargs in dead_ends]
+    for d in dead:
+        names += [d.config, d.slower_than]
+    return Declared(profile, tuple(dict.fromkeys(names)), dead[0] if dead else None)
+
+
 def check_configurations(names: Sequence[str], profile: Profile, marker: str) -> None:
     """Every name of *names* is a configuration of *profile*, or one line naming it."""
     for name in names:

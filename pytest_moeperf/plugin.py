@@ -17,7 +17,7 @@ from .fs import check_output, write_output
 from .host.probe import DEFAULT_TOLERANCE
 from .llama import orphans
 from .llama.builds import resolve_server_binary
-from .markers import MarkerError, check_configurations, parse_dead_end, parse_moeperf
+from .markers import Declared, check_configurations, read_markers
 from .report.plot import baseline_marks, plot_report
 from .report.tables import (
     BASELINE_HEADERS,
@@ -36,6 +36,7 @@ SESSION = pytest.StashKey[PerfSession]()
 ITEM_INDEX = pytest.StashKey[int]()
 REAPED = pytest.StashKey[list[int]]()
 MARKER_ERROR = pytest.StashKey[str]()
+DECLARED = pytest.StashKey[Declared]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -194,11 +195,6 @@ def _options(config: pytest.Config) -> Options:
         opts.replay = Path(config.getoption("moeperf_replay"))
     if config.getoption("moeperf_report"):
         opts.report_file = Path(config.getoption("moeperf_report"))
-        try:  # both files, before anything is measured: never a PNG without its report
-            check_output(opts.report_file, "--moeperf-report")
-            check_output(report_png(opts.report_file), "--moeperf-report (its PNG)")
-        except MoeperfError as exc:
-            raise pytest.UsageError(str(exc)) from None
     opts.accept = bool(config.getoption("moeperf_accept"))
     opts.strict_warnings = bool(config.getoption("moeperf_strict_warnings"))
     opts.bench = bool(config.getoption("moeperf_bench"))
@@ -206,10 +202,19 @@ def _options(config: pytest.Config) -> Options:
         raise pytest.UsageError("--moeperf-accept takes measured results, not --moeperf-replay")
     if config.getoption("moeperf_results"):
         opts.results_file = Path(config.getoption("moeperf_results"))
-        try:
-            check_output(opts.results_file, "--moeperf-results")
-        except MoeperfError as exc:
-            raise pytest.UsageError(str(exc)) from None
+    outputs = []  # checked before anything is measured: never a PNG without its report
+    if opts.report_file is not None:
+        outputs += [
+            (opts.report_file, "--moeperf-report"),
+            (report_png(opts.report_file), "--moeperf-report (its PNG)"),
+        ]
+    if opts.results_file is not None:
+        outputs.append((opts.results_file, "--moeperf-results"))
+    try:
+        for path, what in outputs:
+            check_output(path, what)
+    except MoeperfError as exc:
+        raise pytest.UsageError(str(exc)) from None
     if opts.repetitions is not None and opts.repetitions < 1:
         raise pytest.UsageError("--moeperf-repetitions must be >= 1")
     if opts.max_repetitions < 1:
@@ -290,39 +295,28 @@ def _stop_on_sigterm() -> None:
         signal.signal(signal.SIGTERM, interrupt)
 
 
-def _declared(item: pytest.Item) -> tuple[str | None, list[str]]:
-    """The profile (closest marker that names one) and the configurations (all markers) a
-    test declares with ``@pytest.mark.moeperf`` and ``@pytest.mark.dead_end``; a marker that
-    does not parse declares nothing (the test fails at setup with :func:`_marker_error`)."""
-    profile: str | None = None
-    configs: list[str] = []
-    for marker in item.iter_markers("moeperf"):
-        try:
-            parsed = parse_moeperf(marker.args, marker.kwargs)
-        except MarkerError:
-            continue
-        profile = profile or parsed.profile
-        configs += [c for c in parsed.configurations if c not in configs]
-    for marker in item.iter_markers("dead_end"):
-        try:
-            dead = parse_dead_end(marker.args, marker.kwargs)
-        except MarkerError:
-            continue
-        configs += [c for c in (dead.config, dead.slower_than) if c not in configs]
-    return profile, configs
+def _declared(item: pytest.Item) -> Declared:
+    """What the test's ``moeperf`` and ``dead_end`` markers declare, read once and kept in
+    its stash; a :class:`MarkerError` when they do not parse."""
+    declared = item.stash.get(DECLARED, None)
+    if declared is None:
+        declared = read_markers(
+            [(m.args, m.kwargs) for m in item.iter_markers("moeperf")],
+            [(m.args, m.kwargs) for m in item.iter_markers("dead_end")],
+        )
+        item.stash[DECLARED] = declared
+    return declared
 
 
 def _marker_error(item: pytest.Item, perf: PerfSession) -> str | None:
     """Why the test's markers cannot mean what they say (one line), or ``None``."""
     try:
-        for marker in item.iter_markers("moeperf"):
-            parse_moeperf(marker.args, marker.kwargs)
-        dead_ends = [parse_dead_end(m.args, m.kwargs) for m in item.iter_markers("dead_end")]
-        if not dead_ends and not item.get_closest_marker("moeperf"):
+        declared = _declared(item)
+        if declared.dead_end is None and not item.get_closest_marker("moeperf"):
             return None
-        profile_name, configs = _declared(item)
-        profile = perf.profile(profile_name)
-        check_configurations(configs, profile, "moeperf" if not dead_ends else "dead_end")
+        profile = perf.profile(declared.profile)
+        marker = "moeperf" if declared.dead_end is None else "dead_end"
+        check_configurations(declared.configurations, profile, marker)
     except MoeperfError as exc:
         return f"{item.nodeid}: {exc}"
     return None
@@ -356,9 +350,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         if error is not None:
             item.stash[MARKER_ERROR] = error
             continue
-        profile, configs = _declared(item)
-        for name in configs:
-            perf.last_use[(profile or default, name)] = index
+        declared = _declared(item)
+        for name in declared.configurations:
+            perf.last_use[(declared.profile or default, name)] = index
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -379,13 +373,13 @@ def pytest_runtest_teardown(item: pytest.Item) -> Generator[None, None, None]:
 def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
     """After the body of a ``dead_end`` test, judge the dead end."""
     result = yield
-    marker = item.get_closest_marker("dead_end")
-    if marker is not None:
+    if item.get_closest_marker("dead_end") is not None:
         fixture = getattr(item, "funcargs", {}).get("moeperf")
         if fixture is None:
             raise pytest.UsageError(f"{item.nodeid}: dead_end needs the moeperf fixture")
         try:
-            dead = parse_dead_end(marker.args, marker.kwargs)
+            dead = _declared(item).dead_end
+            assert dead is not None
             fixture.dead_end(dead.config, dead.slower_than, dead.metric, dead.reason, dead.margin)
         except MoeperfError as exc:
             pytest.fail(str(exc), pytrace=False)
@@ -397,7 +391,10 @@ def moeperf(request: pytest.FixtureRequest) -> Iterator[MoePerf]:
     """Measure named configurations of the profile (``--moeperf-profile``, or the test's
     ``moeperf(profile=...)`` marker)."""
     perf = request.config.stash[SESSION]
-    profile, _ = _declared(request.node)
+    try:
+        profile = _declared(request.node).profile
+    except MoeperfError as exc:  # already reported at setup; never a traceback here
+        pytest.fail(str(exc), pytrace=False)
     fixture = MoePerf(perf, request.node.nodeid, profile)
     try:
         yield fixture
@@ -465,7 +462,7 @@ def _write_report(perf: PerfSession) -> None:
         fp,
         perf.startup_lines(),
         perf.bench_rows() if perf.bench else None,
-        host_lines=host_lines(perf.probes.values(), perf.host_changes, perf.measurements.values()),
+        host_lines=_host_lines(perf),
     )
     if perf.measurements:
         png = report_png(report)
@@ -477,6 +474,11 @@ def _write_report(perf: PerfSession) -> None:
         text += f"\n![throughput per configuration and workload]({png.name})\n"
     write_output(report, text, "--moeperf-report")
     perf.report_files.insert(0, report)
+
+
+def _host_lines(perf: PerfSession) -> list[str]:
+    """The host as this run measured it, for the summary and the report."""
+    return host_lines(perf.probes.values(), perf.host_changes, perf.measurements.values())
 
 
 def report_png(report: Path) -> Path:
@@ -497,7 +499,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if not perf.measurements:
         return
     terminalreporter.section("moeperf: throughput (median of repetitions)")
-    for line in host_lines(perf.probes.values(), perf.host_changes, perf.measurements.values()):
+    for line in _host_lines(perf):
         terminalreporter.write_line(line, yellow=line.startswith("host changed"))
     headers, rows = summary_rows(perf.measurements.values())
     terminalreporter.write_line(text_table(headers, rows))

@@ -14,7 +14,7 @@ import json
 import os
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,7 +32,7 @@ from .host.machine import (
     online_cpus,
     parse_cpu_list,
 )
-from .host.probe import DEFAULT_TOLERANCE, Probe, probe_moved, run_probe
+from .host.probe import DEFAULT_TOLERANCE, Probe, probe_moved, probes_of, run_probe
 from .llama.bench import BenchResult, run_bench
 from .llama.builds import Build, binary_build, build_llama
 from .llama.logs import StartupFinding, scan_startup
@@ -104,6 +104,11 @@ class ServerRecord:
     """The build's label in this session (``b11434``, or a profile's ``builds`` key)."""
 
 
+def _figure(change: str) -> str:
+    """The probe figure a host-change line is about: ``"compute on CPUs 0-1"``."""
+    return change.split(":", 1)[0]
+
+
 def _last_start(log: Path) -> str:
     """The part of a server log written since its last start (each start writes a
     ``# moeperf:`` command line first; a restarted server appends to the same log)."""
@@ -165,8 +170,11 @@ class PerfSession:
         measurement: what this run's numbers and baselines are judged against."""
         self.reprobes: dict[str, list[tuple[float, Probe]]] = {}
         """Later probes of each CPU set (wall time, probe): before verdicts, and at the end."""
-        self.host_changes: list[str] = list(self.replay.host_changes if self.replay else [])
-        """How the host changed under the run (probe figures that moved), one line each."""
+        self._changes: dict[str, str] = {
+            _figure(line): line for line in (self.replay.host_changes if self.replay else [])
+        }
+        """How the host changed under the run: the latest line of each probe figure that
+        moved (``"compute on CPUs 0-1"`` -> its line)."""
         self._decode_bytes: dict[Path, DecodeBytes | None] = {}
         self._probed_at: dict[str, float] = {}
 
@@ -242,11 +250,7 @@ class PerfSession:
         lock (in replay mode: the replayed run's, ``None`` when it has none)."""
         key = self.probe_key(cpus)
         if self.replay is not None:
-            raw = (self.replay.fingerprint.get("probes") or {}).get(key)
-            try:
-                return Probe.from_dict(raw) if isinstance(raw, dict) else None
-            except ValueError:
-                return None
+            return probes_of(self.replay.fingerprint).get(key)
         if key not in self.probes:
             with measuring(cpus):
                 probe = run_probe(cpus)
@@ -282,10 +286,19 @@ class PerfSession:
             recent = [p for _, p in seen[-2:]]
             for line in probe_moved(first, *recent, tolerance=self.options.probe_tolerance):
                 lines.append(line)
-                figure = line.split(":", 1)[0]  # "compute on CPUs 0-1": its latest values
-                self.host_changes = [c for c in self.host_changes if not c.startswith(figure)]
-                self.host_changes.append(line)
+                self._changes.pop(_figure(line), None)  # the latest values last
+                self._changes[_figure(line)] = line
         return lines
+
+    def moved_under(self, measurements: Iterable[Measurement]) -> list[str]:
+        """:meth:`host_moved` for the CPU sets *measurements* were taken on."""
+        keys = {str(m.extra["probe_cpus"]) for m in measurements if m.extra.get("probe_cpus")}
+        return self.host_moved(keys) if keys else []
+
+    @property
+    def host_changes(self) -> list[str]:
+        """How the host changed under the run (probe figures that moved), one line each."""
+        return list(self._changes.values())
 
     def decode_limit(
         self, profile: Profile, model: Path, probe: Probe | None, workload: Workload

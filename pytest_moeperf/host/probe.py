@@ -195,15 +195,16 @@ def run_probe(
     )
 
 
+def _figures(p: Probe) -> tuple[tuple[str, str, float], ...]:
+    return (("memory bandwidth", "GB/s", p.bandwidth_gbs), ("compute", "Gop/s", p.compute_gops))
+
+
 def probe_differences(here: Probe, there: Probe, tolerance: float = DEFAULT_TOLERANCE) -> list[str]:
     """One line per figure that differs by more than *tolerance* between *here* (this host)
     and *there* (e.g. a baseline's host): ``memory bandwidth: this host 7.1 GB/s, baseline
     host 19.4 GB/s (-63 %)``. Empty when the two measure the same."""
     lines = []
-    for what, unit, a, b in (
-        ("memory bandwidth", "GB/s", here.bandwidth_gbs, there.bandwidth_gbs),
-        ("compute", "Gop/s", here.compute_gops, there.compute_gops),
-    ):
+    for (what, unit, a), (_, _, b) in zip(_figures(here), _figures(there), strict=True):
         change = a / b - 1
         if abs(change) > tolerance:
             lines.append(
@@ -214,8 +215,17 @@ def probe_differences(here: Probe, there: Probe, tolerance: float = DEFAULT_TOLE
     return lines
 
 
-def _figures(p: Probe) -> tuple[tuple[str, str, float], ...]:
-    return (("memory bandwidth", "GB/s", p.bandwidth_gbs), ("compute", "Gop/s", p.compute_gops))
+def probes_of(fingerprint: Mapping[str, Any]) -> dict[str, Probe]:
+    """The probes a fingerprint holds (``fingerprint["probes"]``), by CPU set; a stored probe
+    that does not read as one (an older or hand-edited file) is left out."""
+    probes = fingerprint.get("probes")
+    out = {}
+    for cpus, raw in (probes if isinstance(probes, dict) else {}).items():
+        try:
+            out[str(cpus)] = Probe.from_dict(raw if isinstance(raw, dict) else {})
+        except ValueError:
+            continue
+    return out
 
 
 def probe_moved(before: Probe, *after: Probe, tolerance: float = DEFAULT_TOLERANCE) -> list[str]:

@@ -54,7 +54,7 @@ from typing import Any, NoReturn
 
 from ..errors import BaselineError, ConfigError
 from ..fs import atomic_write_text
-from ..host.probe import DEFAULT_TOLERANCE, Probe, probe_differences
+from ..host.probe import DEFAULT_TOLERANCE, Probe, probe_differences, probes_of
 from ..measure.measurement import Measurement
 from ..measure.stats import Figure
 from ..measure.workload import Workload
@@ -162,11 +162,6 @@ class BaselineHost:
     fingerprint: dict[str, Any] = field(default_factory=dict)
     note: str | None = None
 
-    def probe(self, cpus: str) -> Probe | None:
-        """The probe's figures on the CPU set *cpus* (``"0-1"``), ``None`` when not probed."""
-        raw = (self.fingerprint.get("probes") or {}).get(cpus)
-        return Probe.from_dict(raw) if isinstance(raw, dict) else None
-
     def describe(self) -> str:
         """One line: id, CPU, memory, probes."""
         fp = self.fingerprint
@@ -179,14 +174,11 @@ class BaselineHost:
             parts.append(", ".join(map(str, fp["gpus"])))
         if fp.get("hostname"):
             parts.append(f"hostname {fp['hostname']}")
-        probes = fp.get("probes") or {}
-        shown = []
-        for cpus in sorted(probes):
-            try:
-                p = Probe.from_dict(probes[cpus])
-            except ValueError:
-                continue
-            shown.append(f"{p.bandwidth_gbs:.1f} GB/s, {p.compute_gops:.1f} Gop/s on CPUs {cpus}")
+        probes = probes_of(fp)
+        shown = [
+            f"{p.bandwidth_gbs:.1f} GB/s, {p.compute_gops:.1f} Gop/s on CPUs {cpus}"
+            for cpus, p in sorted(probes.items())
+        ]
         parts.append("probe: " + ("; ".join(shown) if shown else "none (recorded without one)"))
         return f"{self.id}: " + ", ".join(parts)
 
@@ -209,9 +201,6 @@ class BaselineFile:
     def fingerprint(self) -> dict[str, Any]:
         """The first host's fingerprint (the only one's, in a file of one host)."""
         return dict(self.hosts[0].fingerprint) if self.hosts else {}
-
-    def host(self, host_id: str) -> BaselineHost | None:
-        return next((h for h in self.hosts if h.id == host_id), None)
 
     def find(
         self, build: str, configuration: str, workload: str, host: str | None = None
@@ -255,11 +244,16 @@ class _Where:
     def fail(self, problem: str) -> NoReturn:
         raise BaselineError(f"{self.name}: {problem}")
 
-    def entry(self, section: str, index: int, raw: Mapping[str, Any]) -> str:
+    def at(self, section: str, index: int) -> str:
+        """``entry #2 at line 12``: the *index*-th table of *section* and where it starts."""
         where = f"{section} #{index}"
         numbers = self.lines.get(section, [])
         if index <= len(numbers):
             where += f" at line {numbers[index - 1]}"
+        return where
+
+    def entry(self, section: str, index: int, raw: Mapping[str, Any]) -> str:
+        where = self.at(section, index)
         known = [
             f"{k} {raw[k] if raw[k].isprintable() else repr(raw[k])}"
             for k in ("build", "configuration", "workload")
@@ -440,10 +434,7 @@ def _parse_hosts(where: _Where, raws: Any) -> tuple[BaselineHost, ...]:
         where.fail("'host' must be written as [[host]] tables")
     hosts: list[BaselineHost] = []
     for i, raw in enumerate(raws, start=1):
-        at = f"host #{i}"
-        numbers = where.lines.get("host", [])
-        if i <= len(numbers):
-            at += f" at line {numbers[i - 1]}"
+        at = where.at("host", i)
         if not isinstance(raw, dict):
             where.fail(f"{at} is not a table; write it as [[host]]")
         unknown = sorted(set(raw) - set(_HOST_FIELDS))
@@ -787,16 +778,6 @@ def _same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-def _probes(fp: Mapping[str, Any]) -> dict[str, Probe]:
-    out = {}
-    for cpus, raw in (fp.get("probes") or {}).items():
-        try:
-            out[str(cpus)] = Probe.from_dict(raw)
-        except (ValueError, AttributeError):
-            continue
-    return out
-
-
 def host_differences(
     host: BaselineHost,
     fingerprint: Mapping[str, Any],
@@ -814,7 +795,7 @@ def host_differences(
     lines = [f"{host.id}: {line}" for line in fingerprint_mismatch(host.fingerprint, fingerprint)]
     if lines:
         return lines
-    here, there = _probes(fingerprint), _probes(host.fingerprint)
+    here, there = probes_of(fingerprint), probes_of(host.fingerprint)
     if not here and not there:
         return []
     if cpus is not None:

@@ -1,0 +1,204 @@
+"""Sequential verdicts on paired rounds: look again after more rounds, without looking
+inflating the false alarms.
+
+A verdict measures in *rounds*: one sample of side A and one of side B back to back, the order
+alternating (A B, B A, A B, ...) so that "second in the round" is not always the same side.
+Each round gives one log-ratio ``log(b / a)``; a slow phase of the host that falls on both
+samples of a round cancels in it. At each *look* the rounds so far give a t interval of the
+ratio; a :class:`Rule` reads an outcome off it, or says "not yet".
+
+Looking again and again at a growing sample and stopping at the first decisive interval would
+raise the error rate well above the nominal 5 %. The looks therefore come on a fixed schedule
+(:attr:`Plan.looks`: the first after a few rounds, then each about 25 % later than the last),
+and every look uses the same stricter per-look level (:meth:`Plan.nominal_alpha`), calibrated
+by simulation so that the chance that *any* look's interval misses the true ratio is
+``alpha`` (a Pocock boundary for this schedule). Stopping early, for a time budget, only
+looks fewer times, which errs on the safe side.
+
+:func:`step` is the one stepping function the fixture, the gate and bisect share: given both
+sides' rounds so far, the rule and whether the budget is spent, it returns the verdict and how
+many more rounds to take before the next look (0: done).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from ..measure.stats import PairedInterval, paired_interval
+
+Decision = Literal[
+    "holds",
+    "fails",
+    "faster",
+    "slower",
+    "small-faster",
+    "small-slower",
+    "unchanged",
+    "undecided",
+]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """When to look, and how strictly: the first look after *first_look* rounds, later ones
+    each *growth* times the rounds of the last (at least one more), up to *max_rounds*; over
+    all looks together the interval misses the true ratio with probability *alpha*."""
+
+    first_look: int = 6
+    max_rounds: int = 200
+    growth: float = 1.25
+    alpha: float = 0.05
+
+    def __post_init__(self) -> None:
+        if self.first_look < 2:
+            raise ValueError(f"first look after {self.first_look} rounds: give at least 2")
+        if self.max_rounds < self.first_look:
+            raise ValueError(
+                f"max rounds {self.max_rounds} is below the first look ({self.first_look})"
+            )
+        if not self.growth > 1:
+            raise ValueError(f"growth {self.growth!r} must be above 1")
+        if not 0 < self.alpha < 0.5:
+            raise ValueError(f"alpha {self.alpha!r} must be between 0 and 0.5")
+
+    @property
+    def looks(self) -> tuple[int, ...]:
+        """The round counts at which the rounds are judged."""
+        out = [self.first_look]
+        while out[-1] < self.max_rounds:
+            out.append(min(self.max_rounds, max(out[-1] + 1, math.ceil(out[-1] * self.growth))))
+        return tuple(out)
+
+    def next_look(self, rounds: int) -> int:
+        """The first look after *rounds* rounds (``max_rounds`` at most)."""
+        return next((n for n in self.looks if n > rounds), self.max_rounds)
+
+    def nominal_alpha(self) -> float:
+        """The two-sided level each look uses, so that all looks together err with *alpha*."""
+        return _pocock_alpha(self.looks, self.alpha)
+
+
+@functools.lru_cache(maxsize=32)
+def _pocock_alpha(looks: tuple[int, ...], alpha: float, paths: int = 20_000) -> float:
+    """Per-look level of a constant boundary over *looks*: simulated sums of independent
+    standard normal rounds (seeded, so always the same), the (1 - alpha) quantile of the largest
+    ``|z|`` over the looks."""
+    rng = np.random.default_rng(20261130)
+    last = looks[-1]
+    zmax = np.zeros(paths)
+    total = np.zeros(paths)
+    done = 0
+    for n in looks:
+        total += rng.standard_normal((paths, n - done)).sum(axis=1)
+        done = n
+        zmax = np.maximum(zmax, np.abs(total) / math.sqrt(n))
+    assert done == last
+    c = float(np.quantile(zmax, 1 - alpha))
+    return 2 * (1 - statistics.NormalDist().cdf(c))
+
+
+@dataclass(frozen=True)
+class Rule:
+    """How an interval of a ratio becomes an outcome.
+
+    - ``change`` (gates, ``moeperf.compare``): *margin* around 1 is the smallest change that
+      matters. ``slower``/``faster`` when the whole interval is past ``1 ∓ margin``;
+      ``small-slower``/``small-faster`` (a real change within the margin, which passes) when
+      it excludes 1 but lies within the margin; ``unchanged`` when it holds 1 and lies within
+      ``1 ± margin``. At the end of the budget an interval that excludes 1 is decided by its
+      ratio (beyond the margin or not), and one that holds 1 but reaches past a margin edge is
+      ``undecided``: there is no change size that can never be decided.
+    - ``claim``: ``holds`` when the whole interval lies on the claim's side of *threshold*
+      (``>=`` or ``<=``), ``fails`` when it lies wholly on the other.
+    - ``dead_end``: ``holds`` (still slower) when the interval lies below 1, ``fails`` (it may
+      have reopened) when it lies at or above ``1 - margin``."""
+
+    kind: Literal["change", "claim", "dead_end"]
+    margin: float = 0.05
+    threshold: float = 1.0
+    relation: Literal[">=", "<="] = ">="
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.margin) and 0 <= self.margin < 1):
+            raise ValueError(f"margin {self.margin!r} must be in [0, 1)")
+        if not (math.isfinite(self.threshold) and self.threshold > 0):
+            raise ValueError(f"threshold {self.threshold!r} must be a positive finite number")
+
+    def outcome(self, ratio: float, low: float, high: float, *, final: bool) -> Decision | None:
+        """The outcome of ``[low, high]`` around *ratio*, or ``None`` for "look again"
+        (never ``None`` when *final*)."""
+        if self.kind == "claim":
+            t = self.threshold
+            ok, bad = (low >= t, high < t) if self.relation == ">=" else (high <= t, low > t)
+            return "holds" if ok else "fails" if bad else ("undecided" if final else None)
+        if self.kind == "dead_end":
+            if high < 1.0:
+                return "holds"
+            if low >= 1.0 - self.margin:
+                return "fails"
+            return "undecided" if final else None
+        lo_edge, hi_edge = 1.0 - self.margin, 1.0 + self.margin
+        if high < lo_edge:
+            return "slower"
+        if low > hi_edge:
+            return "faster"
+        if high < 1.0 and low >= lo_edge:
+            return "small-slower"
+        if low > 1.0 and high <= hi_edge:
+            return "small-faster"
+        if lo_edge <= low and high <= hi_edge:
+            return "unchanged"
+        if not final:
+            return None
+        if high < 1.0:
+            return "slower" if ratio <= lo_edge else "small-slower"
+        if low > 1.0:
+            return "faster" if ratio >= hi_edge else "small-faster"
+        return "undecided"
+
+
+@dataclass(frozen=True)
+class Step:
+    """Where a sequential verdict stands after a look."""
+
+    decision: Decision
+    """The outcome so far (``undecided`` while more rounds are wanted)."""
+    interval: PairedInterval
+    more: int
+    """Rounds to take before the next look; 0 when the verdict is final."""
+    final: bool
+    """Decided, or the budget (time or rounds) is spent."""
+
+
+def step(
+    rule: Rule,
+    a: Sequence[float],
+    b: Sequence[float],
+    plan: Plan,
+    *,
+    spent: bool = False,
+    min_rel_spread: float = 0.01,
+) -> Step:
+    """Judge the rounds so far (``a[i]``, ``b[i]``; the ratio is ``b / a``). *spent*: no more
+    rounds can be taken (time budget over, or the source gives no more samples)."""
+    n = min(len(a), len(b))
+    iv = paired_interval(
+        a[:n], b[:n], alpha=plan.nominal_alpha(), min_rel_spread=min_rel_spread
+    )
+    final = spent or n >= plan.max_rounds
+    decision = rule.outcome(iv.ratio, iv.low, iv.high, final=final)
+    if decision is not None:
+        return Step(decision, iv, 0, True)
+    return Step("undecided", iv, max(1, plan.next_look(n) - n), False)
+
+
+def first_in_round(index: int) -> Literal["a", "b"]:
+    """Which side goes first in round *index* (0-based): A B, B A, A B, ..."""
+    return "a" if index % 2 == 0 else "b"

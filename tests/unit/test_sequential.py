@@ -1,0 +1,250 @@
+"""Paired rounds judged sequentially: the interval, the look schedule and its error control,
+the rules' outcomes, on simulated hosts with drift, slow phases and stalls."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pytest_moeperf.measure.stats import (
+    paired_interval,
+    paired_log_ratios,
+    t_quantile,
+    trimmed_mean_se,
+)
+from pytest_moeperf.verdicts.judge import judge_rounds
+from pytest_moeperf.verdicts.sequential import Plan, Rule, first_in_round, step
+
+
+@pytest.mark.parametrize(
+    "p, df, expected",
+    [(0.975, 1, 12.7062), (0.975, 5, 2.5706), (0.995, 10, 3.1693), (0.975, 30, 2.0423),
+     (0.95, 1000, 1.6464)],
+)
+def test_t_quantile_matches_tables(p, df, expected):
+    assert t_quantile(p, df) == pytest.approx(expected, abs=2e-4)
+
+
+def test_t_quantile_rejects_bad_input():
+    with pytest.raises(ValueError, match=r"between 0\.5 and 1"):
+        t_quantile(0.3, 5)
+    with pytest.raises(ValueError, match="df"):
+        t_quantile(0.9, 0)
+
+
+def test_trimmed_mean_ignores_a_stall():
+    values = [0.01, -0.01, 0.02, 0.0, -0.02, 0.01, -0.6, 0.0, 0.01, -0.01]
+    mean, se, df = trimmed_mean_se(values, 0.2)
+    assert abs(mean) < 0.01 and se < 0.01 and df == 5
+    plain_se = float(np.std(values, ddof=1)) / math.sqrt(len(values))
+    assert plain_se > 5 * se  # a plain mean's interval would be driven by the one stall
+
+
+def test_paired_interval_checks_its_input():
+    with pytest.raises(ValueError, match="as many a samples"):
+        paired_log_ratios([1.0, 2.0], [1.0])
+    with pytest.raises(ValueError, match="at least 2 rounds"):
+        paired_interval([1.0], [1.0])
+    with pytest.raises(ValueError, match="positive finite"):
+        paired_interval([1.0, -1.0], [1.0, 1.0])
+
+
+def test_paired_interval_cancels_what_both_sides_share():
+    """A host whose speed halves over the run: each round's two samples share the phase, so
+    the ratio is exact although every side alone spreads 2x."""
+    host = [100 * 0.5 ** (i / 20) for i in range(20)]
+    a = host
+    b = [0.9 * v for v in host]
+    iv = paired_interval(a, b)
+    assert iv.ratio == pytest.approx(0.9, rel=1e-9)
+    assert iv.high < 0.95  # only the 1 % floor of spread remains
+
+
+def test_plan_looks_and_level():
+    plan = Plan(first_look=6, max_rounds=200)
+    looks = plan.looks
+    assert looks[0] == 6 and looks[-1] == 200 and list(looks) == sorted(set(looks))
+    assert plan.next_look(6) == looks[1] and plan.next_look(200) == 200
+    level = plan.nominal_alpha()
+    # stricter than one look, less strict than Bonferroni over all looks
+    assert 0.05 / len(looks) < level < 0.05
+    assert Plan(first_look=6, max_rounds=200).nominal_alpha() == level  # seeded: the same
+    with pytest.raises(ValueError, match="at least 2"):
+        Plan(first_look=1)
+    with pytest.raises(ValueError, match="below the first look"):
+        Plan(first_look=10, max_rounds=5)
+
+
+def test_first_in_round_alternates():
+    assert [first_in_round(i) for i in range(4)] == ["a", "b", "a", "b"]
+
+
+CHANGE = Rule("change", margin=0.05)
+
+
+@pytest.mark.parametrize(
+    "low, high, interim, final",
+    [
+        (0.80, 0.90, "slower", "slower"),
+        (1.10, 1.20, "faster", "faster"),
+        (0.96, 0.99, "small-slower", "small-slower"),
+        (1.01, 1.04, "small-faster", "small-faster"),
+        (0.97, 1.03, "unchanged", "unchanged"),
+        (0.92, 0.99, None, "slower"),  # ratio ~0.954 > 0.95 -> see below
+        (0.90, 1.02, None, "undecided"),
+        (0.99, 1.08, None, "undecided"),
+    ],
+)
+def test_change_rule(low, high, interim, final):
+    ratio = math.sqrt(low * high)
+    assert CHANGE.outcome(ratio, low, high, final=False) == interim
+    got = CHANGE.outcome(ratio, low, high, final=True)
+    if (low, high) == (0.92, 0.99):  # excludes 1: decided by its ratio at the end
+        assert got == ("slower" if ratio <= 0.95 else "small-slower")
+    else:
+        assert got == final
+
+
+@given(
+    st.floats(0.5, 2.0),
+    st.floats(0.0001, 0.5),
+    st.sampled_from(["change", "claim", "dead_end"]),
+)
+def test_no_dead_zone(ratio, half, kind):
+    """At the end of the budget, an interval that excludes the rule's decision points is
+    always decided: only an interval holding one of them is undecided."""
+    rule = Rule(kind, margin=0.05, threshold=1.0)
+    low, high = ratio * math.exp(-half), ratio * math.exp(half)
+    got = rule.outcome(ratio, low, high, final=True)
+    points = {"change": [1.0], "claim": [1.0], "dead_end": [1.0, 0.95]}[kind]
+    if kind == "change":
+        inside = 0.95 <= low and high <= 1.05
+        if not (low <= 1.0 <= high) or inside:
+            assert got != "undecided"
+    elif not any(low <= p <= high for p in points):
+        assert got != "undecided"
+    if got != "undecided" and kind == "change" and low <= 1.0 <= high:
+        assert got == "unchanged"
+
+
+def _host(
+    rng: np.random.Generator,
+    *,
+    sd: float = 0.05,
+    phase_sd: float = 0.08,
+    ar: float = 0.9,
+    drift: float = -0.002,
+    stalls: float = 0.05,
+) -> Callable[[float], float]:
+    """A simulated host: each call is one sample's tok/s for a side of speed *speed*. The host
+    has a slow AR(1) phase (autocorrelated from sample to sample), a steady drift, fast noise,
+    and now and then a stall that costs a sample 20-60 %."""
+    state = {"phase": 0.0, "i": 0}
+
+    def sample(speed: float) -> float:
+        state["phase"] = ar * state["phase"] + rng.normal(0, phase_sd * math.sqrt(1 - ar * ar))
+        state["i"] += 1
+        v = speed * math.exp(state["phase"] + drift * state["i"] + rng.normal(0, sd))
+        if rng.random() < stalls:
+            v *= rng.uniform(0.4, 0.8)
+        return 100 * v
+
+    return sample
+
+
+def _gate(rng: np.random.Generator, ratio: float, plan: Plan, rule: Rule, **host: float) -> str:
+    """One simulated sequential verdict, run as the gate runs it: rounds in A B / B A order,
+    looks on the plan's schedule, until final."""
+    sample = _host(rng, **host)
+    a: list[float] = []
+    b: list[float] = []
+    target = plan.first_look
+    while True:
+        while len(a) < target:
+            for side in ("ab" if first_in_round(len(a)) == "a" else "ba"):
+                (a if side == "a" else b).append(sample(ratio if side == "b" else 1.0))
+        s = step(rule, a, b, plan)
+        if s.final:
+            return s.decision
+        target = len(a) + s.more
+
+
+PLAN = Plan(first_look=6, max_rounds=120)
+
+
+def test_aa_gates_on_a_drifting_stalling_host_rarely_call_a_change():
+    """Looking at every scheduled look and stopping at the first decisive one: the chance
+    that an A/A gate calls any change (slower, faster, or a small one) stays near 5 %."""
+    rng = np.random.default_rng(11)
+    counts = Counter(_gate(rng, 1.0, PLAN, CHANGE) for _ in range(400))
+    false = sum(counts[k] for k in ("slower", "faster", "small-slower", "small-faster"))
+    assert counts["slower"] + counts["faster"] == 0, counts
+    assert false <= 0.075 * 400, counts
+    assert counts["unchanged"] >= 0.9 * 400, counts
+
+
+def test_every_look_together_misses_the_truth_about_alpha_of_the_time():
+    """The property the stopping rules stand on: over *all* looks of a run to the round cap,
+    the chance that any look's interval misses the true ratio is about 5 % with the plan's
+    per-look level, and several times that with a plain 95 % interval at each look."""
+    rng = np.random.default_rng(12)
+    plan = Plan(first_look=6, max_rounds=120)
+    missed = Counter()
+    runs = 300
+    for _ in range(runs):
+        sample = _host(rng, stalls=0.0)
+        a: list[float] = []
+        b: list[float] = []
+        for i in range(plan.max_rounds):
+            for side in ("ab" if first_in_round(i) == "a" else "ba"):
+                (a if side == "a" else b).append(sample(1.0))
+        for name, alpha in (("corrected", plan.nominal_alpha()), ("plain", 0.05)):
+            for n in plan.looks:
+                iv = paired_interval(a[:n], b[:n], alpha=alpha)
+                if not iv.low <= 1.0 <= iv.high:
+                    missed[name] += 1
+                    break
+    assert missed["corrected"] <= 0.08 * runs, missed
+    assert missed["plain"] >= 2 * max(missed["corrected"], 0.05 * runs), missed
+
+
+@pytest.mark.parametrize("ratio, outcomes, at_least", [
+    (0.90, {"slower"}, 0.95),
+    (0.95, {"slower", "small-slower"}, 0.8),
+    (1.10, {"faster"}, 0.95),
+])
+def test_real_changes_are_found(ratio, outcomes, at_least):
+    rng = np.random.default_rng(13)
+    counts = Counter(_gate(rng, ratio, PLAN, CHANGE) for _ in range(200))
+    assert sum(counts[k] for k in outcomes) >= at_least * 200, counts
+
+
+def test_claims_and_dead_ends_hold_their_error_rate():
+    rng = np.random.default_rng(14)
+    claim = Rule("claim", threshold=1.0, relation=">=")
+    # truly 0.9x: the claim ">= 1.0 x" must fail, never hold
+    counts = Counter(_gate(rng, 0.9, PLAN, claim) for _ in range(200))
+    assert counts["holds"] == 0 and counts["fails"] >= 190, counts
+    dead = Rule("dead_end", margin=0.05)
+    counts = Counter(_gate(rng, 0.7, PLAN, dead) for _ in range(200))
+    assert counts["fails"] == 0 and counts["holds"] >= 190, counts
+    counts = Counter(_gate(rng, 1.0, PLAN, dead) for _ in range(200))  # reopened
+    assert counts["holds"] <= 10 and counts["fails"] >= 180, counts
+
+
+def test_judge_rounds_reports_the_mde_when_the_budget_is_spent():
+    rng = np.random.default_rng(15)
+    sample = _host(rng, sd=0.15)
+    a = [sample(1.0) for _ in range(8)]
+    b = [sample(1.0) for _ in range(8)]
+    interim, more = judge_rounds(CHANGE, a, b, PLAN, label="x")
+    assert interim.interim and more > 0 and "measuring more" in interim.explain()
+    final, more = judge_rounds(CHANGE, a, b, PLAN, spent=True, label="x")
+    assert more == 0 and final.outcome == "undecided" and final.mde is not None
+    assert f"MDE ±{100 * final.mde:.1f} % after 8 rounds" in final.explain()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from collections.abc import Sequence
@@ -76,12 +77,18 @@ def _check_gate_args(args: argparse.Namespace) -> None:
     """Every gate argument checked before any build or server work: one line each."""
     from .host.machine import parse_cpu_list
 
-    if args.repetitions < 1:
-        raise MoeperfError(f"-r/--repetitions {args.repetitions}: give at least 1 round")
-    if args.max_repetitions < args.repetitions:
+    if args.repetitions < 2:
         raise MoeperfError(
-            f"--max-repetitions {args.max_repetitions} is below --repetitions "
+            f"-r/--repetitions {args.repetitions}: give at least 2 rounds before the first look"
+        )
+    if args.max_rounds < args.repetitions:
+        raise MoeperfError(
+            f"--max-rounds {args.max_rounds} is below --repetitions "
             f"{args.repetitions}: give at least as many"
+        )
+    if args.budget is not None and not (math.isfinite(args.budget) and args.budget > 0):
+        raise MoeperfError(
+            f"--budget {args.budget!r}: give the seconds a row may measure, e.g. 180"
         )
     if not (0 < args.margin < 1):
         raise MoeperfError(
@@ -144,10 +151,15 @@ def _gate(args: argparse.Namespace) -> int:
             candidate,
             configurations=configurations,
             workloads=workloads,
-            repetitions=args.repetitions,
-            max_repetitions=args.max_repetitions,
+            first_look=args.repetitions,
+            max_rounds=args.max_rounds,
+            budget=args.budget,
             margin=args.margin,
+            undecided_policy=args.undecided,
             on_row=lambda r: _say(f"  {r.configuration} {r.workload}: {r.verdict.explain()}"),
+            on_look=(lambda n, v, t: _say(f"    {n}: {t:.0f} s: {v.explain()}"))
+            if args.verbose
+            else None,
         )
     finally:
         session.close()
@@ -159,6 +171,18 @@ def _gate(args: argparse.Namespace) -> int:
     if args.accept:
         if not result.passed:
             raise MoeperfError("--accept refused: the candidate is slower; nothing was written")
+        if result.undecided and args.undecided != "pass":
+            raise MoeperfError(
+                "--accept refused: undecided rows (budget spent); give --budget more "
+                "seconds, or --undecided pass to accept anyway; nothing was written"
+            )
+        if result.crept and not args.allow_creep:
+            rows = ", ".join(f"{r.configuration}.{r.workload.name}" for r in result.crept)
+            raise MoeperfError(
+                f"--accept refused: {rows} slower than the oldest accepted baseline (the "
+                "accepted chain adds up to a regression); --allow-creep accepts anyway; "
+                "nothing was written"
+            )
         if session.host_changes:
             raise MoeperfError(
                 "--accept refused: the host changed during the gate ("
@@ -179,7 +203,7 @@ def _gate(args: argparse.Namespace) -> int:
             source=f"moeperf gate --accept, {today}, {candidate.name} over {baseline.name}",
         )
         _say(f"accepted {len(ms)} measurement(s) of {candidate.name} as baselines in {path}")
-    return 0 if result.passed else 1
+    return result.exit_code(args.undecided)
 
 
 def _baselines(args: argparse.Namespace) -> int:
@@ -238,8 +262,8 @@ def make_parser() -> argparse.ArgumentParser:
 
     g = sub.add_parser(
         "gate",
-        help="compare a candidate llama.cpp build with a baseline build "
-        "on the same configurations, interleaved; exit 1 if any metric is slower",
+        help="compare a candidate llama.cpp build with a baseline build on the same "
+        "configurations, in paired rounds; exit 0 pass, 1 a metric slower, 3 undecided",
     )
     g.add_argument("--baseline", required=True, help="build number (e.g. 11053) or binary path")
     g.add_argument("--candidate", required=True, help="build number (e.g. 11434) or binary path")
@@ -259,12 +283,39 @@ def make_parser() -> argparse.ArgumentParser:
         default=[],
         help="workload(s), e.g. pp512 (default: the profile's)",
     )
-    g.add_argument("-r", "--repetitions", type=int, default=5, help="rounds (default 5)")
     g.add_argument(
-        "--max-repetitions",
+        "-r",
+        "--repetitions",
         type=int,
-        default=9,
-        help="rounds an inconclusive row may grow to (default 9)",
+        default=6,
+        help="paired rounds before the first look (default 6)",
+    )
+    g.add_argument(
+        "--max-rounds",
+        "--max-repetitions",
+        dest="max_rounds",
+        type=int,
+        default=200,
+        help="the most rounds a row may take (default 200)",
+    )
+    g.add_argument(
+        "--budget",
+        type=float,
+        metavar="SECONDS",
+        help="seconds each row (configuration and metric) may measure before it is "
+        "undecided (default: the profile's budget, 180 on the embedded profile)",
+    )
+    g.add_argument(
+        "--undecided",
+        choices=("exit-3", "pass", "fail"),
+        default="exit-3",
+        help="what undecided rows make of the gate: exit code 3 (default), pass (0) or fail (1)",
+    )
+    g.add_argument(
+        "--allow-creep",
+        action="store_true",
+        help="with --accept: accept even when the candidate is slower than the oldest "
+        "accepted baseline",
     )
     g.add_argument(
         "--margin",

@@ -9,6 +9,7 @@ built-in ``embedded.toml`` and from the user's file (``moeperf_config`` ini opti
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import tomllib
@@ -23,6 +24,8 @@ from .host.machine import numa_nodes, online_cpus, parse_cpu_list
 from .measure.workload import Workload
 
 NUMA_MODES = ("distribute", "isolate", "numactl")
+DEFAULT_BUDGET = 180.0
+"""Seconds a verdict may measure (a profile's ``budget``): about 3 minutes per metric."""
 _NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.-]*[A-Za-z0-9_-])?")
 _PIN_KEYS = {"cpus", "numa_node", "numa"}
 _CONFIG_KEYS = _PIN_KEYS | {"flags", "env", "description", "requires_gpus", "build", "binary"}
@@ -36,6 +39,8 @@ _PROFILE_KEYS = _CONFIG_KEYS | {
     "repetitions",
     "configurations",
     "memory_bandwidth_gbs",
+    "budget",
+    "sample_requests",
 }
 
 
@@ -136,6 +141,12 @@ class Profile:
     memory_bandwidth_gbs: float | None = None
     """The memory bandwidth the host is known to reach (GB/s), e.g. a STREAM figure from its
     record; decode's roofline uses it instead of the probe's own measurement."""
+    budget: float = DEFAULT_BUDGET
+    """Seconds a verdict (claim, dead end, baseline check, gate row) may keep adding rounds
+    before it must say undecided."""
+    sample_requests: int = 1
+    """Timed requests per sample (their tokens and times summed): more, shorter requests per
+    sample where one request is too short to time well; the workload stays the same."""
 
     @property
     def build_label(self) -> str | None:
@@ -256,6 +267,12 @@ def _profile(name: str, table: Any, source: str, base_dir: Path | None) -> Profi
     reps = _opt(where, "repetitions", table.get("repetitions", 3), int)
     if reps < 1:
         raise ConfigError(f"{where}: repetitions must be >= 1")
+    budget = _opt(where, "budget", table.get("budget", DEFAULT_BUDGET), (int, float))
+    if not (math.isfinite(budget) and budget > 0):
+        raise ConfigError(f"{where}: budget must be a positive number of seconds, e.g. 180")
+    per_sample = _opt(where, "sample_requests", table.get("sample_requests", 1), int)
+    if per_sample < 1:
+        raise ConfigError(f"{where}: sample_requests must be >= 1 (timed requests per sample)")
     base_flags = _str_list(where, "flags", table.get("flags", []))
     base_pin = _pinning(where, table, Pinning())
     base_env = _env(where, table.get("env"))
@@ -312,6 +329,8 @@ def _profile(name: str, table: Any, source: str, base_dir: Path | None) -> Profi
         memory_bandwidth_gbs=_bandwidth(where, table.get("memory_bandwidth_gbs")),
         workloads=workloads,
         repetitions=reps,
+        budget=float(budget),
+        sample_requests=per_sample,
         configurations=configs,
         description=_opt(where, "description", table.get("description"), str) or "",
         requires_gpus=gpus,

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import math
+import time
 import warnings
 from collections.abc import Callable
-from typing import Protocol, TypeVar
 
 import pytest
 
@@ -14,6 +15,7 @@ from .llama.server import LlamaServer
 from .measure.measurement import Measurement
 from .measure.workload import Workload
 from .report.tables import baseline_failure, claim_failure, measured_table
+from .rounds import Side, measure_rounds, plan_for
 from .session import PerfSession
 from .store.baselines import host_for
 from .verdicts.judge import (
@@ -30,19 +32,7 @@ from .verdicts.judge import (
     too_noisy,
     undecided,
 )
-
-
-class _Decision(Protocol):
-    """A verdict that may ask for more repetitions (claims, dead ends, baseline checks)."""
-
-    @property
-    def outcome(self) -> str: ...
-
-    @property
-    def more_repetitions(self) -> int | None: ...
-
-
-D = TypeVar("D", bound=_Decision)
+from .verdicts.sequential import Rule
 
 
 class MoePerf:
@@ -130,46 +120,34 @@ class MoePerf:
     def _operand(self, op: Operand, repetitions: int | None) -> Measurement:
         return self.measure(op.configuration, op.workload, repetitions, op.build)
 
-    def _interleaved(self, c: Claim, n: int) -> tuple[Measurement, Measurement]:
-        """Both sides of *c* with at least *n* samples, taken one repetition at a time in turn
-        (A B A B ...), so a slow drift of the host falls on both alike."""
-        left = self._operand(c.left, 1)
-        right = self._operand(c.right, 1)
-        for i in range(2, n + 1):
-            left = self._operand(c.left, i)
-            right = self._operand(c.right, i)
-        return left, right
-
-    def _until_decided(
-        self, decide: Callable[[int], tuple[D, list[Measurement]]], n: int
-    ) -> tuple[D, list[Measurement]]:
-        """``decide(k)`` measures its sides to at least *k* repetitions and judges them. While
-        the verdict is inconclusive and more repetitions could decide it, ask for them, up to
-        ``--moeperf-max-repetitions`` and only while the source gives new samples (a replayed
-        file never does)."""
-        verdict, ms = decide(n)
-        limit = self.session.options.max_repetitions
-        while verdict.outcome == "inconclusive" and verdict.more_repetitions:
-            got = min(len(m.samples) for m in ms)
-            if got == 0 or got >= limit or not self.session.can_measure_more:
-                break
-            more, ms = decide(min(limit, got + verdict.more_repetitions))
-            if min(len(m.samples) for m in ms) <= got:  # no more samples will come
-                break
-            verdict = more
-        return verdict, ms
-
-    def _judged(self, c: Claim, judge: Callable[[Values, Values], Verdict]) -> Verdict:
-        """Measure both sides of *c* and apply *judge* (a callable of left, right), adding
-        repetitions while the verdict is inconclusive and more could decide it."""
-
-        def decide(n: int) -> tuple[Verdict, list[Measurement]]:
-            left, right = self._interleaved(c, n)
-            return judge(left.operand, right.operand), [left, right]
-
-        reps = self.session.options.repetitions or self.profile.repetitions
-        verdict, ms = self._until_decided(decide, reps)
-        noisy = too_noisy(ms, busy_limit=self.session.options.busy_limit)
+    def _judged(
+        self, c: Claim, rule: Rule, label: str, unpaired: Callable[[Values, Values], Verdict]
+    ) -> Verdict:
+        """Judge ``left / right`` of *c* by *rule* on paired rounds, measured until the
+        verdict is final or the budget is spent. Stored figures, or replayed sides with fewer
+        than 2 samples, cannot be paired: *unpaired* judges them once."""
+        profile = self.profile
+        left, right = (
+            Side(self.configuration(op.configuration), op.workload, op.build)
+            for op in (c.left, c.right)
+        )
+        ms: list[Measurement]
+        if not self.session.can_measure_more and min(
+            len(self._operand(op, None).samples) for op in (c.right, c.left)
+        ) < 2:
+            ms = [self._operand(c.left, None), self._operand(c.right, None)]
+            verdict = unpaired(ms[0].operand, ms[1].operand)
+        else:
+            try:
+                got = measure_rounds(self.session, profile, rule, right, left, label=label)
+            except Unavailable as exc:
+                pytest.skip(str(exc))
+            verdict, ms = got.verdict, [got.b, got.a]
+            for m in ms:
+                self.touched = [t for t in self.touched if t.key != m.key] + [m]
+                self._used.add((m.configuration, m.build))
+            self._startup_warnings()
+        noisy = too_noisy(ms, busy_limit=self.session.options.busy_limit, cv_limit=math.inf)
         reasons = [r for r in (noisy, self._host_moved(ms)) if r]
         verdict = undecided(verdict, "; ".join(reasons) or None)
         self.verdicts.append(verdict)
@@ -183,37 +161,44 @@ class MoePerf:
         return f"host changed under the run: {'; '.join(moved)}" if moved else None
 
     def judge(self, claim: str | Claim) -> Verdict:
-        """The verdict of *claim* (holds / fails / inconclusive) on this session's measurements.
+        """The verdict of *claim* (holds / fails / undecided) on this session's measurements.
 
-        When it is inconclusive, both sides get more repetitions, up to
-        ``--moeperf-max-repetitions``, as long as that could decide it."""
+        Both sides are measured in paired rounds (A B, B A, ...) until the verdict is final,
+        or undecided when the budget (``--moeperf-budget``, the profile's ``budget``) or the
+        round cap (``--moeperf-max-rounds``) is spent."""
         c = claim if isinstance(claim, Claim) else Claim.parse(claim)
-        return self._judged(c, lambda a, b: judge_claim(c, a, b))
+        label = f"{c.left} / {c.right}"
+        return self._judged(c, c.rule, label, lambda a, b: judge_claim(c, a, b))
 
     def compare(self, candidate: str, baseline: str, margin: float = 0.05) -> Verdict:
         """The change from *baseline* to *candidate* (operands such as ``mmap[b11713].tg128``
-        and ``mmap[b11053].tg128``): faster / slower / unchanged / inconclusive, with
+        and ``mmap[b11053].tg128``): faster / slower / unchanged / undecided, with
         *margin* the smallest change that matters. Does not fail the test by itself."""
         c = Claim.parse(f"{candidate} >= {baseline}")
         label = f"{c.left} / {c.right}"
-        return self._judged(c, lambda a, b: judge_change(a, b, margin=margin, label=label))
+        return self._judged(
+            c,
+            Rule("change", margin=margin),
+            label,
+            lambda a, b: judge_change(a, b, margin=margin, label=label),
+        )
 
-    def _inconclusive(self, verdict: Verdict | str) -> None:
-        """Skip the test as undecided (fail it, with ``--moeperf-inconclusive=fail``)."""
+    def _undecided(self, verdict: Verdict | str) -> None:
+        """Skip the test as undecided (fail it, with ``--moeperf-undecided=fail``)."""
         why = verdict if isinstance(verdict, str) else verdict.explain()
-        message = f"inconclusive: {why}"
-        if self.session.options.inconclusive == "fail":
+        message = f"undecided: {why}"
+        if self.session.options.undecided == "fail":
             pytest.fail(message, pytrace=False)
         pytest.skip(message)
 
     def check(self, claim: str | Claim) -> Verdict:
         """Judge *claim*; fail the test with the measured table when it fails, and skip it
-        (or fail, with ``--moeperf-inconclusive=fail``) when the noise is too wide to tell."""
+        (or fail, with ``--moeperf-undecided=fail``) when the noise is too wide to tell."""
         verdict = self.judge(claim)
         if verdict.outcome == "fails":
             pytest.fail(claim_failure(verdict, self.touched), pytrace=False)
-        if verdict.outcome == "inconclusive":
-            self._inconclusive(verdict)
+        if verdict.outcome == "undecided":
+            self._undecided(verdict)
         return verdict
 
     def dead_end(
@@ -227,7 +212,12 @@ class MoePerf:
         w = Workload.parse(metric)
         c = Claim(Operand(config, w), "<=", 1.0, Operand(slower_than, w))
         label = f"{config}.{w.name} / {slower_than}.{w.name}"
-        verdict = self._judged(c, lambda a, b: judge_dead_end(a, b, margin=margin, label=label))
+        verdict = self._judged(
+            c,
+            Rule("dead_end", margin=margin),
+            label,
+            lambda a, b: judge_dead_end(a, b, margin=margin, label=label),
+        )
         why = f" ({reason})" if reason else ""
         if verdict.outcome == "holds":
             pytest.xfail(f"dead end holds{why}: {verdict.explain()}")
@@ -240,7 +230,7 @@ class MoePerf:
                 + measured_table(self.touched),
                 pytrace=False,
             )
-        self._inconclusive(verdict)
+        self._undecided(verdict)
         return verdict
 
     # -- baselines -------------------------------------------------------------------------------
@@ -278,26 +268,35 @@ class MoePerf:
                 f"{m.build} of host {host.id}; record one with --moeperf-accept"
             )
 
-        def decide(n: int) -> tuple[BaselineCheck, list[Measurement]]:
-            m = self.measure(configuration, workload, n)
+        plan = plan_for(self.session, profile, first_look=max(2, len(m.samples)))
+        budget = self.session.options.budget or profile.budget
+        began = time.monotonic()
+        while True:  # looks on the plan's schedule, each at the plan's per-look level
             check = judge_baseline(
                 m.values,
                 entry.value,
                 bf.tolerance_for(entry),
                 label=f"{m.configuration}.{m.workload.name}",
                 baseline=entry.operand,
+                confidence=1 - plan.nominal_alpha(),
             )
-            return check, [m]
-
-        check, [m] = self._until_decided(decide, len(m.samples))
+            n = len(m.samples)
+            if (
+                check.outcome != "undecided"
+                or n >= plan.max_rounds
+                or time.monotonic() - began > budget
+                or not self.session.can_measure_more
+            ):
+                break
+            m = self.measure(configuration, workload, plan.next_look(n))
         moved = self._host_moved([m])
         if moved:
-            self._inconclusive(f"{m.configuration}.{m.workload.name}: {moved}")
+            self._undecided(f"{m.configuration}.{m.workload.name}: {moved}")
         row = BaselineRow(self.nodeid, m, check)
         self.checks.append(row)
         self.session.baseline_rows.append(row)
         if check.outcome == "fail":
             pytest.fail(baseline_failure(self.checks, bf.path), pytrace=False)
-        if check.outcome == "inconclusive":
-            self._inconclusive(check.explain())
+        if check.outcome == "undecided":
+            self._undecided(check.explain())
         return check

@@ -1,17 +1,19 @@
 """The build gate: the same configurations on a baseline build and a candidate build,
-measured interleaved (A B A B ...), with one verdict per configuration and workload.
+measured in paired rounds (A B, B A, A B, ...), with one verdict per configuration and workload.
 
-Verdicts come from :func:`pytest_moeperf.judge.judge_change` on a seeded bootstrap interval
-(95 %) of the ratio of medians, candidate / baseline: ``faster`` or ``slower`` only when the
-whole interval is past 1 ± half the margin and the ratio is past the margin, ``unchanged``
-when the whole interval lies within 1 ± margin, ``inconclusive`` otherwise — a noisy host
-(busy with other work, or a CV above 15 %) yields "inconclusive", never "slower". An
-inconclusive row gets more rounds, up to a limit.
+Each row is a sequential verdict (:func:`pytest_moeperf.rounds.measure_rounds`) on the
+per-round ratios candidate / baseline: rounds are added until the interval decides
+(faster / slower beyond the margin, small-faster / small-slower within it, unchanged) or the
+row's time budget is spent (undecided, with the smallest change it could have seen: its
+MDE). The candidate is also set beside the oldest and the newest baseline accepted into the
+profile's baseline file on this host, so that a chain of small accepted slowdowns shows.
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import math
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -23,8 +25,11 @@ from .host.machine import busy_fraction
 from .measure.measurement import Measurement
 from .measure.workload import Workload
 from .report.tables import markdown_table, text_table
+from .rounds import Side, measure_rounds
 from .session import PerfSession
+from .store.baselines import BaselineEntry, accepted_history, host_for
 from .verdicts.judge import Verdict, judge_change, too_noisy, undecided
+from .verdicts.sequential import Plan, Rule
 
 BASELINE, CANDIDATE = "baseline", "candidate"
 
@@ -57,6 +62,12 @@ class GateRow:
     baseline: Measurement
     candidate: Measurement
     verdict: Verdict
+    seconds: float = 0.0
+    """Wall time of the row's rounds."""
+    oldest: Verdict | None = None
+    """The candidate against the oldest baseline accepted on this host (unpaired)."""
+    newest: Verdict | None = None
+    """The candidate against the newest baseline accepted on this host (unpaired)."""
 
 
 @dataclass
@@ -72,15 +83,58 @@ class GateResult:
     notes: list[str]
     skipped: list[tuple[str, str]] = field(default_factory=list)
     """Configurations a build or this host cannot run: (configuration, why)."""
+    undecided_policy: str = "exit-3"
+    """What undecided rows make of the gate: ``exit-3``, ``pass`` or ``fail``."""
 
     @property
     def slower(self) -> list[GateRow]:
         return [r for r in self.rows if r.verdict.outcome == "slower"]
 
     @property
+    def undecided(self) -> list[GateRow]:
+        return [r for r in self.rows if r.verdict.outcome == "undecided"]
+
+    @property
+    def crept(self) -> list[GateRow]:
+        """Rows whose candidate is slower than the oldest accepted baseline: the cumulative
+        change of the accepted chain is a regression."""
+        return [r for r in self.rows if r.oldest is not None and r.oldest.outcome == "slower"]
+
+    @property
+    def creep_notes(self) -> list[str]:
+        """One line per row slower than the oldest accepted baseline."""
+        return [
+            f"{r.configuration}.{r.workload.name} is slower than the oldest accepted baseline "
+            f"({r.oldest.label}: {_versus(r.oldest)}): the accepted chain adds up to a "
+            "regression (--accept refuses it without --allow-creep)"
+            for r in self.crept
+            if r.oldest is not None
+        ]
+
+    @property
     def passed(self) -> bool:
         """No metric is slower beyond the margin."""
         return not self.slower
+
+    def exit_code(self, undecided: str = "exit-3") -> int:
+        """0 pass, 1 a regression, 3 undecided rows (*undecided* ``pass``: 0, ``fail``: 1)."""
+        if self.slower:
+            return 1
+        if self.undecided and undecided != "pass":
+            return 1 if undecided == "fail" else 3
+        return 0
+
+    def summary(self, undecided: str = "exit-3") -> str:
+        """The last line: ``pass``, ``FAIL: ...`` or ``UNDECIDED: ...``."""
+        code = self.exit_code(undecided)
+        if self.slower:
+            return f"FAIL: {len(self.slower)} metric(s) slower"
+        if self.undecided:
+            what = f"{len(self.undecided)} metric(s) undecided (budget spent)"
+            return {0: f"pass ({what}, --undecided pass)", 1: f"FAIL: {what}"}.get(
+                code, f"UNDECIDED: {what}"
+            )
+        return "pass"
 
     def table_rows(self) -> tuple[list[str], list[list[str]]]:
         headers = [
@@ -88,17 +142,20 @@ class GateResult:
             "metric",
             f"baseline {self.baseline} tok/s",
             f"candidate {self.candidate} tok/s",
-            "speedup",
+            "ratio [interval]",
+            "rounds",
             "verdict",
+            "vs oldest accepted",
         ]
         rows = []
         for r in self.rows:
             v = r.verdict
-            mark = " *" if v.outcome in ("slower", "inconclusive") else ""
+            mark = " *" if v.outcome in ("slower", "undecided") else ""
             why = ""
-            if v.outcome == "inconclusive":
-                cv = max(r.baseline.summary.cv, r.candidate.summary.cv)
-                why = f" ({too_noisy([r.baseline, r.candidate]) or f'cv {100 * cv:.0f} %'})"
+            if v.outcome == "undecided" and v.mde_text:
+                why = f" (MDE ±{100 * (v.mde or 0):.1f} %)"
+            elif v.outcome == "undecided":
+                why = f" ({v.label.rsplit('(', 1)[-1].rstrip(')')})" if "(" in v.label else ""
             rows.append(
                 [
                     r.configuration,
@@ -106,11 +163,13 @@ class GateResult:
                     f"{r.baseline.summary.median:.1f}",
                     f"{r.candidate.summary.median:.1f}",
                     f"{v.ratio:.3f}x [{v.low:.3f}, {v.high:.3f}]",
+                    f"{v.rounds or '-'} ({r.seconds:.0f} s)",
                     f"{v.outcome}{why}{mark}",
+                    _versus(r.oldest),
                 ]
             )
         for name, why in self.skipped:
-            rows.append([name, "-", "-", "-", "-", f"skipped ({why})"])
+            rows.append([name, "-", "-", "-", "-", "-", f"skipped ({why})", "-"])
         return headers, rows
 
     def text(self) -> str:
@@ -120,10 +179,8 @@ class GateResult:
             f"before start, load average {self.loadavg_before[0]:.2f}"
         )
         lines = [head, "", text_table(*self.table_rows())]
-        lines += [f"note: {n}" for n in self.notes]
-        lines.append(
-            "verdict: " + ("pass" if self.passed else f"FAIL: {len(self.slower)} metric(s) slower")
-        )
+        lines += [f"note: {n}" for n in [*self.notes, *self.creep_notes]]
+        lines.append("verdict: " + self.summary(self.undecided_policy))
         return "\n".join(lines)
 
     def markdown(self) -> str:
@@ -136,9 +193,9 @@ class GateResult:
             markdown_table(*self.table_rows()),
             "",
         ]
-        lines += [f"- note: {n}" for n in self.notes]
+        lines += [f"- note: {n}" for n in [*self.notes, *self.creep_notes]]
         lines.append("")
-        lines.append("**" + ("pass" if self.passed else "FAIL: slower") + "**")
+        lines.append("**" + self.summary(self.undecided_policy) + "**")
         return "\n".join(lines)
 
     def to_json(self) -> dict[str, Any]:
@@ -147,6 +204,7 @@ class GateResult:
             "candidate": self.candidate,
             "margin": self.margin,
             "passed": self.passed,
+            "exit_code": self.exit_code(self.undecided_policy),
             "host_busy_before": self.host_busy_before,
             "loadavg_before": list(self.loadavg_before),
             "notes": self.notes,
@@ -159,6 +217,11 @@ class GateResult:
                     "ratio": r.verdict.ratio,
                     "low": r.verdict.low,
                     "high": r.verdict.high,
+                    "rounds": r.verdict.rounds,
+                    "mde": r.verdict.mde,
+                    "seconds": r.seconds,
+                    "vs_oldest": _verdict_json(r.oldest),
+                    "vs_newest": _verdict_json(r.newest),
                     "baseline": r.baseline.to_dict(),
                     "candidate": r.candidate.to_dict(),
                 }
@@ -176,18 +239,58 @@ def _side(config: Configuration, side: BuildUnderTest) -> Configuration:
     return replace(config, pinning=Pinning(cpus=side.cpus, numa=config.pinning.numa))
 
 
-def _rounds(
-    session: PerfSession,
-    profile: Profile,
-    sides: tuple[tuple[str, Configuration], tuple[str, Configuration]],
-    workload: Workload,
-    n: int,
-) -> tuple[Measurement, Measurement]:
-    """Both sides with *n* samples each, one repetition of each in turn (A B A B ...)."""
-    got: list[Measurement] = []
-    for i in range(1, n + 1):
-        got = [session.measure(profile, cfg, workload, i, label) for label, cfg in sides]
-    return got[0], got[1]
+def _versus(v: Verdict | None) -> str:
+    if v is None:
+        return "-"
+    return (
+        f"{v.change_pct:+.1f} % [{100 * (v.low - 1):+.1f}, {100 * (v.high - 1):+.1f}] {v.outcome}"
+    )
+
+
+def _verdict_json(v: Verdict | None) -> dict[str, Any] | None:
+    if v is None:
+        return None
+    return {
+        "against": v.label,
+        "ratio": v.ratio,
+        "low": v.low,
+        "high": v.high,
+        "verdict": v.outcome,
+    }
+
+
+def _history(
+    session: PerfSession, profile: Profile, candidate: Measurement
+) -> list[BaselineEntry]:
+    """The baselines accepted on this host for the candidate's configuration and workload,
+    oldest first (none when the file holds no numbers of this host)."""
+    bf = session.baselines(profile)
+    if bf is None:
+        return []
+    cpus = candidate.extra.get("probe_cpus")
+    host, _ = host_for(
+        bf,
+        session.fingerprint(profile, label=CANDIDATE),
+        str(cpus) if cpus else None,
+        session.options.probe_tolerance,
+    )
+    if host is None:
+        return []
+    return accepted_history(bf, host.id, candidate.configuration, candidate.workload.name)
+
+
+def _accepted(
+    history: Sequence[BaselineEntry], candidate: Measurement, margin: float
+) -> tuple[Verdict | None, Verdict | None]:
+    """The candidate against the oldest and the newest of *history* (this host's accepted
+    entries of its configuration and workload, oldest first), unpaired."""
+    if not history or not candidate.values:
+        return None, None
+    out = []
+    for e in (history[0], history[-1]):
+        label = f"{e.build} accepted {e.date}"
+        out.append(judge_change(candidate.values, e.operand, margin=margin, label=label))
+    return out[0], out[1]
 
 
 def run_gate(
@@ -198,13 +301,18 @@ def run_gate(
     *,
     configurations: Sequence[str] | None = None,
     workloads: Sequence[Workload] | None = None,
-    repetitions: int = 5,
-    max_repetitions: int = 9,
+    first_look: int = 6,
+    max_rounds: int = 200,
+    budget: float | None = None,
     margin: float = 0.05,
+    undecided_policy: str = "exit-3",
     on_row: Callable[[GateRow], None] | None = None,
+    on_look: Callable[[str, Verdict, float], None] | None = None,
 ) -> GateResult:
-    """Measure every (configuration, workload) on both builds, one repetition of each in turn,
-    and judge the change; inconclusive rows get more rounds up to *max_repetitions*."""
+    """Measure every (configuration, workload) on both builds in paired rounds and judge the
+    change sequentially: looks on the schedule of ``Plan(first_look, max_rounds)``, each row
+    within *budget* seconds (default: the profile's ``budget``). Each row's candidate is set
+    beside the oldest and newest baselines the profile's file holds of this host."""
     gated = replace(
         profile, builds={BASELINE: baseline.target, CANDIDATE: candidate.target}, build=None
     )
@@ -215,13 +323,16 @@ def run_gate(
             f"profile {profile.name!r} ({profile.source}) lists no workloads: add "
             'workloads = ["pp512", "tg64"] to it, or pass -w pp512'
         )
+    plan = Plan(first_look=first_look, max_rounds=max_rounds)
+    rule = Rule("change", margin=margin)
+    limit = session.options.busy_limit
     busy = busy_fraction(1.0)
     loadavg = os.getloadavg()
     notes = []
-    if busy > 0.25:
+    if busy > limit:
         notes.append(
             f"the host was {100 * busy:.0f} % busy with other work before the gate: "
-            "expect wide intervals and inconclusive verdicts"
+            "expect wide intervals and undecided verdicts"
         )
     rows: list[GateRow] = []
     skipped: list[tuple[str, str]] = []
@@ -240,26 +351,33 @@ def run_gate(
             continue
         for w in loads:
             label = f"{name}.{w.name} {candidate.name} / {baseline.name}"
-            got = _rounds(session, gated, sides, w, repetitions)
-            verdict = judge_change(got[1].values, got[0].values, margin=margin, label=label)
-            while verdict.outcome == "inconclusive" and verdict.more_repetitions:
-                n = len(got[0].samples)
-                if n >= max_repetitions:
-                    break
-                got = _rounds(
-                    session, gated, sides, w, min(max_repetitions, n + verdict.more_repetitions)
-                )
-                verdict = judge_change(got[1].values, got[0].values, margin=margin, label=label)
-            moved = session.moved_under(got)
-            reasons = [too_noisy(got), *([f"host changed: {'; '.join(moved)}"] if moved else [])]
-            verdict = undecided(verdict, "; ".join(r for r in reasons if r) or None)
-            row = GateRow(name, w, got[0], got[1], verdict)
+            got = measure_rounds(
+                session,
+                gated,
+                rule,
+                Side(sides[0][1], w, BASELINE),
+                Side(sides[1][1], w, CANDIDATE),
+                label=label,
+                plan=plan,
+                budget=budget,
+                on_look=functools.partial(on_look, name) if on_look else None,
+            )
+            ms = [got.a, got.b]
+            moved = session.moved_under(ms)
+            reasons = [
+                too_noisy(ms, busy_limit=limit, cv_limit=math.inf),
+                *([f"host changed: {'; '.join(moved)}"] if moved else []),
+            ]
+            verdict = undecided(got.verdict, "; ".join(r for r in reasons if r) or None)
+            paired = replace(got.b, samples=got.b.samples[got.first[1] :])
+            oldest, newest = _accepted(_history(session, profile, paired), paired, margin)
+            row = GateRow(name, w, got.a, got.b, verdict, got.seconds, oldest, newest)
             rows.append(row)
             if on_row:
                 on_row(row)
         session.stop_servers()
     after = busy_fraction(0.5)
-    if after > 0.25:
+    if after > limit:
         notes.append(f"the host was {100 * after:.0f} % busy with other work right after the gate")
     moved = session.host_moved(list(session.probes), force=True)  # the host at the end
     if moved:
@@ -267,4 +385,14 @@ def run_gate(
         notes.append(why + "; every verdict is undecided")
         rows = [replace(r, verdict=undecided(r.verdict, why)) for r in rows]
     notes += [f"host probe: {p.describe()}" for p in session.probes.values()]
-    return GateResult(baseline.name, candidate.name, margin, rows, busy, loadavg, notes, skipped)
+    return GateResult(
+        baseline.name,
+        candidate.name,
+        margin,
+        rows,
+        busy,
+        loadavg,
+        notes,
+        skipped,
+        undecided_policy,
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import signal
 import threading
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from .config import DEFAULT_BUDGET
 from .errors import MoeperfError
 from .fixture import MoePerf
 from .fs import check_output, write_output
@@ -96,18 +98,29 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "(the mmap/tensor-override hint, NUMA balancing, ...) instead of warning",
     )
     group.addoption(
+        "--moeperf-max-rounds",
         "--moeperf-max-repetitions",
+        dest="moeperf_max_rounds",
         type=int,
         metavar="N",
-        default=9,
-        help="when a claim is inconclusive, measure both sides up to N repetitions "
-        "before calling it inconclusive (default 9)",
+        default=Options.max_rounds,
+        help="the most paired rounds a verdict may take before it must say undecided "
+        f"(default {Options.max_rounds})",
     )
     group.addoption(
+        "--moeperf-budget",
+        type=float,
+        metavar="SECONDS",
+        help="seconds a verdict (claim, dead end, baseline check) may keep measuring before "
+        f"it must say undecided (default: the profile's budget, {DEFAULT_BUDGET:.0f})",
+    )
+    group.addoption(
+        "--moeperf-undecided",
         "--moeperf-inconclusive",
+        dest="moeperf_undecided",
         choices=("skip", "fail"),
         default="skip",
-        help="what an inconclusive claim does to its test (default: skip)",
+        help="what an undecided verdict does to its test (default: skip)",
     )
     group.addoption(
         "--moeperf-startup-timeout",
@@ -152,7 +165,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="SHARE",
         default=BUSY_LIMIT,
         help="share of a server's CPUs that other work may take while it is measured for the "
-        "numbers to decide a verdict or be accepted as baselines (above it: inconclusive, "
+        "numbers to decide a verdict or be accepted as baselines (above it: undecided, "
         "accept refused). Default: %(default)r",
     )
     group.addoption(
@@ -180,8 +193,9 @@ def _options(config: pytest.Config) -> Options:
         pyproject=root / "pyproject.toml",
         llama_server=binary,
         repetitions=config.getoption("moeperf_repetitions"),
-        max_repetitions=config.getoption("moeperf_max_repetitions"),
-        inconclusive=config.getoption("moeperf_inconclusive"),
+        max_rounds=config.getoption("moeperf_max_rounds"),
+        budget=config.getoption("moeperf_budget"),
+        undecided=config.getoption("moeperf_undecided"),
         results_dir=root / ".moeperf",
         rootdir=root,
     )
@@ -217,10 +231,14 @@ def _options(config: pytest.Config) -> Options:
         raise pytest.UsageError(str(exc)) from None
     if opts.repetitions is not None and opts.repetitions < 1:
         raise pytest.UsageError("--moeperf-repetitions must be >= 1")
-    if opts.max_repetitions < 1:
+    if opts.max_rounds < 2:
         raise pytest.UsageError(
-            f"--moeperf-max-repetitions {opts.max_repetitions} must be >= 1 (the most "
-            "repetitions an undecided verdict may grow to)"
+            f"--moeperf-max-rounds {opts.max_rounds} must be >= 2 (the most rounds a "
+            "verdict may take; a paired interval needs 2)"
+        )
+    if opts.budget is not None and not (math.isfinite(opts.budget) and opts.budget > 0):
+        raise pytest.UsageError(
+            f"--moeperf-budget {opts.budget!r}: give the seconds a verdict may measure, e.g. 180"
         )
     tolerance = config.getoption("moeperf_probe_tolerance")
     if not (0 < tolerance < 1):

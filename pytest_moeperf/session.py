@@ -66,8 +66,11 @@ class Options:
     pyproject: Path | None = None
     llama_server: tuple[Path, str] | None = None
     repetitions: int | None = None
-    max_repetitions: int = 9
-    inconclusive: str = "skip"
+    max_rounds: int = 200
+    """The most rounds (or repetitions, for a baseline check) a verdict may take."""
+    budget: float | None = None
+    """Seconds a verdict may keep measuring; ``None``: the profile's ``budget``."""
+    undecided: str = "skip"
     startup_timeout: float = 300.0
     request_timeout: float = 600.0
     stream: bool = False
@@ -177,6 +180,7 @@ class PerfSession:
         moved (``"compute on CPUs 0-1"`` -> its line)."""
         self._decode_bytes: dict[Path, DecodeBytes | None] = {}
         self._probed_at: dict[str, float] = {}
+        self._busy_warned: set[MeasurementKey] = set()
 
     # -- declarations ---------------------------------------------------------------------------
     @property
@@ -508,6 +512,7 @@ class PerfSession:
                         warmup=have is None,
                         first=start,
                         deadline=self._deadline(key[:3]),
+                        requests_per_sample=profile.sample_requests,
                     )
                     self._streams[key[:3]] = meter.stream
             except MeasurementError as exc:  # a hung server is stopped; its log tail shown
@@ -518,11 +523,19 @@ class PerfSession:
             ended = time.time()
             steal = other.steal()
             busy = other.share() + steal
-        if busy > self.options.busy_limit:
+        # shares over all of the measurement's time, each call weighted by how long it took:
+        # a burst of other work during one short sample does not mark a whole verdict busy
+        old = have.extra if have else {}
+        span = max(ended - began, 1e-6)
+        measured = float(old.get("measured_s", 0.0)) + span
+        busy_s = float(old.get("busy_s", 0.0)) + busy * span
+        steal_s = float(old.get("steal_s", 0.0)) + steal * span
+        if busy_s / measured > self.options.busy_limit and key not in self._busy_warned:
+            self._busy_warned.add(key)
             self.progress(
-                f"moeperf: warning: the host was {100 * busy:.0f} % busy with other work while "
-                f"measuring {configuration.name} {workload}: expect noise (wide intervals, "
-                "inconclusive verdicts)"
+                f"moeperf: warning: the host was {100 * busy_s / measured:.0f} % busy with other "
+                f"work while measuring {configuration.name} {workload}: expect noise (wide "
+                "intervals, undecided verdicts)"
             )
         spans = [*(have.extra.get("spans", []) if have else []), [began, ended]]
         extra = {
@@ -535,8 +548,11 @@ class PerfSession:
             "log": str(rec.server.log_path),
             "server_ready_s": rec.server.ready_seconds,
             "streamed": self._streams.get(key[:3], False),
-            "host_busy": max(busy, float((have.extra if have else {}).get("host_busy", 0.0))),
-            "steal": max(steal, float((have.extra if have else {}).get("steal", 0.0))),
+            "host_busy": busy_s / measured,
+            "steal": steal_s / measured,
+            "measured_s": measured,
+            "busy_s": busy_s,
+            "steal_s": steal_s,
             "probe_cpus": self.probe_key(rec.server.cpus),
         }
         roofline = self.decode_limit(profile, rec.server.model, probe, workload)

@@ -235,9 +235,13 @@ class Meter:
         first: int = 0,
         on_sample: Callable[[int, Sample], None] | None = None,
         deadline: float | None = None,
+        requests_per_sample: int = 1,
     ) -> Measurement:
-        """A warmup request, then *repetitions* timed ones, each with its own prompt; *first*
-        numbers the first repetition (to extend an earlier measurement with new prompts)."""
+        """A warmup request, then *repetitions* timed samples, each with its own prompt; *first*
+        numbers the first repetition (to extend an earlier measurement with new prompts). A
+        sample of *requests_per_sample* requests sums their tokens and times."""
+        if requests_per_sample < 1:
+            raise ValueError(f"requests_per_sample {requests_per_sample!r} must be >= 1")
         if warmup:
             self.run_once(workload, seed=10_000 + seed)
         samples = []
@@ -247,7 +251,11 @@ class Meter:
                     f"{workload}: the configuration's time budget ran out after "
                     f"{i - first} of {repetitions} repetitions (configuration timeout)"
                 )
-            s = self.run_once(workload, seed=seed * 1000 + i + 1)
+            parts = [
+                self.run_once(workload, seed=seed * 1000 + (i + 1) * requests_per_sample + j)
+                for j in range(requests_per_sample)
+            ]
+            s = Sample(sum(p.tokens for p in parts), sum(p.ms for p in parts))
             samples.append(s)
             if on_sample:
                 on_sample(i, s)

@@ -152,7 +152,7 @@ def verdict_rows(verdicts: Iterable[tuple[str, Verdict]]) -> tuple[list[str], li
         bound = {"~": "~ 1", "<": "< 1 (dead end)"}.get(
             v.relation, f"{v.relation} {v.threshold:.2f}"
         )
-        mark = " *" if v.outcome in ("fails", "inconclusive") else ""
+        mark = " *" if v.outcome in ("fails", "undecided") else ""
         rows.append(
             [
                 f"{v.label} {bound}",
@@ -182,7 +182,7 @@ def baseline_rows(rows: Iterable[BaselineRow]) -> list[list[str]]:
     out = []
     for r in rows:
         c, m = r.check, r.measurement
-        bad = " *" if c.outcome in ("fail", "inconclusive") else ""
+        bad = " *" if c.outcome in ("fail", "undecided") else ""
         interval = f" {c.interval_pct}" if c.interval_pct else ""
         out.append(
             [

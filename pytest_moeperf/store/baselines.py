@@ -820,6 +820,20 @@ def host_differences(
     ]
 
 
+def accepted_history(
+    bf: BaselineFile, host: str, configuration: str, workload: str
+) -> list[BaselineEntry]:
+    """Every baseline of (*configuration*, *workload*) on *host* the file holds, current
+    entries and replaced ones of any build, oldest first (by date, then file order)."""
+    wanted = _canonical_workload(workload)
+    found = [
+        e
+        for e in (*bf.history, *bf.entries)
+        if e.host == host and e.configuration == configuration and e.workload == wanted
+    ]
+    return sorted(found, key=lambda e: e.date)
+
+
 def host_for(
     bf: BaselineFile,
     fingerprint: Mapping[str, Any],

@@ -1,7 +1,7 @@
 """Judging: claims between two measurements, absolute baseline checks and build-change gates.
 
 Every verdict comes from an interval, never from two point values, so noise alone makes a
-result *inconclusive* rather than a pass or a failure.
+result *undecided* rather than a pass or a failure.
 """
 
 from __future__ import annotations
@@ -23,11 +23,14 @@ from ..measure.stats import (
     repetitions_to_decide,
 )
 from ..measure.workload import Workload
+from .sequential import Decision, Plan, Rule, step
 
 if TYPE_CHECKING:
     from ..measure.measurement import Measurement
 
-Outcome = Literal["holds", "fails", "inconclusive", "faster", "slower", "unchanged"]
+Outcome = Decision
+"""holds / fails for claims and dead ends; faster / slower / small-faster / small-slower /
+unchanged for a change; undecided for either."""
 Relation = Literal[">=", "<="]
 Values = Sequence[float] | Figure
 """Raw throughput samples (tok/s), or a stored :class:`~pytest_moeperf.stats.Figure`."""
@@ -152,6 +155,11 @@ class Claim:
         return self.factor
 
     @property
+    def rule(self) -> Rule:
+        """How an interval of ``left / right`` decides this claim."""
+        return Rule("claim", threshold=self.factor, relation=self.relation)
+
+    @property
     def id(self) -> str:
         """A pytest-id-safe name: ``lm-none.pp2048-ge-2.0-mmap.pp2048``."""
         rel = "ge" if self.relation == ">=" else "le"
@@ -173,7 +181,7 @@ class Verdict:
     high: float
     threshold: float
     more_repetitions: int | None = None
-    """For an inconclusive verdict, roughly how many more repetitions per side would decide
+    """For an undecided verdict, roughly how many more repetitions per side would decide
     it; ``None`` when unknown (stored figures) or when no number would."""
     label: str = ""
     """What the ratio is of, e.g. ``lm-none.pp2048 / mmap.pp2048``."""
@@ -182,6 +190,19 @@ class Verdict:
     margin: float | None = None
     confidence: float = 0.95
     method: str = ""
+    rounds: int | None = None
+    """Paired rounds behind the verdict (``None``: judged on unpaired samples or figures)."""
+    mde: float | None = None
+    """The smallest change the rounds could have detected at the noise they saw (0.05 = 5 %),
+    with 80 % power; set for paired verdicts."""
+    interim: bool = False
+    """A look before the end: an undecided interim verdict gets more rounds."""
+
+    @property
+    def passed(self) -> bool:
+        """Not a failure: a claim that holds, a dead end that still holds, a change that is
+        not slower beyond the margin (small changes pass). Undecided is neither."""
+        return self.outcome in ("holds", "faster", "small-faster", "small-slower", "unchanged")
 
     @property
     def change_pct(self) -> float:
@@ -190,7 +211,14 @@ class Verdict:
 
     @property
     def decided(self) -> bool:
-        return self.outcome != "inconclusive"
+        return self.outcome != "undecided"
+
+    @property
+    def mde_text(self) -> str:
+        """``MDE ±4.1 % after 55 rounds`` (empty without rounds)."""
+        if self.mde is None or self.rounds is None:
+            return ""
+        return f"MDE ±{100 * self.mde:.1f} % after {self.rounds} rounds"
 
     def explain(self) -> str:
         """One line: ``lm-none.pp2048 / mmap.pp2048 = 2.06 [2.01, 2.11] >= 2.00: holds``."""
@@ -203,8 +231,14 @@ class Verdict:
         else:
             head += f" {self.relation} {self.threshold:.2f}"
         line = f"{head}: {self.outcome}"
-        if self.outcome == "inconclusive" and self.more_repetitions:
+        if self.interim:
+            line += f" so far ({self.rounds} rounds; measuring more)"
+        elif self.outcome == "undecided" and self.mde_text:
+            line += f" (budget spent; {self.mde_text}: a smaller change cannot be seen here)"
+        elif self.outcome == "undecided" and self.more_repetitions:
             line += f" (about {self.more_repetitions} more repetitions per side would decide)"
+        elif self.rounds is not None:
+            line += f" ({self.rounds} rounds)"
         return line
 
 
@@ -252,14 +286,12 @@ def judge_claim(
     """Judge *claim* on the left and right measurements (samples or stored figures).
 
     ``holds`` when the whole interval of ``left / right`` lies on the claim's side of its
-    factor, ``fails`` when it lies wholly on the other side, ``inconclusive`` otherwise."""
+    factor, ``fails`` when it lies wholly on the other side, ``undecided`` otherwise."""
     iv, n = _interval(left, right, confidence=confidence, min_rel_spread=min_rel_spread, seed=seed)
     t = claim.threshold
-    if claim.relation == ">=":
-        outcome: Outcome = "holds" if iv.low >= t else "fails" if iv.high < t else "inconclusive"
-    else:
-        outcome = "holds" if iv.high <= t else "fails" if iv.low > t else "inconclusive"
-    more = _more(iv, [t], n) if outcome == "inconclusive" else None
+    outcome = claim.rule.outcome(iv.ratio, iv.low, iv.high, final=True)
+    assert outcome is not None
+    more = _more(iv, [t], n) if outcome == "undecided" else None
     return Verdict(
         outcome=outcome,
         ratio=iv.ratio,
@@ -320,38 +352,17 @@ def judge_change(
     """Gate verdict on ``candidate / baseline`` (e.g. a new build against the old one on the
     same flags), with *margin* the smallest change that matters (0.05 = 5 %).
 
-    The rule, checked in this order on the interval ``[low, high]`` around ``ratio``:
-
-    - ``unchanged``: the whole interval lies within ``[1 - margin, 1 + margin]`` (any change
-      is smaller than the margin);
-    - ``faster``: ``low > 1 + margin / 2`` (surely faster, by at least half the margin) and
-      ``ratio >= 1 + margin`` (by at least the margin, as best estimated);
-    - ``slower``: ``high < 1 - margin / 2`` and ``ratio <= 1 - margin``, the mirror image;
-    - ``inconclusive`` otherwise: the interval straddles 1 or a margin edge, so more
-      repetitions are needed (see :attr:`Verdict.more_repetitions`).
-
-    Half the margin, not 1, bounds the interval for faster/slower: on this kind of host decode
-    drifts between rounds more than a bootstrap of nine samples shows (an A/A run once read
-    1.055 [1.012, 1.084]). The outcomes exclude each other. A change that is real but
-    smaller than the margin reads ``unchanged`` once the interval is narrow enough, never
-    ``faster``/``slower``."""
+    Unpaired samples (or stored figures), judged once on a bootstrap interval by the rule of
+    :class:`~pytest_moeperf.verdicts.sequential.Rule` ``change``: slower / faster beyond the
+    margin, small-slower / small-faster (a real change within it), unchanged, or undecided.
+    Gates and ``moeperf.compare`` judge paired rounds instead (:func:`judge_rounds`)."""
     iv, n = _margin_interval(candidate, baseline, margin, confidence, min_rel_spread, seed)
-    lo_edge, hi_edge = 1.0 - margin, 1.0 + margin
-    outcome: Outcome
-    if lo_edge <= iv.low and iv.high <= hi_edge:
-        outcome = "unchanged"
-    elif iv.low > 1.0 + margin / 2 and iv.ratio >= hi_edge:
-        outcome = "faster"
-    elif iv.high < 1.0 - margin / 2 and iv.ratio <= lo_edge:
-        outcome = "slower"
-    else:
-        outcome = "inconclusive"
+    outcome = Rule("change", margin=margin).outcome(iv.ratio, iv.low, iv.high, final=True)
+    assert outcome is not None
     more = None
-    if outcome == "inconclusive":
-        if iv.ratio >= hi_edge or iv.ratio <= lo_edge:
-            more = _more(iv, [1.0], n)
-        elif margin > 0:
-            more = _more(iv, [lo_edge, hi_edge], n)
+    if outcome == "undecided":
+        inside = 1.0 - margin < iv.ratio < 1.0 + margin
+        more = _more(iv, [1.0 - margin, 1.0 + margin] if inside else [1.0], n)
     return _around_one(outcome, iv, more, label, "~", margin)
 
 
@@ -359,10 +370,10 @@ def judge_change(
 class BaselineCheck:
     """An absolute check of a measurement against a stored baseline, on the interval of
     ``measured / baseline`` (medians): ``pass`` when the whole interval is no worse than the
-    tolerance allows, ``fail`` when the whole interval is worse, ``inconclusive`` when it
+    tolerance allows, ``fail`` when the whole interval is worse, ``undecided`` when it
     straddles the limit (the numbers cannot tell; more repetitions may)."""
 
-    outcome: Literal["pass", "fail", "inconclusive"]
+    outcome: Literal["pass", "fail", "undecided"]
     measured: float
     """Median of the measured samples, tok/s."""
     baseline: float
@@ -373,7 +384,7 @@ class BaselineCheck:
     """Lower end of the interval of ``measured / baseline`` (``None``: a point check)."""
     high: float | None = None
     more_repetitions: int | None = None
-    """When inconclusive: about how many more repetitions could decide it."""
+    """When undecided: about how many more repetitions could decide it."""
     confidence: float = 0.95
 
     @property
@@ -412,7 +423,7 @@ class BaselineCheck:
             f"{label}{self.measured:.4g} vs baseline {self.baseline:.4g} "
             f"({self.change_pct:+.1f} %{interval}, limit {self.limit:.4g}): {self.outcome}"
         )
-        if self.outcome == "inconclusive" and self.more_repetitions:
+        if self.outcome == "undecided" and self.more_repetitions:
             line += f" (about {self.more_repetitions} more repetitions would decide)"
         return line
 
@@ -441,7 +452,7 @@ def judge_baseline(
     """Judge *measured* against a stored baseline on the interval of ``median(measured) /
     baseline`` (*baseline*: its samples or stored figure; a bare *baseline_value* counts as a
     figure with no spread of its own). Higher is better: ``pass`` when the whole interval
-    lies at or above ``1 - tolerance``, ``fail`` when it lies wholly below, ``inconclusive``
+    lies at or above ``1 - tolerance``, ``fail`` when it lies wholly below, ``undecided``
     otherwise; lower is better: the mirror image around ``1 + tolerance``. A noisy host gives
     a wide interval, and a wide interval never fails."""
     if not measured:
@@ -457,13 +468,13 @@ def judge_baseline(
     iv, n = _interval(
         list(measured), stored, confidence=confidence, min_rel_spread=min_rel_spread, seed=seed
     )
-    outcome: Literal["pass", "fail", "inconclusive"]
+    outcome: Literal["pass", "fail", "undecided"]
     if higher_is_better:
         t = 1 - tolerance
-        outcome = "pass" if iv.low >= t else "fail" if iv.high < t else "inconclusive"
+        outcome = "pass" if iv.low >= t else "fail" if iv.high < t else "undecided"
     else:
         t = 1 + tolerance
-        outcome = "pass" if iv.high <= t else "fail" if iv.low > t else "inconclusive"
+        outcome = "pass" if iv.high <= t else "fail" if iv.low > t else "undecided"
     return BaselineCheck(
         outcome=outcome,
         measured=med,
@@ -473,7 +484,7 @@ def judge_baseline(
         label=label,
         low=iv.low,
         high=iv.high,
-        more_repetitions=_more(iv, [t], n) if outcome == "inconclusive" else None,
+        more_repetitions=_more(iv, [t], n) if outcome == "undecided" else None,
         confidence=confidence,
     )
 
@@ -493,17 +504,46 @@ def judge_dead_end(
     - ``holds``: ``high < 1``, the configuration is surely slower: the dead end stands;
     - ``fails``: ``low >= 1 - margin``, it is as fast (within *margin*) or faster: the dead
       end may have reopened;
-    - ``inconclusive`` otherwise."""
+    - ``undecided`` otherwise."""
     iv, n = _margin_interval(config, other, margin, confidence, min_rel_spread, seed)
-    outcome: Outcome
-    if iv.high < 1.0:
-        outcome = "holds"
-    elif iv.low >= 1.0 - margin:
-        outcome = "fails"
-    else:
-        outcome = "inconclusive"
-    more = _more(iv, [1.0, 1.0 - margin], n) if outcome == "inconclusive" else None
+    outcome = Rule("dead_end", margin=margin).outcome(iv.ratio, iv.low, iv.high, final=True)
+    assert outcome is not None
+    more = _more(iv, [1.0, 1.0 - margin], n) if outcome == "undecided" else None
     return _around_one(outcome, iv, more, label, "<", margin)
+
+
+def judge_rounds(
+    rule: Rule,
+    a: Sequence[float],
+    b: Sequence[float],
+    plan: Plan,
+    *,
+    spent: bool = False,
+    label: str = "",
+    min_rel_spread: float = 0.01,
+) -> tuple[Verdict, int]:
+    """The verdict of paired rounds (``a[i]``, ``b[i]`` back to back; the ratio is
+    ``b / a``) under *rule* at this look, and how many more rounds to take before the next
+    look (0: final). *spent*: the budget is over, so the verdict must be final now."""
+    st = step(rule, a, b, plan, spent=spent, min_rel_spread=min_rel_spread)
+    iv = st.interval
+    relation = {"change": "~", "dead_end": "<", "claim": rule.relation}[rule.kind]
+    verdict = Verdict(
+        outcome=st.decision,
+        ratio=iv.ratio,
+        low=min(iv.low, iv.ratio),
+        high=max(iv.high, iv.ratio),
+        threshold=rule.threshold if rule.kind == "claim" else 1.0,
+        label=label,
+        relation=relation,
+        margin=None if rule.kind == "claim" else rule.margin,
+        confidence=1 - plan.alpha,
+        method="paired rounds, trimmed t, corrected for looks",
+        rounds=iv.rounds,
+        mde=iv.mde(),
+        interim=not st.final,
+    )
+    return verdict, st.more
 
 
 BUSY_LIMIT = 0.25
@@ -533,11 +573,15 @@ def too_noisy(
 
 
 def undecided(verdict: Verdict, reason: str | None) -> Verdict:
-    """*verdict*, made inconclusive when *reason* says the numbers cannot decide (too noisy, or
-    taken on a host that changed); an inconclusive verdict gets the reason too, and no promise
+    """*verdict*, made undecided when *reason* says the numbers cannot decide (too noisy, or
+    taken on a host that changed); an undecided verdict gets the reason too, and no promise
     that more repetitions would decide."""
     if reason is None:
         return verdict
     return replace(
-        verdict, outcome="inconclusive", more_repetitions=None, label=f"{verdict.label} ({reason})"
+        verdict,
+        outcome="undecided",
+        more_repetitions=None,
+        mde=None,
+        label=f"{verdict.label} ({reason})",
     )

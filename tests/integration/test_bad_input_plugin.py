@@ -53,7 +53,9 @@ def _no_plugin_traceback(out: str) -> None:
 def test_bad_options_are_usage_errors(inner):
     inner.makepyfile("def test_x():\n    pass\n")
     for args, line in (
-        (["--moeperf-max-repetitions", "-5"], "--moeperf-max-repetitions -5 must be >= 1"),
+        (["--moeperf-max-repetitions", "-5"], "--moeperf-max-rounds -5 must be >= 2"),
+        (["--moeperf-max-rounds", "1"], "--moeperf-max-rounds 1 must be >= 2"),
+        (["--moeperf-budget", "0"], "--moeperf-budget 0.0: give the seconds a verdict may"),
         (["--moeperf-probe-tolerance", "2"], "--moeperf-probe-tolerance 2.0 must be a share"),
         (["--moeperf-reprobe-seconds", "-1"], "--moeperf-reprobe-seconds -1.0 must be >= 0"),
         (["--moeperf-report", str(inner.path)], "is a directory; refusing to replace it"),
@@ -113,8 +115,8 @@ def _measurement(config: str, values: list[float]) -> dict:
 
 
 def test_replay_never_waits_for_samples_that_cannot_come(inner):
-    """An inconclusive claim on a replayed file with fewer samples than the repetition limit
-    ends inconclusive at once (it used to loop forever)."""
+    """An undecided claim on a replayed file with fewer samples than the repetition limit
+    ends undecided at once (it used to loop forever)."""
     inner.makepyfile(CLAIM)
     results = inner.path / "results-x.json"
     results.write_text(
@@ -133,7 +135,7 @@ def test_replay_never_waits_for_samples_that_cannot_come(inner):
         "--moeperf-max-repetitions", "20", "--timeout", "120",
     )  # fmt: skip
     result.assert_outcomes(skipped=1)
-    result.stdout.fnmatch_lines(["*inconclusive: cpu0.pp64 / default.pp64*"])
+    result.stdout.fnmatch_lines(["*undecided: cpu0.pp64 / default.pp64*"])
 
 
 FAILING = """

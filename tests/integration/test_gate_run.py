@@ -3,7 +3,14 @@ configuration and workload, and the table, markdown and JSON reports."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+from _procs import cgroup_for_throttling
 
 from pytest_moeperf.cli import main
 
@@ -28,7 +35,7 @@ def test_gate_same_binary_twice_writes_table_markdown_and_json(
             "tg16",
             "-r",
             "3",
-            "--max-repetitions",
+            "--max-rounds",
             "3",
             "--json",
             "gate.json",
@@ -38,12 +45,16 @@ def test_gate_same_binary_twice_writes_table_markdown_and_json(
     )
     out = capsys.readouterr().out
     data = json.loads((tmp_path / "gate.json").read_text())
-    assert rc == (0 if data["passed"] else 1)
+    assert rc == data["exit_code"] and rc in (0, 1, 3)
     assert "configuration  metric  baseline llama-server tok/s" in out
     [row] = data["rows"]
     assert row["configuration"] == "default" and row["workload"] == "tg16"
-    assert row["verdict"] in ("faster", "slower", "unchanged", "inconclusive")
-    assert len(row["baseline"]["samples"]) == len(row["candidate"]["samples"]) == 3
+    assert row["verdict"] in (
+        "faster", "slower", "small-faster", "small-slower", "unchanged", "undecided"
+    )
+    assert row["rounds"] == 3  # the round cap: the first look is the last
+    # one sample each to start both servers, then 3 paired rounds
+    assert len(row["baseline"]["samples"]) == len(row["candidate"]["samples"]) == 4
     assert row["low"] <= row["ratio"] <= row["high"]
     assert "| default | tg16 |" in (tmp_path / "gate.md").read_text()
 
@@ -84,9 +95,48 @@ def test_a_configuration_a_build_cannot_run_is_a_skipped_row(
     )  # fmt: skip
     out = capsys.readouterr().out
     data = json.loads((tmp_path / "gate.json").read_text())
-    assert rc == (0 if data["passed"] else 1)
+    assert rc == data["exit_code"]
     assert data["skipped"] == [
         {"configuration": "moe-cache", "reason": "build llama-server has no --moe-cache-mib"}
     ]
     assert [r["configuration"] for r in data["rows"]] == ["default"]
     assert "skipped (build llama-server has no --moe-cache-mib)" in out
+
+
+def _throttled(group: Path, server: str, tmp_path: Path) -> str:
+    """A llama-server wrapper that joins *group* before running *server*."""
+    wrapper = tmp_path / "llama-server-throttled"
+    wrapper.write_text(f'#!/bin/sh\necho $$ > {group / "cgroup.procs"}\nexec {server} "$@"\n')
+    wrapper.chmod(0o755)
+    return str(wrapper)
+
+
+def test_a_throttled_candidate_is_slower_and_exits_1(
+    llama_build, tiny_model, tmp_path, capsys, monkeypatch
+):
+    """A real slowdown: the candidate's llama-server runs in a cgroup capped to a fifth of a
+    CPU. The rounds decide it, the row says slower with its interval, and the gate exits 1."""
+    group = cgroup_for_throttling(f"moeperf-gate-test-{os.getpid()}")
+    if group is None:
+        pytest.skip("cgroups cannot be written here: no way to slow a real server")
+    monkeypatch.chdir(tmp_path)
+    server = str(llama_build.server)
+    try:
+        rc = main(
+            [
+                "gate", "--profile", "embedded-tiny", "--baseline", server,
+                "--candidate", _throttled(group, server, tmp_path), "-c", "default",
+                "-w", "pp64", "--budget", "60", "--json", "gate.json",
+            ]
+        )  # fmt: skip
+    finally:
+        for pid in (group / "cgroup.procs").read_text().split():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)
+        with contextlib.suppress(OSError):
+            group.rmdir()
+    data = json.loads((tmp_path / "gate.json").read_text())
+    [row] = data["rows"]
+    assert row["verdict"] == "slower" and row["high"] < 0.95, row
+    assert rc == 1 and data["exit_code"] == 1
+    assert "FAIL: 1 metric(s) slower" in capsys.readouterr().out

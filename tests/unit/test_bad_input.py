@@ -30,9 +30,12 @@ GATE = ["gate", "--baseline", "11434", "--candidate", "11434"]
 @pytest.mark.parametrize(
     "extra, line",
     [
-        (["-r", "0"], "-r/--repetitions 0: give at least 1 round"),
-        (["-r", "-1"], "-r/--repetitions -1: give at least 1 round"),
-        (["-r", "5", "--max-repetitions", "3"], "--max-repetitions 3 is below --repetitions 5"),
+        (["-r", "1"], "-r/--repetitions 1: give at least 2 rounds before the first look"),
+        (["-r", "-1"], "-r/--repetitions -1: give at least 2 rounds"),
+        (["-r", "5", "--max-rounds", "3"], "--max-rounds 3 is below --repetitions 5"),
+        (["-r", "5", "--max-repetitions", "3"], "--max-rounds 3 is below --repetitions 5"),
+        (["--budget", "0"], "--budget 0.0: give the seconds a row may measure"),
+        (["--budget", "nan"], "--budget nan: give the seconds a row may measure"),
         (["--margin", "1.5"], "--margin 1.5: give the smallest change that counts as a share"),
         (["--margin", "0"], "--margin 0.0: give the smallest change"),
         (["--candidate-cpus", "abc"], "--candidate-cpus: CPU list 'abc': 'abc' is not a CPU"),

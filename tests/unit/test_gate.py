@@ -5,7 +5,8 @@ from __future__ import annotations
 from pytest_moeperf.gate import GateResult, GateRow
 from pytest_moeperf.measure.measurement import Measurement, Sample
 from pytest_moeperf.measure.workload import Workload
-from pytest_moeperf.verdicts.judge import judge_change
+from pytest_moeperf.verdicts.judge import judge_change, judge_rounds
+from pytest_moeperf.verdicts.sequential import Plan, Rule
 
 W = Workload.parse("pp512")
 
@@ -29,10 +30,43 @@ def test_slower_candidate_fails_the_gate():
     assert "slower *" in r.text()
 
 
-def test_noise_is_inconclusive_not_slower():
-    r = _result([600, 420, 700, 510, 650], [560, 380, 690, 450, 640])
-    assert r.rows[0].verdict.outcome == "inconclusive" and r.passed
-    assert "spread too wide" in r.text()
+def test_noise_is_undecided_not_slower():
+    """Rounds too noisy to decide within the budget: the row is undecided with its MDE, the
+    gate exits 3 (0 or 1 as --undecided says), never "slower"."""
+    base = [600, 420, 700, 510, 650, 480, 620, 560]
+    cand = [560, 380, 690, 450, 640, 530, 700, 470]
+    v, more = judge_rounds(
+        Rule("change", margin=0.05), base, cand, Plan(first_look=6), spent=True, label="x"
+    )
+    assert v.outcome == "undecided" and more == 0 and v.mde is not None
+    b, c = _m("baseline", base), _m("candidate", cand)
+    r = GateResult("b1", "b2", 0.05, [GateRow("mmap", W, b, c, v)], 0.0, (0.0, 0.0, 0.0), [])
+    assert r.passed and r.undecided and r.exit_code() == 3
+    assert r.exit_code("pass") == 0 and r.exit_code("fail") == 1
+    assert f"undecided (MDE ±{100 * v.mde:.1f} %)" in r.text()
+    assert "UNDECIDED: 1 metric(s) undecided (budget spent)" in r.text()
+    assert r.to_json()["exit_code"] == 3 and r.to_json()["rows"][0]["mde"] == v.mde
+
+
+def test_a_small_real_change_passes_and_says_its_size():
+    r = _result([600, 605, 598, 602, 601], [582, 585, 580, 584, 583])
+    v = r.rows[0].verdict
+    assert v.outcome == "small-slower" and r.passed and r.exit_code() == 0
+    assert "-3.0 %" in v.explain() or "-2.9 %" in v.explain()
+
+
+def test_creep_against_the_oldest_accepted_baseline_shows():
+    from dataclasses import replace
+
+    from pytest_moeperf.verdicts.judge import judge_change as jc
+
+    r = _result([600, 605, 598, 602, 601], [601, 603, 599, 600, 604])
+    older = jc([601, 603, 599, 600, 604], [700.0, 702.0, 698.0], label="b11000 accepted 2026-01-01")
+    r.rows[0] = replace(r.rows[0], oldest=older)
+    assert r.crept == r.rows and r.passed  # passes today's gate, but the chain is a regression
+    assert "-14.1 % [-16.4, -11.8] slower" in r.text()
+    assert "slower than the oldest accepted baseline (b11000 accepted 2026-01-01" in r.text()
+    assert r.to_json()["rows"][0]["vs_oldest"]["verdict"] == "slower"
 
 
 def test_equal_builds_are_unchanged():
@@ -43,13 +77,13 @@ def test_equal_builds_are_unchanged():
 
 def test_a_busy_host_never_makes_a_verdict():
     """A clear 2x slowdown measured while the host was busy with other work (a compile) is
-    inconclusive, not slower: the gate must not fail on noise."""
+    undecided, not slower: the gate must not fail on noise."""
     from pytest_moeperf.verdicts.judge import too_noisy, undecided
 
     b, c = _m("baseline", [600, 605, 598, 602, 601]), _m("candidate", [300, 305, 298, 302, 301])
     c.extra["host_busy"] = 0.6
     v = undecided(judge_change(c.values, b.values), too_noisy([b, c]))
-    assert v.outcome == "inconclusive" and "host 60 % busy" in v.label
+    assert v.outcome == "undecided" and "host 60 % busy" in v.label
 
 
 def test_a_wide_spread_never_makes_a_verdict():

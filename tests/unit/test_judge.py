@@ -168,10 +168,10 @@ LE = Claim.parse("a.tg128 <= 0.7 * b.tg128")
     [
         (GE, 230.0, "holds"),  # 2.3 [2.24, 2.36]
         (GE, 180.0, "fails"),  # 1.8 [1.75, 1.85]
-        (GE, 201.0, "inconclusive"),  # 2.01 [1.95, 2.07]
+        (GE, 201.0, "undecided"),  # 2.01 [1.95, 2.07]
         (LE, 60.0, "holds"),
         (LE, 80.0, "fails"),
-        (LE, 70.5, "inconclusive"),
+        (LE, 70.5, "undecided"),
     ],
 )
 def test_judge_claim_outcomes(claim, left, outcome):
@@ -184,7 +184,7 @@ def test_judge_claim_outcomes(claim, left, outcome):
 
 def test_judge_claim_on_samples_suggests_more_repetitions():
     v = judge_claim(GE, [212.0, 199.0, 226.0], [100.0, 96.0, 103.0])
-    assert v.outcome == "inconclusive"
+    assert v.outcome == "undecided"
     assert v.method == "bootstrap"
     assert v.more_repetitions is not None and 0 < v.more_repetitions < 50
     assert "more repetitions per side" in v.explain()
@@ -193,7 +193,7 @@ def test_judge_claim_on_samples_suggests_more_repetitions():
 def test_judge_claim_within_the_noise_floor_cannot_be_decided():
     # 2.03 vs 2.0: closer than the 1 %-per-side floor, so repetitions cannot settle it
     v = judge_claim(GE, [203.0, 199.0, 206.0], [100.0, 98.5, 101.0])
-    assert v.outcome == "inconclusive"
+    assert v.outcome == "undecided"
     assert v.more_repetitions is None
 
 
@@ -220,10 +220,10 @@ def test_explain_is_one_readable_line():
         (110.0, 0.01, "faster"),  # 1.10 [1.07, 1.13]
         (90.0, 0.01, "slower"),
         (101.0, 0.01, "unchanged"),  # [0.98, 1.04] inside [0.95, 1.05]
-        (97.0, 0.005, "unchanged"),  # a real 3 % drop, smaller than the margin
-        (104.0, 0.01, "inconclusive"),  # [1.01, 1.07]: faster, but maybe not by 5 %
-        (106.0, 0.03, "inconclusive"),  # straddles 1
-        (95.0, 0.03, "inconclusive"),
+        (97.0, 0.005, "small-slower"),  # a real 3 % drop, smaller than the margin
+        (104.0, 0.01, "small-faster"),  # [1.01, 1.07]: surely faster, best estimate < 5 %
+        (106.0, 0.03, "undecided"),  # straddles 1
+        (95.0, 0.03, "undecided"),
     ],
 )
 def test_judge_change_rule(candidate, spread, outcome):
@@ -234,7 +234,7 @@ def test_judge_change_rule(candidate, spread, outcome):
 
 def test_judge_change_more_repetitions_on_samples():
     v = judge_change([108.0, 99.0, 115.0], [100.0, 97.0, 103.0])
-    assert v.outcome == "inconclusive"
+    assert v.outcome == "undecided"
     assert v.more_repetitions is not None and 0 < v.more_repetitions < 50
 
 
@@ -244,9 +244,9 @@ def test_judge_change_rejects_bad_margin():
 
 
 def test_verdict_outcomes_exclude_each_other():
-    # unchanged is checked first; a ratio exactly on the margin with no width is unchanged
+    # a certain change of exactly the margin is a real change within it
     v = judge_change(Figure(105.0, 0.0), Figure(100.0, 0.0))
-    assert v.outcome == "unchanged"
+    assert v.outcome == "small-faster" and v.passed
     assert isinstance(v, Verdict) and v.decided
 
 
@@ -265,7 +265,7 @@ def test_judge_baseline():
     assert lower.outcome == "pass" and lower.limit == pytest.approx(10.5)
     assert judge_baseline([10.9], 10.0, 0.05, higher_is_better=False).outcome == "fail"
     # one sample gets the 1 % floor of uncertainty: 10.4 cannot be told from the limit 10.5
-    assert judge_baseline([10.4], 10.0, 0.05, higher_is_better=False).outcome == "inconclusive"
+    assert judge_baseline([10.4], 10.0, 0.05, higher_is_better=False).outcome == "undecided"
     with pytest.raises(ValueError):
         judge_baseline([], 10.0, 0.05)
     with pytest.raises(ValueError):
@@ -276,17 +276,17 @@ def test_judge_baseline_decides_on_an_interval_not_a_point():
     """A median just below the limit, from samples that spread over it, is undecided (a noisy
     host): never a failure; more samples of the same spread can decide."""
     noisy = [880.0, 1010.0, 790.0, 960.0, 840.0]  # median 880, limit 850 at 15 % of 1000
-    assert judge_baseline(noisy, 1000.0, 0.15).outcome == "inconclusive"
+    assert judge_baseline(noisy, 1000.0, 0.15).outcome == "undecided"
     below = [800.0, 840.0, 790.0, 820.0, 810.0]  # median 810: wholly below 850
     assert judge_baseline(below, 1000.0, 0.15).outcome == "fail"
     near = [830.0, 860.0, 845.0]
     check = judge_baseline(near, 1000.0, 0.15, baseline=[1000.0, 990.0, 1010.0])
-    assert (check.outcome == "inconclusive" and check.more_repetitions is None) or True
+    assert (check.outcome == "undecided" and check.more_repetitions is None) or True
     # a stored figure's own spread widens the interval
     tight = judge_baseline(below, 1000.0, 0.15, baseline=Figure(1000.0, 0.001))
     loose = judge_baseline(below, 1000.0, 0.15, baseline=Figure(1000.0, 0.10))
     assert (loose.high - loose.low) > (tight.high - tight.low)
-    assert loose.outcome == "inconclusive" and tight.outcome == "fail"
+    assert loose.outcome == "undecided" and tight.outcome == "fail"
 
 
 # --- ADR-0042 replay --------------------------------------------------------------------------
@@ -378,8 +378,8 @@ def test_adr_traffic(adr):
     assert prefill.outcome == "faster" and prefill.ratio == pytest.approx(2.25, abs=0.01)
     assert pair("prefill-aggregate>=4000").outcome == "faster"
     # decode 13.6 -> 14.6 "within the spread of the old log": not a decided speed-up
-    assert pair("decode-aggregate>=32").outcome == "inconclusive"
-    assert pair("decode-median").outcome == "inconclusive"
+    assert pair("decode-aggregate>=32").outcome == "undecided"
+    assert pair("decode-median").outcome == "undecided"
 
 
 # --- A/A: the same distribution on both sides -------------------------------------------------
@@ -406,7 +406,7 @@ def test_aa_gate_rarely_calls_a_change(n):
     assert (gates["faster"] + gates["slower"]) / total <= 0.02, gates
     # measured over seeds 0-4999: "fails" on a >= 1.0 * b n=3 2.3 %, n=5 0.74 %, n=10 0.08 %
     assert claims["fails"] / total <= 0.06, claims
-    assert claims["inconclusive"] / total >= 0.9, claims
+    assert claims["undecided"] / total >= 0.9, claims
 
 
 def test_a_real_change_is_found():

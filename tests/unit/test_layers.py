@@ -22,6 +22,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("pytest_moeperf.report",),
     ("pytest_moeperf.config",),
     ("pytest_moeperf.session", "pytest_moeperf.markers"),
+    ("pytest_moeperf.rounds",),
     ("pytest_moeperf.fixture", "pytest_moeperf.gate"),
     ("pytest_moeperf.plugin", "pytest_moeperf.cli"),
 )

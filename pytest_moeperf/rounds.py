@@ -1,0 +1,106 @@
+"""Paired rounds on a session's servers: two sides measured in turn (A B, B A, A B, ...) until
+a sequential verdict is final or its time budget is spent.
+
+The fixture (claims, dead ends, ``compare``), the gate and bisect all judge through
+:func:`measure_rounds`; the arithmetic is :func:`pytest_moeperf.verdicts.judge.judge_rounds`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .config import Configuration, Profile
+from .errors import MoeperfError
+from .measure.measurement import Measurement
+from .measure.workload import Workload
+from .session import PerfSession
+from .verdicts.judge import Verdict, judge_rounds
+from .verdicts.sequential import Plan, Rule, first_in_round
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side of a paired verdict: a workload on a configuration (on a named build)."""
+
+    configuration: Configuration
+    workload: Workload
+    build: str | None = None
+
+
+@dataclass(frozen=True)
+class Paired:
+    """A paired verdict and both sides' measurements (all their samples, earlier ones too)."""
+
+    verdict: Verdict
+    a: Measurement
+    b: Measurement
+    first: tuple[int, int]
+    """Index of each side's first sample in this verdict's rounds."""
+    seconds: float
+
+
+def plan_for(session: PerfSession, profile: Profile, first_look: int | None = None) -> Plan:
+    """The look schedule of a verdict: the first look after ``max(6, repetitions)`` rounds
+    (or *first_look*), the round cap of the session's options."""
+    reps = session.options.repetitions or profile.repetitions
+    first = first_look or max(6, reps)
+    return Plan(first_look=first, max_rounds=max(first, session.options.max_rounds))
+
+
+def measure_rounds(
+    session: PerfSession,
+    profile: Profile,
+    rule: Rule,
+    a: Side,
+    b: Side,
+    *,
+    label: str,
+    plan: Plan | None = None,
+    budget: float | None = None,
+    on_look: Callable[[Verdict, float], None] | None = None,
+) -> Paired:
+    """Measure *a* and *b* in rounds and judge ``b / a`` by *rule* at each look of *plan*,
+    until the verdict is final or *budget* seconds (the session's, else the profile's) are
+    spent. A replayed session cannot measure more: its stored samples are paired in order and
+    judged once, as the budget spent."""
+    plan = plan or plan_for(session, profile)
+    seconds = budget or session.options.budget or profile.budget
+    began = time.monotonic()
+
+    def take(side: Side, n: int | None) -> Measurement:
+        return session.measure(profile, side.configuration, side.workload, n, side.build)
+
+    if not session.can_measure_more:
+        ma, mb = take(a, None), take(b, None)
+        n = min(len(ma.samples), len(mb.samples))
+        if n < 2:
+            raise MoeperfError(
+                f"{label}: the replayed file holds {n} sample(s) of a side; a paired verdict "
+                "needs 2 rounds at least"
+            )
+        verdict, _ = judge_rounds(rule, ma.values[:n], mb.values[:n], plan, spent=True, label=label)
+        return Paired(verdict, ma, mb, (0, 0), 0.0)
+    ma, mb = take(a, 1), take(b, 1)  # starts both servers; earlier samples are kept, not paired
+    if ma.key == mb.key:
+        raise MoeperfError(f"{label}: both sides are the same measurement; name two")
+    first = (len(ma.samples), len(mb.samples))
+    rounds, target = 0, plan.first_look
+    while True:
+        while rounds < target:
+            order = (("a", a), ("b", b)) if first_in_round(rounds) == "a" else (("b", b), ("a", a))
+            for name, side in order:
+                got = take(side, first[0 if name == "a" else 1] + rounds + 1)
+                ma, mb = (got, mb) if name == "a" else (ma, got)
+            rounds += 1
+            if rounds >= 2 and time.monotonic() - began > seconds:
+                break
+        spent = time.monotonic() - began > seconds
+        va, vb = ma.values[first[0] :], mb.values[first[1] :]
+        verdict, more = judge_rounds(rule, va, vb, plan, spent=spent, label=label)
+        if on_look:
+            on_look(verdict, time.monotonic() - began)
+        if more == 0:
+            return Paired(verdict, ma, mb, first, time.monotonic() - began)
+        target = rounds + more

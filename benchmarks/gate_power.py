@@ -1,0 +1,205 @@
+"""How often the build gate gets it right, on this host, against real llama-servers.
+
+Runs ``moeperf gate`` again and again: the baseline is a llama.cpp build, the candidate is the
+same build's llama-server started through a wrapper that puts it in a cgroup whose CPU time is
+capped to ``(1 - slowdown)`` of the CPUs it runs on (CFS bandwidth control, 10 ms periods), so
+the real process really runs that much slower. Slowdown 0 is the A/A case (the wrapper, no
+cap). The scenarios take turns, so that a slow phase of the host falls on all of them.
+
+    python benchmarks/gate_power.py --runs 20 --slowdowns 0,0.05,0.10 -c mmap
+
+prints, per scenario and metric, how many gates said what, the median measured ratio and the
+median wall time of one gate; every gate's JSON is kept under ``--out``. ``--summarize`` prints
+the table of an earlier run's files without measuring. Needs root (to write cgroups).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+PERIOD_US = 10_000
+
+
+def _cgroup(name: str, share: float | None) -> Path:
+    """A new cgroup whose members may use *share* of a CPU (``None``: no cap)."""
+    v1 = Path("/sys/fs/cgroup/cpu")
+    if (v1 / "cpu.cfs_quota_us").is_file():
+        group = v1 / name
+        group.mkdir(exist_ok=True)
+        (group / "cpu.cfs_period_us").write_text(str(PERIOD_US))
+        quota = -1 if share is None else int(share * PERIOD_US)
+        (group / "cpu.cfs_quota_us").write_text(str(quota))
+        return group
+    v2 = Path("/sys/fs/cgroup")
+    if "cpu" not in (v2 / "cgroup.controllers").read_text().split():
+        raise SystemExit("gate_power: no cgroup cpu controller here; cannot slow a server")
+    group = v2 / name
+    group.mkdir(exist_ok=True)
+    quota = "max" if share is None else str(int(share * PERIOD_US))
+    (group / "cpu.max").write_text(f"{quota} {PERIOD_US}")
+    return group
+
+
+def _remove(group: Path) -> None:
+    with contextlib.suppress(OSError):
+        for pid in (group / "cgroup.procs").read_text().split():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)
+    for _ in range(50):
+        try:
+            group.rmdir()
+            return
+        except OSError:
+            time.sleep(0.1)
+
+
+@contextlib.contextmanager
+def slowed_servers(
+    server: Path, slowdowns: list[float], cpus: int, out: Path
+) -> Iterator[dict[float, Path]]:
+    """A wrapper llama-server per slowdown (joins its cgroup, then runs *server*)."""
+    groups: list[Path] = []
+    wrappers: dict[float, Path] = {}
+    try:
+        for f in slowdowns:
+            pct = round(100 * f)
+            share = (1 - f) * cpus if f else None
+            group = _cgroup(f"moeperf-gate-power-{os.getpid()}-{pct}", share)
+            groups.append(group)
+            wrapper = out / f"llama-server-slowed-{pct}pct"
+            wrapper.write_text(
+                f"#!/bin/sh\necho $$ > {group / 'cgroup.procs'}\nexec {server} \"$@\"\n"
+            )
+            wrapper.chmod(0o755)
+            wrappers[f] = wrapper
+        yield wrappers
+    finally:
+        for group in groups:
+            _remove(group)
+
+
+def _server_of(build: int) -> Path:
+    from pytest_moeperf.llama.builds import build_llama
+
+    return build_llama(build, progress=lambda line: print(line, flush=True)).server
+
+
+def run_gate(args: argparse.Namespace, candidate: Path, json_path: Path) -> dict[str, Any]:
+    cmd = [
+        sys.executable, "-m", "pytest_moeperf.cli", "gate",
+        "--baseline", str(args.build), "--candidate", str(candidate),
+        "--json", str(json_path),
+    ]
+    for c in args.configuration:
+        cmd += ["-c", c]
+    for w in args.workload:
+        cmd += ["-w", w]
+    if args.budget:
+        cmd += ["--budget", str(args.budget)]
+    began = time.monotonic()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+    wall = time.monotonic() - began
+    result: dict[str, Any] = {"rc": proc.returncode, "wall": wall, "rows": []}
+    if json_path.is_file():
+        result["rows"] = json.loads(json_path.read_text())["rows"]
+    else:
+        result["error"] = (proc.stderr or proc.stdout)[-2000:]
+    return result
+
+
+def summarize(out: Path) -> str:
+    """The table of every gate recorded under *out*."""
+    by: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    walls: dict[str, list[float]] = defaultdict(list)
+    codes: dict[str, Counter[int]] = defaultdict(Counter)
+    for f in sorted(out.glob("gate-*.json")):
+        rec = json.loads(f.read_text())
+        walls[rec["scenario"]].append(rec["wall"])
+        codes[rec["scenario"]][rec["rc"]] += 1
+        for row in rec["rows"]:
+            by[(rec["scenario"], f"{row['configuration']}.{row['workload']}")].append(row)
+    lines = [
+        f"{'scenario':<10} {'metric':<12} {'gates':>5}  {'median ratio':>12}  "
+        f"{'median rounds':>13}  verdicts"
+    ]
+    for (scenario, metric), rows in sorted(by.items()):
+        counts = Counter(r["verdict"] for r in rows)
+        ratio = statistics.median(r["ratio"] for r in rows)
+        rounds = statistics.median(r.get("rounds") or 0 for r in rows)
+        verdicts = ", ".join(f"{k} {v}" for k, v in counts.most_common())
+        lines.append(
+            f"{scenario:<10} {metric:<12} {len(rows):>5}  {ratio:>12.3f}  {rounds:>13.0f}  "
+            + verdicts
+        )
+    lines.append("")
+    for scenario in sorted(walls):
+        w = walls[scenario]
+        exit_codes = ", ".join(f"{k}: {v}" for k, v in sorted(codes[scenario].items()))
+        lines.append(
+            f"{scenario:<10} median wall of one gate {statistics.median(w):.0f} s "
+            f"(min {min(w):.0f}, max {max(w):.0f}); exit codes {exit_codes}"
+        )
+    return "\n".join(lines)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--runs", type=int, default=20, help="gates per scenario (default 20)")
+    p.add_argument(
+        "--slowdowns",
+        default="0,0.05,0.10",
+        help="candidate slowdowns, comma separated shares (default 0,0.05,0.10)",
+    )
+    p.add_argument("--build", type=int, default=11434, help="llama.cpp build (default 11434)")
+    p.add_argument("-c", "--configuration", action="append", default=[], help="default mmap")
+    p.add_argument("-w", "--workload", action="append", default=[], help="default: profile's")
+    p.add_argument("--budget", type=float, help="--budget of each gate (default: profile's)")
+    p.add_argument("--cpus", type=int, help="CPUs the server runs on (default: all of ours)")
+    p.add_argument("--timeout", type=float, default=1800, help="seconds per gate (default 1800)")
+    p.add_argument("--out", default=".moeperf/gate-power", help="where the gates' JSON go")
+    p.add_argument("--summarize", action="store_true", help="only print the table of --out")
+    args = p.parse_args()
+    out = Path(args.out)
+    if args.summarize:
+        print(summarize(out))
+        return 0
+    args.configuration = args.configuration or ["mmap"]
+    slowdowns = [float(s) for s in args.slowdowns.split(",") if s.strip()]
+    if any(not 0 <= f < 1 for f in slowdowns):
+        raise SystemExit(f"--slowdowns {args.slowdowns}: give shares in [0, 1), e.g. 0,0.05,0.1")
+    out.mkdir(parents=True, exist_ok=True)
+    cpus = args.cpus or len(os.sched_getaffinity(0))
+    server = _server_of(args.build)
+    with slowed_servers(server, slowdowns, cpus, out) as wrappers:
+        for i in range(args.runs):
+            order = slowdowns[i % len(slowdowns) :] + slowdowns[: i % len(slowdowns)]
+            for f in order:
+                scenario = "A/A" if f == 0 else f"-{round(100 * f)} %"
+                tag = f"{round(100 * f):02d}pct-{i:02d}"
+                rec = run_gate(args, wrappers[f], out / f"raw-{tag}.json")
+                rec.update(scenario=scenario, slowdown=f, run=i)
+                (out / f"gate-{tag}.json").write_text(json.dumps(rec, indent=1))
+                said = "; ".join(
+                    f"{r['workload']} {r['ratio']:.3f} {r['verdict']} ({r.get('rounds')} rounds)"
+                    for r in rec["rows"]
+                ) or rec.get("error", "")[-300:]
+                head = f"{scenario} run {i}: exit {rec['rc']}, {rec['wall']:.0f} s"
+                print(f"{head}: {said}", flush=True)
+    print(summarize(out))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -111,7 +111,13 @@ def run_gate(args: argparse.Namespace, candidate: Path, json_path: Path) -> dict
     began = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
     wall = time.monotonic() - began
-    result: dict[str, Any] = {"rc": proc.returncode, "wall": wall, "rows": []}
+    result: dict[str, Any] = {
+        "rc": proc.returncode,
+        "wall": wall,
+        "rows": [],
+        "output": proc.stdout[-4000:],
+        "stderr": proc.stderr[-4000:],
+    }
     if json_path.is_file():
         result["rows"] = json.loads(json_path.read_text())["rows"]
     else:

@@ -214,6 +214,7 @@ class GateResult:
                     "configuration": r.configuration,
                     "workload": r.workload.name,
                     "verdict": r.verdict.outcome,
+                    "explain": r.verdict.explain(),
                     "ratio": r.verdict.ratio,
                     "low": r.verdict.low,
                     "high": r.verdict.high,

@@ -1,10 +1,13 @@
 """How often the build gate gets it right, on this host, against real llama-servers.
 
-Runs ``moeperf gate`` again and again: the baseline is a llama.cpp build, the candidate is the
-same build's llama-server started through a wrapper that puts it in a cgroup whose CPU time is
-capped to ``(1 - slowdown)`` of the CPUs it runs on (CFS bandwidth control, 10 ms periods), so
-the real process really runs that much slower. Slowdown 0 is the A/A case (the wrapper, no
-cap). The scenarios take turns, so that a slow phase of the host falls on all of them.
+Runs ``moeperf gate`` again and again between two wrappers of the same build's llama-server:
+each puts its server in a cgroup of its own, the baseline's uncapped, the candidate's with its
+CPU time capped to ``(1 - slowdown)`` of the CPUs it runs on (CFS bandwidth control, 10 ms
+periods), so the real process really runs that much slower. Both sides sit in sibling
+cgroups, because a process in a cgroup of its own is scheduled as one entity against every
+task of the parent group: an uncapped cgroup beside a server in the root group is not an
+A/A (measured: -2.4 % and twice the spread). Slowdown 0 is the A/A case. The scenarios take
+turns, so that a slow phase of the host falls on all of them.
 
     python benchmarks/gate_power.py --runs 20 --slowdowns 0,0.05,0.10 -c mmap
 
@@ -68,17 +71,18 @@ def _remove(group: Path) -> None:
 @contextlib.contextmanager
 def slowed_servers(
     server: Path, slowdowns: list[float], cpus: int, out: Path
-) -> Iterator[dict[float, Path]]:
-    """A wrapper llama-server per slowdown (joins its cgroup, then runs *server*)."""
+) -> Iterator[dict[float | None, Path]]:
+    """A wrapper llama-server per slowdown (joins its cgroup, then runs *server*), and the
+    baseline's under the key ``None`` (a cgroup of its own, uncapped)."""
     groups: list[Path] = []
-    wrappers: dict[float, Path] = {}
+    wrappers: dict[float | None, Path] = {}
     try:
-        for f in slowdowns:
-            pct = round(100 * f)
+        for f in [None, *slowdowns]:
+            tag = "baseline" if f is None else f"slowed-{round(100 * f)}pct"
             share = (1 - f) * cpus if f else None
-            group = _cgroup(f"moeperf-gate-power-{os.getpid()}-{pct}", share)
+            group = _cgroup(f"moeperf-gate-power-{os.getpid()}-{tag}", share)
             groups.append(group)
-            wrapper = out / f"llama-server-slowed-{pct}pct"
+            wrapper = out / f"llama-server-{tag}"
             wrapper.write_text(
                 f"#!/bin/sh\necho $$ > {group / 'cgroup.procs'}\nexec {server} \"$@\"\n"
             )
@@ -96,10 +100,12 @@ def _server_of(build: int) -> Path:
     return build_llama(build, progress=lambda line: print(line, flush=True)).server
 
 
-def run_gate(args: argparse.Namespace, candidate: Path, json_path: Path) -> dict[str, Any]:
+def run_gate(
+    args: argparse.Namespace, baseline: Path, candidate: Path, json_path: Path
+) -> dict[str, Any]:
     cmd = [
         sys.executable, "-m", "pytest_moeperf.cli", "gate",
-        "--baseline", str(args.build), "--candidate", str(candidate),
+        "--baseline", str(baseline), "--candidate", str(candidate),
         "--json", str(json_path),
     ]
     for c in args.configuration:
@@ -164,6 +170,12 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--runs", type=int, default=20, help="gates per scenario (default 20)")
     p.add_argument(
+        "--first-run",
+        type=int,
+        default=0,
+        help="number of the first run, to add runs to an earlier --out (default 0)",
+    )
+    p.add_argument(
         "--slowdowns",
         default="0,0.05,0.10",
         help="candidate slowdowns, comma separated shares (default 0,0.05,0.10)",
@@ -188,13 +200,14 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     cpus = args.cpus or len(os.sched_getaffinity(0))
     server = _server_of(args.build)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # clean up the cgroups on kill
     with slowed_servers(server, slowdowns, cpus, out) as wrappers:
-        for i in range(args.runs):
+        for i in range(args.first_run, args.first_run + args.runs):
             order = slowdowns[i % len(slowdowns) :] + slowdowns[: i % len(slowdowns)]
             for f in order:
                 scenario = "A/A" if f == 0 else f"-{round(100 * f)} %"
                 tag = f"{round(100 * f):02d}pct-{i:02d}"
-                rec = run_gate(args, wrappers[f], out / f"raw-{tag}.json")
+                rec = run_gate(args, wrappers[None], wrappers[f], out / f"raw-{tag}.json")
                 rec.update(scenario=scenario, slowdown=f, run=i)
                 (out / f"gate-{tag}.json").write_text(json.dumps(rec, indent=1))
                 said = "; ".join(

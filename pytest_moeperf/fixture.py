@@ -206,9 +206,10 @@ class MoePerf:
     ) -> Verdict:
         """A configuration recorded as a dead end: slower than *slower_than* in *metric*.
 
-        While it stays slower (the interval of the ratio lies below 1 - *margin*), the test
-        is an expected failure showing the ratio; if it is now as fast or faster, the test
-        fails strictly: the dead end may have reopened."""
+        Judged on paired rounds: while it stays slower (the interval of the ratio lies below
+        1), the test is an expected failure showing the ratio; once the interval reaches
+        1 - *margin* (as fast, or faster) the test fails strictly: the dead end may have
+        reopened. In between, after the budget, it is undecided."""
         w = Workload.parse(metric)
         c = Claim(Operand(config, w), "<=", 1.0, Operand(slower_than, w))
         label = f"{config}.{w.name} / {slower_than}.{w.name}"

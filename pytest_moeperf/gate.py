@@ -152,10 +152,10 @@ class GateResult:
             v = r.verdict
             mark = " *" if v.outcome in ("slower", "undecided") else ""
             why = ""
-            if v.outcome == "undecided" and v.mde_text:
+            if v.outcome == "undecided" and v.reason:
+                why = f" ({v.reason})"
+            elif v.outcome == "undecided" and v.mde_text:
                 why = f" (MDE ±{100 * (v.mde or 0):.1f} %)"
-            elif v.outcome == "undecided":
-                why = f" ({v.label.rsplit('(', 1)[-1].rstrip(')')})" if "(" in v.label else ""
             rows.append(
                 [
                     r.configuration,
@@ -324,6 +324,7 @@ def run_gate(
             f"profile {profile.name!r} ({profile.source}) lists no workloads: add "
             'workloads = ["pp512", "tg64"] to it, or pass -w pp512'
         )
+    session.forget(gated.name, (BASELINE, CANDIDATE))  # an earlier gate's sides, other builds
     plan = Plan(first_look=first_look, max_rounds=max_rounds)
     rule = Rule("change", margin=margin)
     limit = session.options.busy_limit
@@ -364,12 +365,7 @@ def run_gate(
                 on_look=functools.partial(on_look, name) if on_look else None,
             )
             ms = [got.a, got.b]
-            moved = session.moved_under(ms)
-            reasons = [
-                too_noisy(ms, busy_limit=limit, cv_limit=math.inf),
-                *([f"host changed: {'; '.join(moved)}"] if moved else []),
-            ]
-            verdict = undecided(got.verdict, "; ".join(r for r in reasons if r) or None)
+            verdict = undecided(got.verdict, too_noisy(ms, busy_limit=limit, cv_limit=math.inf))
             paired = replace(got.b, samples=got.b.samples[got.first[1] :])
             oldest, newest = _accepted(_history(session, profile, paired), paired, margin)
             row = GateRow(name, w, got.a, got.b, verdict, got.seconds, oldest, newest)
@@ -380,11 +376,15 @@ def run_gate(
     after = busy_fraction(0.5)
     if after > limit:
         notes.append(f"the host was {100 * after:.0f} % busy with other work right after the gate")
+    # Both builds run the same configuration in the same rounds, so a host that speeds up or
+    # slows down during the gate moves both sides alike and the per-round ratios stand; the
+    # change is reported (and --accept, which stores absolute numbers, refuses).
     moved = session.host_moved(list(session.probes), force=True)  # the host at the end
     if moved:
-        why = f"host changed during the gate: {'; '.join(moved)}"
-        notes.append(why + "; every verdict is undecided")
-        rows = [replace(r, verdict=undecided(r.verdict, why)) for r in rows]
+        notes.append(
+            f"host changed during the gate: {'; '.join(moved)}; both sides were measured in "
+            "the same rounds, so the ratios stand, but these numbers are no baselines"
+        )
     notes += [f"host probe: {p.describe()}" for p in session.probes.values()]
     return GateResult(
         baseline.name,

@@ -448,6 +448,14 @@ class PerfSession:
         )
         return rec
 
+    def forget(self, profile: str, labels: Iterable[str]) -> None:
+        """Drop the measurements and stop the servers of these build labels of *profile*: a
+        gate's sides (``baseline``, ``candidate``) about to name other builds."""
+        gone = set(labels)
+        for key in [k for k in self.measurements if k[0] == profile and k[2] in gone]:
+            del self.measurements[key]
+        self.stop_servers(keep=lambda k: not (k[0] == profile and k[2] in gone))
+
     def stop_servers(self, keep: Callable[[ServerKey], bool] = lambda k: False) -> None:
         """Stop every running server except those *keep* selects."""
         for key, rec in list(self.servers.items()):
@@ -726,6 +734,9 @@ class PerfSession:
                     "low": v.low,
                     "high": v.high,
                     "threshold": v.threshold,
+                    "rounds": v.rounds,
+                    "mde": v.mde,
+                    "method": v.method,
                 }
                 for nodeid, v in self.verdicts
             ],

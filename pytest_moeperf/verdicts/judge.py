@@ -197,6 +197,9 @@ class Verdict:
     with 80 % power; set for paired verdicts."""
     interim: bool = False
     """A look before the end: an undecided interim verdict gets more rounds."""
+    reason: str | None = None
+    """Why the numbers could not decide (host busy, host changed), when that made the
+    verdict undecided."""
 
     @property
     def passed(self) -> bool:
@@ -584,4 +587,5 @@ def undecided(verdict: Verdict, reason: str | None) -> Verdict:
         more_repetitions=None,
         mde=None,
         label=f"{verdict.label} ({reason})",
+        reason=reason if verdict.reason is None else f"{verdict.reason}; {reason}",
     )

@@ -130,6 +130,18 @@ def test_pyproject_tool_table(tmp_path: Path):
             '[profiles.p]\nmodel = "m"\nbuild = "11434"\n[profiles.p.configurations.c]\n',
             "build must be int",
         ),
+        (
+            '[profiles.p]\nmodel = "m"\nbudget = 0\n[profiles.p.configurations.c]\n',
+            "budget must be a positive number of seconds",
+        ),
+        (
+            '[profiles.p]\nmodel = "m"\nbudget = "3 min"\n[profiles.p.configurations.c]\n',
+            "budget must be int or float",
+        ),
+        (
+            '[profiles.p]\nmodel = "m"\nsample_requests = 0\n[profiles.p.configurations.c]\n',
+            "sample_requests must be >= 1",
+        ),
         ("[profile.p]\n", "unknown key(s) profile"),
     ],
 )
@@ -161,3 +173,14 @@ def test_missing_node_and_cpu_are_host_lacks():
         Pinning(cpus="4095").resolve()
     assert Pinning().resolve() is None
     assert Pinning(cpus="0").resolve() == frozenset({0})
+
+
+def test_budget_and_sample_requests():
+    text = (
+        '[profiles.p]\nmodel = "m"\nbudget = 60\nsample_requests = 2\n'
+        "[profiles.p.configurations.c]\n"
+    )
+    p = parse(text)["p"]
+    assert p.budget == 60.0 and p.sample_requests == 2
+    d = parse('[profiles.p]\nmodel = "m"\n[profiles.p.configurations.c]\n')["p"]
+    assert d.budget == 180.0 and d.sample_requests == 1

@@ -110,3 +110,29 @@ def test_decode_rate_counts_decode_steps():
 def test_tg1_has_no_decode_step():
     with pytest.raises(MeasurementError, match="at least 2 generated tokens"):
         build_requests(Workload.parse("tg1"), seed=0, vocab=4096)
+
+
+def test_a_sample_of_several_requests_sums_their_tokens_and_times():
+    from pytest_moeperf.measure.measurement import Sample
+    from pytest_moeperf.measure.meter import Meter
+
+    seeds: list[int] = []
+
+    class Counted(Meter):
+        def run_once(self, workload: Workload, seed: int) -> Sample:
+            seeds.append(seed)
+            return Sample(64, 10.0 + len(seeds))
+
+    meter = Counted("http://127.0.0.1:9", vocab=4096)
+    try:
+        m = meter.measure(
+            Workload.parse("pp64"), configuration="c", build="b", repetitions=2,
+            warmup=False, requests_per_sample=3,
+        )  # fmt: skip
+    finally:
+        meter.close()
+    assert [s.tokens for s in m.samples] == [192, 192]
+    assert [s.ms for s in m.samples] == [11 + 12 + 13, 14 + 15 + 16]
+    assert len(set(seeds)) == 6  # every request its own prompt
+    with pytest.raises(ValueError, match="requests_per_sample"):
+        meter.measure(Workload.parse("pp64"), configuration="c", build="b", requests_per_sample=0)

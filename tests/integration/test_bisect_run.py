@@ -1,0 +1,82 @@
+"""Bisect on real servers: a sequence of llama-server binaries of which a known subset is
+slowed (the same b11434 server, started with a micro-batch of one token: prefill runs token by
+token), on the tiny model. The bisect must name the first slowed binary, and resume from its
+state file without measuring again."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pytest_moeperf.cli import main
+
+SLOW_FLAGS = "-b 1 -ub 1"
+
+
+def _binaries(server: Path, tmp_path: Path, slowed_from: int, n: int) -> list[str]:
+    out = []
+    for i in range(n):
+        extra = f" {SLOW_FLAGS}" if i >= slowed_from else ""
+        path = tmp_path / f"llama-server-{i}{'-slowed' if i >= slowed_from else ''}"
+        path.write_text(f'#!/bin/sh\nexec {server} "$@"{extra}\n')
+        path.chmod(0o755)
+        out.append(str(path))
+    return out
+
+
+def test_bisect_names_the_first_slowed_binary_and_resumes(
+    llama_build, tiny_model, tmp_path, capsys, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    binaries = _binaries(llama_build.server, tmp_path, slowed_from=3, n=6)
+    args = [
+        "bisect", "--profile", "embedded-tiny", "-c", "default", "--metric", "pp64",
+        "--budget", "20", "--binaries", *binaries, "--json", "bisect.json",
+    ]  # fmt: skip
+    assert main(args) == 0
+    out = capsys.readouterr()
+    data = json.loads((tmp_path / "bisect.json").read_text())
+    assert data["outcome"] == "found", out.out
+    assert data["boundaries"] == [
+        {"last_good": "llama-server-2", "first_bad": "llama-server-3-slowed"}
+    ]
+    assert data["premise"][0]["outcome"] == "slower"
+    assert "first bad build: llama-server-3-slowed (last good: llama-server-2)" in out.out
+    assert "step llama-server-2: good" in out.err
+    steps = len(data["steps"])
+    assert 1 <= steps <= 3  # 4 binaries between: at most 3 steps
+    # run again: every step comes from the state file, nothing is measured
+    assert main(args) == 0
+    again = capsys.readouterr()
+    assert again.err.count("(from ") == steps + 1  # the premise and each step
+    assert "measuring against" not in again.err
+
+
+def test_bisect_stops_when_good_and_bad_do_not_differ(
+    llama_build, tiny_model, tmp_path, capsys, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    binaries = _binaries(llama_build.server, tmp_path, slowed_from=99, n=3)
+    rc = main(
+        [
+            "bisect", "--profile", "embedded-tiny", "-c", "default", "--metric", "tg16",
+            "--budget", "15", "--binaries", *binaries,
+        ]
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    assert rc in (1, 3), out  # no slowdown (or too noisy to tell): never a "found"
+    assert (
+        "is not slower than llama-server-0 on this host" in out
+        or "could not be shown slower than llama-server-0 on this host" in out
+    )
+    assert "first bad build" not in out
+
+
+def test_bisect_arguments_are_checked_first(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["bisect", "--good", "11434", "--bad", "11053"]) == 2
+    assert "--good 11434 must be an older build than --bad 11053" in capsys.readouterr().err
+    assert main(["bisect", "--good", "11053"]) == 2
+    assert "give --good N and --bad M" in capsys.readouterr().err
+    assert main(["bisect", "--binaries", str(tmp_path / "nope"), str(tmp_path / "x")]) == 2
+    assert "is not a file" in capsys.readouterr().err

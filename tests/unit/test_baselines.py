@@ -22,6 +22,7 @@ from pytest_moeperf.store.baselines import (
     BaselineFile,
     BaselineHost,
     accept,
+    accepted_history,
     dump_baselines,
     fingerprint_mismatch,
     host_differences,
@@ -432,6 +433,10 @@ def test_accept_moves_old_values_to_history(tmp_path):
     assert [h.value for h in bf2.history] == [100.0, 150.0]
     assert [h.replaced for h in bf2.history] == ["2026-10-21", "2026-10-22"]
     assert sorted(os.listdir(tmp_path)) == ["p.toml"]
+    # the chain of accepted values, oldest first: what the gate sets a candidate beside
+    chain = accepted_history(bf2, bf2.entries[0].host, "mmap", "pp2048")
+    assert [e.value for e in chain] == [100.0, 150.0, 140.0]
+    assert accepted_history(bf2, "no-such-host", "mmap", "pp2048") == []
 
 
 def test_accept_failure_mid_write_leaves_the_old_file(tmp_path, monkeypatch):

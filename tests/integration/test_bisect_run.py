@@ -1,7 +1,8 @@
 """Bisect on real servers: a sequence of llama-server binaries of which a known subset is
-slowed (the same b11434 server, started with a micro-batch of one token: prefill runs token by
-token), on the tiny model. The bisect must name the first slowed binary, and resume from its
-state file without measuring again."""
+slowed (the same b11434 server, started with micro-batches of two tokens: prefill runs two
+tokens at a time, about 8x slower; one token aborts the server), on the tiny model. The
+bisect must name the first slowed binary, and resume from its state file without measuring
+again."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 from pytest_moeperf.cli import main
 
-SLOW_FLAGS = "-b 1 -ub 1"
+SLOW_FLAGS = "-b 2 -ub 2"
 
 
 def _binaries(server: Path, tmp_path: Path, slowed_from: int, n: int) -> list[str]:

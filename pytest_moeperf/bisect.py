@@ -159,15 +159,15 @@ class BisectResult:
             f"bisect {', '.join(self.configurations)} {self.metric}: {self.builds[-1]} / "
             f"{self.builds[0]} = {premise}; {len(self.builds) - 2} build(s) between"
         )
-        return "\n".join([head, "", text_table(*self.table_rows()), "", self.conclusion()])
+        table = [text_table(*self.table_rows()), ""] if self.steps else []
+        return "\n".join([head, "", *table, self.conclusion()])
 
     def markdown(self) -> str:
         return "\n".join(
             [
                 f"# Bisect: {self.metric} from {self.builds[0]} to {self.builds[-1]}",
                 "",
-                markdown_table(*self.table_rows()),
-                "",
+                *([markdown_table(*self.table_rows()), ""] if self.steps else []),
                 f"**{self.conclusion()}**",
                 "",
             ]

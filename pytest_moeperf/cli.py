@@ -15,6 +15,7 @@ from .errors import MoeperfError
 from .fs import check_output, write_output
 
 if TYPE_CHECKING:
+    from .config import Profile
     from .gate import BuildUnderTest
     from .session import PerfSession
 
@@ -75,6 +76,43 @@ def _side(value: str, cpus: str | None) -> BuildUnderTest:
     return BuildUnderTest(target, cpus)
 
 
+def _check_run_args(args: argparse.Namespace) -> None:
+    """The arguments gate and bisect share, checked before any build or server work."""
+    if args.budget is not None and not (math.isfinite(args.budget) and args.budget > 0):
+        raise MoeperfError(
+            f"--budget {args.budget!r}: give the seconds a row may measure, e.g. 180"
+        )
+    if not (0 < args.margin < 1):
+        raise MoeperfError(
+            f"--margin {args.margin!r}: give the smallest change that counts as a share "
+            "between 0 and 1, e.g. 0.05"
+        )
+    if args.startup_timeout <= 0:
+        raise MoeperfError(f"--startup-timeout {args.startup_timeout!r}: give seconds > 0")
+    if args.config is not None and not Path(args.config).is_file():
+        what = "is a directory" if Path(args.config).is_dir() else "does not exist"
+        raise MoeperfError(f"--config {args.config}: {what}; name a TOML file of profiles")
+    for option, value in (("--markdown", args.markdown), ("--json", args.json)):
+        if value:
+            check_output(Path(value), option)
+
+
+def _configurations(args: argparse.Namespace, profile: Profile) -> list[str]:
+    """The -c names (comma separated, repeatable), each checked against *profile* before any
+    build work; empty when none was given."""
+    names = [c for arg in args.configuration for c in arg.split(",") if c]
+    for name in names:
+        profile.configuration(name)  # unknown names fail here
+    return names
+
+
+def _write_reports(args: argparse.Namespace, markdown: str, json_text: str) -> None:
+    if args.markdown:
+        write_output(Path(args.markdown), markdown, "--markdown")
+    if args.json:
+        write_output(Path(args.json), json_text, "--json")
+
+
 def _check_gate_args(args: argparse.Namespace) -> None:
     """Every gate argument checked before any build or server work: one line each."""
     from .host.machine import parse_cpu_list
@@ -88,28 +126,12 @@ def _check_gate_args(args: argparse.Namespace) -> None:
             f"--max-rounds {args.max_rounds} is below --repetitions "
             f"{args.repetitions}: give at least as many"
         )
-    if args.budget is not None and not (math.isfinite(args.budget) and args.budget > 0):
-        raise MoeperfError(
-            f"--budget {args.budget!r}: give the seconds a row may measure, e.g. 180"
-        )
-    if not (0 < args.margin < 1):
-        raise MoeperfError(
-            f"--margin {args.margin!r}: give the smallest change that counts as a share "
-            "between 0 and 1, e.g. 0.05"
-        )
-    if args.startup_timeout <= 0:
-        raise MoeperfError(f"--startup-timeout {args.startup_timeout!r}: give seconds > 0")
     if args.candidate_cpus is not None:
         try:
             parse_cpu_list(args.candidate_cpus)
         except MoeperfError as exc:
             raise MoeperfError(f"--candidate-cpus: {exc}") from None
-    if args.config is not None and not Path(args.config).is_file():
-        what = "is a directory" if Path(args.config).is_dir() else "does not exist"
-        raise MoeperfError(f"--config {args.config}: {what}; name a TOML file of profiles")
-    for option, value in (("--markdown", args.markdown), ("--json", args.json)):
-        if value:
-            check_output(Path(value), option)
+    _check_run_args(args)
 
 
 def _session(args: argparse.Namespace) -> PerfSession:
@@ -151,17 +173,7 @@ def _check_bisect_args(args: argparse.Namespace) -> None:
         raise MoeperfError(
             f"--good {args.good} must be an older build than --bad {args.bad}"
         )
-    if not (0 < args.margin < 1):
-        raise MoeperfError(f"--margin {args.margin!r}: give a share between 0 and 1, e.g. 0.05")
-    if args.budget is not None and not (math.isfinite(args.budget) and args.budget > 0):
-        raise MoeperfError(f"--budget {args.budget!r}: give the seconds a step may measure")
-    if args.startup_timeout <= 0:
-        raise MoeperfError(f"--startup-timeout {args.startup_timeout!r}: give seconds > 0")
-    if args.config is not None and not Path(args.config).is_file():
-        raise MoeperfError(f"--config {args.config}: not a file; name a TOML file of profiles")
-    for option, value in (("--markdown", args.markdown), ("--json", args.json)):
-        if value:
-            check_output(Path(value), option)
+    _check_run_args(args)
 
 
 def _bisect(args: argparse.Namespace) -> int:
@@ -174,10 +186,7 @@ def _bisect(args: argparse.Namespace) -> int:
     metric = Workload.parse(args.metric) if args.metric else None
     session = _session(args)
     profile = session.profile()
-    configurations = [c for arg in args.configuration for c in arg.split(",") if c]
-    configurations = configurations or [next(iter(profile.configurations))]
-    for name in configurations:
-        profile.configuration(name)  # unknown names fail before any build work
+    configurations = _configurations(args, profile) or [next(iter(profile.configurations))]
     if metric is None:
         if not profile.workloads:
             raise MoeperfError(f"profile {profile.name!r} lists no workloads: give --metric")
@@ -213,10 +222,7 @@ def _bisect(args: argparse.Namespace) -> int:
     finally:
         session.close()
     print(result.text())
-    if args.markdown:
-        write_output(Path(args.markdown), result.markdown(), "--markdown")
-    if args.json:
-        write_output(Path(args.json), json.dumps(result.to_json(), indent=1) + "\n", "--json")
+    _write_reports(args, result.markdown(), json.dumps(result.to_json(), indent=1) + "\n")
     return result.exit_code
 
 
@@ -233,9 +239,7 @@ def _gate(args: argparse.Namespace) -> int:
     profile = session.profile()
     baseline, candidate = _side(args.baseline, None), _side(args.candidate, args.candidate_cpus)
     workloads = [Workload.parse(w) for w in args.workload] or None
-    configurations = [c for arg in args.configuration for c in arg.split(",") if c] or None
-    for name in configurations or ():
-        profile.configuration(name)  # unknown names fail before any build work
+    configurations = _configurations(args, profile) or None
     try:
         result = run_gate(
             session,
@@ -257,10 +261,7 @@ def _gate(args: argparse.Namespace) -> int:
     finally:
         session.close()
     print(result.text())
-    if args.markdown:
-        write_output(Path(args.markdown), result.markdown(), "--markdown")
-    if args.json:
-        write_output(Path(args.json), result.json_text(), "--json")
+    _write_reports(args, result.markdown(), result.json_text())
     if args.accept:
         if not result.passed:
             raise MoeperfError("--accept refused: the candidate is slower; nothing was written")
@@ -296,7 +297,7 @@ def _gate(args: argparse.Namespace) -> int:
             source=f"moeperf gate --accept, {today}, {candidate.name} over {baseline.name}",
         )
         _say(f"accepted {len(ms)} measurement(s) of {candidate.name} as baselines in {path}")
-    return result.exit_code(args.undecided)
+    return result.exit_code()
 
 
 def _baselines(args: argparse.Namespace) -> int:
@@ -316,6 +317,30 @@ def _baselines(args: argparse.Namespace) -> int:
             when = f", recorded {dates[0]}" + (f" to {dates[-1]}" if len(dates) > 1 else "")
             print(f"  {host.describe()}; {counts.get(host.id, 0)} entries{when if dates else ''}")
     return 0
+
+
+def _add_run_arguments(p: argparse.ArgumentParser, *, configurations: str) -> None:
+    """The arguments of a command that measures builds against each other (gate, bisect)."""
+    p.add_argument("--profile", default="embedded", help="profile (default embedded)")
+    p.add_argument("--config", help="TOML file of profiles (default ./moeperf.toml if present)")
+    p.add_argument("-c", "--configuration", action="append", default=[], help=configurations)
+    p.add_argument(
+        "--margin",
+        type=float,
+        default=0.05,
+        help="smallest change that counts, relative (default 0.05)",
+    )
+    p.add_argument(
+        "--budget",
+        type=float,
+        metavar="SECONDS",
+        help="seconds each comparison (configuration and metric) may measure before it is "
+        "undecided (default: the profile's budget, 180 on the embedded profile)",
+    )
+    p.add_argument("--startup-timeout", type=float, default=300.0)
+    p.add_argument("--markdown", help="also write the table as markdown here")
+    p.add_argument("--json", help="also write machine-readable JSON here")
+    p.add_argument("-v", "--verbose", action="store_true", help="progress of servers")
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -360,15 +385,7 @@ def make_parser() -> argparse.ArgumentParser:
     )
     g.add_argument("--baseline", required=True, help="build number (e.g. 11053) or binary path")
     g.add_argument("--candidate", required=True, help="build number (e.g. 11434) or binary path")
-    g.add_argument("--profile", default="embedded", help="profile (default embedded)")
-    g.add_argument("--config", help="TOML file of profiles (default ./moeperf.toml if present)")
-    g.add_argument(
-        "-c",
-        "--configuration",
-        action="append",
-        default=[],
-        help="configuration(s) to gate, comma separated (default: all)",
-    )
+    _add_run_arguments(g, configurations="configuration(s) to gate, comma separated (default: all)")
     g.add_argument(
         "-w",
         "--workload",
@@ -392,13 +409,6 @@ def make_parser() -> argparse.ArgumentParser:
         help="the most rounds a row may take (default 200)",
     )
     g.add_argument(
-        "--budget",
-        type=float,
-        metavar="SECONDS",
-        help="seconds each row (configuration and metric) may measure before it is "
-        "undecided (default: the profile's budget, 180 on the embedded profile)",
-    )
-    g.add_argument(
         "--undecided",
         choices=("exit-3", "pass", "fail"),
         default="exit-3",
@@ -411,24 +421,14 @@ def make_parser() -> argparse.ArgumentParser:
         "accepted baseline",
     )
     g.add_argument(
-        "--margin",
-        type=float,
-        default=0.05,
-        help="smallest change that counts, relative (default 0.05)",
-    )
-    g.add_argument(
         "--candidate-cpus",
         help="pin the candidate's servers here (a deliberate slowdown to check the gate, e.g. 0)",
     )
-    g.add_argument("--startup-timeout", type=float, default=300.0)
-    g.add_argument("--markdown", help="also write the table as markdown here")
-    g.add_argument("--json", help="also write machine-readable JSON here")
     g.add_argument(
         "--accept",
         action="store_true",
         help="if the gate passes, write the candidate's measurements as baselines",
     )
-    g.add_argument("-v", "--verbose", action="store_true", help="progress of servers")
     g.set_defaults(run=_gate)
 
     bs = sub.add_parser(
@@ -444,22 +444,10 @@ def make_parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="bisect these llama-server binaries instead, in order: the first good, the last bad",
     )
-    bs.add_argument("--profile", default="embedded", help="profile (default embedded)")
-    bs.add_argument("--config", help="TOML file of profiles (default ./moeperf.toml if present)")
-    bs.add_argument(
-        "-c",
-        "--configuration",
-        action="append",
-        default=[],
-        help="configuration(s), comma separated (default: the profile's first)",
+    _add_run_arguments(
+        bs, configurations="configuration(s), comma separated (default: the profile's first)"
     )
     bs.add_argument("--metric", help="workload to bisect, e.g. tg64 (default: the profile's first)")
-    bs.add_argument("--margin", type=float, default=0.05, help="smallest change that counts")
-    bs.add_argument("--budget", type=float, metavar="SECONDS", help="seconds per comparison")
-    bs.add_argument("--startup-timeout", type=float, default=300.0)
-    bs.add_argument("--markdown", help="also write the table as markdown here")
-    bs.add_argument("--json", help="also write machine-readable JSON here")
-    bs.add_argument("-v", "--verbose", action="store_true", help="progress of servers")
     bs.set_defaults(run=_bisect)
 
     bl = sub.add_parser(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import time
 import warnings
 from collections.abc import Callable
@@ -25,11 +24,11 @@ from .verdicts.judge import (
     Operand,
     Values,
     Verdict,
+    busy_reason,
     judge_baseline,
     judge_change,
     judge_claim,
     judge_dead_end,
-    too_noisy,
     undecided,
 )
 from .verdicts.sequential import Rule
@@ -87,10 +86,15 @@ class MoePerf:
             )
         except Unavailable as exc:
             pytest.skip(str(exc))
-        self.touched = [t for t in self.touched if t.key != m.key] + [m]
-        self._used.add((m.configuration, m.build))
+        self._touch(m)
         self._startup_warnings()
         return m
+
+    def _touch(self, m: Measurement) -> None:
+        """Keep *m* as this test's latest measurement of its key (for failure tables), and
+        its server as used by this test (for startup warnings)."""
+        self.touched = [t for t in self.touched if t.key != m.key] + [m]
+        self._used.add((m.configuration, m.build))
 
     def _startup_warnings(self) -> None:
         """Warn (or fail, with ``--moeperf-strict-warnings``) about the performance warnings
@@ -131,11 +135,10 @@ class MoePerf:
             Side(self.configuration(op.configuration), op.workload, op.build)
             for op in (c.left, c.right)
         )
-        ms: list[Measurement]
-        if not self.session.can_measure_more and min(
-            len(self._operand(op, None).samples) for op in (c.right, c.left)
-        ) < 2:
+        ms: list[Measurement] = []
+        if not self.session.can_measure_more:  # replayed: what is stored is all there is
             ms = [self._operand(c.left, None), self._operand(c.right, None)]
+        if ms and min(len(m.samples) for m in ms) < 2:
             verdict = unpaired(ms[0].operand, ms[1].operand)
         else:
             try:
@@ -144,10 +147,9 @@ class MoePerf:
                 pytest.skip(str(exc))
             verdict, ms = got.verdict, [got.b, got.a]
             for m in ms:
-                self.touched = [t for t in self.touched if t.key != m.key] + [m]
-                self._used.add((m.configuration, m.build))
+                self._touch(m)
             self._startup_warnings()
-        noisy = too_noisy(ms, busy_limit=self.session.options.busy_limit, cv_limit=math.inf)
+        noisy = busy_reason(ms, self.session.options.busy_limit)
         reasons = [r for r in (noisy, self._host_moved(ms)) if r]
         verdict = undecided(verdict, "; ".join(reasons) or None)
         self.verdicts.append(verdict)

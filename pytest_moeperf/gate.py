@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -28,7 +27,7 @@ from .report.tables import markdown_table, text_table
 from .rounds import Side, measure_rounds
 from .session import PerfSession
 from .store.baselines import BaselineEntry, accepted_history, host_for
-from .verdicts.judge import Verdict, judge_change, too_noisy, undecided
+from .verdicts.judge import Verdict, busy_reason, judge_change, undecided
 from .verdicts.sequential import Plan, Rule
 
 BASELINE, CANDIDATE = "baseline", "candidate"
@@ -116,25 +115,28 @@ class GateResult:
         """No metric is slower beyond the margin."""
         return not self.slower
 
-    def exit_code(self, undecided: str = "exit-3") -> int:
-        """0 pass, 1 a regression, 3 undecided rows (*undecided* ``pass``: 0, ``fail``: 1)."""
+    def exit_code(self, undecided: str | None = None) -> int:
+        """0 pass, 1 a regression, 3 undecided rows; *undecided* (default: the gate's
+        :attr:`undecided_policy`) ``pass`` makes those 0, ``fail`` 1."""
+        policy = undecided or self.undecided_policy
         if self.slower:
             return 1
-        if self.undecided and undecided != "pass":
-            return 1 if undecided == "fail" else 3
+        if self.undecided and policy != "pass":
+            return 1 if policy == "fail" else 3
         return 0
 
-    def summary(self, undecided: str = "exit-3") -> str:
+    def summary(self) -> str:
         """The last line: ``pass``, ``FAIL: ...`` or ``UNDECIDED: ...``."""
-        code = self.exit_code(undecided)
         if self.slower:
             return f"FAIL: {len(self.slower)} metric(s) slower"
-        if self.undecided:
-            what = f"{len(self.undecided)} metric(s) undecided (budget spent)"
-            return {0: f"pass ({what}, --undecided pass)", 1: f"FAIL: {what}"}.get(
-                code, f"UNDECIDED: {what}"
-            )
-        return "pass"
+        if not self.undecided:
+            return "pass"
+        what = f"{len(self.undecided)} metric(s) undecided (budget spent)"
+        if self.undecided_policy == "pass":
+            return f"pass ({what}, --undecided pass)"
+        if self.undecided_policy == "fail":
+            return f"FAIL: {what}"
+        return f"UNDECIDED: {what}"
 
     def table_rows(self) -> tuple[list[str], list[list[str]]]:
         headers = [
@@ -180,7 +182,7 @@ class GateResult:
         )
         lines = [head, "", text_table(*self.table_rows())]
         lines += [f"note: {n}" for n in [*self.notes, *self.creep_notes]]
-        lines.append("verdict: " + self.summary(self.undecided_policy))
+        lines.append("verdict: " + self.summary())
         return "\n".join(lines)
 
     def markdown(self) -> str:
@@ -195,7 +197,7 @@ class GateResult:
         ]
         lines += [f"- note: {n}" for n in [*self.notes, *self.creep_notes]]
         lines.append("")
-        lines.append("**" + self.summary(self.undecided_policy) + "**")
+        lines.append("**" + self.summary() + "**")
         return "\n".join(lines)
 
     def to_json(self) -> dict[str, Any]:
@@ -204,7 +206,7 @@ class GateResult:
             "candidate": self.candidate,
             "margin": self.margin,
             "passed": self.passed,
-            "exit_code": self.exit_code(self.undecided_policy),
+            "exit_code": self.exit_code(),
             "host_busy_before": self.host_busy_before,
             "loadavg_before": list(self.loadavg_before),
             "notes": self.notes,
@@ -287,11 +289,13 @@ def _accepted(
     entries of its configuration and workload, oldest first), unpaired."""
     if not history or not candidate.values:
         return None, None
-    out = []
-    for e in (history[0], history[-1]):
+
+    def against(e: BaselineEntry) -> Verdict:
         label = f"{e.build} accepted {e.date}"
-        out.append(judge_change(candidate.values, e.operand, margin=margin, label=label))
-    return out[0], out[1]
+        return judge_change(candidate.values, e.operand, margin=margin, label=label)
+
+    oldest = against(history[0])
+    return oldest, oldest if len(history) == 1 else against(history[-1])
 
 
 def run_gate(
@@ -365,7 +369,7 @@ def run_gate(
                 on_look=functools.partial(on_look, name) if on_look else None,
             )
             ms = [got.a, got.b]
-            verdict = undecided(got.verdict, too_noisy(ms, busy_limit=limit, cv_limit=math.inf))
+            verdict = undecided(got.verdict, busy_reason(ms, limit))
             paired = replace(got.b, samples=got.b.samples[got.first[1] :])
             oldest, newest = _accepted(_history(session, profile, paired), paired, margin)
             row = GateRow(name, w, got.a, got.b, verdict, got.seconds, oldest, newest)

@@ -82,25 +82,24 @@ def measure_rounds(
             )
         verdict, _ = judge_rounds(rule, ma.values[:n], mb.values[:n], plan, spent=True, label=label)
         return Paired(verdict, ma, mb, (0, 0), 0.0)
-    ma, mb = take(a, 1), take(b, 1)  # starts both servers; earlier samples are kept, not paired
-    if ma.key == mb.key:
+    sides = (a, b)
+    got = [take(a, 1), take(b, 1)]  # starts both servers; earlier samples are kept, not paired
+    if got[0].key == got[1].key:
         raise MoeperfError(f"{label}: both sides are the same measurement; name two")
-    first = (len(ma.samples), len(mb.samples))
+    first = (len(got[0].samples), len(got[1].samples))
     rounds, target = 0, plan.first_look
     while True:
         while rounds < target:
-            order = (("a", a), ("b", b)) if first_in_round(rounds) == "a" else (("b", b), ("a", a))
-            for name, side in order:
-                got = take(side, first[0 if name == "a" else 1] + rounds + 1)
-                ma, mb = (got, mb) if name == "a" else (ma, got)
+            for i in (0, 1) if first_in_round(rounds) == "a" else (1, 0):
+                got[i] = take(sides[i], first[i] + rounds + 1)
             rounds += 1
             if rounds >= 2 and time.monotonic() - began > seconds:
                 break
         spent = time.monotonic() - began > seconds
-        va, vb = ma.values[first[0] :], mb.values[first[1] :]
+        va, vb = (m.values[f:] for m, f in zip(got, first, strict=True))
         verdict, more = judge_rounds(rule, va, vb, plan, spent=spent, label=label)
         if on_look:
             on_look(verdict, time.monotonic() - began)
         if more == 0:
-            return Paired(verdict, ma, mb, first, time.monotonic() - began)
+            return Paired(verdict, got[0], got[1], first, time.monotonic() - began)
         target = rounds + more

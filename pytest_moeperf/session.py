@@ -181,6 +181,7 @@ class PerfSession:
         self._decode_bytes: dict[Path, DecodeBytes | None] = {}
         self._probed_at: dict[str, float] = {}
         self._busy_warned: set[MeasurementKey] = set()
+        self._model_digests: dict[Path, str] = {}
 
     # -- declarations ---------------------------------------------------------------------------
     @property
@@ -231,7 +232,9 @@ class PerfSession:
                 model = rec.server.model
                 fp["model"] = model.name
                 fp["model_bytes"] = model.stat().st_size
-                fp["model_sha256_16mib"] = file_digest(model, MODEL_DIGEST_BYTES)
+                if model not in self._model_digests:  # 16 MiB read once per model file
+                    self._model_digests[model] = file_digest(model, MODEL_DIGEST_BYTES)
+                fp["model_sha256_16mib"] = self._model_digests[model]
                 if label is None:
                     self._fingerprints[profile.name] = fp
             return fp

@@ -555,19 +555,24 @@ CV_LIMIT = 0.15
 """Robust coefficient of variation above which a measurement is too noisy to decide."""
 
 
+def busy_reason(measurements: Sequence[Measurement], busy_limit: float = BUSY_LIMIT) -> str | None:
+    """Why these measurements must not decide a verdict: the host was busy with other work on
+    the servers' CPUs for more than *busy_limit* of the measured time; else ``None``. Paired
+    verdicts need nothing more: a wide spread only widens their interval."""
+    busy = max((float(m.extra.get("host_busy", 0.0)) for m in measurements), default=0.0)
+    return f"host {100 * busy:.0f} % busy with other work" if busy > busy_limit else None
+
+
 def too_noisy(
     measurements: Sequence[Measurement],
     *,
     busy_limit: float = BUSY_LIMIT,
     cv_limit: float = CV_LIMIT,
 ) -> str | None:
-    """Why these measurements must not decide a verdict (the host was busy with other work
-    while they were taken, or their spread is too wide), or ``None``. A concurrent compile on
-    a 2-core box was measured to push the CV to ~20 % (prefill) and ~70 % (decode)."""
-    reasons = []
-    busy = max((float(m.extra.get("host_busy", 0.0)) for m in measurements), default=0.0)
-    if busy > busy_limit:
-        reasons.append(f"host {100 * busy:.0f} % busy with other work")
+    """:func:`busy_reason`, or a spread too wide for unpaired samples to decide, or ``None``.
+    A concurrent compile on a 2-core box was measured to push the CV to ~20 % (prefill) and
+    ~70 % (decode)."""
+    reasons = [r for r in [busy_reason(measurements, busy_limit)] if r]
     sampled = [m for m in measurements if len(m.samples) > 1]
     cv = max((m.summary.cv for m in sampled), default=0.0)
     if cv > cv_limit:

@@ -25,10 +25,13 @@ def _say(line: str) -> None:
 
 
 def _build(args: argparse.Namespace) -> int:
-    from .llama.builds import build_llama
+    from .llama.builds import build_llama, cuda_cmake_args
 
     t0 = time.monotonic()
-    build = build_llama(args.number, args.cmake_arg, progress=_say, jobs=args.jobs)
+    cmake_args = [*(cuda_cmake_args() if args.cuda else ()), *args.cmake_arg]
+    if args.cuda:
+        _say(f"--cuda: {' '.join(cmake_args)}")
+    build = build_llama(args.number, cmake_args, progress=_say, jobs=args.jobs)
     version = build.version()
     _say(f"b{args.number} ready in {time.monotonic() - t0:.1f} s: {version.raw.splitlines()[0]}")
     print(build.server)
@@ -170,9 +173,7 @@ def _check_bisect_args(args: argparse.Namespace) -> None:
     elif args.good is None or args.bad is None:
         raise MoeperfError("give --good N and --bad M (build numbers), or --binaries")
     elif args.good >= args.bad:
-        raise MoeperfError(
-            f"--good {args.good} must be an older build than --bad {args.bad}"
-        )
+        raise MoeperfError(f"--good {args.good} must be an older build than --bad {args.bad}")
     _check_run_args(args)
 
 
@@ -361,6 +362,13 @@ def make_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="ARG",
         help="extra CMake argument, e.g. --cmake-arg=-DGGML_CUDA=ON (repeatable)",
+    )
+    b.add_argument(
+        "--cuda",
+        action="store_true",
+        help="build the CUDA backend for this host's GPUs (-DGGML_CUDA=ON, "
+        "-DCMAKE_CUDA_ARCHITECTURES from nvidia-smi, nvcc from $CUDACXX or PATH); "
+        "--cmake-arg values come after it and win",
     )
     b.add_argument("-j", "--jobs", type=int, help="parallel compile jobs (default: all cores)")
     b.set_defaults(run=_build)

@@ -28,7 +28,15 @@ DEFAULT_BUDGET = 180.0
 """Seconds a verdict may measure (a profile's ``budget``): about 3 minutes per metric."""
 _NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.-]*[A-Za-z0-9_-])?")
 _PIN_KEYS = {"cpus", "numa_node", "numa"}
-_CONFIG_KEYS = _PIN_KEYS | {"flags", "env", "description", "requires_gpus", "build", "binary"}
+_CONFIG_KEYS = _PIN_KEYS | {
+    "flags",
+    "env",
+    "description",
+    "requires_gpus",
+    "gpus",
+    "build",
+    "binary",
+}
 _PROFILE_KEYS = _CONFIG_KEYS | {
     "builds",
     "model",
@@ -41,6 +49,7 @@ _PROFILE_KEYS = _CONFIG_KEYS | {
     "memory_bandwidth_gbs",
     "budget",
     "sample_requests",
+    "cuda",
 }
 
 
@@ -104,6 +113,9 @@ class Configuration:
     requires_gpus: int = 0
     build: int | None = None
     binary: str | None = None
+    gpus: tuple[int, ...] | None = None
+    """GPUs declared for this configuration (nvidia-smi indices), locked while it measures;
+    ``None``: read from its ``CUDA_VISIBLE_DEVICES``, ``-dev`` and ``-ts`` (else every GPU)."""
 
     @property
     def server_args(self) -> list[str]:
@@ -144,6 +156,8 @@ class Profile:
     budget: float = DEFAULT_BUDGET
     """Seconds a verdict (claim, dead end, baseline check, gate row) may keep adding rounds
     before it must say undecided."""
+    cuda: bool = False
+    """Build with llama.cpp's CUDA backend for this host's GPUs (``moeperf build --cuda``)."""
     sample_requests: int = 1
     """Timed requests per sample (their tokens and times summed): more, shorter requests per
     sample where one request is too short to time well; the workload stays the same."""
@@ -190,6 +204,21 @@ def _str_list(where: str, key: str, value: Any) -> tuple[str, ...]:
         raise ConfigError(f'{where}: {key} must be a list of strings, e.g. ["-t", "2"]')
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise ConfigError(f"{where}: {key} must be a list of strings, got {value!r}")
+    return tuple(value)
+
+
+def _gpu_ids(where: str, value: Any) -> tuple[int, ...] | None:
+    if value is None:
+        return None
+    if (
+        not isinstance(value, list)
+        or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value)
+        or len(set(value)) != len(value)
+    ):
+        raise ConfigError(
+            f"{where}: gpus must be a list of distinct GPU indices as nvidia-smi numbers them, "
+            f"e.g. gpus = [0, 1]; got {value!r}"
+        )
     return tuple(value)
 
 
@@ -277,6 +306,10 @@ def _profile(name: str, table: Any, source: str, base_dir: Path | None) -> Profi
     base_pin = _pinning(where, table, Pinning())
     base_env = _env(where, table.get("env"))
     gpus = _opt(where, "requires_gpus", table.get("requires_gpus", 0), int)
+    declared_gpus = _gpu_ids(where, table.get("gpus"))
+    cuda = table.get("cuda", False)
+    if not isinstance(cuda, bool):
+        raise ConfigError(f"{where}: cuda must be true or false, got {cuda!r}")
     builds_table = table.get("builds") or {}
     if not isinstance(builds_table, dict) or not all(
         isinstance(k, str)
@@ -313,6 +346,7 @@ def _profile(name: str, table: Any, source: str, base_dir: Path | None) -> Profi
             requires_gpus=_opt(cwhere, "requires_gpus", ctable.get("requires_gpus"), int) or gpus,
             build=_opt(cwhere, "build", ctable.get("build"), int),
             binary=_opt(cwhere, "binary", ctable.get("binary"), str),
+            gpus=_gpu_ids(cwhere, ctable["gpus"]) if "gpus" in ctable else declared_gpus,
         )
     return Profile(
         name=name,
@@ -331,6 +365,7 @@ def _profile(name: str, table: Any, source: str, base_dir: Path | None) -> Profi
         repetitions=reps,
         budget=float(budget),
         sample_requests=per_sample,
+        cuda=cuda,
         configurations=configs,
         description=_opt(where, "description", table.get("description"), str) or "",
         requires_gpus=gpus,

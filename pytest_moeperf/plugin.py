@@ -16,6 +16,7 @@ from .config import DEFAULT_BUDGET
 from .errors import MoeperfError
 from .fixture import MoePerf
 from .fs import check_output, write_output
+from .host.placement import NUMA_MIN_SHARE
 from .host.probe import DEFAULT_TOLERANCE
 from .llama import orphans
 from .llama.builds import resolve_server_binary
@@ -169,6 +170,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "accept refused). Default: %(default)r",
     )
     group.addoption(
+        "--moeperf-numa-min-share",
+        type=float,
+        metavar="SHARE",
+        default=NUMA_MIN_SHARE,
+        help="share of a NUMA-pinned server's memory (/proc/PID/numa_maps: model file and "
+        "heap) that must lie on its node; below it the test warns (fails with "
+        "--moeperf-strict-warnings). Default: %(default)r",
+    )
+    group.addoption(
         "--moeperf-results",
         metavar="PATH",
         help="write the results file here (default .moeperf/results-*.json)",
@@ -256,6 +266,12 @@ def _options(config: pytest.Config) -> Options:
             f"--moeperf-busy-limit {busy_limit!r} must be a share in (0, 1], e.g. 0.25"
         )
     opts.busy_limit = busy_limit
+    numa_min = config.getoption("moeperf_numa_min_share")
+    if not (0 <= numa_min <= 1):
+        raise pytest.UsageError(
+            f"--moeperf-numa-min-share {numa_min!r} must be a share in [0, 1], e.g. 0.9"
+        )
+    opts.numa_min_share = numa_min
     return opts
 
 

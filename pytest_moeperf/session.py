@@ -23,6 +23,7 @@ from . import __version__
 from .config import Configuration, HostLacks, Profile, load_profiles
 from .errors import BaselineError, ConfigError, MeasurementError, MoeperfError
 from .fs import cache_dir, file_lock, write_output
+from .host.gpus import gpus_used
 from .host.locks import measuring
 from .host.machine import (
     OtherWork,
@@ -32,9 +33,10 @@ from .host.machine import (
     online_cpus,
     parse_cpu_list,
 )
+from .host.placement import NUMA_MIN_SHARE, node_pages, page_cache_kib
 from .host.probe import DEFAULT_TOLERANCE, Probe, probe_moved, probes_of, run_probe
 from .llama.bench import BenchResult, run_bench
-from .llama.builds import Build, binary_build, build_llama
+from .llama.builds import Build, binary_build, build_llama, cuda_cmake_args
 from .llama.logs import StartupFinding, scan_startup
 from .llama.model_bytes import DecodeBytes, decode_bytes
 from .llama.server import LlamaServer
@@ -94,6 +96,9 @@ class Options:
     busy_limit: float = BUSY_LIMIT
     """Share of a server's CPUs other work may take while it is measured for the numbers to
     decide a verdict or be accepted as baselines."""
+    numa_min_share: float = NUMA_MIN_SHARE
+    """Share of a NUMA-pinned server's memory that must lie on its node; below it the test
+    warns (fails with ``strict_warnings``)."""
 
 
 @dataclass
@@ -105,6 +110,10 @@ class ServerRecord:
     build: Build
     label: str
     """The build's label in this session (``b11434``, or a profile's ``builds`` key)."""
+    gpus: frozenset[int] = frozenset()
+    """The GPUs its server may use, locked while it measures."""
+    placement: dict[str, Any] | None = None
+    """Where a NUMA-pinned server's memory lies (read once, after its warmup)."""
 
 
 def _figure(change: str) -> str:
@@ -379,9 +388,10 @@ class PerfSession:
         return f"b{number}", self._built(number, profile)
 
     def _built(self, number: int, profile: Profile) -> Build:
-        key = (f"b{number}", " ".join(profile.cmake_args))
+        args = [*profile.cmake_args, *(cuda_cmake_args() if profile.cuda else ())]
+        key = (f"b{number}", " ".join(args))
         if key not in self._builds:
-            self._builds[key] = build_llama(number, profile.cmake_args, progress=self.progress)
+            self._builds[key] = build_llama(number, args, progress=self.progress)
         return self._builds[key]
 
     def _binary(self, path: str) -> Build:
@@ -421,6 +431,11 @@ class PerfSession:
                 f"configuration {configuration.name!r} needs {configuration.requires_gpus} "
                 f"GPU(s); this host has {gpus}"
             )
+        if profile.cuda and not gpus:
+            raise HostLacks(
+                f"profile {profile.name!r} builds llama.cpp with CUDA (cuda = true); "
+                "nvidia-smi finds no NVIDIA GPU on this host"
+            )
         label, build = self.build_for(profile, configuration, label)
         missing = build.missing_flags(configuration.server_args)
         if missing:
@@ -443,7 +458,13 @@ class PerfSession:
         )
         server.start()
         self.findings[key] = scan_startup(_last_start(server.log_path))
-        rec = ServerRecord(server=server, configuration=configuration, build=build, label=label)
+        rec = ServerRecord(
+            server=server,
+            configuration=configuration,
+            build=build,
+            label=label,
+            gpus=gpus_used(configuration.gpus, configuration.server_args, configuration.env, gpus),
+        )
         self.servers[key] = rec
         self.report(
             f"moeperf: started {server.name} [{configuration.pinning.describe()}] "
@@ -502,7 +523,7 @@ class PerfSession:
             return have
         start = len(have.samples) if have else 0
         probe = self.probe(rec.server.cpus)
-        with measuring(rec.server.cpus):
+        with measuring(rec.server.cpus, rec.gpus):
             # CPU time on the server's CPUs of anything but us and the server
             other = OtherWork(rec.server.pid or 0, cpus=rec.server.cpus)
             self.report(f"moeperf: measuring {workload} x{reps - start} on {rec.server.name}")
@@ -532,6 +553,9 @@ class PerfSession:
                 rec.server.interrupted(exc, f"measuring {workload} on {rec.server.name}")
                 raise
             ended = time.time()
+            rec.server.verify_threads()  # after warmup: every thread still on its CPUs
+            if rec.placement is None and configuration.pinning.numa_node is not None:
+                rec.placement = self._placement(rec, configuration.pinning.numa_node)
             steal = other.steal()
             busy = other.share() + steal
         # shares over all of the measurement's time, each call weighted by how long it took:
@@ -566,6 +590,8 @@ class PerfSession:
             "steal_s": steal_s,
             "probe_cpus": self.probe_key(rec.server.cpus),
         }
+        if rec.placement is not None:
+            extra["placement"] = rec.placement
         roofline = self.decode_limit(profile, rec.server.model, probe, workload)
         if roofline is not None:
             extra["roofline"] = roofline
@@ -578,6 +604,51 @@ class PerfSession:
             f"(min {s.min:.1f}, max {s.max:.1f}, cv {100 * s.cv:.1f} %, n {s.n})"
         )
         return m
+
+    def _placement(self, rec: ServerRecord, node: int) -> dict[str, Any]:
+        """Where the server's model and heap pages lie, from ``/proc/PID/numa_maps``; a share
+        on *node* below ``numa_min_share`` becomes a startup finding of the server (a warning,
+        or a failure with strict warnings), with a note on page cache that crowds the node."""
+        model = os.path.realpath(rec.server.model)
+        pages = node_pages(rec.server.pid or 0, model)
+        if pages is None:
+            return {"node": node, "share": None, "text": "no /proc/PID/numa_maps on this host"}
+        share = pages.share(node)
+        text = pages.describe(node)
+        cache, total = page_cache_kib(node)
+        placed: dict[str, Any] = {
+            "node": node,
+            "share": share,
+            "text": text,
+            "model_bytes": pages.model,
+            "anon_bytes": pages.anon,
+            "page_cache_kib": cache,
+            "node_memory_kib": total,
+        }
+        self.report(f"moeperf: {rec.server.name} memory {text}")
+        if share is not None and share < self.options.numa_min_share:
+            crowded = ""
+            if total and cache > total / 2:
+                crowded = (
+                    f"; page cache holds {cache / 2**20:.1f} of node {node}'s "
+                    f"{total / 2**20:.1f} GiB: drop it before the run "
+                    "(sync; echo 1 > /proc/sys/vm/drop_caches)"
+                )
+            key = next(k for k, r in self.servers.items() if r is rec)
+            self.findings.setdefault(key, []).append(
+                StartupFinding(
+                    id="numa-placement",
+                    line=f"{100 * share:.0f} % of the server's memory {text}",
+                    line_no=0,
+                    advice=(
+                        f"below {100 * self.options.numa_min_share:.0f} % "
+                        "(--moeperf-numa-min-share): the server reads memory across nodes; "
+                        "start it cold on its node (no other process touching the model "
+                        f"first), or use -lm none so the copy is made on node {node}{crowded}"
+                    ),
+                )
+            )
+        return placed
 
     def _deadline(self, key: ServerKey) -> float | None:
         """When the configuration's time budget (``--moeperf-configuration-timeout``) ends."""
@@ -667,7 +738,7 @@ class PerfSession:
             reps = max(len(m.samples) for m in ms)
             self.report(f"moeperf: llama-bench cross-check of {rec.server.name}")
             try:
-                with measuring(rec.server.cpus):
+                with measuring(rec.server.cpus, rec.gpus):
                     results = run_bench(
                         rec.build.bench,
                         rec.server.model,

@@ -5,14 +5,13 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
-import shutil
-import subprocess
 import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from .gpus import nvidia_host
 
 NODE_ROOT = Path("/sys/devices/system/node")
 
@@ -106,28 +105,6 @@ def _memory_gib() -> float:
     return 0.0
 
 
-def gpus() -> list[dict[str, str]]:
-    """GPUs as ``nvidia-smi`` lists them (name, memory, driver); empty without nvidia-smi."""
-    smi = shutil.which("nvidia-smi")
-    if not smi:
-        return []
-    try:
-        out = subprocess.run(
-            [smi, "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=20,
-            check=True,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
-    rows = []
-    for line in out.strip().splitlines():
-        name, mem, driver = (x.strip() for x in ([*line.split(","), "", ""])[:3])
-        rows.append({"name": name, "memory": mem, "driver": driver})
-    return rows
-
-
 def file_digest(path: Path, limit: int | None = None) -> str:
     """sha256 of a file (of its first *limit* bytes when given), hex."""
     h = hashlib.sha256()
@@ -145,16 +122,20 @@ def file_digest(path: Path, limit: int | None = None) -> str:
 def host_fingerprint() -> dict[str, Any]:
     """Facts about this host that throughput depends on."""
     nodes = numa_nodes()
-    gpu_rows = gpus()
+    nv = nvidia_host()
+    gpu_rows = nv.gpus if nv else ()
     return {
         "hostname": platform.node(),
         "cpu_model": _cpu_model(),
         "cpus": os.cpu_count() or 0,
         "numa_nodes": {str(n): format_cpu_list(c) for n, c in nodes.items()},
         "memory_gib": _memory_gib(),
-        "gpus": [g["name"] for g in gpu_rows],
-        "gpu_memory": [g["memory"] for g in gpu_rows],
-        "gpu_driver": gpu_rows[0]["driver"] if gpu_rows else "",
+        "gpus": [g.name for g in gpu_rows],
+        "gpu_memory": [f"{g.memory_mib} MiB" for g in gpu_rows],
+        "gpu_driver": nv.driver if nv else "",
+        "gpu_cuda": nv.cuda if nv else "",
+        "gpu_compute": [g.compute_cap for g in gpu_rows],
+        "gpu_pcie": [g.pcie for g in gpu_rows],
         "numa_balancing": _read("/proc/sys/kernel/numa_balancing") or "",
         "kernel": platform.release(),
     }

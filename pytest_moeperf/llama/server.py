@@ -17,6 +17,7 @@ import httpx
 
 from ..errors import MeasurementError, MoeperfError, ServerError
 from ..host.machine import format_cpu_list, process_cpus
+from ..host.placement import stray_threads, threads
 from . import orphans
 
 # httpx imports httpcore on first use and keeps a map of the httpcore exception classes it
@@ -190,6 +191,26 @@ class LlamaServer:
                 f"{self.name}: pinning did not take: asked CPUs {format_cpu_list(self.cpus)}, "
                 f"/proc/{self.process.pid}/status says Cpus_allowed_list {format_cpu_list(actual)}"
             )
+
+    def verify_threads(self) -> None:
+        """Raise :class:`ServerError` naming each thread of the server that may run outside
+        its pinned CPUs (checked after warmup: llama.cpp starts its compute threads then, and
+        ``--numa distribute|isolate`` re-pins them). Nothing to check when unpinned."""
+        if self.cpus is None or not self.is_running() or self.process is None:
+            return
+        stray = stray_threads(self.process.pid, self.cpus)
+        if not stray:
+            return
+        total = len(threads(self.process.pid))
+        named = "; ".join(t.describe() for t in stray[:8])
+        more = f" and {len(stray) - 8} more" if len(stray) > 8 else ""
+        raise ServerError(
+            f"{self.name}: {len(stray)} of {total} threads may run outside the pinned CPUs "
+            f"{format_cpu_list(self.cpus)}: {named}{more} (/proc/{self.process.pid}/task/*/status "
+            "Cpus_allowed_list). llama.cpp's --numa distribute spreads compute threads over "
+            "every node; pin with numa_node and --numa isolate (or no --numa), and check that "
+            "nothing else (taskset, a cgroup) moves the server's threads"
+        )
 
     def _wait_healthy(self, t0: float) -> None:
         assert self.process is not None

@@ -1,5 +1,5 @@
-"""pytest-xdist and the CPU locks: measurements of two workers on the same CPU never run at
-the same time; on disjoint CPUs they may.
+"""pytest-xdist and the CPU and GPU locks: measurements of two workers on the same CPU, or on
+disjoint CPUs but the same GPU, never run at the same time; on disjoint CPUs and GPUs they may.
 
 An inner ``pytest -n 2 -m perf`` runs two tests, one per worker; both start their server,
 meet at a barrier (so they are ready to measure at the same moment), and measure. The
@@ -42,6 +42,13 @@ cpus = "0"
 cpus = "0"
 [profiles.locks.configurations.other]
 cpus = "1"
+# a GPU declared on a host that may have none: the lock is taken all the same
+[profiles.locks.configurations.gpu-first]
+cpus = "0"
+gpus = [0]
+[profiles.locks.configurations.gpu-other]
+cpus = "1"
+gpus = [0]
 """
 
 TESTS = """
@@ -130,11 +137,9 @@ def run_two_workers(project, a: str, b: str) -> dict[str, dict]:
     return found
 
 
-def test_measurements_on_the_same_cpu_never_overlap(project):
-    """Both pinned to CPU 0, ready at the same moment: one measures while the other waits
-    for the CPU's lock. Their spans (one clock: time.time() of the same host) do not
-    overlap at all; the servers' logs show the same within the clock conversion's slack."""
-    found = run_two_workers(project, "first", "second")
+def assert_never_at_once(found: dict[str, dict]) -> None:
+    """The two measurements' spans (one clock: time.time() of the same host) do not overlap
+    at all; the servers' logs show the same within the clock conversion's slack."""
     spans = sorted(tuple(m["extra"]["spans"][0]) for m in found.values())
     earlier, later = spans
     assert earlier[1] <= later[0], f"spans overlap by {earlier[1] - later[0]:.3f} s: {spans}"
@@ -150,9 +155,23 @@ def test_measurements_on_the_same_cpu_never_overlap(project):
             span,
         )
         windows[name] = (start, end)
-    shared = overlap(windows["first"], windows["second"])
+    shared = overlap(*windows.values())
     print(f"spans {spans}; request windows from the logs {windows}")
     assert shared <= CLOCK_SLACK, f"the logs show both servers at work for {shared:.3f} s"
+
+
+def test_measurements_on_the_same_cpu_never_overlap(project):
+    """Both pinned to CPU 0, ready at the same moment: one measures while the other waits
+    for the CPU's lock."""
+    assert_never_at_once(run_two_workers(project, "first", "second"))
+
+
+def test_measurements_on_the_same_declared_gpu_never_overlap(project):
+    """CPU 0 and CPU 1, but both declare GPU 0 (``gpus = [0]``; this host need not have it):
+    ready at the same moment, one measures while the other waits for the GPU's lock."""
+    if not {0, 1} <= os.sched_getaffinity(0):
+        pytest.skip("needs CPUs 0 and 1")
+    assert_never_at_once(run_two_workers(project, "gpu-first", "gpu-other"))
 
 
 def test_measurements_on_disjoint_cpus_may_overlap(project):

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .config import host_memory
 from .errors import MoeperfError
 from .fs import check_output, write_output
 
@@ -92,6 +93,7 @@ def _check_run_args(args: argparse.Namespace) -> None:
         )
     if args.startup_timeout <= 0:
         raise MoeperfError(f"--startup-timeout {args.startup_timeout!r}: give seconds > 0")
+    host_memory(args.host_memory, "--host-memory")  # a bad size fails before any work
     if args.config is not None and not Path(args.config).is_file():
         what = "is a directory" if Path(args.config).is_dir() else "does not exist"
         raise MoeperfError(f"--config {args.config}: {what}; name a TOML file of profiles")
@@ -154,6 +156,7 @@ def _session(args: argparse.Namespace) -> PerfSession:
             results_dir=root / ".moeperf",
             rootdir=root,
             startup_timeout=args.startup_timeout,
+            host_memory=host_memory(args.host_memory, "--host-memory"),
             stream=True,  # both builds measured alike (older builds need streamed replies)
         ),
         report=_say if args.verbose else None,
@@ -339,6 +342,13 @@ def _add_run_arguments(p: argparse.ArgumentParser, *, configurations: str) -> No
         "undecided (default: the profile's budget, 180 on the embedded profile)",
     )
     p.add_argument("--startup-timeout", type=float, default=300.0)
+    p.add_argument(
+        "--host-memory",
+        metavar="SIZE",
+        help="RAM the servers may hold together, e.g. 96G (default: $MOEPERF_HOST_MEMORY, "
+        "else the host's available memory); sides that do not fit together are measured "
+        "across server restarts",
+    )
     p.add_argument("--markdown", help="also write the table as markdown here")
     p.add_argument("--json", help="also write machine-readable JSON here")
     p.add_argument("-v", "--verbose", action="store_true", help="progress of servers")

@@ -36,6 +36,8 @@ _CONFIG_KEYS = _PIN_KEYS | {
     "gpus",
     "build",
     "binary",
+    "ram_gib",
+    "vram_gib",
 }
 _PROFILE_KEYS = _CONFIG_KEYS | {
     "builds",
@@ -116,6 +118,10 @@ class Configuration:
     gpus: tuple[int, ...] | None = None
     """GPUs declared for this configuration (nvidia-smi indices), locked while it measures;
     ``None``: read from its ``CUDA_VISIBLE_DEVICES``, ``-dev`` and ``-ts`` (else every GPU)."""
+    ram_gib: float | None = None
+    """RAM its server holds (GiB), where the estimate from model and flags is wrong."""
+    vram_gib: float | None = None
+    """GPU memory its server holds (GiB, over all its GPUs), likewise."""
 
     @property
     def server_args(self) -> list[str]:
@@ -205,6 +211,39 @@ def _str_list(where: str, key: str, value: Any) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise ConfigError(f"{where}: {key} must be a list of strings, got {value!r}")
     return tuple(value)
+
+
+ENV_HOST_MEMORY = "MOEPERF_HOST_MEMORY"
+_SIZE = re.compile(r"\s*([0-9]*\.?[0-9]+)\s*([KMGT]?)(?:i?B)?\s*", re.IGNORECASE)
+
+
+def parse_size(text: str, where: str) -> int:
+    """Bytes of a size such as ``96G``, ``512M``, ``1.5GiB`` or ``110`` (GiB without a
+    unit); :class:`ConfigError` naming *where* (the option or variable) otherwise."""
+    m = _SIZE.fullmatch(text or "")
+    if not m or float(m[1]) <= 0:
+        raise ConfigError(f"{where} {text!r}: give a memory size such as 96G, 512M or 1.5 (GiB)")
+    unit = {"": 2**30, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}[m[2].upper()]
+    return int(float(m[1]) * unit)
+
+
+def host_memory(option: str | None, option_name: str) -> int | None:
+    """The RAM budget of a session's servers: the option when given, else
+    ``$MOEPERF_HOST_MEMORY``, else ``None`` (the host's available memory)."""
+    if option:
+        return parse_size(option, option_name)
+    env = os.environ.get(ENV_HOST_MEMORY, "").strip()
+    return parse_size(env, f"${ENV_HOST_MEMORY}") if env else None
+
+
+def _gib(where: str, key: str, value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ConfigError(
+            f"{where}: {key} must be a positive number of GiB, e.g. 110; got {value!r}"
+        )
+    return float(value)
 
 
 def _gpu_ids(where: str, value: Any) -> tuple[int, ...] | None:
@@ -307,6 +346,7 @@ def _profile(name: str, table: Any, source: str, base_dir: Path | None) -> Profi
     base_env = _env(where, table.get("env"))
     gpus = _opt(where, "requires_gpus", table.get("requires_gpus", 0), int)
     declared_gpus = _gpu_ids(where, table.get("gpus"))
+    memory = {k: _gib(where, k, table.get(k)) for k in ("ram_gib", "vram_gib")}
     cuda = table.get("cuda", False)
     if not isinstance(cuda, bool):
         raise ConfigError(f"{where}: cuda must be true or false, got {cuda!r}")
@@ -347,6 +387,7 @@ def _profile(name: str, table: Any, source: str, base_dir: Path | None) -> Profi
             build=_opt(cwhere, "build", ctable.get("build"), int),
             binary=_opt(cwhere, "binary", ctable.get("binary"), str),
             gpus=_gpu_ids(cwhere, ctable["gpus"]) if "gpus" in ctable else declared_gpus,
+            **{k: _gib(cwhere, k, ctable[k]) if k in ctable else v for k, v in memory.items()},
         )
     return Profile(
         name=name,

@@ -23,7 +23,7 @@ from .errors import ConfigError, Unavailable
 from .host.machine import busy_fraction
 from .measure.measurement import Measurement
 from .measure.workload import Workload
-from .report.tables import markdown_table, text_table
+from .report.tables import markdown_table, start_lines, text_table
 from .rounds import Side, measure_rounds
 from .session import PerfSession
 from .store.baselines import BaselineEntry, accepted_history, host_for
@@ -390,6 +390,7 @@ def run_gate(
             "the same rounds, so the ratios stand, but these numbers are no baselines"
         )
     notes += [f"host probe: {p.describe()}" for p in session.probes.values()]
+    notes += start_lines(session.load_times())
     return GateResult(
         baseline.name,
         candidate.name,

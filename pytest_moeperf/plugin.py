@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from .config import DEFAULT_BUDGET
+from .config import DEFAULT_BUDGET, host_memory
 from .errors import MoeperfError
 from .fixture import MoePerf
 from .fs import check_output, write_output
@@ -27,6 +27,7 @@ from .report.tables import (
     baseline_rows,
     host_lines,
     markdown_report,
+    start_lines,
     summary_rows,
     text_table,
     verdict_rows,
@@ -179,6 +180,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--moeperf-strict-warnings). Default: %(default)r",
     )
     group.addoption(
+        "--moeperf-host-memory",
+        metavar="SIZE",
+        help="RAM the session's servers may hold together, e.g. 96G (default: env "
+        "MOEPERF_HOST_MEMORY, else the host's available memory at the start): a server starts "
+        "only where it fits, idle ones are stopped first, and two sides that do not fit "
+        "together are measured across restarts",
+    )
+    group.addoption(
         "--moeperf-results",
         metavar="PATH",
         help="write the results file here (default .moeperf/results-*.json)",
@@ -272,6 +281,12 @@ def _options(config: pytest.Config) -> Options:
             f"--moeperf-numa-min-share {numa_min!r} must be a share in [0, 1], e.g. 0.9"
         )
     opts.numa_min_share = numa_min
+    try:
+        opts.host_memory = host_memory(
+            config.getoption("moeperf_host_memory"), "--moeperf-host-memory"
+        )
+    except MoeperfError as exc:
+        raise pytest.UsageError(str(exc)) from None
     return opts
 
 
@@ -511,8 +526,11 @@ def _write_report(perf: PerfSession) -> None:
 
 
 def _host_lines(perf: PerfSession) -> list[str]:
-    """The host as this run measured it, for the summary and the report."""
-    return host_lines(perf.probes.values(), perf.host_changes, perf.measurements.values())
+    """The host as this run measured it, and how long its servers took to start, for the
+    summary and the report."""
+    return host_lines(
+        perf.probes.values(), perf.host_changes, perf.measurements.values()
+    ) + start_lines(perf.load_times())
 
 
 def report_png(report: Path) -> Path:

@@ -1,15 +1,22 @@
 """Paired rounds on a session's servers: two sides measured in turn (A B, B A, A B, ...) until
 a sequential verdict is final or its time budget is spent.
 
+Two sides whose servers do not fit in memory together are measured across restarts instead:
+each round is two blocks (A then B, or B then A), each block a fresh server process that is
+warmed up and gives :data:`BLOCK_SAMPLES` samples, and the block's median is the round's value
+of that side. The process is then the unit of repetition: what differs between two starts of
+one server (where its pages landed, its threads) is part of the noise the interval sees.
+
 The fixture (claims, dead ends, ``compare``), the gate and bisect all judge through
 :func:`measure_rounds`; the arithmetic is :func:`pytest_moeperf.verdicts.judge.judge_rounds`.
 """
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .config import Configuration, Profile
 from .errors import MoeperfError
@@ -18,6 +25,13 @@ from .measure.workload import Workload
 from .session import PerfSession
 from .verdicts.judge import Verdict, judge_rounds
 from .verdicts.sequential import Plan, Rule, first_in_round
+
+BLOCK_SAMPLES = 3
+"""Samples per server process when the sides are measured across restarts."""
+RESTART_METHOD = (
+    f"paired server restarts (median of {BLOCK_SAMPLES} samples per process), trimmed t, "
+    "corrected for looks"
+)
 
 
 @dataclass(frozen=True)
@@ -87,19 +101,36 @@ def measure_rounds(
     if got[0].key == got[1].key:
         raise MoeperfError(f"{label}: both sides are the same measurement; name two")
     first = (len(got[0].samples), len(got[1].samples))
+    keys = [(profile.name, s.configuration.name, m.build) for s, m in zip(sides, got, strict=True)]
+    restarts = not session.fit_together(
+        profile, [(s.configuration, m.build) for s, m in zip(sides, got, strict=True)]
+    )
+    values: list[list[float]] = [[], []]
+
+    def one_round(index: int) -> None:
+        for i in (0, 1) if first_in_round(index) == "a" else (1, 0):
+            if restarts:  # a block: a fresh, warmed-up process and its median
+                session.restart(profile, sides[i].configuration, got[i].build)
+                got[i] = take(sides[i], len(got[i].samples) + BLOCK_SAMPLES)
+                values[i].append(statistics.median(got[i].values[-BLOCK_SAMPLES:]))
+            else:
+                got[i] = take(sides[i], first[i] + index + 1)
+                values[i].append(got[i].values[-1])
+
     rounds, target = 0, plan.first_look
-    while True:
-        while rounds < target:
-            for i in (0, 1) if first_in_round(rounds) == "a" else (1, 0):
-                got[i] = take(sides[i], first[i] + rounds + 1)
-            rounds += 1
-            if rounds >= 2 and time.monotonic() - began > seconds:
-                break
-        spent = time.monotonic() - began > seconds
-        va, vb = (m.values[f:] for m, f in zip(got, first, strict=True))
-        verdict, more = judge_rounds(rule, va, vb, plan, spent=spent, label=label)
-        if on_look:
-            on_look(verdict, time.monotonic() - began)
-        if more == 0:
-            return Paired(verdict, got[0], got[1], first, time.monotonic() - began)
-        target = rounds + more
+    with session.pool.using([] if restarts else keys):
+        while True:
+            while rounds < target:
+                one_round(rounds)
+                rounds += 1
+                if rounds >= 2 and time.monotonic() - began > seconds:
+                    break
+            spent = time.monotonic() - began > seconds
+            verdict, more = judge_rounds(rule, values[0], values[1], plan, spent=spent, label=label)
+            if restarts:
+                verdict = replace(verdict, method=RESTART_METHOD)
+            if on_look:
+                on_look(verdict, time.monotonic() - began)
+            if more == 0:
+                return Paired(verdict, got[0], got[1], first, time.monotonic() - began)
+            target = rounds + more

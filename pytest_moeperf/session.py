@@ -15,7 +15,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,7 @@ from . import __version__
 from .config import Configuration, HostLacks, Profile, load_profiles
 from .errors import BaselineError, ConfigError, MeasurementError, MoeperfError
 from .fs import cache_dir, file_lock, write_output
-from .host.gpus import gpus_used
+from .host.gpus import gpus_used, nvidia_host
 from .host.locks import measuring
 from .host.machine import (
     OtherWork,
@@ -37,19 +37,20 @@ from .host.placement import NUMA_MIN_SHARE, node_pages, page_cache_kib
 from .host.probe import DEFAULT_TOLERANCE, Probe, probe_moved, probes_of, run_probe
 from .llama.bench import BenchResult, run_bench
 from .llama.builds import Build, binary_build, build_llama, cuda_cmake_args
-from .llama.logs import StartupFinding, scan_startup
+from .llama.footprint import GIB, Footprint, estimate
+from .llama.logs import StartupFinding
 from .llama.model_bytes import DecodeBytes, decode_bytes
 from .llama.server import LlamaServer
 from .llama.synthetic_model import BYTE_TOKEN_IDS, ensure_model, model_spec
 from .measure.measurement import Measurement
 from .measure.meter import Meter, server_vocab
 from .measure.workload import Workload
+from .servers import ServerKey, ServerPool, ServerRecord
 from .store.baselines import BaselineFile, accept, load_baselines
 from .store.history import write_history
 from .store.replay import Replay
 from .verdicts.judge import BUSY_LIMIT, BaselineRow, Verdict
 
-ServerKey = tuple[str, str, str]  # (profile, configuration, build label)
 MeasurementKey = tuple[str, str, str, str]  # (profile, configuration, build label, workload)
 SYNTHETIC = "synthetic:"
 MODEL_DIGEST_BYTES = 16 << 20
@@ -99,36 +100,14 @@ class Options:
     numa_min_share: float = NUMA_MIN_SHARE
     """Share of a NUMA-pinned server's memory that must lie on its node; below it the test
     warns (fails with ``strict_warnings``)."""
-
-
-@dataclass
-class ServerRecord:
-    """A started server and what it was used for."""
-
-    server: LlamaServer
-    configuration: Configuration
-    build: Build
-    label: str
-    """The build's label in this session (``b11434``, or a profile's ``builds`` key)."""
-    gpus: frozenset[int] = frozenset()
-    """The GPUs its server may use, locked while it measures."""
-    placement: dict[str, Any] | None = None
-    """Where a NUMA-pinned server's memory lies (read once, after its warmup)."""
+    host_memory: int | None = None
+    """Bytes of RAM the session's servers may hold together; ``None``: the host's
+    ``MemAvailable`` when the session starts."""
 
 
 def _figure(change: str) -> str:
     """The probe figure a host-change line is about: ``"compute on CPUs 0-1"``."""
     return change.split(":", 1)[0]
-
-
-def _last_start(log: Path) -> str:
-    """The part of a server log written since its last start (each start writes a
-    ``# moeperf:`` command line first; a restarted server appends to the same log)."""
-    try:
-        text = log.read_text(errors="replace")
-    except OSError:
-        return ""
-    return text[text.rfind("# moeperf:") :] if "# moeperf:" in text else text
 
 
 class PerfSession:
@@ -153,7 +132,15 @@ class PerfSession:
         self._fingerprints: dict[str, dict[str, Any]] = {}
         self._host: dict[str, Any] | None = None
         self.replay = Replay.load(options.replay) if options.replay else None
-        self.servers: dict[ServerKey, ServerRecord] = {}
+        nv = nvidia_host()
+        gpu_memory = {g.index: g.memory_mib * 2**20 for g in nv.gpus} if nv else {}
+        self.pool = ServerPool(
+            ServerPool.host_capacity(options.host_memory, gpu_memory),
+            report=self.report,
+            explicit=options.host_memory is not None,
+        )
+        """The running servers and the scheduler that lets them start."""
+        self.servers = self.pool.servers
         self.measurements: dict[MeasurementKey, Measurement] = {}
         worker = os.environ.get("PYTEST_XDIST_WORKER")  # its own logs: workers start together
         self.log_dir = (
@@ -175,7 +162,7 @@ class PerfSession:
         self._streams: dict[ServerKey, bool] = {}
         self.verdicts: list[tuple[str, Verdict]] = []
         self.baseline_rows: list[BaselineRow] = []
-        self.findings: dict[ServerKey, list[StartupFinding]] = {}
+        self.findings = self.pool.findings
         """Performance warnings each server printed at its (last) start."""
         self.probes: dict[str, Probe] = {}
         """The calibration probe of each CPU set (``"0-1"``), taken before its first
@@ -316,6 +303,15 @@ class PerfSession:
         """How the host changed under the run (probe figures that moved), one line each."""
         return list(self._changes.values())
 
+    def _model_bytes(self, model: Path) -> DecodeBytes | None:
+        """The tensor table's counts of *model* (read once; ``None``: not a readable GGUF)."""
+        if model not in self._decode_bytes:
+            try:
+                self._decode_bytes[model] = decode_bytes(model)
+            except MoeperfError:
+                self._decode_bytes[model] = None
+        return self._decode_bytes[model]
+
     def decode_limit(
         self, profile: Profile, model: Path, probe: Probe | None, workload: Workload
     ) -> dict[str, Any] | None:
@@ -324,12 +320,7 @@ class PerfSession:
         bandwidth first, else the probe's; ``None`` for prefill or an unreadable model."""
         if workload.kind != "tg":
             return None
-        if model not in self._decode_bytes:
-            try:
-                self._decode_bytes[model] = decode_bytes(model)
-            except MoeperfError:
-                self._decode_bytes[model] = None
-        db = self._decode_bytes[model]
+        db = self._model_bytes(model)
         if db is None:
             return None
         if profile.memory_bandwidth_gbs is not None:
@@ -441,10 +432,14 @@ class PerfSession:
         if missing:
             raise HostLacks(f"build {label} has no {', '.join(missing)}")
         key = (profile.name, configuration.name, label)
-        rec = self.servers.get(key)
-        if rec is not None and rec.server.is_running():
+        rec = self.pool.running(key)
+        if rec is not None:
             return rec
         model = self.model_for(profile)
+        used = gpus_used(configuration.gpus, configuration.server_args, configuration.env, gpus)
+        need = self.footprint(profile, configuration, model, used)
+        name = f"{configuration.name} ({label})"
+        self.pool.make_room(key, need, used, name)
         safe = f"{profile.name}-{configuration.name}-{label}".replace("/", "_")
         server = LlamaServer(
             build.server,
@@ -453,24 +448,60 @@ class PerfSession:
             log_path=self.log_dir / f"{safe}.log",
             cpus=cpus,
             env=configuration.env,
-            name=f"{configuration.name} ({label})",
+            name=name,
             startup_timeout=self.options.startup_timeout,
         )
-        server.start()
-        self.findings[key] = scan_startup(_last_start(server.log_path))
-        rec = ServerRecord(
-            server=server,
-            configuration=configuration,
-            build=build,
-            label=label,
-            gpus=gpus_used(configuration.gpus, configuration.server_args, configuration.env, gpus),
-        )
-        self.servers[key] = rec
+        rec = ServerRecord(server, configuration, build, label, gpus=used, footprint=need)
+        self.pool.start(key, server, rec)
         self.report(
             f"moeperf: started {server.name} [{configuration.pinning.describe()}] "
-            f"pid {server.pid} on {server.url}, ready in {server.ready_seconds:.2f} s"
+            f"pid {server.pid} on {server.url}, ready in {server.ready_seconds:.2f} s "
+            f"({need.describe()}, estimated)"
         )
         return rec
+
+    def restart(
+        self, profile: Profile, configuration: Configuration, label: str | None = None
+    ) -> ServerRecord:
+        """A fresh process of (profile, configuration, build): the running one is stopped."""
+        label, _build = self.build_for(profile, configuration, label)
+        self.pool.stop((profile.name, configuration.name, label), why="a fresh process")
+        return self.server(profile, configuration, label)
+
+    def fit_together(self, profile: Profile, sides: list[tuple[Configuration, str | None]]) -> bool:
+        """Whether the servers of these (configuration, build label) fit in memory at once."""
+        host_gpus = len(self.host["gpus"])
+        needs = []
+        model = self.model_for(profile)
+        for configuration, _label in sides:
+            used = gpus_used(
+                configuration.gpus, configuration.server_args, configuration.env, host_gpus
+            )
+            needs.append((self.footprint(profile, configuration, model, used), used))
+        return self.pool.fits(needs)
+
+    def footprint(
+        self,
+        profile: Profile,
+        configuration: Configuration,
+        model: Path,
+        gpus: frozenset[int],
+    ) -> Footprint:
+        """The memory a server of *configuration* will hold: the configuration's ``ram_gib``
+        / ``vram_gib`` where given, else estimated from the model file and flags. GPUs count
+        for a CUDA profile or one that declares or requires them."""
+        on_gpu = profile.cuda or configuration.requires_gpus > 0 or configuration.gpus is not None
+        db = self._model_bytes(model)
+        if db is None:
+            est = Footprint(private=model.stat().st_size, shared=0, vram=0, model=str(model))
+        else:
+            n_gpus = len(gpus) if on_gpu else 0
+            est = estimate(db, str(model), configuration.server_args, gpus=n_gpus)
+        if configuration.ram_gib is not None:
+            est = replace(est, private=int(configuration.ram_gib * GIB), shared=0)
+        if configuration.vram_gib is not None:
+            est = replace(est, vram=int(configuration.vram_gib * GIB))
+        return est
 
     def forget(self, profile: str, labels: Iterable[str]) -> None:
         """Drop the measurements and stop the servers of these build labels of *profile*: a
@@ -482,10 +513,7 @@ class PerfSession:
 
     def stop_servers(self, keep: Callable[[ServerKey], bool] = lambda k: False) -> None:
         """Stop every running server except those *keep* selects."""
-        for key, rec in list(self.servers.items()):
-            if not keep(key) and rec.server.is_running():
-                rec.server.stop()
-                self.report(f"moeperf: stopped {rec.server.name}")
+        self.pool.stop_all(keep)
 
     def release_after(self, index: int) -> None:
         """Stop the servers no test after item *index* declares."""
@@ -541,12 +569,13 @@ class PerfSession:
                         configuration=configuration.name,
                         build=label,
                         repetitions=reps - start,
-                        warmup=have is None,
+                        warmup=not rec.warmed,
                         first=start,
                         deadline=self._deadline(key[:3]),
                         requests_per_sample=profile.sample_requests,
                     )
                     self._streams[key[:3]] = meter.stream
+                    rec.warmed = True
             except MeasurementError as exc:  # a hung server is stopped; its log tail shown
                 raise rec.server.request_failed(exc) from None
             except BaseException as exc:  # Ctrl-C, SIGTERM, pytest-timeout: stop, say where
@@ -582,6 +611,7 @@ class PerfSession:
             "model": str(rec.server.model),
             "log": str(rec.server.log_path),
             "server_ready_s": rec.server.ready_seconds,
+            "server_starts": list(self.pool.starts.get(key[:3], [])),
             "streamed": self._streams.get(key[:3], False),
             "host_busy": busy_s / measured,
             "steal": steal_s / measured,
@@ -783,6 +813,15 @@ class PerfSession:
         ]
 
     # -- results ----------------------------------------------------------------------------------
+    def load_times(self) -> dict[str, list[float]]:
+        """Seconds each start of each server took to load (until ``/health`` answered), by the
+        server's name (``mmap (b11434)``)."""
+        return {
+            self.servers[k].server.name: list(v)
+            for k, v in self.pool.starts.items()
+            if k in self.servers
+        }
+
     def results(self) -> dict[str, Any]:
         """Everything this session measured, in the results-file layout replay reads."""
         profiles = sorted({k[0] for k in self.measurements})
@@ -798,6 +837,7 @@ class PerfSession:
                 for k, seen in sorted(self.reprobes.items())
             },
             "host_changes": list(self.host_changes),
+            "server_starts": self.load_times(),
             "measurements": [m.to_dict() for m in self.measurements.values()],
             "verdicts": [
                 {

@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..flags import flag_value
+
 #: ``nvidia-smi --query-gpu`` fields, in the order :func:`parse_query` reads them.
 QUERY_FIELDS = (
     "index",
@@ -176,17 +178,6 @@ def visible_gpus(spec: str) -> list[int]:
     return out
 
 
-def _flag_value(flags: Sequence[str], *names: str) -> str | None:
-    value = None
-    for i, arg in enumerate(flags):
-        for name in names:
-            if arg == name and i + 1 < len(flags):
-                value = flags[i + 1]
-            elif arg.startswith(name + "="):
-                value = arg.split("=", 1)[1]
-    return value
-
-
 def gpus_used(
     declared: Sequence[int] | None,
     flags: Sequence[str],
@@ -201,7 +192,7 @@ def gpus_used(
         return frozenset(declared)
     spec = env.get("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES"))
     visible = visible_gpus(spec) if spec is not None else list(range(host_gpus))
-    dev = _flag_value(flags, "-dev", "--device")
+    dev = flag_value(flags, "-dev", "--device")
     if dev is not None:
         if dev.strip().lower() == "none":
             return frozenset()
@@ -211,7 +202,7 @@ def gpus_used(
             if m and int(m.group(1)) < len(visible):
                 picked.append(visible[int(m.group(1))])
         visible = picked
-    split = _flag_value(flags, "-ts", "--tensor-split")
+    split = flag_value(flags, "-ts", "--tensor-split")
     if split is not None:
         shares = re.split(r"[,/]", split)
         with contextlib.suppress(ValueError):

@@ -98,6 +98,20 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def memory_available() -> int:
+    """Bytes of memory this host can give new processes without swapping (``MemAvailable``;
+    ``MemFree`` on kernels without it; 0 when unknown)."""
+    free = 0
+    for line in (_read("/proc/meminfo") or "").splitlines():
+        name, _, value = line.partition(":")
+        if name in ("MemAvailable", "MemFree") and value.split():
+            kib = int(value.split()[0]) * 1024
+            if name == "MemAvailable":
+                return kib
+            free = kib
+    return free
+
+
 def _memory_gib() -> float:
     for line in (_read("/proc/meminfo") or "").splitlines():
         if line.startswith("MemTotal:"):

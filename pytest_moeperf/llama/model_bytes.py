@@ -41,6 +41,15 @@ class DecodeBytes:
     """KV-cache bytes read per token of context already in the cache."""
     experts_used: int
     experts: int
+    experts_total: int = 0
+    """All routed-expert bytes (what a server holds, not what a token reads)."""
+    lookup_total: int = 0
+    """All bytes of the lookup tables."""
+    n_layer: int = 0
+    n_embd: int = 0
+    n_vocab: int = 0
+    stored: int = 0
+    """Every tensor byte of the file."""
 
     def per_token(self, depth: int = 0) -> int:
         """Bytes read to generate one token with *depth* tokens already in the context."""
@@ -76,12 +85,17 @@ def decode_bytes(model: Path) -> DecodeBytes:
     n_used = int(_value(fields, f"{arch}.expert_used_count") or 0)
     dense = experts = lookup = 0
     has_output = False
-    embd_bytes = 0
+    embd_bytes = lookup_total = stored = 0
+    n_vocab = 0
     for t in reader.tensors:
         size = int(t.n_bytes)
+        stored += size
         if t.name.endswith(_LOOKUP_SUFFIX):
             rows = int(t.shape[-1]) if len(t.shape) > 1 else 1
             lookup += size // max(rows, 1)
+            lookup_total += size
+            if t.name == _LOOKUP_SUFFIX:
+                n_vocab = rows
             if t.name == _LOOKUP_SUFFIX:
                 embd_bytes = size
         elif _EXPERT_MARK in t.name:
@@ -114,4 +128,10 @@ def decode_bytes(model: Path) -> DecodeBytes:
         kv_per_token_of_depth=kv,
         experts_used=n_used,
         experts=n_experts,
+        experts_total=experts,
+        lookup_total=lookup_total,
+        n_layer=n_layer,
+        n_embd=embd,
+        n_vocab=n_vocab,
+        stored=stored,
     )

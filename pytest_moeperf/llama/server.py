@@ -82,6 +82,8 @@ class LlamaServer:
         self.process: subprocess.Popen[bytes] | None = None
         self.ready_seconds: float | None = None
         self.started_at: float | None = None
+        self.stopped_at: float | None = None
+        """When the last process was seen gone (also written into the log)."""
 
     # -- what it is -------------------------------------------------------------------------
     @property
@@ -135,6 +137,7 @@ class LlamaServer:
         raise AssertionError("unreachable")
 
     def _start_once(self) -> None:
+        self.stopped_at = None
         port = free_port()
         cpus = self.cpus
         env = {**os.environ, **self.env}
@@ -270,6 +273,13 @@ class LlamaServer:
         code = proc.poll()
         if code is not None:
             orphans.forget(proc.pid)  # else the next session's reaper tries again
+            if self.stopped_at is None:
+                self.stopped_at = time.time()
+                with contextlib.suppress(OSError), self.log_path.open("ab") as log:
+                    log.write(
+                        f"# moeperf: stopped at {self.stopped_at:.6f} (unix time; "
+                        f"pid {proc.pid}, exit {code})\n".encode()
+                    )
         return code
 
     # -- what went wrong ------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -104,6 +105,25 @@ def host_lines(
     if changes:
         lines.append("host changed under the run (later verdicts undecided): " + "; ".join(changes))
     return lines
+
+
+def start_lines(starts: Mapping[str, Sequence[float]]) -> list[str]:
+    """One line of server load times (seconds from spawn to ``/health`` answering 200) per
+    server that was started, by name: a metric of its own (ADR-0042's ``-lm none`` start took
+    60-90 s), and how many processes the verdicts measured."""
+    parts = []
+    for name, seconds in starts.items():
+        if not seconds:
+            continue
+        med = statistics.median(seconds)
+        if len(seconds) == 1:
+            parts.append(f"{name} {med:.2f} s")
+        else:
+            parts.append(
+                f"{name} {len(seconds)} starts, median {med:.2f} s "
+                f"({min(seconds):.2f}..{max(seconds):.2f})"
+            )
+    return ["server load time: " + "; ".join(parts)] if parts else []
 
 
 def measurement_rows(measurements: Iterable[Measurement]) -> tuple[list[str], list[list[str]]]:

@@ -13,7 +13,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "pytest_moeperf"
 
 # Bottom first. A module may import its own layer and the layers below it.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("pytest_moeperf", "pytest_moeperf.errors", "pytest_moeperf.fs"),
+    ("pytest_moeperf", "pytest_moeperf.errors", "pytest_moeperf.fs", "pytest_moeperf.flags"),
     ("pytest_moeperf.host",),
     ("pytest_moeperf.measure",),
     ("pytest_moeperf.llama",),
@@ -21,6 +21,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("pytest_moeperf.store",),
     ("pytest_moeperf.report",),
     ("pytest_moeperf.config",),
+    ("pytest_moeperf.servers",),
     ("pytest_moeperf.session", "pytest_moeperf.markers"),
     ("pytest_moeperf.rounds",),
     ("pytest_moeperf.fixture", "pytest_moeperf.gate", "pytest_moeperf.bisect"),

@@ -281,10 +281,10 @@ def _gate(args: argparse.Namespace) -> int:
                 "accepted chain adds up to a regression); --allow-creep accepts anyway; "
                 "nothing was written"
             )
-        if session.host_changes:
+        if session.hostwatch.host_changes:
             raise MoeperfError(
                 "--accept refused: the host changed during the gate ("
-                + "; ".join(session.host_changes)
+                + "; ".join(session.hostwatch.host_changes)
                 + "); nothing was written"
             )
         path = session.baseline_path(profile)

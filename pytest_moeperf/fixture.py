@@ -159,7 +159,7 @@ class MoePerf:
     def _host_moved(self, measurements: list[Measurement]) -> str | None:
         """Why the host cannot be trusted to be the one these numbers were taken on (its
         probe moved since the run's first probe of those CPUs), or ``None``."""
-        moved = self.session.moved_under(measurements)
+        moved = self.session.hostwatch.moved_under(measurements)
         return f"host changed under the run: {'; '.join(moved)}" if moved else None
 
     def judge(self, claim: str | Claim) -> Verdict:

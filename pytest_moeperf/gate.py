@@ -383,7 +383,7 @@ def run_gate(
     # Both builds run the same configuration in the same rounds, so a host that speeds up or
     # slows down during the gate moves both sides alike and the per-round ratios stand; the
     # change is reported (and --accept, which stores absolute numbers, refuses).
-    moved = session.host_moved(list(session.probes), force=True)  # the host at the end
+    moved = session.hostwatch.host_moved(list(session.probes), force=True)  # the host at the end
     if moved:
         notes.append(
             f"host changed during the gate: {'; '.join(moved)}; both sides were measured in "

@@ -477,7 +477,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     interrupted = session.exitstatus == pytest.ExitCode.INTERRUPTED
     steps: list[Callable[[], object]] = []
     if not interrupted:
-        steps.append(lambda: perf.host_moved(list(perf.probes), force=True))  # at the end
+        steps.append(lambda: perf.hostwatch.host_moved(list(perf.probes), force=True))  # at the end
         if perf.options.bench:
             steps.append(perf.cross_check)
     steps.append(lambda: setattr(perf, "results_path", perf.write_results()))
@@ -529,7 +529,7 @@ def _host_lines(perf: PerfSession) -> list[str]:
     """The host as this run measured it, and how long its servers took to start, for the
     summary and the report."""
     return host_lines(
-        perf.probes.values(), perf.host_changes, perf.measurements.values()
+        perf.probes.values(), perf.hostwatch.host_changes, perf.measurements.values()
     ) + start_lines(perf.load_times())
 
 

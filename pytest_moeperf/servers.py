@@ -10,6 +10,7 @@ another. Two sides that cannot live together are measured across restarts
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from typing import Any
 from .config import Configuration, HostLacks
 from .errors import ServerError
 from .host.machine import memory_available
+from .host.placement import node_pages, page_cache_kib
 from .llama.builds import Build
 from .llama.footprint import GIB, Footprint
 from .llama.logs import StartupFinding, scan_startup
@@ -201,3 +203,48 @@ class ServerPool:
         for key in list(self.servers):
             if not keep(key):
                 self.stop(key)
+
+    def placement(self, rec: ServerRecord, node: int, min_share: float) -> dict[str, Any]:
+        """Where the server's model and heap pages lie, from ``/proc/PID/numa_maps``; a share
+        on *node* below *min_share* becomes a startup finding of the server (a warning,
+        or a failure with strict warnings), with a note on page cache that crowds the node."""
+        model = os.path.realpath(rec.server.model)
+        pages = node_pages(rec.server.pid or 0, model)
+        if pages is None:
+            return {"node": node, "share": None, "text": "no /proc/PID/numa_maps on this host"}
+        share = pages.share(node)
+        text = pages.describe(node)
+        cache, total = page_cache_kib(node)
+        placed: dict[str, Any] = {
+            "node": node,
+            "share": share,
+            "text": text,
+            "model_bytes": pages.model,
+            "anon_bytes": pages.anon,
+            "page_cache_kib": cache,
+            "node_memory_kib": total,
+        }
+        self.report(f"moeperf: {rec.server.name} memory {text}")
+        if share is not None and share < min_share:
+            crowded = ""
+            if total and cache > total / 2:
+                crowded = (
+                    f"; page cache holds {cache / 2**20:.1f} of node {node}'s "
+                    f"{total / 2**20:.1f} GiB: drop it before the run "
+                    "(sync; echo 1 > /proc/sys/vm/drop_caches)"
+                )
+            key = next(k for k, r in self.servers.items() if r is rec)
+            self.findings.setdefault(key, []).append(
+                StartupFinding(
+                    id="numa-placement",
+                    line=f"{100 * share:.0f} % of the server's memory {text}",
+                    line_no=0,
+                    advice=(
+                        f"below {100 * min_share:.0f} % "
+                        "(--moeperf-numa-min-share): the server reads memory across nodes; "
+                        "start it cold on its node (no other process touching the model "
+                        f"first), or use -lm none so the copy is made on node {node}{crowded}"
+                    ),
+                )
+            )
+        return placed

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
+from .artifacts import SYNTHETIC, Artifacts
 from .config import Configuration, HostLacks, Profile, load_profiles
 from .errors import BaselineError, ConfigError, MeasurementError, MoeperfError
 from .fs import cache_dir, file_lock, write_output
@@ -27,21 +28,15 @@ from .host.gpus import gpus_used, nvidia_host
 from .host.locks import measuring
 from .host.machine import (
     OtherWork,
-    file_digest,
-    format_cpu_list,
     host_fingerprint,
-    online_cpus,
-    parse_cpu_list,
 )
-from .host.placement import NUMA_MIN_SHARE, node_pages, page_cache_kib
-from .host.probe import DEFAULT_TOLERANCE, Probe, probe_moved, probes_of, run_probe
+from .host.placement import NUMA_MIN_SHARE
+from .host.probe import DEFAULT_TOLERANCE, Probe
+from .hostwatch import HostWatch
 from .llama.bench import BenchResult, run_bench
-from .llama.builds import Build, binary_build, build_llama, cuda_cmake_args
 from .llama.footprint import GIB, Footprint, estimate
-from .llama.logs import StartupFinding
-from .llama.model_bytes import DecodeBytes, decode_bytes
 from .llama.server import LlamaServer
-from .llama.synthetic_model import BYTE_TOKEN_IDS, ensure_model, model_spec
+from .llama.synthetic_model import BYTE_TOKEN_IDS
 from .measure.measurement import Measurement
 from .measure.meter import Meter, server_vocab
 from .measure.workload import Workload
@@ -52,9 +47,6 @@ from .store.replay import Replay
 from .verdicts.judge import BUSY_LIMIT, BaselineRow, Verdict
 
 MeasurementKey = tuple[str, str, str, str]  # (profile, configuration, build label, workload)
-SYNTHETIC = "synthetic:"
-MODEL_DIGEST_BYTES = 16 << 20
-"""The model fingerprint hashes the first 16 MiB (and records the size): cheap for 100 GB."""
 REPROBE_SECONDS = 30.0
 """A verdict re-probes its CPUs when their last probe is older than this (a few seconds of
 work): often enough to notice the host changing under a run, rarely enough to cost little."""
@@ -105,11 +97,6 @@ class Options:
     ``MemAvailable`` when the session starts."""
 
 
-def _figure(change: str) -> str:
-    """The probe figure a host-change line is about: ``"compute on CPUs 0-1"``."""
-    return change.split(":", 1)[0]
-
-
 class PerfSession:
     """The run-wide state of pytest-moeperf."""
 
@@ -125,8 +112,6 @@ class PerfSession:
         self.progress = progress or self.report
         """Lines of long work shown always (building llama.cpp, writing the model)."""
         self._profiles: dict[str, Profile] | None = None
-        self._builds: dict[tuple[str, str], Build] = {}
-        self._models: dict[str, Path] = {}
         self._vocab: dict[Path, int] = {}
         self._baselines: dict[str, BaselineFile | None] = {}
         self._fingerprints: dict[str, dict[str, Any]] = {}
@@ -164,20 +149,12 @@ class PerfSession:
         self.baseline_rows: list[BaselineRow] = []
         self.findings = self.pool.findings
         """Performance warnings each server printed at its (last) start."""
-        self.probes: dict[str, Probe] = {}
-        """The calibration probe of each CPU set (``"0-1"``), taken before its first
-        measurement: what this run's numbers and baselines are judged against."""
-        self.reprobes: dict[str, list[tuple[float, Probe]]] = {}
-        """Later probes of each CPU set (wall time, probe): before verdicts, and at the end."""
-        self._changes: dict[str, str] = {
-            _figure(line): line for line in (self.replay.host_changes if self.replay else [])
-        }
-        """How the host changed under the run: the latest line of each probe figure that
-        moved (``"compute on CPUs 0-1"`` -> its line)."""
-        self._decode_bytes: dict[Path, DecodeBytes | None] = {}
-        self._probed_at: dict[str, float] = {}
+        self.hostwatch = HostWatch(options, self.replay, self.report)
+        """The host probed before measurements and verdicts, and how it moved."""
+        self.probes = self.hostwatch.probes
+        self.artifacts = Artifacts(options, self.progress)
+        """The builds and models the servers run."""
         self._busy_warned: set[MeasurementKey] = set()
-        self._model_digests: dict[Path, str] = {}
 
     # -- declarations ---------------------------------------------------------------------------
     @property
@@ -228,9 +205,7 @@ class PerfSession:
                 model = rec.server.model
                 fp["model"] = model.name
                 fp["model_bytes"] = model.stat().st_size
-                if model not in self._model_digests:  # 16 MiB read once per model file
-                    self._model_digests[model] = file_digest(model, MODEL_DIGEST_BYTES)
-                fp["model_sha256_16mib"] = self._model_digests[model]
+                fp["model_sha256_16mib"] = self.artifacts.model_digest(model)
                 if label is None:
                     self._fingerprints[profile.name] = fp
             return fp
@@ -242,76 +217,6 @@ class PerfSession:
         whose stored measurements are all there will ever be."""
         return self.replay is None
 
-    # -- the host, measured -----------------------------------------------------------------------
-    @staticmethod
-    def probe_key(cpus: frozenset[int] | None) -> str:
-        """The CPU set a server pinned to *cpus* runs on, as a kernel list (``"0-1"``)."""
-        return format_cpu_list(cpus if cpus is not None else online_cpus())
-
-    def probe(self, cpus: frozenset[int] | None) -> Probe | None:
-        """The calibration probe of the CPU set *cpus*, taken once per run under the CPUs'
-        lock (in replay mode: the replayed run's, ``None`` when it has none)."""
-        key = self.probe_key(cpus)
-        if self.replay is not None:
-            return probes_of(self.replay.fingerprint).get(key)
-        if key not in self.probes:
-            with measuring(cpus):
-                probe = run_probe(cpus)
-            self.probes[key] = probe
-            self._probed_at[key] = time.time()
-            self.report(f"moeperf: host probe: {probe.describe()} in {probe.seconds:.1f} s")
-        return self.probes[key]
-
-    def host_moved(self, keys: set[str] | list[str], *, force: bool = False) -> list[str]:
-        """Probe the CPU sets *keys* again (when their last probe is older than
-        ``options.reprobe_seconds``, or always with *force*) and say how each moved from its first
-        probe beyond the probe tolerance: one line per figure, ``[]`` when the host is as it
-        was. Every move is also kept in :attr:`host_changes`."""
-        if self.replay is not None:
-            return list(self.host_changes)
-        lines = []
-        for key in sorted(keys):
-            first = self.probes.get(key)
-            if first is None:
-                continue
-            seen = self.reprobes.setdefault(key, [])
-            last_at = seen[-1][0] if seen else self._probed_at.get(key, 0.0)
-            if force or time.time() - last_at >= self.options.reprobe_seconds:
-                cpus = parse_cpu_list(key)
-                with measuring(cpus):
-                    seen.append((time.time(), run_probe(cpus)))
-                tolerance = self.options.probe_tolerance
-                if probe_moved(first, seen[-1][1], tolerance=tolerance):
-                    with measuring(cpus):  # a move must be confirmed by a second probe
-                        seen.append((time.time(), run_probe(cpus)))
-            if not seen:
-                continue
-            recent = [p for _, p in seen[-2:]]
-            for line in probe_moved(first, *recent, tolerance=self.options.probe_tolerance):
-                lines.append(line)
-                self._changes.pop(_figure(line), None)  # the latest values last
-                self._changes[_figure(line)] = line
-        return lines
-
-    def moved_under(self, measurements: Iterable[Measurement]) -> list[str]:
-        """:meth:`host_moved` for the CPU sets *measurements* were taken on."""
-        keys = {str(m.extra["probe_cpus"]) for m in measurements if m.extra.get("probe_cpus")}
-        return self.host_moved(keys) if keys else []
-
-    @property
-    def host_changes(self) -> list[str]:
-        """How the host changed under the run (probe figures that moved), one line each."""
-        return list(self._changes.values())
-
-    def _model_bytes(self, model: Path) -> DecodeBytes | None:
-        """The tensor table's counts of *model* (read once; ``None``: not a readable GGUF)."""
-        if model not in self._decode_bytes:
-            try:
-                self._decode_bytes[model] = decode_bytes(model)
-            except MoeperfError:
-                self._decode_bytes[model] = None
-        return self._decode_bytes[model]
-
     def decode_limit(
         self, profile: Profile, model: Path, probe: Probe | None, workload: Workload
     ) -> dict[str, Any] | None:
@@ -320,7 +225,7 @@ class PerfSession:
         bandwidth first, else the probe's; ``None`` for prefill or an unreadable model."""
         if workload.kind != "tg":
             return None
-        db = self._model_bytes(model)
+        db = self.artifacts.model_bytes(model)
         if db is None:
             return None
         if profile.memory_bandwidth_gbs is not None:
@@ -336,77 +241,6 @@ class PerfSession:
             "bytes_per_token": db.per_token(depth),
             "limit_tok_s": round(db.limit(bandwidth, depth), 3),
         }
-
-    # -- builds and models ---------------------------------------------------------------------
-    def build_for(
-        self, profile: Profile, configuration: Configuration, label: str | None = None
-    ) -> tuple[str, Build]:
-        """The label and build a configuration runs on.
-
-        Without *label*: the user's binary (``--llama-server``, ``llama_server`` ini,
-        ``LLAMA_SERVER``) first, else the configuration's, else the profile's binary or build
-        number (built on first use). With *label* (``b11053``): that entry of the profile's
-        ``builds`` table, or the profile's own build when the label is its own."""
-        if label is not None and label != profile.build_label:
-            target = profile.builds.get(label)
-            if target is None:
-                known = ", ".join([*(b for b in [profile.build_label] if b), *profile.builds])
-                raise ConfigError(
-                    f"profile {profile.name!r} ({profile.source}) has no build {label!r}; "
-                    f"known: {known or 'none'} (add it to the profile's builds table)"
-                )
-            if isinstance(target, int):
-                return label, self._built(target, profile)
-            return label, self._binary(str(profile.path(target, self.options.rootdir)))
-        if (
-            self.options.llama_server is not None
-            and configuration.build is None
-            and configuration.binary is None
-        ):
-            path, _origin = self.options.llama_server
-            build = self._binary(str(path))
-            return build.label, build
-        binary = configuration.binary or (None if configuration.build else profile.binary)
-        if binary:
-            build = self._binary(str(profile.path(binary, self.options.rootdir)))
-            return (profile.build_label if not configuration.binary else None) or build.label, build
-        number = configuration.build or profile.build
-        if number is None:
-            raise ConfigError(
-                f"{profile.source}: profile {profile.name!r} names neither build nor binary; "
-                'add build = 11434 or binary = "/path/to/llama-server"'
-            )
-        return f"b{number}", self._built(number, profile)
-
-    def _built(self, number: int, profile: Profile) -> Build:
-        args = [*profile.cmake_args, *(cuda_cmake_args() if profile.cuda else ())]
-        key = (f"b{number}", " ".join(args))
-        if key not in self._builds:
-            self._builds[key] = build_llama(number, args, progress=self.progress)
-        return self._builds[key]
-
-    def _binary(self, path: str) -> Build:
-        key = (path, "")
-        if key not in self._builds:
-            self._builds[key] = binary_build(path)
-        return self._builds[key]
-
-    def model_for(self, profile: Profile) -> Path:
-        """The model file of *profile*; a ``synthetic:PRESET`` model is generated on first use."""
-        ref = profile.model
-        if ref not in self._models:
-            if ref.startswith(SYNTHETIC):
-                spec = model_spec(ref[len(SYNTHETIC) :], **profile.model_overrides)
-                self._models[ref] = ensure_model(spec, progress=self.progress)
-            else:
-                path = profile.path(ref, self.options.rootdir)
-                if not path.is_file():
-                    raise HostLacks(
-                        f"profile {profile.name!r} ({profile.source}): model file {path} "
-                        "is not on this host"
-                    )
-                self._models[ref] = path
-        return self._models[ref]
 
     # -- servers ---------------------------------------------------------------------------------
     def server(
@@ -427,7 +261,7 @@ class PerfSession:
                 f"profile {profile.name!r} builds llama.cpp with CUDA (cuda = true); "
                 "nvidia-smi finds no NVIDIA GPU on this host"
             )
-        label, build = self.build_for(profile, configuration, label)
+        label, build = self.artifacts.build_for(profile, configuration, label)
         missing = build.missing_flags(configuration.server_args)
         if missing:
             raise HostLacks(f"build {label} has no {', '.join(missing)}")
@@ -435,7 +269,7 @@ class PerfSession:
         rec = self.pool.running(key)
         if rec is not None:
             return rec
-        model = self.model_for(profile)
+        model = self.artifacts.model_for(profile)
         used = gpus_used(configuration.gpus, configuration.server_args, configuration.env, gpus)
         need = self.footprint(profile, configuration, model, used)
         name = f"{configuration.name} ({label})"
@@ -464,7 +298,7 @@ class PerfSession:
         self, profile: Profile, configuration: Configuration, label: str | None = None
     ) -> ServerRecord:
         """A fresh process of (profile, configuration, build): the running one is stopped."""
-        label, _build = self.build_for(profile, configuration, label)
+        label, _build = self.artifacts.build_for(profile, configuration, label)
         self.pool.stop((profile.name, configuration.name, label), why="a fresh process")
         return self.server(profile, configuration, label)
 
@@ -472,7 +306,7 @@ class PerfSession:
         """Whether the servers of these (configuration, build label) fit in memory at once."""
         host_gpus = len(self.host["gpus"])
         needs = []
-        model = self.model_for(profile)
+        model = self.artifacts.model_for(profile)
         for configuration, _label in sides:
             used = gpus_used(
                 configuration.gpus, configuration.server_args, configuration.env, host_gpus
@@ -491,7 +325,7 @@ class PerfSession:
         / ``vram_gib`` where given, else estimated from the model file and flags. GPUs count
         for a CUDA profile or one that declares or requires them."""
         on_gpu = profile.cuda or configuration.requires_gpus > 0 or configuration.gpus is not None
-        db = self._model_bytes(model)
+        db = self.artifacts.model_bytes(model)
         if db is None:
             est = Footprint(private=model.stat().st_size, shared=0, vram=0, model=str(model))
         else:
@@ -550,7 +384,7 @@ class PerfSession:
         if have is not None and len(have.samples) >= reps:
             return have
         start = len(have.samples) if have else 0
-        probe = self.probe(rec.server.cpus)
+        probe = self.hostwatch.probe(rec.server.cpus)
         with measuring(rec.server.cpus, rec.gpus):
             # CPU time on the server's CPUs of anything but us and the server
             other = OtherWork(rec.server.pid or 0, cpus=rec.server.cpus)
@@ -584,7 +418,9 @@ class PerfSession:
             ended = time.time()
             rec.server.verify_threads()  # after warmup: every thread still on its CPUs
             if rec.placement is None and configuration.pinning.numa_node is not None:
-                rec.placement = self._placement(rec, configuration.pinning.numa_node)
+                rec.placement = self.pool.placement(
+                    rec, configuration.pinning.numa_node, self.options.numa_min_share
+                )
             steal = other.steal()
             busy = other.share() + steal
         # shares over all of the measurement's time, each call weighted by how long it took:
@@ -618,7 +454,7 @@ class PerfSession:
             "measured_s": measured,
             "busy_s": busy_s,
             "steal_s": steal_s,
-            "probe_cpus": self.probe_key(rec.server.cpus),
+            "probe_cpus": self.hostwatch.probe_key(rec.server.cpus),
         }
         if rec.placement is not None:
             extra["placement"] = rec.placement
@@ -634,51 +470,6 @@ class PerfSession:
             f"(min {s.min:.1f}, max {s.max:.1f}, cv {100 * s.cv:.1f} %, n {s.n})"
         )
         return m
-
-    def _placement(self, rec: ServerRecord, node: int) -> dict[str, Any]:
-        """Where the server's model and heap pages lie, from ``/proc/PID/numa_maps``; a share
-        on *node* below ``numa_min_share`` becomes a startup finding of the server (a warning,
-        or a failure with strict warnings), with a note on page cache that crowds the node."""
-        model = os.path.realpath(rec.server.model)
-        pages = node_pages(rec.server.pid or 0, model)
-        if pages is None:
-            return {"node": node, "share": None, "text": "no /proc/PID/numa_maps on this host"}
-        share = pages.share(node)
-        text = pages.describe(node)
-        cache, total = page_cache_kib(node)
-        placed: dict[str, Any] = {
-            "node": node,
-            "share": share,
-            "text": text,
-            "model_bytes": pages.model,
-            "anon_bytes": pages.anon,
-            "page_cache_kib": cache,
-            "node_memory_kib": total,
-        }
-        self.report(f"moeperf: {rec.server.name} memory {text}")
-        if share is not None and share < self.options.numa_min_share:
-            crowded = ""
-            if total and cache > total / 2:
-                crowded = (
-                    f"; page cache holds {cache / 2**20:.1f} of node {node}'s "
-                    f"{total / 2**20:.1f} GiB: drop it before the run "
-                    "(sync; echo 1 > /proc/sys/vm/drop_caches)"
-                )
-            key = next(k for k, r in self.servers.items() if r is rec)
-            self.findings.setdefault(key, []).append(
-                StartupFinding(
-                    id="numa-placement",
-                    line=f"{100 * share:.0f} % of the server's memory {text}",
-                    line_no=0,
-                    advice=(
-                        f"below {100 * self.options.numa_min_share:.0f} % "
-                        "(--moeperf-numa-min-share): the server reads memory across nodes; "
-                        "start it cold on its node (no other process touching the model "
-                        f"first), or use -lm none so the copy is made on node {node}{crowded}"
-                    ),
-                )
-            )
-        return placed
 
     def _deadline(self, key: ServerKey) -> float | None:
         """When the configuration's time budget (``--moeperf-configuration-timeout``) ends."""
@@ -714,8 +505,8 @@ class PerfSession:
         refused = []
         if failed:
             refused.append(f"{failed} test(s) failed; fix or deselect them")
-        if self.host_changes:
-            refused.append(f"the host changed under the run ({'; '.join(self.host_changes)})")
+        if changes := self.hostwatch.host_changes:
+            refused.append(f"the host changed under the run ({'; '.join(changes)})")
         busy = sorted(
             f"{m.configuration} {m.workload} ({100 * float(m.extra['host_busy']):.0f} %)"
             for m in self.measurements.values()
@@ -834,9 +625,9 @@ class PerfSession:
             "probes": {k: p.to_dict() for k, p in sorted(self.probes.items())},
             "reprobes": {
                 k: [{"at": at, **p.to_dict()} for at, p in seen]
-                for k, seen in sorted(self.reprobes.items())
+                for k, seen in sorted(self.hostwatch.reprobes.items())
             },
-            "host_changes": list(self.host_changes),
+            "host_changes": list(self.hostwatch.host_changes),
             "server_starts": self.load_times(),
             "measurements": [m.to_dict() for m in self.measurements.values()],
             "verdicts": [

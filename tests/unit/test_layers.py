@@ -21,7 +21,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("pytest_moeperf.store",),
     ("pytest_moeperf.report",),
     ("pytest_moeperf.config",),
-    ("pytest_moeperf.servers",),
+    ("pytest_moeperf.servers", "pytest_moeperf.hostwatch", "pytest_moeperf.artifacts"),
     ("pytest_moeperf.session", "pytest_moeperf.markers"),
     ("pytest_moeperf.rounds",),
     ("pytest_moeperf.fixture", "pytest_moeperf.gate", "pytest_moeperf.bisect"),

@@ -1,0 +1,122 @@
+"""What a session's servers run: llama.cpp builds (by number, built and cached on first use,
+or a user's binary) and model files (a synthetic GGUF generated on first use), each resolved
+once per session, with what is read from a model file once (its tensor table, its digest)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
+
+from .config import Configuration, HostLacks, Profile
+from .errors import ConfigError, MoeperfError
+from .host.machine import file_digest
+from .llama.builds import Build, binary_build, build_llama, cuda_cmake_args
+from .llama.model_bytes import DecodeBytes, decode_bytes
+from .llama.synthetic_model import ensure_model, model_spec
+
+SYNTHETIC = "synthetic:"
+MODEL_DIGEST_BYTES = 16 << 20
+"""The model fingerprint hashes the first 16 MiB (and records the size): cheap for 100 GB."""
+
+
+class BuildSettings(Protocol):
+    llama_server: tuple[Path, str] | None
+    rootdir: Path
+
+
+class Artifacts:
+    """Builds and models of a session, resolved once each."""
+
+    def __init__(self, settings: BuildSettings, progress: Callable[[str], None]) -> None:
+        self.options = settings
+        self.progress = progress
+        self._builds: dict[tuple[str, str], Build] = {}
+        self._models: dict[str, Path] = {}
+        self._decode_bytes: dict[Path, DecodeBytes | None] = {}
+        self._model_digests: dict[Path, str] = {}
+
+    def build_for(
+        self, profile: Profile, configuration: Configuration, label: str | None = None
+    ) -> tuple[str, Build]:
+        """The label and build a configuration runs on.
+
+        Without *label*: the user's binary (``--llama-server``, ``llama_server`` ini,
+        ``LLAMA_SERVER``) first, else the configuration's, else the profile's binary or build
+        number (built on first use). With *label* (``b11053``): that entry of the profile's
+        ``builds`` table, or the profile's own build when the label is its own."""
+        if label is not None and label != profile.build_label:
+            target = profile.builds.get(label)
+            if target is None:
+                known = ", ".join([*(b for b in [profile.build_label] if b), *profile.builds])
+                raise ConfigError(
+                    f"profile {profile.name!r} ({profile.source}) has no build {label!r}; "
+                    f"known: {known or 'none'} (add it to the profile's builds table)"
+                )
+            if isinstance(target, int):
+                return label, self.built(target, profile)
+            return label, self.binary(str(profile.path(target, self.options.rootdir)))
+        if (
+            self.options.llama_server is not None
+            and configuration.build is None
+            and configuration.binary is None
+        ):
+            path, _origin = self.options.llama_server
+            build = self.binary(str(path))
+            return build.label, build
+        binary = configuration.binary or (None if configuration.build else profile.binary)
+        if binary:
+            build = self.binary(str(profile.path(binary, self.options.rootdir)))
+            return (profile.build_label if not configuration.binary else None) or build.label, build
+        number = configuration.build or profile.build
+        if number is None:
+            raise ConfigError(
+                f"{profile.source}: profile {profile.name!r} names neither build nor binary; "
+                'add build = 11434 or binary = "/path/to/llama-server"'
+            )
+        return f"b{number}", self.built(number, profile)
+
+    def built(self, number: int, profile: Profile) -> Build:
+        args = [*profile.cmake_args, *(cuda_cmake_args() if profile.cuda else ())]
+        key = (f"b{number}", " ".join(args))
+        if key not in self._builds:
+            self._builds[key] = build_llama(number, args, progress=self.progress)
+        return self._builds[key]
+
+    def binary(self, path: str) -> Build:
+        key = (path, "")
+        if key not in self._builds:
+            self._builds[key] = binary_build(path)
+        return self._builds[key]
+
+    def model_for(self, profile: Profile) -> Path:
+        """The model file of *profile*; a ``synthetic:PRESET`` model is generated on first use."""
+        ref = profile.model
+        if ref not in self._models:
+            if ref.startswith(SYNTHETIC):
+                spec = model_spec(ref[len(SYNTHETIC) :], **profile.model_overrides)
+                self._models[ref] = ensure_model(spec, progress=self.progress)
+            else:
+                path = profile.path(ref, self.options.rootdir)
+                if not path.is_file():
+                    raise HostLacks(
+                        f"profile {profile.name!r} ({profile.source}): model file {path} "
+                        "is not on this host"
+                    )
+                self._models[ref] = path
+        return self._models[ref]
+
+    def model_bytes(self, model: Path) -> DecodeBytes | None:
+        """The tensor table's counts of *model* (read once; ``None``: not a readable GGUF)."""
+        if model not in self._decode_bytes:
+            try:
+                self._decode_bytes[model] = decode_bytes(model)
+            except MoeperfError:
+                self._decode_bytes[model] = None
+        return self._decode_bytes[model]
+
+    def model_digest(self, model: Path) -> str:
+        """sha256 of the first :data:`MODEL_DIGEST_BYTES` of *model* (read once per file)."""
+        if model not in self._model_digests:
+            self._model_digests[model] = file_digest(model, MODEL_DIGEST_BYTES)
+        return self._model_digests[model]

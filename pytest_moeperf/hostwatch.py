@@ -1,0 +1,107 @@
+"""The host as a run measures it: the calibration probe of each CPU set before its first
+measurement, probes again before verdicts and at the end, and how the host moved between them
+(a move beyond the probe tolerance makes later verdicts between configurations undecided)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from typing import Protocol
+
+from .host.locks import measuring
+from .host.machine import format_cpu_list, online_cpus, parse_cpu_list
+from .host.probe import Probe, probe_moved, probes_of, run_probe
+from .measure.measurement import Measurement
+from .store.replay import Replay
+
+
+class ProbeSettings(Protocol):
+    probe_tolerance: float
+    reprobe_seconds: float
+
+
+def _figure(change: str) -> str:
+    """The probe figure a host-change line is about: ``"compute on CPUs 0-1"``."""
+    return change.split(":", 1)[0]
+
+
+class HostWatch:
+    """The probes of a run by CPU set (``"0-1"``) and the host changes they show."""
+
+    def __init__(
+        self, settings: ProbeSettings, replay: Replay | None, report: Callable[[str], None]
+    ) -> None:
+        self.settings = settings
+        self.replay = replay
+        self.report = report
+        self.probes: dict[str, Probe] = {}
+        """The calibration probe of each CPU set (``"0-1"``), taken before its first
+        measurement: what this run's numbers and baselines are judged against."""
+        self.reprobes: dict[str, list[tuple[float, Probe]]] = {}
+        """Later probes of each CPU set (wall time, probe): before verdicts, and at the end."""
+        self._changes: dict[str, str] = {
+            _figure(line): line for line in (replay.host_changes if replay else [])
+        }
+        """How the host changed under the run: the latest line of each probe figure that
+        moved (``"compute on CPUs 0-1"`` -> its line)."""
+        self._probed_at: dict[str, float] = {}
+
+    @staticmethod
+    def probe_key(cpus: frozenset[int] | None) -> str:
+        """The CPU set a server pinned to *cpus* runs on, as a kernel list (``"0-1"``)."""
+        return format_cpu_list(cpus if cpus is not None else online_cpus())
+
+    def probe(self, cpus: frozenset[int] | None) -> Probe | None:
+        """The calibration probe of the CPU set *cpus*, taken once per run under the CPUs'
+        lock (in replay mode: the replayed run's, ``None`` when it has none)."""
+        key = self.probe_key(cpus)
+        if self.replay is not None:
+            return probes_of(self.replay.fingerprint).get(key)
+        if key not in self.probes:
+            with measuring(cpus):
+                probe = run_probe(cpus)
+            self.probes[key] = probe
+            self._probed_at[key] = time.time()
+            self.report(f"moeperf: host probe: {probe.describe()} in {probe.seconds:.1f} s")
+        return self.probes[key]
+
+    def host_moved(self, keys: set[str] | list[str], *, force: bool = False) -> list[str]:
+        """Probe the CPU sets *keys* again (when their last probe is older than
+        ``options.reprobe_seconds``, or always with *force*) and say how each moved from its first
+        probe beyond the probe tolerance: one line per figure, ``[]`` when the host is as it
+        was. Every move is also kept in :attr:`host_changes`."""
+        if self.replay is not None:
+            return list(self.host_changes)
+        lines = []
+        for key in sorted(keys):
+            first = self.probes.get(key)
+            if first is None:
+                continue
+            seen = self.reprobes.setdefault(key, [])
+            last_at = seen[-1][0] if seen else self._probed_at.get(key, 0.0)
+            if force or time.time() - last_at >= self.settings.reprobe_seconds:
+                cpus = parse_cpu_list(key)
+                with measuring(cpus):
+                    seen.append((time.time(), run_probe(cpus)))
+                tolerance = self.settings.probe_tolerance
+                if probe_moved(first, seen[-1][1], tolerance=tolerance):
+                    with measuring(cpus):  # a move must be confirmed by a second probe
+                        seen.append((time.time(), run_probe(cpus)))
+            if not seen:
+                continue
+            recent = [p for _, p in seen[-2:]]
+            for line in probe_moved(first, *recent, tolerance=self.settings.probe_tolerance):
+                lines.append(line)
+                self._changes.pop(_figure(line), None)  # the latest values last
+                self._changes[_figure(line)] = line
+        return lines
+
+    def moved_under(self, measurements: Iterable[Measurement]) -> list[str]:
+        """:meth:`host_moved` for the CPU sets *measurements* were taken on."""
+        keys = {str(m.extra["probe_cpus"]) for m in measurements if m.extra.get("probe_cpus")}
+        return self.host_moved(keys) if keys else []
+
+    @property
+    def host_changes(self) -> list[str]:
+        """How the host changed under the run (probe figures that moved), one line each."""
+        return list(self._changes.values())

@@ -110,7 +110,7 @@ def measure_rounds(
     def one_round(index: int) -> None:
         for i in (0, 1) if first_in_round(index) == "a" else (1, 0):
             if restarts:  # a block: a fresh, warmed-up process and its median
-                session.restart(profile, sides[i].configuration, got[i].build)
+                session.restart(profile, sides[i].configuration, sides[i].build)
                 got[i] = take(sides[i], len(got[i].samples) + BLOCK_SAMPLES)
                 values[i].append(statistics.median(got[i].values[-BLOCK_SAMPLES:]))
             else:

@@ -298,8 +298,8 @@ class PerfSession:
         self, profile: Profile, configuration: Configuration, label: str | None = None
     ) -> ServerRecord:
         """A fresh process of (profile, configuration, build): the running one is stopped."""
-        label, _build = self.artifacts.build_for(profile, configuration, label)
-        self.pool.stop((profile.name, configuration.name, label), why="a fresh process")
+        resolved, _build = self.artifacts.build_for(profile, configuration, label)
+        self.pool.stop((profile.name, configuration.name, resolved), why="a fresh process")
         return self.server(profile, configuration, label)
 
     def fit_together(self, profile: Profile, sides: list[tuple[Configuration, str | None]]) -> bool:
@@ -403,7 +403,7 @@ class PerfSession:
                         configuration=configuration.name,
                         build=label,
                         repetitions=reps - start,
-                        warmup=not rec.warmed,
+                        warmup=have is None or not rec.warmed,  # new workload or process
                         first=start,
                         deadline=self._deadline(key[:3]),
                         requests_per_sample=profile.sample_requests,

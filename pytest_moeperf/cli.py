@@ -94,6 +94,10 @@ def _check_run_args(args: argparse.Namespace) -> None:
     if args.startup_timeout <= 0:
         raise MoeperfError(f"--startup-timeout {args.startup_timeout!r}: give seconds > 0")
     host_memory(args.host_memory, "--host-memory")  # a bad size fails before any work
+    if args.busy_limit is not None and not (0 < args.busy_limit <= 1):
+        raise MoeperfError(
+            f"--busy-limit {args.busy_limit!r}: give a share in (0, 1], e.g. 0.25"
+        )
     if args.config is not None and not Path(args.config).is_file():
         what = "is a directory" if Path(args.config).is_dir() else "does not exist"
         raise MoeperfError(f"--config {args.config}: {what}; name a TOML file of profiles")
@@ -157,6 +161,7 @@ def _session(args: argparse.Namespace) -> PerfSession:
             rootdir=root,
             startup_timeout=args.startup_timeout,
             host_memory=host_memory(args.host_memory, "--host-memory"),
+            **({"busy_limit": args.busy_limit} if args.busy_limit is not None else {}),
             stream=True,  # both builds measured alike (older builds need streamed replies)
         ),
         report=_say if args.verbose else None,
@@ -342,6 +347,14 @@ def _add_run_arguments(p: argparse.ArgumentParser, *, configurations: str) -> No
         "undecided (default: the profile's budget, 180 on the embedded profile)",
     )
     p.add_argument("--startup-timeout", type=float, default=300.0)
+    p.add_argument(
+        "--busy-limit",
+        type=float,
+        default=None,
+        metavar="SHARE",
+        help="share of a server's CPUs other work may take while it is measured for a row to "
+        "decide (default 0.25; above it the row is undecided)",
+    )
     p.add_argument(
         "--host-memory",
         metavar="SIZE",

@@ -86,8 +86,7 @@ def test_a_numa_pinned_server_reports_its_memory_on_the_node(project):
         "moeperf.toml",
         "-p",
         "no:cacheprovider",
-        "--moeperf-strict-warnings",
-        "-s",
+        "-v",
         timeout=300,
     )
     result.assert_outcomes(passed=1)

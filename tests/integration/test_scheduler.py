@@ -85,6 +85,8 @@ def test_the_suite_under_a_one_server_budget_measures_across_restarts(project):
         "-v",
         "--moeperf-host-memory",
         ONE_SERVER,
+        "--moeperf-busy-limit",  # the other xdist worker's tests are no reason to stop
+        "1",
         timeout=600,
     )
     result.assert_outcomes(passed=1)
@@ -123,6 +125,8 @@ def test_the_gate_under_a_one_server_budget_never_keeps_two_servers(
             "120",
             "--margin",
             "0.2",
+            "--busy-limit",
+            "1",
             "--json",
             "gate.json",
         ]

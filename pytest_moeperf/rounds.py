@@ -102,7 +102,7 @@ def measure_rounds(
         raise MoeperfError(f"{label}: both sides are the same measurement; name two")
     first = (len(got[0].samples), len(got[1].samples))
     keys = [(profile.name, s.configuration.name, m.build) for s, m in zip(sides, got, strict=True)]
-    restarts = not session.fit_together(
+    restarts = keys[0] != keys[1] and not session.fit_together(  # one server: it fits
         profile, [(s.configuration, m.build) for s, m in zip(sides, got, strict=True)]
     )
     values: list[list[float]] = [[], []]

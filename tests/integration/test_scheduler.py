@@ -13,9 +13,9 @@ from _procs import project_fixture, survivors  # noqa: F401 (the fixture `projec
 
 from pytest_moeperf.cli import main
 
-ONE_SERVER = "7M"
-"""Fits one tiny-model server (about 5 MiB estimated: compute buffer, KV cache and the mapped
-0.4 MB model), not two."""
+ONE_SERVER = "100M"
+"""Fits one tiny-model server (76 MiB estimated: the process, compute buffer, KV cache and the
+mapped 0.4 MB model), not two (151 MiB)."""
 
 CONFIG = """
 [profiles.small]

@@ -35,8 +35,8 @@ def test_a_cpu_only_server_maps_the_model_and_holds_kv_and_buffers():
     fp = estimate(ADR, "/m.gguf", ["-c", "8192"], gpus=0)
     assert fp.shared == 105 * GIB  # the mapped file: page cache, shared
     kv = 48 * 2 * 512 * 2 * 8192
-    compute = 4 * 512 * (24 * 2048 + 151936)
-    assert fp.private == kv + compute
+    compute = 4 * 512 * (80 * 2048 + 151936)
+    assert fp.private == kv + compute + 64 * MIB
     assert fp.vram == 0
 
 

@@ -77,7 +77,7 @@ class Artifacts:
         return f"b{number}", self.built(number, profile)
 
     def built(self, number: int, profile: Profile) -> Build:
-        args = [*profile.cmake_args, *(cuda_cmake_args() if profile.cuda else ())]
+        args = [*(cuda_cmake_args() if profile.cuda else ()), *profile.cmake_args]  # yours win
         key = (f"b{number}", " ".join(args))
         if key not in self._builds:
             self._builds[key] = build_llama(number, args, progress=self.progress)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -97,11 +98,8 @@ class ServerPool:
         capacity: Capacity,
         *,
         report: Callable[[str], None],
-        explicit: bool = False,
     ) -> None:
         self.capacity = capacity
-        self.explicit = explicit
-        """Whether the RAM capacity was given (``--moeperf-host-memory``) rather than read."""
         self.report = report
         self.servers: dict[ServerKey, ServerRecord] = {}
         self.findings: dict[ServerKey, list[StartupFinding]] = {}
@@ -113,10 +111,11 @@ class ServerPool:
 
     @staticmethod
     def host_capacity(ram: int | None, gpu_memory: dict[int, int]) -> Capacity:
-        """*ram* bytes (``None``: this host's ``MemAvailable`` now) and *gpu_memory* (bytes
-        per GPU, of which :data:`GPU_MEMORY_SHARE` is usable)."""
+        """*ram* bytes (``None``: this host's ``MemAvailable`` now; no limit where the kernel
+        does not say) and *gpu_memory* (bytes per GPU, of which :data:`GPU_MEMORY_SHARE` is
+        usable)."""
         return Capacity(
-            ram=ram if ram is not None else memory_available(),
+            ram=ram if ram is not None else (memory_available() or sys.maxsize),
             gpu={g: int(b * GPU_MEMORY_SHARE) for g, b in gpu_memory.items()},
         )
 
@@ -158,10 +157,20 @@ class ServerPool:
         if not self.fits([(need, gpus)]):
             raise HostLacks(
                 f"{name} needs {need.describe()} (estimated); this host has "
-                f"{self.capacity.describe()} for servers: set --moeperf-host-memory, or ram_gib / "
-                "vram_gib in the configuration if the estimate is wrong"
+                f"{self.capacity.describe()} for servers: give the servers more memory "
+                "(--moeperf-host-memory, the gate's --host-memory, MOEPERF_HOST_MEMORY), or set "
+                "ram_gib / vram_gib in the configuration if the estimate is wrong"
             )
         alive = {k: r for k, r in self.alive().items() if k != key}
+        busy = {k: r for k, r in alive.items() if k in self._in_use}
+        if not self.fits(
+            [(need, gpus)] + [(r.footprint, r.gpus) for r in busy.values() if r.footprint]
+        ):  # stopping idle servers would not help: say so before stopping any
+            names = ", ".join(r.server.name for r in busy.values())
+            raise ServerError(
+                f"{name} ({need.describe()}) does not fit beside the servers being measured "
+                f"({names}; {self.capacity.describe()} for servers)"
+            )
 
         def together() -> list[tuple[Footprint, frozenset[int]]]:
             return [(need, gpus)] + [
@@ -175,12 +184,7 @@ class ServerPool:
                 continue
             self.stop(k, why=f"to make room for {name}")
             del alive[k]
-        if not self.fits(together()):
-            busy = ", ".join(alive[k].server.name for k in alive)
-            raise ServerError(
-                f"{name} ({need.describe()}) does not fit beside the servers being measured "
-                f"({busy}; {self.capacity.describe()} for servers)"
-            )
+        # every idle server is stopped now, and the ones in use leave room (checked above)
 
     def start(self, key: ServerKey, server: LlamaServer, rec: ServerRecord) -> ServerRecord:
         """Start *server* as *rec* (after :meth:`make_room`), read its startup warnings and
@@ -193,10 +197,21 @@ class ServerPool:
         return rec
 
     def stop(self, key: ServerKey, why: str = "") -> None:
+        """Stop the server of *key* (one that died by itself is reaped and its log told)."""
         rec = self.servers.get(key)
-        if rec is not None and rec.server.is_running():
-            rec.server.stop()
+        if rec is None:
+            return
+        was_running = rec.server.is_running()
+        rec.server.stop()
+        if was_running:
             self.report(f"moeperf: stopped {rec.server.name}" + (f" ({why})" if why else ""))
+
+    def forget(self, which: Callable[[ServerKey], bool]) -> None:
+        """Drop what the pool keeps of the (stopped) servers *which* selects: their load
+        times and startup warnings (a gate's sides about to name other builds)."""
+        for table in (self.starts, self.findings, self._touched):
+            for k in [k for k in table if which(k)]:
+                del table[k]
 
     def stop_all(self, keep: Callable[[ServerKey], bool] = lambda k: False) -> None:
         """Stop every running server except those *keep* selects."""

@@ -97,6 +97,16 @@ class Options:
     ``MemAvailable`` when the session starts."""
 
 
+def _gpu_env(configuration: Configuration) -> dict[str, str]:
+    """The server's environment: a configuration that declares ``gpus`` sees those GPUs only
+    (``CUDA_VISIBLE_DEVICES`` in nvidia-smi's PCI order), unless its env names them itself."""
+    env = dict(configuration.env)
+    if configuration.gpus is not None and "CUDA_VISIBLE_DEVICES" not in env:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, configuration.gpus))
+        env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+    return env
+
+
 class PerfSession:
     """The run-wide state of pytest-moeperf."""
 
@@ -117,12 +127,11 @@ class PerfSession:
         self._fingerprints: dict[str, dict[str, Any]] = {}
         self._host: dict[str, Any] | None = None
         self.replay = Replay.load(options.replay) if options.replay else None
-        nv = nvidia_host()
+        nv = nvidia_host() if self.replay is None else None
         gpu_memory = {g.index: g.memory_mib * 2**20 for g in nv.gpus} if nv else {}
         self.pool = ServerPool(
             ServerPool.host_capacity(options.host_memory, gpu_memory),
             report=self.report,
-            explicit=options.host_memory is not None,
         )
         """The running servers and the scheduler that lets them start."""
         self.servers = self.pool.servers
@@ -270,7 +279,7 @@ class PerfSession:
         if rec is not None:
             return rec
         model = self.artifacts.model_for(profile)
-        used = gpus_used(configuration.gpus, configuration.server_args, configuration.env, gpus)
+        used = self.gpus_of(profile, configuration)
         need = self.footprint(profile, configuration, model, used)
         name = f"{configuration.name} ({label})"
         self.pool.make_room(key, need, used, name)
@@ -281,7 +290,7 @@ class PerfSession:
             configuration.server_args,
             log_path=self.log_dir / f"{safe}.log",
             cpus=cpus,
-            env=configuration.env,
+            env=_gpu_env(configuration),
             name=name,
             startup_timeout=self.options.startup_timeout,
         )
@@ -304,15 +313,25 @@ class PerfSession:
 
     def fit_together(self, profile: Profile, sides: list[tuple[Configuration, str | None]]) -> bool:
         """Whether the servers of these (configuration, build label) fit in memory at once."""
-        host_gpus = len(self.host["gpus"])
         needs = []
         model = self.artifacts.model_for(profile)
         for configuration, _label in sides:
-            used = gpus_used(
-                configuration.gpus, configuration.server_args, configuration.env, host_gpus
-            )
+            used = self.gpus_of(profile, configuration)
             needs.append((self.footprint(profile, configuration, model, used), used))
         return self.pool.fits(needs)
+
+    def gpus_of(self, profile: Profile, configuration: Configuration) -> frozenset[int]:
+        """The GPUs a server of *configuration* uses (locked while it measures, charged with
+        its VRAM): none for a profile that neither builds with CUDA nor declares or requires
+        GPUs; else :func:`gpus_used` of its declared ``gpus``, env and flags."""
+        if not (profile.cuda or configuration.requires_gpus > 0 or configuration.gpus is not None):
+            return frozenset()
+        return gpus_used(
+            configuration.gpus,
+            configuration.server_args,
+            configuration.env,
+            len(self.host["gpus"]),
+        )
 
     def footprint(
         self,
@@ -321,16 +340,13 @@ class PerfSession:
         model: Path,
         gpus: frozenset[int],
     ) -> Footprint:
-        """The memory a server of *configuration* will hold: the configuration's ``ram_gib``
-        / ``vram_gib`` where given, else estimated from the model file and flags. GPUs count
-        for a CUDA profile or one that declares or requires them."""
-        on_gpu = profile.cuda or configuration.requires_gpus > 0 or configuration.gpus is not None
+        """The memory a server of *configuration* on *gpus* will hold: the configuration's
+        ``ram_gib`` / ``vram_gib`` where given, else estimated from the model file and flags."""
         db = self.artifacts.model_bytes(model)
         if db is None:
             est = Footprint(private=model.stat().st_size, shared=0, vram=0, model=str(model))
         else:
-            n_gpus = len(gpus) if on_gpu else 0
-            est = estimate(db, str(model), configuration.server_args, gpus=n_gpus)
+            est = estimate(db, str(model), configuration.server_args, gpus=len(gpus))
         if configuration.ram_gib is not None:
             est = replace(est, private=int(configuration.ram_gib * GIB), shared=0)
         if configuration.vram_gib is not None:
@@ -344,6 +360,7 @@ class PerfSession:
         for key in [k for k in self.measurements if k[0] == profile and k[2] in gone]:
             del self.measurements[key]
         self.stop_servers(keep=lambda k: not (k[0] == profile and k[2] in gone))
+        self.pool.forget(lambda k: k[0] == profile and k[2] in gone)
 
     def stop_servers(self, keep: Callable[[ServerKey], bool] = lambda k: False) -> None:
         """Stop every running server except those *keep* selects."""
@@ -607,8 +624,9 @@ class PerfSession:
     def load_times(self) -> dict[str, list[float]]:
         """Seconds each start of each server took to load (until ``/health`` answered), by the
         server's name (``mmap (b11434)``)."""
+        several = len({k[0] for k in self.pool.starts}) > 1
         return {
-            self.servers[k].server.name: list(v)
+            (f"{k[0]}: " if several else "") + self.servers[k].server.name: list(v)
             for k, v in self.pool.starts.items()
             if k in self.servers
         }

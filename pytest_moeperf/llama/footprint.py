@@ -69,10 +69,10 @@ def estimate(
     ngl_text = flag_value(flags, "-ngl", "--gpu-layers", "--n-gpu-layers")
     if gpus == 0:
         on_gpu = 0.0
-    elif ngl_text is None or ngl_text in {"all", "auto"}:
-        on_gpu = 1.0
+    elif ngl_text is None or ngl_text in {"all", "auto"} or _int(ngl_text, 0) < 0:
+        on_gpu = 1.0  # llama.cpp's default and -1: as many layers as fit, all here
     else:
-        on_gpu = min(max(_int(ngl_text, n_layer), 0), n_layer) / n_layer
+        on_gpu = min(_int(ngl_text, n_layer), n_layer) / n_layer
     experts_in_ram = 1.0 - on_gpu
     if on_gpu:
         overrides = [
@@ -93,7 +93,9 @@ def estimate(
         dense_stored * (1.0 - on_gpu) + model.experts_total * experts_in_ram + model.lookup_total
     )
     in_vram = max(model.stored - in_ram, 0)
-    ctx = _int(flag_value(flags, "-c", "--ctx-size"), DEFAULT_CTX) or DEFAULT_CTX
+    ctx = _int(flag_value(flags, "-c", "--ctx-size"), DEFAULT_CTX)
+    if ctx <= 0:  # -c 0: the model's training context
+        ctx = model.n_ctx_train or DEFAULT_CTX
     kv = model.kv_per_token_of_depth * ctx
     ubatch = _int(flag_value(flags, "-ub", "--ubatch-size"), DEFAULT_UBATCH)
     compute = 4 * ubatch * (ACTIVATIONS_PER_EMBD * model.n_embd + model.n_vocab)

@@ -50,6 +50,8 @@ class DecodeBytes:
     n_vocab: int = 0
     stored: int = 0
     """Every tensor byte of the file."""
+    n_ctx_train: int = 0
+    """The context the model was trained for (what ``-c 0`` gives)."""
 
     def per_token(self, depth: int = 0) -> int:
         """Bytes read to generate one token with *depth* tokens already in the context."""
@@ -134,4 +136,5 @@ def decode_bytes(model: Path) -> DecodeBytes:
         n_embd=embd,
         n_vocab=n_vocab,
         stored=stored,
+        n_ctx_train=int(_value(fields, f"{arch}.context_length") or 0),
     )

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 from _procs import project_fixture, survivors  # noqa: F401 (the fixture `project`)
+
+from pytest_moeperf.host.machine import parse_cpu_list
 
 CONFIG = """
 [profiles.placed]
@@ -77,6 +80,10 @@ def test_a_numa_pinned_server_reports_its_memory_on_the_node(project):
     if not os.path.exists("/proc/self/numa_maps"):
         pytest.skip("this kernel has no /proc/PID/numa_maps")
     nodes = [n for n in os.listdir("/sys/devices/system/node") if n.startswith("node")]
+    if not parse_cpu_list(Path("/sys/devices/system/node/node0/cpulist").read_text()) <= (
+        os.sched_getaffinity(0)
+    ):
+        pytest.skip("node 0 has CPUs this runner may not use")
     project.makefile(".toml", moeperf=CONFIG)
     project.makepyfile(test_node=NODE)
     result = project.runpytest_subprocess(

@@ -145,3 +145,45 @@ def test_gpu_memory_is_checked_per_gpu():
     assert pool.fits([(one, frozenset({0, 1}))])  # 10 GiB on each
     assert not pool.fits([(one, frozenset({0}))])
     assert not pool.fits([(one, frozenset({0, 1})), (one, frozenset({0, 1}))])
+
+
+def test_an_unknown_available_memory_sets_no_limit(monkeypatch):
+    import pytest_moeperf.servers as servers
+
+    monkeypatch.setattr(servers, "memory_available", lambda: 0)
+    assert ServerPool.host_capacity(None, {}).ram > 2**60
+    assert ServerPool.host_capacity(GIB, {0: 10 * GIB}).gpu == {0: int(9.5 * GIB)}
+
+
+def test_forgotten_servers_leave_no_load_times_or_warnings():
+    pool, _ = _pool(1000 * MIB, {"a": fp(100), "b": fp(100)})
+    pool.starts = {("p", "a", "b1"): [0.5], ("p", "b", "b1"): [0.7]}
+    pool.findings = {("p", "a", "b1"): []}
+    pool.forget(lambda k: k[1] == "a")
+    assert pool.starts == {("p", "b", "b1"): [0.7]} and pool.findings == {}
+
+
+def test_declared_gpus_are_the_ones_the_server_sees():
+    from pytest_moeperf.config import Configuration, Pinning
+    from pytest_moeperf.session import _gpu_env
+
+    def cfg(**kw):
+        return Configuration(name="c", profile="p", flags=(), pinning=Pinning(), **kw)
+
+    assert _gpu_env(cfg(gpus=(1, 0))) == {
+        "CUDA_VISIBLE_DEVICES": "1,0",
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+    }
+    assert _gpu_env(cfg(gpus=(1,), env={"CUDA_VISIBLE_DEVICES": "0"})) == {
+        "CUDA_VISIBLE_DEVICES": "0"
+    }
+    assert _gpu_env(cfg()) == {}
+
+
+def test_minus_one_gpu_layers_and_context_zero():
+    adr = estimate(ADR, "/m.gguf", ["-ngl", "-1", "-c", "0"], gpus=1)
+    assert adr.shared == 1 * GIB  # every layer on the GPU, as -ngl 999
+    with_train_ctx = DecodeBytes(**{**ADR.__dict__, "n_ctx_train": 32768})
+    big = estimate(with_train_ctx, "/m.gguf", ["-c", "0"], gpus=0)
+    small = estimate(with_train_ctx, "/m.gguf", ["-c", "4096"], gpus=0)
+    assert big.private - small.private == ADR.kv_per_token_of_depth * (32768 - 4096)

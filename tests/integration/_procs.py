@@ -106,6 +106,25 @@ def project_fixture(
     kill_all_in(pytester.path)
 
 
+def run_perf(
+    project: pytest.Pytester, config: str, tests: dict[str, str], *args: str, timeout: float = 300
+) -> pytest.RunResult:
+    """Write *config* as the project's ``moeperf.toml`` and *tests* (module name -> source),
+    then run ``pytest -m perf *args`` on them in a subprocess."""
+    project.makefile(".toml", moeperf=config)
+    project.makepyfile(**tests)
+    return project.runpytest_subprocess(
+        "-m",
+        "perf",
+        "--moeperf-config",
+        "moeperf.toml",
+        "-p",
+        "no:cacheprovider",
+        *args,
+        timeout=timeout,
+    )
+
+
 def _default_sigint() -> None:
     # A shell that runs us in the background ignores SIGINT, and an ignored SIGINT is
     # inherited and keeps Python from installing its KeyboardInterrupt handler: undo that,

@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 import pytest
-from _procs import project_fixture, survivors  # noqa: F401 (the fixture `project`)
+from _procs import project_fixture, run_perf, survivors  # noqa: F401 (the fixture `project`)
 
 from pytest_moeperf.host.machine import parse_cpu_list
 
@@ -62,11 +62,7 @@ def test_node0(moeperf):
 def test_a_worker_thread_moved_off_the_pinned_cpus_fails_naming_it(project):
     if not {0, 1} <= os.sched_getaffinity(0):
         pytest.skip("needs CPUs 0 and 1")
-    project.makefile(".toml", moeperf=CONFIG)
-    project.makepyfile(test_repin=REPIN)
-    result = project.runpytest_subprocess(
-        "-m", "perf", "--moeperf-config", "moeperf.toml", "-p", "no:cacheprovider", timeout=300
-    )
+    result = run_perf(project, CONFIG, {"test_repin": REPIN})
     result.assert_outcomes(failed=1)
     moved = int((project.path / "moved").read_text())
     out = result.stdout.str()
@@ -84,18 +80,7 @@ def test_a_numa_pinned_server_reports_its_memory_on_the_node(project):
         os.sched_getaffinity(0)
     ):
         pytest.skip("node 0 has CPUs this runner may not use")
-    project.makefile(".toml", moeperf=CONFIG)
-    project.makepyfile(test_node=NODE)
-    result = project.runpytest_subprocess(
-        "-m",
-        "perf",
-        "--moeperf-config",
-        "moeperf.toml",
-        "-p",
-        "no:cacheprovider",
-        "-v",
-        timeout=300,
-    )
+    result = run_perf(project, CONFIG, {"test_node": NODE}, "-v")
     result.assert_outcomes(passed=1)
     (results,) = (project.path / ".moeperf").glob("results-*.json")
     (m,) = json.loads(results.read_text())["measurements"]

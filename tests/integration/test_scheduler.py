@@ -9,7 +9,7 @@ import json
 import re
 from pathlib import Path
 
-from _procs import project_fixture, survivors  # noqa: F401 (the fixture `project`)
+from _procs import project_fixture, run_perf, survivors  # noqa: F401 (the fixture `project`)
 
 from pytest_moeperf.cli import main
 
@@ -74,15 +74,10 @@ def assert_one_at_a_time(root: Path, at_least: int) -> list[tuple[float, float, 
 
 
 def test_the_suite_under_a_one_server_budget_measures_across_restarts(project):
-    project.makefile(".toml", moeperf=CONFIG)
-    project.makepyfile(test_small=TESTS)
-    result = project.runpytest_subprocess(
-        "-m",
-        "perf",
-        "--moeperf-config",
-        "moeperf.toml",
-        "-p",
-        "no:cacheprovider",
+    result = run_perf(
+        project,
+        CONFIG,
+        {"test_small": TESTS},
         "-v",
         "--moeperf-host-memory",
         ONE_SERVER,

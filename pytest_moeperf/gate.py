@@ -222,6 +222,7 @@ class GateResult:
                     "high": r.verdict.high,
                     "rounds": r.verdict.rounds,
                     "mde": r.verdict.mde,
+                    "method": r.verdict.method,
                     "seconds": r.seconds,
                     "vs_oldest": _verdict_json(r.oldest),
                     "vs_newest": _verdict_json(r.newest),

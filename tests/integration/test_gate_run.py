@@ -126,7 +126,7 @@ def test_a_throttled_candidate_is_slower_and_exits_1(
             [
                 "gate", "--profile", "embedded-tiny", "--baseline", server,
                 "--candidate", _throttled(group, server, tmp_path), "-c", "default",
-                "-w", "pp64", "--budget", "60", "--json", "gate.json",
+                "-w", "pp64", "--budget", "60", "--busy-limit", "1", "--json", "gate.json",
             ]
         )  # fmt: skip
     finally:

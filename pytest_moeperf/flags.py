@@ -18,6 +18,14 @@ def flag_value(flags: Sequence[str], *names: str) -> str | None:
     return value
 
 
+def flag_int(value: str | None, default: int) -> int:
+    """*value* as an integer (surrounding blanks allowed), else *default*."""
+    try:
+        return int(str(value).strip())
+    except (TypeError, ValueError):
+        return default
+
+
 def flag_values(flags: Sequence[str], *names: str) -> list[str]:
     """Every value of *names* in *flags*, in order (options that accumulate, like ``-ot``)."""
     out = []

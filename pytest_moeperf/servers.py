@@ -20,6 +20,7 @@ from typing import Any
 
 from .config import Configuration, HostLacks
 from .errors import ServerError
+from .host.gpus import nvidia_host
 from .host.machine import memory_available
 from .host.placement import node_pages, page_cache_kib
 from .llama.builds import Build
@@ -95,11 +96,12 @@ class ServerPool:
 
     def __init__(
         self,
-        capacity: Capacity,
+        capacity: Capacity | Callable[[], Capacity],
         *,
         report: Callable[[str], None],
     ) -> None:
-        self.capacity = capacity
+        self._capacity = capacity
+        """The capacity, or how to read it when a server first asks (``host_capacity``)."""
         self.report = report
         self.servers: dict[ServerKey, ServerRecord] = {}
         self.findings: dict[ServerKey, list[StartupFinding]] = {}
@@ -110,14 +112,23 @@ class ServerPool:
         self._in_use: dict[ServerKey, int] = {}
 
     @staticmethod
-    def host_capacity(ram: int | None, gpu_memory: dict[int, int]) -> Capacity:
+    def host_capacity(ram: int | None, gpu_memory: dict[int, int] | None = None) -> Capacity:
         """*ram* bytes (``None``: this host's ``MemAvailable`` now; no limit where the kernel
         does not say) and *gpu_memory* (bytes per GPU, of which :data:`GPU_MEMORY_SHARE` is
-        usable)."""
+        usable; ``None``: the GPUs nvidia-smi lists)."""
+        if gpu_memory is None:
+            nv = nvidia_host()
+            gpu_memory = {g.index: g.memory_mib * 2**20 for g in nv.gpus} if nv else {}
         return Capacity(
             ram=ram if ram is not None else (memory_available() or sys.maxsize),
             gpu={g: int(b * GPU_MEMORY_SHARE) for g, b in gpu_memory.items()},
         )
+
+    @property
+    def capacity(self) -> Capacity:
+        if not isinstance(self._capacity, Capacity):
+            self._capacity = self._capacity()
+        return self._capacity
 
     def alive(self) -> dict[ServerKey, ServerRecord]:
         return {k: r for k, r in self.servers.items() if r.server.is_running()}
@@ -219,7 +230,9 @@ class ServerPool:
             if not keep(key):
                 self.stop(key)
 
-    def placement(self, rec: ServerRecord, node: int, min_share: float) -> dict[str, Any]:
+    def placement(
+        self, key: ServerKey, rec: ServerRecord, node: int, min_share: float
+    ) -> dict[str, Any]:
         """Where the server's model and heap pages lie, from ``/proc/PID/numa_maps``; a share
         on *node* below *min_share* becomes a startup finding of the server (a warning,
         or a failure with strict warnings), with a note on page cache that crowds the node."""
@@ -248,7 +261,6 @@ class ServerPool:
                     f"{total / 2**20:.1f} GiB: drop it before the run "
                     "(sync; echo 1 > /proc/sys/vm/drop_caches)"
                 )
-            key = next(k for k, r in self.servers.items() if r is rec)
             self.findings.setdefault(key, []).append(
                 StartupFinding(
                     id="numa-placement",

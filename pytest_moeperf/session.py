@@ -24,7 +24,7 @@ from .artifacts import SYNTHETIC, Artifacts
 from .config import Configuration, HostLacks, Profile, load_profiles
 from .errors import BaselineError, ConfigError, MeasurementError, MoeperfError
 from .fs import cache_dir, file_lock, write_output
-from .host.gpus import gpus_used, nvidia_host
+from .host.gpus import gpus_used
 from .host.locks import measuring
 from .host.machine import (
     OtherWork,
@@ -127,11 +127,8 @@ class PerfSession:
         self._fingerprints: dict[str, dict[str, Any]] = {}
         self._host: dict[str, Any] | None = None
         self.replay = Replay.load(options.replay) if options.replay else None
-        nv = nvidia_host() if self.replay is None else None
-        gpu_memory = {g.index: g.memory_mib * 2**20 for g in nv.gpus} if nv else {}
         self.pool = ServerPool(
-            ServerPool.host_capacity(options.host_memory, gpu_memory),
-            report=self.report,
+            lambda: ServerPool.host_capacity(options.host_memory), report=self.report
         )
         """The running servers and the scheduler that lets them start."""
         self.servers = self.pool.servers
@@ -436,7 +433,7 @@ class PerfSession:
             rec.server.verify_threads()  # after warmup: every thread still on its CPUs
             if rec.placement is None and configuration.pinning.numa_node is not None:
                 rec.placement = self.pool.placement(
-                    rec, configuration.pinning.numa_node, self.options.numa_min_share
+                    key[:3], rec, configuration.pinning.numa_node, self.options.numa_min_share
                 )
             steal = other.steal()
             busy = other.share() + steal

@@ -22,6 +22,7 @@ import contextlib
 import datetime
 import errno
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -483,11 +484,15 @@ def _cuda_identity(cmake_args: Sequence[str]) -> str:
         return ""
     given = _cmake_define(cmake_args, "CMAKE_CUDA_COMPILER")
     nvcc = Path(given) if given else find_nvcc()
-    if nvcc is None:
-        return "nvcc not found"
+    return _nvcc_release(str(nvcc)) if nvcc is not None else "nvcc not found"
+
+
+@functools.lru_cache(maxsize=8)
+def _nvcc_release(nvcc: str) -> str:
+    """The release line of ``<nvcc> --version`` (asked once per process)."""
     try:
         out = subprocess.run(
-            [str(nvcc), "--version"], capture_output=True, text=True, timeout=_RUN_TIMEOUT_S
+            [nvcc, "--version"], capture_output=True, text=True, timeout=_RUN_TIMEOUT_S
         ).stdout
     except (OSError, subprocess.SubprocessError):
         return f"{nvcc} does not run"

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..flags import flag_value, flag_values
+from ..flags import flag_int, flag_value, flag_values
 from .model_bytes import DecodeBytes
 
 GIB = 2**30
@@ -49,13 +49,6 @@ class Footprint:
         return " ".join(parts)
 
 
-def _int(text: str | None, default: int) -> int:
-    try:
-        return int(text) if text is not None else default
-    except ValueError:
-        return default
-
-
 def estimate(
     model: DecodeBytes,
     model_path: str,
@@ -69,10 +62,10 @@ def estimate(
     ngl_text = flag_value(flags, "-ngl", "--gpu-layers", "--n-gpu-layers")
     if gpus == 0:
         on_gpu = 0.0
-    elif ngl_text is None or ngl_text in {"all", "auto"} or _int(ngl_text, 0) < 0:
+    elif ngl_text is None or ngl_text in {"all", "auto"} or flag_int(ngl_text, 0) < 0:
         on_gpu = 1.0  # llama.cpp's default and -1: as many layers as fit, all here
     else:
-        on_gpu = min(_int(ngl_text, n_layer), n_layer) / n_layer
+        on_gpu = min(flag_int(ngl_text, n_layer), n_layer) / n_layer
     experts_in_ram = 1.0 - on_gpu
     if on_gpu:
         overrides = [
@@ -87,17 +80,17 @@ def estimate(
         else:
             ncmoe = flag_value(flags, "-ncmoe", "--n-cpu-moe")
             if ncmoe is not None:
-                experts_in_ram = max(experts_in_ram, min(_int(ncmoe, 0), n_layer) / n_layer)
+                experts_in_ram = max(experts_in_ram, min(flag_int(ncmoe, 0), n_layer) / n_layer)
     dense_stored = max(model.stored - model.experts_total - model.lookup_total, 0)
     in_ram = int(
         dense_stored * (1.0 - on_gpu) + model.experts_total * experts_in_ram + model.lookup_total
     )
     in_vram = max(model.stored - in_ram, 0)
-    ctx = _int(flag_value(flags, "-c", "--ctx-size"), DEFAULT_CTX)
+    ctx = flag_int(flag_value(flags, "-c", "--ctx-size"), DEFAULT_CTX)
     if ctx <= 0:  # -c 0: the model's training context
         ctx = model.n_ctx_train or DEFAULT_CTX
     kv = model.kv_per_token_of_depth * ctx
-    ubatch = _int(flag_value(flags, "-ub", "--ubatch-size"), DEFAULT_UBATCH)
+    ubatch = flag_int(flag_value(flags, "-ub", "--ubatch-size"), DEFAULT_UBATCH)
     compute = 4 * ubatch * (ACTIVATIONS_PER_EMBD * model.n_embd + model.n_vocab)
     private_copy = flag_value(flags, "-lm", "--load-mode") == "none" or "--no-mmap" in flags
     ram_weights_private = in_ram if private_copy else 0

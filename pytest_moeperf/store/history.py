@@ -40,6 +40,7 @@ from pytest_benchmark.stats import Stats
 from pytest_benchmark.utils import get_machine_id
 
 from .. import __version__
+from ..flags import flag_int
 from ..fs import atomic_write_text, file_lock
 from ..host.machine import parse_cpu_list
 from ..measure.measurement import Measurement
@@ -506,13 +507,6 @@ def _truthy(value: str) -> bool | None:
     return None
 
 
-def _int(value: str | None, default: int) -> int:
-    try:
-        return int(str(value).strip())
-    except (TypeError, ValueError):
-        return default
-
-
 def parse_flags(flags: Sequence[str]) -> dict[str, Any]:
     """The llama-bench fields a llama-server argument list sets explicitly (``-t 10`` ->
     ``n_threads: 10``, ``-lm none`` -> ``load_mode: "none"``, ``-fa 1`` -> ``flash_attn: 1``);
@@ -550,29 +544,29 @@ def parse_flags(flags: Sequence[str]) -> dict[str, Any]:
         else:
             seen[option] = value
     out: dict[str, Any] = {}
-    if "threads" in seen and _int(seen["threads"], 0) > 0:
-        out["n_threads"] = _int(seen["threads"], 0)
+    if "threads" in seen and flag_int(seen["threads"], 0) > 0:
+        out["n_threads"] = flag_int(seen["threads"], 0)
     if "batch" in seen:
-        out["n_batch"] = _int(seen["batch"], 2048)
+        out["n_batch"] = flag_int(seen["batch"], 2048)
     if "ubatch" in seen:
-        out["n_ubatch"] = _int(seen["ubatch"], 512)
+        out["n_ubatch"] = flag_int(seen["ubatch"], 512)
     if "cpu_mask" in seen:
         mask = str(seen["cpu_mask"]).strip()
         out["cpu_mask"] = mask if mask.lower().startswith("0x") else f"0x{mask}"
     if "cpu_strict" in seen:
-        out["cpu_strict"] = bool(_int(seen["cpu_strict"], 0))
+        out["cpu_strict"] = bool(flag_int(seen["cpu_strict"], 0))
     if "poll" in seen:
-        out["poll"] = _int(seen["poll"], 50)
+        out["poll"] = flag_int(seen["poll"], 50)
     for key in ("type_k", "type_v", "split_mode", "lazy_mode"):
         if key in seen:
             out[key] = str(seen[key]).strip()
     if "ngl" in seen:
         ngl = str(seen["ngl"]).strip()
-        out["n_gpu_layers"] = {"auto": -1, "all": -2}.get(ngl, _int(ngl, -1))
+        out["n_gpu_layers"] = {"auto": -1, "all": -2}.get(ngl, flag_int(ngl, -1))
     if "ncmoe" in seen:
-        out["n_cpu_moe"] = _int(seen["ncmoe"], 0)
+        out["n_cpu_moe"] = flag_int(seen["ncmoe"], 0)
     if "main_gpu" in seen:
-        out["main_gpu"] = _int(seen["main_gpu"], 0)
+        out["main_gpu"] = flag_int(seen["main_gpu"], 0)
     if "flash_attn" in seen:
         truth = _truthy(str(seen["flash_attn"]))
         out["flash_attn"] = -1 if truth is None else int(truth)
@@ -595,11 +589,11 @@ def parse_flags(flags: Sequence[str]) -> dict[str, Any]:
         if key in seen:
             out[key] = bool(seen[key])
     if "no_op_offload" in seen:
-        out["no_op_offload"] = _int(seen["no_op_offload"], 0)
+        out["no_op_offload"] = flag_int(seen["no_op_offload"], 0)
     if "fit_target" in seen:
-        out["fit_target"] = _int(str(seen["fit_target"]).split(",")[0], 0)
+        out["fit_target"] = flag_int(str(seen["fit_target"]).split(",")[0], 0)
     if "fit_min_ctx" in seen:
-        out["fit_min_ctx"] = _int(seen["fit_min_ctx"], 0)
+        out["fit_min_ctx"] = flag_int(seen["fit_min_ctx"], 0)
     return out
 
 

@@ -21,6 +21,8 @@ from typing import Any
 
 from .errors import ConfigError, Unavailable
 from .host.machine import numa_nodes, online_cpus, parse_cpu_list
+from .measure.mix import Mix, Shape
+from .measure.traffic import Traffic
 from .measure.workload import Workload
 
 NUMA_MODES = ("distribute", "isolate", "numactl")
@@ -38,6 +40,17 @@ _CONFIG_KEYS = _PIN_KEYS | {
     "binary",
     "ram_gib",
     "vram_gib",
+    "traffic",
+}
+_TRAFFIC_KEYS = {
+    "mix",
+    "concurrency",
+    "requests",
+    "rate",
+    "arrivals",
+    "ttft_target_ms",
+    "e2e_target_ms",
+    "poll_seconds",
 }
 _PROFILE_KEYS = _CONFIG_KEYS | {
     "builds",
@@ -122,6 +135,11 @@ class Configuration:
     """RAM its server holds (GiB), where the estimate from model and flags is wrong."""
     vram_gib: float | None = None
     """GPU memory its server holds (GiB, over all its GPUs), likewise."""
+    traffic: Mapping[str, Any] = field(default_factory=dict)
+    """Its ``traffic`` table (the profile's, with the configuration's keys over it): the
+    request mix and load its ``traffic.*`` metrics are measured with (:func:`traffic_of`)."""
+    where: str = ""
+    """Where it was declared (file, profile, configuration), for errors found later."""
 
     @property
     def server_args(self) -> list[str]:
@@ -309,6 +327,70 @@ def _bandwidth(where: str, value: Any) -> float | None:
     return float(value) if value is not None else None
 
 
+def _traffic_table(where: str, value: Any, base: Mapping[str, Any]) -> dict[str, Any]:
+    """A ``traffic`` table over *base*, checked now: keys, types, an inline mix."""
+    if value is None:
+        return dict(base)
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: traffic must be a table, e.g. traffic = {{concurrency = 2}}")
+    _check_keys(f"{where}, traffic", value, _TRAFFIC_KEYS)
+    merged = {**base, **value}
+    mix = merged.get("mix")
+    if not isinstance(mix, list | str):
+        raise ConfigError(
+            f"{where}, traffic: mix must be a list of [prompt, gen] requests or the path of a "
+            "mix file (moeperf logstats --mix), e.g. mix = [[512, 64], [64, 128]]"
+        )
+    try:
+        _make_traffic(merged, Mix.from_items(mix, where) if isinstance(mix, list) else None)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}, traffic: {exc}") from None
+    return merged
+
+
+def _make_traffic(table: Mapping[str, Any], mix: Mix | None) -> Traffic:
+    """The :class:`Traffic` of a table and its *mix*; with *mix* ``None`` (a mix file not read
+    yet) a stand-in mix lets the other keys be checked."""
+    where = "traffic"
+    rate = _opt(where, "rate", table.get("rate"), (int, float))
+    stand_in = Mix((Shape(1, 1), Shape(1, 1, gap_ms=0.0)), "a mix file")
+    return Traffic(
+        mix=mix or stand_in,
+        concurrency=_opt(where, "concurrency", table.get("concurrency", 1), int),
+        requests=_opt(where, "requests", table.get("requests", 8), int),
+        rate=None if rate is None else float(rate),
+        arrivals=_opt(where, "arrivals", table.get("arrivals", "poisson"), str),
+        **{
+            k: None if table.get(k) is None else float(_opt(where, k, table[k], (int, float)))
+            for k in ("ttft_target_ms", "e2e_target_ms", "poll_seconds")
+        },
+    )
+
+
+def traffic_of(profile: Profile, configuration: Configuration, rootdir: Path) -> Traffic:
+    """The traffic *configuration*'s ``traffic.*`` metrics are measured with; its mix file (a
+    relative path from the profile's file, else *rootdir*) is read now."""
+    table = configuration.traffic
+    if not table:
+        raise ConfigError(
+            f"{configuration.where or profile.source}: configuration {configuration.name!r} "
+            "has no traffic table to measure traffic.* metrics with; add e.g. "
+            "traffic = {mix = [[512, 64], [64, 128]], concurrency = 2}"
+        )
+    mix = table["mix"]
+    where = f"{configuration.where}, traffic"
+    try:
+        if isinstance(mix, str):
+            loaded = Mix.load(profile.path(mix, rootdir))
+        else:
+            loaded = Mix.from_items(mix, where)
+        return _make_traffic(table, loaded)
+    except HostLacks:
+        raise
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
 def _profile(name: str, table: Any, source: str, base_dir: Path | None) -> Profile:
     where = f"{source}: profile {name!r}"
     if not isinstance(table, dict):
@@ -347,6 +429,7 @@ def _profile(name: str, table: Any, source: str, base_dir: Path | None) -> Profi
     gpus = _opt(where, "requires_gpus", table.get("requires_gpus", 0), int)
     declared_gpus = _gpu_ids(where, table.get("gpus"))
     memory = {k: _gib(where, k, table.get(k)) for k in ("ram_gib", "vram_gib")}
+    base_traffic = _traffic_table(where, table.get("traffic"), {})
     cuda = table.get("cuda", False)
     if not isinstance(cuda, bool):
         raise ConfigError(f"{where}: cuda must be true or false, got {cuda!r}")
@@ -388,6 +471,8 @@ def _profile(name: str, table: Any, source: str, base_dir: Path | None) -> Profi
             binary=_opt(cwhere, "binary", ctable.get("binary"), str),
             gpus=_gpu_ids(cwhere, ctable["gpus"]) if "gpus" in ctable else declared_gpus,
             **{k: _gib(cwhere, k, ctable[k]) if k in ctable else v for k, v in memory.items()},
+            traffic=_traffic_table(cwhere, ctable.get("traffic"), base_traffic),
+            where=cwhere,
         )
     return Profile(
         name=name,

@@ -279,6 +279,7 @@ class MoePerf:
                 m.values,
                 entry.value,
                 bf.tolerance_for(entry),
+                m.workload.higher_is_better,  # a traffic latency fails when it rises
                 label=f"{m.configuration}.{m.workload.name}",
                 baseline=entry.operand,
                 confidence=1 - plan.nominal_alpha(),

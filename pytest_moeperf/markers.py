@@ -109,11 +109,15 @@ def parse_dead_end(args: Sequence[Any], kwargs: Mapping[str, Any]) -> DeadEndMar
     other = _name(values["slower_than"], "dead_end marker: slower_than", DEAD_END_EXAMPLE)
     metric = values["metric"]
     try:
-        Workload.parse(metric if isinstance(metric, str) else "")
+        workload = Workload.parse(metric if isinstance(metric, str) else "")
     except ConfigError:
         raise MarkerError(
             f'dead_end marker: metric {metric!r} is not a workload; write e.g. metric="tg64"'
         ) from None
+    try:
+        workload.require_rate("a dead end")
+    except ConfigError as exc:
+        raise MarkerError(f"dead_end marker: {exc}") from None
     reason = values.get("reason", "")
     if not isinstance(reason, str):
         raise MarkerError(f"dead_end marker: reason {reason!r} must be text")

@@ -24,12 +24,14 @@ from .markers import Declared, check_configurations, read_markers
 from .report.plot import baseline_marks, plot_report
 from .report.tables import (
     BASELINE_HEADERS,
+    TRAFFIC_HEADERS,
     baseline_rows,
     host_lines,
     markdown_report,
     start_lines,
     summary_rows,
     text_table,
+    traffic_rows,
     verdict_rows,
 )
 from .session import REPROBE_SECONDS, Options, PerfSession
@@ -512,6 +514,7 @@ def _write_report(perf: PerfSession) -> None:
         perf.startup_lines(),
         perf.bench_rows() if perf.bench else None,
         host_lines=_host_lines(perf),
+        traffic=results.get("traffic"),
     )
     if perf.measurements:
         png = report_png(report)
@@ -554,7 +557,13 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     for line in _host_lines(perf):
         terminalreporter.write_line(line, yellow=line.startswith("host changed"))
     headers, rows = summary_rows(perf.measurements.values())
-    terminalreporter.write_line(text_table(headers, rows))
+    if rows:
+        terminalreporter.write_line(text_table(headers, rows))
+    traffic = traffic_rows(perf.traffic_runs())
+    if traffic:
+        terminalreporter.write_line("")
+        terminalreporter.write_line("traffic (all passes; prefill and decode summed as logstats):")
+        terminalreporter.write_line(text_table(TRAFFIC_HEADERS, traffic))
     if perf.verdicts:
         terminalreporter.write_line("")
         headers, rows = verdict_rows(perf.verdicts)

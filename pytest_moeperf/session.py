@@ -21,7 +21,7 @@ from typing import Any
 
 from . import __version__
 from .artifacts import SYNTHETIC, Artifacts
-from .config import Configuration, HostLacks, Profile, load_profiles
+from .config import Configuration, HostLacks, Profile, load_profiles, traffic_of
 from .errors import BaselineError, ConfigError, MeasurementError, MoeperfError
 from .fs import cache_dir, file_lock, write_output
 from .host.gpus import gpus_used
@@ -37,8 +37,9 @@ from .llama.bench import BenchResult, run_bench
 from .llama.footprint import GIB, Footprint, estimate
 from .llama.server import LlamaServer
 from .llama.synthetic_model import BYTE_TOKEN_IDS
-from .measure.measurement import Measurement
+from .measure.measurement import Measurement, Sample
 from .measure.meter import Meter, server_vocab
+from .measure.traffic import Pass, TrafficRun, run_pass
 from .measure.workload import Workload
 from .servers import ServerKey, ServerPool, ServerRecord
 from .store.baselines import BaselineFile, accept, load_baselines
@@ -149,6 +150,8 @@ class PerfSession:
         self.bench: dict[MeasurementKey, BenchResult] = {}
         """llama-bench's numbers for measured workloads (``--moeperf-bench``)."""
         self.bench_errors: list[str] = []
+        self.traffic: dict[ServerKey, TrafficRun] = {}
+        """Every pass of traffic sent to each server, with its raw per-request timings."""
         self._budget_start: dict[ServerKey, float] = {}
         self._streams: dict[ServerKey, bool] = {}
         self.verdicts: list[tuple[str, Verdict]] = []
@@ -356,6 +359,8 @@ class PerfSession:
         gone = set(labels)
         for key in [k for k in self.measurements if k[0] == profile and k[2] in gone]:
             del self.measurements[key]
+        for server in [k for k in self.traffic if k[0] == profile and k[2] in gone]:
+            del self.traffic[server]
         self.stop_servers(keep=lambda k: not (k[0] == profile and k[2] in gone))
         self.pool.forget(lambda k: k[0] == profile and k[2] in gone)
 
@@ -403,27 +408,15 @@ class PerfSession:
             # CPU time on the server's CPUs of anything but us and the server
             other = OtherWork(rec.server.pid or 0, cpus=rec.server.cpus)
             self.report(f"moeperf: measuring {workload} x{reps - start} on {rec.server.name}")
+            began = time.time()
             try:
-                with Meter(
-                    rec.server.url,
-                    vocab=self.vocab(rec),
-                    request_timeout=self.options.request_timeout,
-                    stream=self.options.stream or self._streams.get(key[:3], False),
-                    ban_tokens=BYTE_TOKEN_IDS if profile.model.startswith(SYNTHETIC) else (),
-                ) as meter:
-                    began = time.time()
-                    taken = meter.measure(
-                        workload,
-                        configuration=configuration.name,
-                        build=label,
-                        repetitions=reps - start,
-                        warmup=have is None or not rec.warmed,  # new workload or process
-                        first=start,
-                        deadline=self._deadline(key[:3]),
-                        requests_per_sample=profile.sample_requests,
+                if workload.is_traffic:
+                    taken = self._traffic_samples(profile, configuration, rec, workload, reps)
+                else:
+                    taken = self._request_samples(
+                        profile, rec, workload, reps - start, start, have is None
                     )
-                    self._streams[key[:3]] = meter.stream
-                    rec.warmed = True
+                rec.warmed = True
             except MeasurementError as exc:  # a hung server is stopped; its log tail shown
                 raise rec.server.request_failed(exc) from None
             except BaseException as exc:  # Ctrl-C, SIGTERM, pytest-timeout: stop, say where
@@ -475,15 +468,114 @@ class PerfSession:
         roofline = self.decode_limit(profile, rec.server.model, probe, workload)
         if roofline is not None:
             extra["roofline"] = roofline
-        samples = (have.samples if have else ()) + taken.samples
+        if workload.is_traffic:
+            run = self.traffic[key[:3]]
+            extra["traffic"] = run.traffic.describe()
+            extra["traffic_passes"] = len(run.passes)
+        samples = (have.samples if have else ()) + taken
         m = Measurement(configuration.name, label, workload, samples, extra)
         self.measurements[key] = m
         s = m.summary
         self.report(
-            f"moeperf: {configuration.name} {workload}: median {s.median:.1f} tok/s "
+            f"moeperf: {configuration.name} {workload}: median {s.median:.1f} {workload.unit} "
             f"(min {s.min:.1f}, max {s.max:.1f}, cv {100 * s.cv:.1f} %, n {s.n})"
         )
         return m
+
+    def _request_samples(
+        self,
+        profile: Profile,
+        rec: ServerRecord,
+        workload: Workload,
+        repetitions: int,
+        first: int,
+        new_workload: bool,
+    ) -> tuple[Sample, ...]:
+        """*repetitions* more samples of a ``ppN`` / ``tgN`` workload, one request (or
+        ``sample_requests``) each, after a warmup for a new workload or process."""
+        key = (profile.name, rec.configuration.name, rec.label)
+        with Meter(
+            rec.server.url,
+            vocab=self.vocab(rec),
+            request_timeout=self.options.request_timeout,
+            stream=self.options.stream or self._streams.get(key, False),
+            ban_tokens=self.banned_tokens(profile),
+        ) as meter:
+            taken = meter.measure(
+                workload,
+                configuration=rec.configuration.name,
+                build=rec.label,
+                repetitions=repetitions,
+                warmup=new_workload or not rec.warmed,
+                first=first,
+                deadline=self._deadline(key),
+                requests_per_sample=profile.sample_requests,
+            )
+            self._streams[key] = meter.stream
+        return taken.samples
+
+    def banned_tokens(self, profile: Profile) -> tuple[int, ...]:
+        """Token ids the synthetic model's servers must not generate (its byte tokens)."""
+        return tuple(BYTE_TOKEN_IDS) if profile.model.startswith(SYNTHETIC) else ()
+
+    def _traffic_samples(
+        self,
+        profile: Profile,
+        configuration: Configuration,
+        rec: ServerRecord,
+        workload: Workload,
+        repetitions: int,
+    ) -> tuple[Sample, ...]:
+        """Samples of a traffic metric beyond those its measurement holds, one per pass, until it
+        has *repetitions*: passes taken for the server's other traffic metrics count too (a
+        pass gives a sample of every metric). A fresh process is warmed up by a short pass."""
+        key = (profile.name, configuration.name, rec.label)
+        run = self.traffic.get(key)
+        if run is None:
+            run = self.traffic[key] = TrafficRun(
+                traffic_of(profile, configuration, self.options.rootdir)
+            )
+        have = self.measurements.get((*key, workload.name))
+        held = len(have.samples) if have else 0
+
+        def one_pass(seed: int, requests: int | None = None) -> Pass:
+            deadline = self._deadline(key)
+            if deadline is not None and time.monotonic() > deadline:
+                raise MeasurementError(
+                    f"{workload}: the configuration's time budget ran out (configuration timeout)"
+                )
+            return run_pass(
+                rec.server.url,
+                run.traffic,
+                vocab=self.vocab(rec),
+                seed=seed,
+                ban_tokens=self.banned_tokens(profile),
+                request_timeout=self.options.request_timeout,
+                requests=requests,
+            )
+
+        if not rec.warmed or run.warmup is None:  # a fresh process, or its first traffic
+            run.warmup = one_pass(999_999, max(run.traffic.concurrency, 2))
+        taken: list[Sample] = []
+        # a new metric starts with the passes taken for the others; more samples of a metric are
+        # fresh passes, measured now (a paired verdict pairs them in time with the other side)
+        index = len(run.passes) if have else 0
+        misses = 0
+        while held + len(taken) < repetitions:
+            if index >= len(run.passes):
+                run.passes.append(one_pass(len(run.passes) + 1))
+            sample = run.passes[index].sample(workload)
+            index += 1
+            if sample is None:
+                misses += 1
+                if misses >= 3:
+                    raise MeasurementError(
+                        f"{workload}: 3 passes of {run.traffic.describe()} gave no value (no "
+                        "answered request, or every request generates 1 token: no gaps for itl)"
+                    )
+                continue
+            taken.append(sample)
+        return tuple(taken)
 
     def _deadline(self, key: ServerKey) -> float | None:
         """When the configuration's time budget (``--moeperf-configuration-timeout``) ends."""
@@ -566,6 +658,8 @@ class PerfSession:
         model, flags (translated), pinning and workloads, after the servers are stopped."""
         groups: dict[ServerKey, list[Measurement]] = {}
         for (profile, config, label, _w), m in self.measurements.items():
+            if m.workload.is_traffic:  # llama-bench has no traffic
+                continue
             if m.samples and (profile, config, label) in self.servers:
                 groups.setdefault((profile, config, label), []).append(m)
         for key, ms in groups.items():
@@ -589,6 +683,32 @@ class PerfSession:
                 continue
             for m in ms:
                 self.bench[(*key, m.workload.name)] = results[m.workload.name]
+
+    def bench_sample(
+        self,
+        profile: Profile,
+        configuration: Configuration,
+        workload: Workload,
+        label: str | None = None,
+    ) -> float:
+        """One llama-bench repetition (after its own warmup) of *workload* with the build,
+        model, flags, pinning and environment of (profile, configuration, build *label*), tok/s:
+        the compute without the server around it."""
+        _resolved, build = self.artifacts.build_for(profile, configuration, label)
+        model = self.artifacts.model_for(profile)
+        cpus = configuration.pinning.resolve()
+        with measuring(cpus, self.gpus_of(profile, configuration)):
+            results = run_bench(
+                build.bench,
+                model,
+                configuration.server_args,
+                [workload],
+                repetitions=1,
+                cpus=cpus,
+                env=_gpu_env(configuration),
+                timeout=self.options.request_timeout,
+            )
+        return results[workload.name].values[0]
 
     def bench_rows(self) -> tuple[list[str], list[list[str]]]:
         """configuration | workload | server tok/s | bench tok/s | gap (%) | build."""
@@ -628,6 +748,15 @@ class PerfSession:
             if k in self.servers
         }
 
+    def traffic_runs(self) -> dict[str, dict[str, Any]]:
+        """Each server's traffic, every pass and request, by the server's name."""
+        several = len({k[0] for k in self.traffic}) > 1
+        return {
+            (f"{k[0]}: " if several else "") + f"{k[1]} ({k[2]})": run.to_dict()
+            for k, run in self.traffic.items()
+            if run.passes
+        }
+
     def results(self) -> dict[str, Any]:
         """Everything this session measured, in the results-file layout replay reads."""
         profiles = sorted({k[0] for k in self.measurements})
@@ -645,6 +774,7 @@ class PerfSession:
             "host_changes": list(self.hostwatch.host_changes),
             "server_starts": self.load_times(),
             "measurements": [m.to_dict() for m in self.measurements.values()],
+            "traffic": self.traffic_runs(),
             "verdicts": [
                 {
                     "test": nodeid,

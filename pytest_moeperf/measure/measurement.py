@@ -28,6 +28,15 @@ class Sample:
         return {"tokens": self.tokens, "ms": self.ms, "tok_per_s": self.tok_per_s}
 
     @classmethod
+    def of_value(cls, workload: Workload, value: float) -> Sample:
+        """The sample whose value (:attr:`Measurement.values`) of *workload* is *value*: a stored
+        figure without its tokens and times."""
+        if not workload.higher_is_better:
+            return cls(1, value)  # a latency, ms
+        tokens = workload.tokens or 1
+        return cls(tokens, tokens * 1000.0 / value)
+
+    @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Sample:
         """A sample from its stored form; ``ValueError`` says which field is wrong."""
         if not isinstance(d, dict):
@@ -61,9 +70,12 @@ class Measurement:
 
     @property
     def values(self) -> list[float]:
-        """Throughput of each sample, tok/s (the figure's value when there are no samples)."""
+        """Throughput of each sample, tok/s (req/s for ``traffic.requests``, milliseconds for a
+        traffic latency; the figure's value when there are no samples)."""
         if not self.samples and self.figure is not None:
             return [self.figure.value]
+        if not self.workload.higher_is_better:  # a latency: one figure in ms per sample
+            return [s.ms for s in self.samples]
         return [s.tok_per_s for s in self.samples]
 
     @property

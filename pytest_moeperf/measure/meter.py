@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -196,17 +196,9 @@ class Meter:
         ) as r:
             if r.status_code != 200:
                 self._check(r.status_code, r.read().decode("utf-8", "replace"))
-            for line in r.iter_lines():
-                if line.startswith("data: ") and line[6:].strip() not in ("", "[DONE]"):
-                    try:
-                        event = json.loads(line[6:])
-                    except ValueError:
-                        raise MeasurementError(
-                            f"{self.url}/completion: an event of the reply stream is not JSON "
-                            f"({line[:80]!r}); is this a llama-server?"
-                        ) from None
-                    if isinstance(event, dict) and "timings" in event:
-                        last = event
+            for event in stream_events(r, f"{self.url}/completion"):
+                if "timings" in event:
+                    last = event
         if not last:
             raise _CutShort("the stream ended without a final event with timings")
         return last
@@ -268,6 +260,23 @@ class Meter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def stream_events(response: httpx.Response, where: str) -> Iterator[dict[str, Any]]:
+    """The JSON objects of a server-sent event stream (``data: {...}`` lines), as they arrive;
+    :class:`MeasurementError` naming *where* for an event that is not JSON."""
+    for line in response.iter_lines():
+        if not line.startswith("data: ") or line[6:].strip() in ("", "[DONE]"):
+            continue
+        try:
+            event = json.loads(line[6:])
+        except ValueError:
+            raise MeasurementError(
+                f"{where}: an event of the reply stream is not JSON ({line[:80]!r}); is this a "
+                "llama-server?"
+            ) from None
+        if isinstance(event, dict):
+            yield event
 
 
 class _CutShort(Exception):

@@ -1,4 +1,6 @@
-"""Workloads: what is measured, named as llama-bench names it (``pp2048``, ``tg128 @ d8192``)."""
+"""Workloads: what is measured, named as llama-bench names it (``pp2048``, ``tg128 @ d8192``),
+or a metric of traffic (``traffic.prefill``, ``traffic.ttft_p99``): many requests of a mix at
+once, as a server sees them in production (:mod:`pytest_moeperf.measure.traffic`)."""
 
 from __future__ import annotations
 
@@ -8,44 +10,122 @@ from dataclasses import dataclass
 from ..errors import ConfigError
 
 _NAME = re.compile(r"^\s*(pp|tg)(\d+)\s*(?:@\s*d(\d+))?\s*$")
+_TRAFFIC = re.compile(r"^\s*traffic\.(\w+)\s*$")
+
+TRAFFIC_RATES = {
+    "prefill": "prefill tok/s, sum of prompt tokens over sum of prompt time (the server's)",
+    "decode": "decode tok/s per request, sum of generated tokens over sum of generation time",
+    "throughput": "generated tok/s of all requests together, over the pass's wall time",
+    "requests": "requests/s over the pass's wall time",
+}
+"""Traffic metrics that are rates: higher is better, like ``ppN`` and ``tgN``."""
+TRAFFIC_LATENCIES = {
+    f"{what}_p{q}": f"{label} p{q}, ms"
+    for what, label in (
+        ("ttft", "time to first token"),
+        ("itl", "inter-token latency"),
+        ("e2e", "end-to-end latency"),
+    )
+    for q in (50, 90, 99)
+}
+"""Traffic metrics that are latencies in milliseconds: lower is better."""
+TRAFFIC_METRICS = {**TRAFFIC_RATES, **TRAFFIC_LATENCIES}
 
 
 @dataclass(frozen=True, order=True)
 class Workload:
     """Prefill (``pp``) of *tokens* prompt tokens, or decode (``tg``) of *tokens* generated
-    tokens, after *depth* tokens already in the context."""
+    tokens, after *depth* tokens already in the context; or one *metric* of the profile's
+    traffic (kind ``traffic``, no tokens)."""
 
     kind: str
     tokens: int
     depth: int = 0
+    metric: str = ""
 
     def __post_init__(self) -> None:
+        if self.kind == "traffic":
+            if self.metric not in TRAFFIC_METRICS or self.tokens or self.depth:
+                raise ConfigError(
+                    f"traffic metric {self.metric!r}: use one of {', '.join(TRAFFIC_METRICS)}"
+                )
+            return
         if self.kind not in ("pp", "tg"):
-            raise ConfigError(f"workload kind {self.kind!r}: use 'pp' (prefill) or 'tg' (decode)")
-        if self.tokens < 1 or self.depth < 0:
+            raise ConfigError(
+                f"workload kind {self.kind!r}: use 'pp' (prefill), 'tg' (decode) or 'traffic'"
+            )
+        if self.tokens < 1 or self.depth < 0 or self.metric:
             raise ConfigError(
                 f"workload {self.kind}{self.tokens} @ d{self.depth}: "
                 "tokens must be >= 1 and depth >= 0"
             )
 
     @classmethod
+    def traffic(cls, metric: str) -> Workload:
+        return cls("traffic", 0, 0, metric)
+
+    @classmethod
     def parse(cls, name: str) -> Workload:
-        """``"pp512"``, ``"tg64"``, ``"tg128 @ d8192"`` (or ``"tg128@d8192"``)."""
+        """``"pp512"``, ``"tg64"``, ``"tg128 @ d8192"`` (or ``"tg128@d8192"``),
+        ``"traffic.prefill"``."""
+        if t := _TRAFFIC.match(name):
+            if t.group(1) not in TRAFFIC_METRICS:
+                raise ConfigError(
+                    f"workload {name!r}: traffic has no metric {t.group(1)!r}; use one of "
+                    f"{', '.join(TRAFFIC_METRICS)}"
+                )
+            return cls.traffic(t.group(1))
         m = _NAME.match(name)
         if not m:
             raise ConfigError(
-                f"workload {name!r} is not a llama-bench name: write ppN, tgN or 'tgN @ dD'"
+                f"workload {name!r} is not a llama-bench name or a traffic metric: write ppN, "
+                "tgN, 'tgN @ dD' or traffic.METRIC (e.g. traffic.prefill, traffic.ttft_p99)"
             )
         return cls(m.group(1), int(m.group(2)), int(m.group(3) or 0))
 
     @property
     def name(self) -> str:
+        if self.is_traffic:
+            return f"traffic.{self.metric}"
         base = f"{self.kind}{self.tokens}"
         return f"{base} @ d{self.depth}" if self.depth else base
 
     @property
+    def compact(self) -> str:
+        """The name without spaces, as a claim writes it (``tg128@d8192``)."""
+        return self.name.replace(" ", "")
+
+    @property
     def is_prefill(self) -> bool:
         return self.kind == "pp"
+
+    @property
+    def is_traffic(self) -> bool:
+        return self.kind == "traffic"
+
+    @property
+    def higher_is_better(self) -> bool:
+        """False for latencies (milliseconds), true for every rate."""
+        return self.metric not in TRAFFIC_LATENCIES
+
+    def require_rate(self, where: str) -> Workload:
+        """This workload, or :class:`ConfigError` for a latency: *where* (a gate, bisect, a
+        dead end) judges "slower" as a smaller number, which a latency is not."""
+        if not self.higher_is_better:
+            raise ConfigError(
+                f"{where}: {self} is a latency (lower is better) and {where} judges rates; "
+                "use traffic.prefill, traffic.decode or traffic.requests, or write a claim "
+                f"(e.g. 'new.{self} <= 1.1 * old.{self}')"
+            )
+        return self
+
+    @property
+    def unit(self) -> str:
+        if self.metric in TRAFFIC_LATENCIES:
+            return "ms"
+        if self.metric == "requests":
+            return "req/s"
+        return "tok/s"
 
     def __str__(self) -> str:
         return self.name

@@ -84,7 +84,12 @@ def plot_report(
             "dependencies)"
         ) from None
 
-    current = [m for m in measurements_of(results) if m.values]
+    current = [m for m in measurements_of(results) if m.values and not m.workload.is_traffic]
+    traffic = {
+        name: run["overall"]
+        for name, run in (results.get("traffic") or {}).items()
+        if isinstance(run, dict) and isinstance(run.get("overall"), dict)
+    }
     marks = {(c, b, _canonical(w)): v for (c, b, w), v in (baselines or {}).items()}
     workloads = sorted({m.workload for m in current}, key=_workload_order)
     multi_profile = len({_profile(m) for m in current}) > 1
@@ -94,7 +99,7 @@ def plot_report(
     slots, trend = _trend(results, history, {(_profile(m), m.configuration) for m in current})
     has_trend = any(len({s for s, _ in pts}) > 1 for pts in trend.values())
 
-    n_cols = max(1, len(workloads))
+    n_cols = max(1, len(workloads) + (1 if traffic else 0))
     n_rows = 2 if has_trend else 1
     panel = max(4.6, 1.15 * len(categories) + 2.0)
     if has_trend:
@@ -104,7 +109,11 @@ def plot_report(
     axes = fig.subplots(n_rows, n_cols, squeeze=False)
     fig.suptitle(_title(results, current), fontsize=12)
 
-    if not workloads:
+    if traffic:
+        _latency_panel(axes[0][len(workloads)], traffic)
+        if has_trend:
+            axes[1][len(workloads)].set_axis_off()
+    if not workloads and not traffic:
         ax = axes[0][0]
         ax.text(0.5, 0.5, "no measurements in this run", ha="center", va="center")
         ax.set_axis_off()
@@ -238,6 +247,44 @@ def _throughput_panel(
     ax.set_axisbelow(True)
 
 
+LATENCIES = (("ttft", "TTFT"), ("itl", "ITL"), ("e2e", "end to end"))
+
+
+def _latency_panel(ax: Axes, traffic: Mapping[str, Mapping[str, Any]]) -> None:
+    """Latency of each server's traffic (all passes): for time to first token, inter-token
+    latency and end-to-end latency, a bar to the p50, a line up to the p99 and a tick at the
+    p90, in milliseconds on a log scale."""
+    labels, xs = [], []
+    for i, (name, fig) in enumerate(traffic.items()):
+        c = _COLOURS[i % len(_COLOURS)]
+        for j, (what, title) in enumerate(LATENCIES):
+            x = i * (len(LATENCIES) + 1) + j
+            xs.append(x)
+            labels.append(f"{title}\n{name}" if j == 1 else title)
+            p50, p90, p99 = (fig.get(f"{what}_p{q}") for q in (50, 90, 99))
+            if not isinstance(p50, int | float) or p50 <= 0:
+                continue
+            ax.bar(x, p50, width=0.7, color=c, alpha=0.3, edgecolor=c, linewidth=1.2)
+            if isinstance(p99, int | float) and isinstance(p90, int | float):
+                ax.vlines(x, p50, p99, colors="0.2", linewidth=1.4, zorder=3)
+                ax.plot(x, p90, "_", color="0.2", markersize=12, zorder=3)
+                ax.plot(x, p99, "v", color="0.2", markersize=5, zorder=3)
+            ax.annotate(
+                f"{p50:.0f}" if p50 >= 10 else f"{p50:.2g}",
+                (x, p50),
+                textcoords="offset points",
+                xytext=(0, 3),
+                ha="center",
+                fontsize=7.5,
+            )
+    ax.set_xticks(xs, labels, fontsize=7.5)
+    ax.set_yscale("log")
+    ax.set_ylabel("ms (bar p50, tick p90, triangle p99)")
+    ax.set_title("traffic latency", fontsize=11)
+    ax.grid(axis="y", alpha=0.3, which="both")
+    ax.set_axisbelow(True)
+
+
 def _trend_panel(
     ax: Axes,
     workload: Workload,
@@ -366,3 +413,56 @@ def _title(results: Mapping[str, Any], ms: Sequence[Measurement]) -> str:
         f"pytest-moeperf — profile {profiles} on {host}\n"
         f"llama-server {builds}{' · ' + when if when else ''}"
     )
+
+
+def plot_sweep(points: Sequence[Mapping[str, Any]], title: str, path: Path) -> Path:
+    """The slots sweep as a PNG at *path*: throughput of all slots together and of one slot
+    against ``-np`` (left), time to first token and end-to-end latency (right). *points* are
+    :meth:`pytest_moeperf.sweep.SweepPoint.to_dict` dicts."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(11, 4.6), dpi=DPI, layout="constrained")
+    left, right = fig.subplots(1, 2)
+    fig.suptitle(title, fontsize=11)
+    slots = [int(p["np"]) for p in points]
+    for key, label, colour in (
+        ("throughput", "all slots together", _COLOURS[0]),
+        ("decode", "one slot (per request)", _COLOURS[1]),
+    ):
+        ys = [float(p["medians"][key]) for p in points]
+        left.plot(slots, ys, "o-", color=colour, label=label)
+        for x, y in zip(slots, ys, strict=True):
+            left.annotate(
+                f"{y:.1f}",
+                (x, y),
+                textcoords="offset points",
+                xytext=(0, 6),
+                ha="center",
+                fontsize=8,
+            )
+    left.set_xlabel("-np (slots = concurrent clients)")
+    left.set_ylabel("generated tok/s (median over passes)")
+    left.set_xticks(slots)
+    left.set_ylim(bottom=0)
+    left.legend(fontsize=8)
+    left.grid(alpha=0.3)
+    left.set_title("decode throughput", fontsize=10)
+    for key, label, style in (
+        ("ttft_p50", "TTFT p50", "o-"),
+        ("ttft_p99", "TTFT p99", "v--"),
+        ("e2e_p50", "end to end p50", "s-"),
+    ):
+        xs = [int(p["np"]) for p in points if p["overall"].get(key) is not None]
+        ys = [float(p["overall"][key]) for p in points if p["overall"].get(key) is not None]
+        right.plot(xs, ys, style, label=label)
+    right.set_xlabel("-np (slots = concurrent clients)")
+    right.set_ylabel("ms")
+    right.set_yscale("log")
+    right.set_xticks(slots)
+    right.legend(fontsize=8)
+    right.grid(alpha=0.3, which="both")
+    right.set_title("latency", fontsize=10)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI)
+    write_output(Path(path), buf.getvalue(), "--plot")
+    return Path(path)

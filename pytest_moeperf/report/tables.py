@@ -39,7 +39,7 @@ def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> str
 def summary_rows(measurements: Iterable[Measurement]) -> tuple[list[str], list[list[str]]]:
     """One row per (configuration, build), one column per workload, in the shape of ADR-0042's
     llama-bench table: configuration | pp tok/s | tg tok/s | spread | build."""
-    ms = list(measurements)
+    ms = [m for m in measurements if not m.workload.is_traffic]  # traffic: traffic_rows
     workloads = sorted({m.workload for m in ms}, key=lambda w: (w.kind != "pp", w.depth, w.tokens))
     groups: dict[tuple[str, str, str], dict[str, Measurement]] = {}
     for m in ms:
@@ -80,6 +80,61 @@ def summary_rows(measurements: Iterable[Measurement]) -> tuple[list[str], list[l
             ]
         )
     return headers, rows
+
+
+TRAFFIC_HEADERS = [
+    "traffic",
+    "load",
+    "requests",
+    "prefill tok/s",
+    "decode tok/s",
+    "all-request tok/s",
+    "TTFT p50/p90/p99 ms",
+    "ITL p50/p90/p99 ms",
+    "e2e p50/p90/p99 ms",
+    "req/s",
+    "goodput req/s",
+    "errors",
+]
+
+
+def traffic_rows(runs: Mapping[str, Mapping[str, Any]]) -> list[list[str]]:
+    """One row per server's traffic (all its passes; :data:`TRAFFIC_HEADERS`): aggregate
+    prefill and decode tok/s as ADR-0042's real-traffic table sums them, latency percentiles,
+    requests and goodput per second, errors."""
+    rows = []
+    for name, run in runs.items():
+        fig = run.get("overall") or {}
+        if not fig:
+            continue
+
+        def num(key: str, digits: int = 1, fig: Mapping[str, Any] = fig) -> str:
+            v = fig.get(key)
+            return "-" if v is None else f"{v:.{digits}f}"
+
+        def pct(what: str) -> str:
+            return "/".join(num(f"{what}_p{q}", 0) for q in (50, 90, 99))
+
+        conc, rate = run.get("concurrency"), run.get("rate")
+        load = f"{conc} clients" if conc else (f"{rate:g} req/s" if rate else "log arrivals")
+        passes = len(run.get("passes") or [])
+        rows.append(
+            [
+                name,
+                load,
+                f"{fig.get('requests', 0)} ({passes} passes)",
+                num("prefill_rate"),
+                num("decode_rate", 2),
+                num("throughput_rate", 2),
+                pct("ttft"),
+                pct("itl"),
+                pct("e2e"),
+                num("requests_rate", 3),
+                num("goodput_rps", 3),
+                str(fig.get("errors", 0)),
+            ]
+        )
+    return rows
 
 
 def host_lines(
@@ -128,15 +183,18 @@ def start_lines(starts: Mapping[str, Sequence[float]]) -> list[str]:
 
 def measurement_rows(measurements: Iterable[Measurement]) -> tuple[list[str], list[list[str]]]:
     """One row per measurement: configuration | workload | median | min..max | n | build."""
-    headers = ["configuration", "workload", "median tok/s", "min..max", "n", "build"]
+    ms = list(measurements)
+    units = {m.workload.unit for m in ms}
+    unit = units.pop() if len(units) == 1 else ""
+    headers = ["configuration", "workload", f"median {unit}".strip(), "min..max", "n", "build"]
     rows = []
-    for m in measurements:
+    for m in ms:
         s = m.summary
         rows.append(
             [
                 m.configuration,
                 m.workload.name,
-                f"{s.median:.1f}",
+                f"{s.median:.1f}" + ("" if unit else f" {m.workload.unit}"),
                 f"{s.min:.1f}..{s.max:.1f}",
                 str(s.n),
                 m.build,
@@ -240,17 +298,21 @@ def markdown_report(
     startup: Sequence[str] = (),
     bench: tuple[list[str], list[list[str]]] | None = None,
     host_lines: Sequence[str] = (),
+    traffic: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> str:
-    """The run as a markdown document: the host as measured, throughput, baselines, claims
-    and the host's fingerprint."""
+    """The run as a markdown document: the host as measured, throughput, traffic, baselines,
+    claims and the host's fingerprint."""
     parts = ["# pytest-moeperf report", ""]
     if host_lines:
         parts += [*(f"- {line}" for line in host_lines), ""]
-    if measurements:
+    headers, summary = summary_rows(measurements)
+    if summary:
+        parts += ["## Throughput (median of repetitions)", "", markdown_table(headers, summary), ""]
+    if traffic and (lines := traffic_rows(traffic)):
         parts += [
-            "## Throughput (median of repetitions)",
+            "## Traffic (all passes; prefill and decode summed as logstats sums them)",
             "",
-            markdown_table(*summary_rows(measurements)),
+            markdown_table(TRAFFIC_HEADERS, lines),
             "",
         ]
     if rows:

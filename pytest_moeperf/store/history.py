@@ -676,7 +676,7 @@ def llama_bench_rows(results: Mapping[str, Any]) -> list[dict[str, Any]]:
     per_profile = results.get("fingerprints") or {}
     rows = []
     for m in measurements_of(results):
-        if not m.samples:
+        if not m.samples or m.workload.is_traffic:  # llama-bench has no traffic
             continue
         profile = str(m.extra.get("profile", ""))
         fp = {**host, **dict(per_profile.get(profile) or {})}

@@ -69,7 +69,7 @@ class Replay:
             w = Workload.parse(e.workload)
             extra = {"profile": bf.profile, "source": e.source, "flags": e.flags}
             if e.samples:
-                samples = tuple(Sample(w.tokens, w.tokens * 1000.0 / v) for v in e.samples)
+                samples = tuple(Sample.of_value(w, v) for v in e.samples)
                 ms.append(Measurement(e.configuration, e.build, w, samples, extra))
             else:
                 fig = Figure(e.value, e.rel_spread or DEFAULT_REL_SPREAD)
@@ -100,8 +100,8 @@ class Replay:
                 builds = ", ".join(sorted(m.build for m in rows))
                 raise ResultsError(
                     f"{self.path}: {configuration} {workload} is stored for builds {builds}; "
-                    f"name one in the claim, e.g. {configuration}[{rows[0].build}].{workload.kind}"
-                    f"{workload.tokens}"
+                    f"name one in the claim, e.g. {configuration}[{rows[0].build}]."
+                    f"{workload.compact}"
                 )
         for m in rows:
             if build is None or m.build == build:

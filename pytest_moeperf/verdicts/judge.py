@@ -42,7 +42,7 @@ BUILD_NAME = re.compile(r"^[A-Za-z0-9_./+:-]+$")
 _OPERAND = re.compile(
     r"^(?P<configuration>[^\[\]\s]+?)"
     r"(?:\[(?P<build>[^\[\]\s]*)\])?"
-    r"\.(?P<workload>(?:pp|tg)\d+(?:@d\d+)?)$"
+    r"\.(?P<workload>(?:pp|tg)\d+(?:@d\d+)?|traffic\.\w+)$"
 )
 _FACTOR = re.compile(
     r"^(?P<factor>[+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*(?:\*|\u00d7|x(?=\s))\s*(?P<rest>.*)$"
@@ -70,14 +70,11 @@ class Operand:
     @property
     def id(self) -> str:
         build = f":{self.build}" if self.build else ""
-        depth = f"-d{self.workload.depth}" if self.workload.depth else ""
-        wl = f"{self.workload.kind}{self.workload.tokens}{depth}"
-        return _id_safe(f"{self.configuration}{build}.{wl}")
+        return _id_safe(f"{self.configuration}{build}.{self.workload.compact.replace('@', '-')}")
 
     def __str__(self) -> str:
         build = f"[{self.build}]" if self.build else ""
-        depth = f"@d{self.workload.depth}" if self.workload.depth else ""
-        return f"{self.configuration}{build}.{self.workload.kind}{self.workload.tokens}{depth}"
+        return f"{self.configuration}{build}.{self.workload.compact}"
 
 
 def _id_safe(text: str) -> str:
@@ -89,7 +86,7 @@ def _parse_operand(text: str, claim_text: str) -> Operand:
     if not m:
         raise ClaimError(
             f"claim {claim_text!r}: {text!r} is not CONFIGURATION[BUILD].WORKLOAD "
-            f"(workload ppN, tgN or tgN@dD); {_EXAMPLE}"
+            f"(workload ppN, tgN, tgN@dD or traffic.METRIC); {_EXAMPLE}"
         )
     configuration, build = m.group("configuration"), m.group("build")
     if not CONFIGURATION_NAME.fullmatch(configuration):

@@ -83,7 +83,7 @@ def test_bad_markers_fail_their_own_tests_with_one_line(inner):
         (
             "test_unknown_configuration",
             "moeperf marker: configuration 'defualt' is not in "
-            "profile 'embedded-tiny' (pytest_moeperf/embedded.toml); known: default, cpu0",
+            "profile 'embedded-tiny' (pytest_moeperf/embedded.toml); known: default, cpu0, traffic",
         ),
         ("test_misspelt_keyword", "moeperf marker: unknown keyword 'configuration'"),
         ("test_misspelt_dead_end", "dead_end marker: unknown keyword 'slower_then'"),

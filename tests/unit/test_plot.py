@@ -165,3 +165,20 @@ def test_baseline_marks_from_baseline_files() -> None:
     )
     bf = BaselineFile("prod", entries=(entry, traffic))
     assert baseline_marks([bf, None]) == {("lm-none", "b11713", "tg128 @ d8192"): 16.3}
+
+
+def test_traffic_gets_a_latency_panel_and_the_sweep_a_plot(
+    tmp_path: Path, current: dict[str, Any]
+) -> None:
+    from pytest_moeperf.report.plot import plot_sweep
+
+    figures = {f"{w}_p{q}": 10.0 * q for w in ("ttft", "itl", "e2e") for q in (50, 90, 99)}
+    current["traffic"] = {"traffic (b11434)": {"overall": figures, "passes": []}}
+    width, _ = png_size(plot_report(current, [], tmp_path / "t.png"))
+    width0, _ = png_size(plot_report({**current, "traffic": {}}, [], tmp_path / "n.png"))
+    assert width > width0  # one more panel
+    points = [
+        {"np": n, "medians": {"throughput": 10.0 * n, "decode": 10.0 - n}, "overall": figures}
+        for n in (1, 2, 4)
+    ]
+    assert png_size(plot_sweep(points, "sweep", tmp_path / "s.png"))[0] > 0

@@ -33,7 +33,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any, cast
 
-from ..errors import MoeperfError
+from ..errors import ConfigError, MoeperfError
+from ..fs import write_output
+from ..measure.mix import Mix, Shape
 
 __all__ = [
     "STARTUP_WARNINGS",
@@ -48,6 +50,7 @@ __all__ = [
     "add_logstats_arguments",
     "format_traffic_table",
     "logstats_main",
+    "mix_of",
     "parse_log_files",
     "parse_timings",
     "read_log_lines",
@@ -355,6 +358,9 @@ class RequestTiming:
     total_ms: float | None = None
     complete: bool = False
     """Both the ``prompt eval time`` and the ``eval time`` lines were seen."""
+    end_s: float | None = None
+    """When its ``eval time`` line was written, seconds since the server started, where the
+    log has timestamps (``--log-timestamps``)."""
 
     @property
     def prefill_tps(self) -> float | None:
@@ -380,6 +386,7 @@ class _Partial:
     prompt: tuple[int, float] | None = None
     gen: tuple[int, float] | None = None
     total: tuple[int, float] | None = None
+    end_s: float | None = None
 
     def finish(self) -> RequestTiming:
         p, g, t = self.prompt, self.gen, self.total
@@ -393,9 +400,12 @@ class _Partial:
             total_tokens=t[0] if t else None,
             total_ms=t[1] if t else None,
             complete=p is not None and g is not None,
+            end_s=self.end_s,
         )
 
 
+# common/log.cpp's --log-timestamps prefix: minutes.seconds.milliseconds.microseconds
+_TIMESTAMP = re.compile(r"^(\d+)\.(\d{2})\.(\d{3})\.(\d{3}) ")
 # "slot %12.*s: id %2d | task %d | " (tools/server/server-common.h); print_timings is cut to
 # "print_timing", release padded to "     release".
 _SLOT = re.compile(r"\bslot +(?P<func>\w+): +id +(?P<slot>-?\d+) \| task +(?P<task>-?\d+) \|")
@@ -425,12 +435,20 @@ class TimingParser:
         """Timing lines whose numbers could not be read (ignored)."""
         self._pending: dict[_Key, _Partial] = {}
         self._header: _Key | None = None
+        self._now: float | None = None
 
     def feed(self, raw: str) -> list[RequestTiming]:
         """Consume one raw log line; returns the requests it finished."""
-        return self._feed_messages(_messages(raw))
+        return self._feed_messages(_messages(raw), raw)
 
-    def _feed_messages(self, messages: list[str]) -> list[RequestTiming]:
+    def _feed_messages(self, messages: list[str], raw: str = "") -> list[RequestTiming]:
+        head = raw[:64]
+        stamp = _TIMESTAMP.match(_ANSI.sub("", head) if "\x1b" in head else head)
+        self._now = (
+            int(stamp[1]) * 60 + int(stamp[2]) + int(stamp[3]) / 1e3 + int(stamp[4]) / 1e6
+            if stamp
+            else None
+        )
         self.lines += 1
         out: list[RequestTiming] = []
         server = False
@@ -496,6 +514,7 @@ class TimingParser:
             part.prompt = values
         else:
             part.gen = values
+            part.end_s = self._now
 
 
 def _parse_values(rest: str) -> tuple[int, float] | None:
@@ -623,7 +642,7 @@ def parse_log_files(paths: Iterable[str | Path]) -> ParsedLog:
         lines_before, server_before = parser.lines, parser.server_lines
         for line_no, raw in enumerate(read_log_lines(p), start=1):
             messages = _messages(raw)
-            timings.extend(parser._feed_messages(messages))
+            timings.extend(parser._feed_messages(messages, raw))
             for message in messages:
                 if "print_timing" not in message:  # never a warning; most of a long log
                     scanner.feed(message, raw, line_no, str(p))
@@ -768,6 +787,47 @@ def traffic_stats(
     )
 
 
+def mix_of(timings: Iterable[RequestTiming], source: str) -> tuple[Mix, list[str]]:
+    """The request mix of a log's complete requests, in the order they arrived: newly prefilled
+    tokens as the prompt (prefix-cache hits are not in the log's figures, so the replay sends
+    fresh tokens only) and generated tokens; with timestamps (``--log-timestamps``) the gaps
+    between arrivals (arrival = the ``eval time`` line's time - prompt and eval time). Also
+    notes on what was left out or changed."""
+    done = [t for t in timings if t.complete]
+    notes = []
+    if not done:
+        raise LogError(f"{source}: no complete print_timing blocks: no requests to make a mix of")
+    timed = all(t.end_s is not None for t in done)
+
+    def arrival(t: RequestTiming) -> float:
+        assert t.end_s is not None and t.prompt_ms is not None and t.gen_ms is not None
+        return t.end_s - (t.prompt_ms + t.gen_ms) / 1000.0
+
+    if timed:
+        done.sort(key=arrival)
+    else:
+        notes.append("the log has no timestamps: the mix has no arrival gaps (--log-timestamps)")
+    shapes = []
+    clamped = 0
+    previous: float | None = None
+    for t in done:
+        assert t.prompt_tokens is not None and t.gen_tokens is not None
+        prompt, gen = max(t.prompt_tokens, 1), max(t.gen_tokens, 1)
+        clamped += (prompt, gen) != (t.prompt_tokens, t.gen_tokens)
+        gap = None
+        if timed:
+            now = arrival(t)
+            gap = 0.0 if previous is None else max(now - previous, 0.0) * 1000.0
+            previous = now
+        try:
+            shapes.append(Shape(prompt, gen, gap_ms=gap))
+        except ConfigError as exc:  # pragma: no cover - clamped above
+            raise LogError(f"{source}: {exc}") from None
+    if clamped:
+        notes.append(f"{clamped} request(s) with 0 new prompt or 0 generated tokens sent as 1")
+    return Mix(tuple(shapes), source), notes
+
+
 def _cell(rate: float | None, n: int, digits: int) -> str:
     if rate is None:
         return f"— (n={n:,})"
@@ -893,6 +953,13 @@ def add_logstats_arguments(parser: argparse.ArgumentParser) -> None:
         help="also read each log's rotated predecessors (LOG.1, LOG.2.gz, ...), oldest first",
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument(
+        "--mix",
+        metavar="FILE",
+        help="also write the log's request mix (prompt and generated tokens of each request, "
+        "and arrival gaps where the log has timestamps) as a mix file a profile's traffic "
+        "table can name; one log only",
+    )
 
 
 def _labels(paths: Sequence[str]) -> list[str]:
@@ -906,6 +973,14 @@ def _labels(paths: Sequence[str]) -> list[str]:
 
 def run_logstats(args: argparse.Namespace) -> int:
     """Run ``moeperf logstats`` with parsed *args*; 0 on success, 2 on a user error."""
+    mix_path = getattr(args, "mix", None)
+    if mix_path and len(args.logs) != 1:
+        print(
+            f"{_PROG}: error: --mix writes the mix of one log; {len(args.logs)} were given "
+            "(use --rotated for a log's rotated predecessors)",
+            file=sys.stderr,
+        )
+        return 2
     try:
         labels = _labels(args.logs)
         parsed: dict[str, ParsedLog] = {}
@@ -919,9 +994,20 @@ def run_logstats(args: argparse.Namespace) -> int:
                 prefill_large_min=args.prefill_large_min,
                 decode_min=args.decode_min,
             )
+        if mix_path:
+            label = labels[0]
+            mix, mix_notes = mix_of(parsed[label].timings, str(args.logs[0]))
+            write_output(Path(mix_path), json.dumps(mix.to_dict(), indent=1) + "\n", "--mix")
     except MoeperfError as e:
         print(f"{_PROG}: error: {e}", file=sys.stderr)
         return 2
+    if mix_path:
+        print(
+            f"mix: {mix.describe()}{', with arrival gaps' if mix.has_gaps else ''} -> {mix_path}",
+            file=sys.stderr,
+        )
+        for note in mix_notes:
+            print(f"mix: {note}", file=sys.stderr)
     if args.json:
         doc = {
             label: {

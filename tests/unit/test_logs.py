@@ -743,3 +743,47 @@ def test_logstats_mounts_as_a_subcommand(capsys):
     out = capsys.readouterr().out
     assert "decode, requests with ≥50 generated, aggregate" in out
     assert "14.51 tok/s (n=2)" in out  # (53 + 400) tokens / (1.21907 + 30) s
+
+
+def test_a_timestamped_log_gives_a_mix_with_arrival_gaps(tmp_path, capsys):
+    from pytest_moeperf.cli import main
+    from pytest_moeperf.llama.logs import mix_of
+    from pytest_moeperf.measure.mix import Mix
+
+    def stamp(seconds: float) -> str:
+        minutes, rest = divmod(seconds, 60)
+        whole = int(rest)
+        ms, us = divmod(round((rest - whole) * 1e6), 1000)
+        return f"{int(minutes)}.{whole:02d}.{ms:03d}.{us:03d} I "
+
+    # request 7 arrives at 10.0 s (prompt 0.5 s + eval 1.5 s, logged at 12.0 s), request 8
+    # at 10.75 s on the other slot (logged at 11.5 s: it finished first), request 9 at 70.5 s
+    lines = [
+        stamp(11.25) + prompt_line(1, 8, 64, 250.0),
+        stamp(11.5) + eval_line(1, 8, 16, 500.0),
+        stamp(10.5) + prompt_line(0, 7, 512, 500.0),
+        stamp(12.0) + eval_line(0, 7, 40, 1500.0),
+        stamp(70.5) + prompt_line(0, 9, 0, 0.0),
+        stamp(71.0) + eval_line(0, 9, 8, 500.0),
+    ]
+    timings = list(parse_timings(lines))
+    ends = {t.task: t.end_s for t in timings}
+    assert ends == {7: pytest.approx(12.0), 8: pytest.approx(11.5), 9: pytest.approx(71.0)}
+    mix, notes = mix_of(timings, "prod.log")
+    assert [(s.prompt, s.gen) for s in mix.shapes] == [(512, 40), (64, 16), (1, 8)]
+    gaps = [s.gap_ms for s in mix.shapes]
+    assert gaps[0] == 0.0 and gaps[1] == pytest.approx(750.0) and gaps[2] == pytest.approx(59750.0)
+    assert notes == ["1 request(s) with 0 new prompt or 0 generated tokens sent as 1"]
+    # without timestamps: log order, no gaps, said so
+    plain = parse_timings([prompt_line(0, 1, 300, 100.0), eval_line(0, 1, 40, 400.0)])
+    mix2, notes2 = mix_of(plain, "x.log")
+    assert not mix2.has_gaps and "no timestamps" in notes2[0]
+    # the command writes it
+    log = tmp_path / "prod.log"
+    log.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "mix.json"
+    assert main(["logstats", str(log), "--mix", str(out)]) == 0
+    assert "3 request shape(s)" in capsys.readouterr().err
+    assert Mix.load(out).shapes == mix.shapes
+    assert main(["logstats", str(log), str(log), "--mix", str(out)]) == 2
+    assert "--mix writes the mix of one log; 2 were given" in capsys.readouterr().err

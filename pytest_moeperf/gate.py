@@ -22,13 +22,15 @@ from .config import Configuration, Pinning, Profile
 from .errors import ConfigError, Unavailable
 from .host.machine import busy_fraction
 from .measure.measurement import Measurement
+from .measure.output import OutputCheck, greedy_tokens
 from .measure.workload import Workload
 from .report.tables import markdown_table, start_lines, text_table
 from .rounds import Side, measure_rounds
 from .session import PerfSession
 from .store.baselines import BaselineEntry, accepted_history, host_for
+from .verdicts.attribution import Attribution, attribute
 from .verdicts.judge import Verdict, busy_reason, judge_change, undecided
-from .verdicts.sequential import Plan, Rule
+from .verdicts.sequential import Plan, Rule, first_in_round
 
 BASELINE, CANDIDATE = "baseline", "candidate"
 
@@ -67,6 +69,8 @@ class GateRow:
     """The candidate against the oldest baseline accepted on this host (unpaired)."""
     newest: Verdict | None = None
     """The candidate against the newest baseline accepted on this host (unpaired)."""
+    attribution: Attribution | None = None
+    """llama-bench in the same rounds: where the change is (``--attribute``)."""
 
 
 @dataclass
@@ -84,6 +88,14 @@ class GateResult:
     """Configurations a build or this host cannot run: (configuration, why)."""
     undecided_policy: str = "exit-3"
     """What undecided rows make of the gate: ``exit-3``, ``pass`` or ``fail``."""
+    outputs: list[OutputCheck] = field(default_factory=list)
+    """The correctness guard of each configuration: greedy tokens on both builds."""
+    allow_different: bool = False
+    """Whether different output may pass (``--allow-different-output``)."""
+
+    @property
+    def different(self) -> list[OutputCheck]:
+        return [c for c in self.outputs if not c.same]
 
     @property
     def slower(self) -> list[GateRow]:
@@ -119,7 +131,7 @@ class GateResult:
         """0 pass, 1 a regression, 3 undecided rows; *undecided* (default: the gate's
         :attr:`undecided_policy`) ``pass`` makes those 0, ``fail`` 1."""
         policy = undecided or self.undecided_policy
-        if self.slower:
+        if self.slower or (self.different and not self.allow_different):
             return 1
         if self.undecided and policy != "pass":
             return 1 if policy == "fail" else 3
@@ -127,6 +139,12 @@ class GateResult:
 
     def summary(self) -> str:
         """The last line: ``pass``, ``FAIL: ...`` or ``UNDECIDED: ...``."""
+        if self.different and not self.allow_different:
+            slower = f"; {len(self.slower)} metric(s) slower" if self.slower else ""
+            return (
+                f"FAIL: the candidate's output differs on {len(self.different)} configuration(s)"
+                f"{slower} (--allow-different-output to judge speed alone)"
+            )
         if self.slower:
             return f"FAIL: {len(self.slower)} metric(s) slower"
         if not self.undecided:
@@ -149,6 +167,9 @@ class GateResult:
             "verdict",
             "vs oldest accepted",
         ]
+        attributed = any(r.attribution for r in self.rows)
+        if attributed:
+            headers += ["server/bench [interval]", "where the change is"]
         rows = []
         for r in self.rows:
             v = r.verdict
@@ -168,10 +189,14 @@ class GateResult:
                     f"{v.rounds or '-'} ({r.seconds:.0f} s)",
                     f"{v.outcome}{why}{mark}",
                     _versus(r.oldest),
+                    *(_attributed(r) if attributed else []),
                 ]
             )
         for name, why in self.skipped:
-            rows.append([name, "-", "-", "-", "-", "-", f"skipped ({why})", "-"])
+            rows.append(
+                [name, "-", "-", "-", "-", "-", f"skipped ({why})", "-"]
+                + (["-", "-"] if attributed else [])
+            )
         return headers, rows
 
     def text(self) -> str:
@@ -181,6 +206,7 @@ class GateResult:
             f"before start, load average {self.loadavg_before[0]:.2f}"
         )
         lines = [head, "", text_table(*self.table_rows())]
+        lines += [f"output: {line}" for line in self.output_lines]
         lines += [f"note: {n}" for n in [*self.notes, *self.creep_notes]]
         lines.append("verdict: " + self.summary())
         return "\n".join(lines)
@@ -195,13 +221,20 @@ class GateResult:
             markdown_table(*self.table_rows()),
             "",
         ]
+        lines += [f"- output: {line}" for line in self.output_lines]
         lines += [f"- note: {n}" for n in [*self.notes, *self.creep_notes]]
         lines.append("")
         lines.append("**" + self.summary() + "**")
         return "\n".join(lines)
 
+    @property
+    def output_lines(self) -> list[str]:
+        """One line per configuration's correctness guard."""
+        return [c.describe(self.baseline, self.candidate) for c in self.outputs]
+
     def to_json(self) -> dict[str, Any]:
         return {
+            "outputs": [c.to_dict() for c in self.outputs],
             "baseline": self.baseline,
             "candidate": self.candidate,
             "margin": self.margin,
@@ -226,6 +259,8 @@ class GateResult:
                     "seconds": r.seconds,
                     "vs_oldest": _verdict_json(r.oldest),
                     "vs_newest": _verdict_json(r.newest),
+                    "attribution": r.attribution.to_dict() if r.attribution else None,
+                    "where": r.attribution.where(r.verdict) if r.attribution else None,
                     "baseline": r.baseline.to_dict(),
                     "candidate": r.candidate.to_dict(),
                 }
@@ -241,6 +276,14 @@ def _side(config: Configuration, side: BuildUnderTest) -> Configuration:
     if side.cpus is None:
         return config
     return replace(config, pinning=Pinning(cpus=side.cpus, numa=config.pinning.numa))
+
+
+def _attributed(r: GateRow) -> list[str]:
+    a = r.attribution
+    if a is None:
+        return ["-", "-"]
+    sb = a.server_bench
+    return [f"{sb.ratio:.3f} [{sb.low:.3f}, {sb.high:.3f}]", a.where(r.verdict)]
 
 
 def _versus(v: Verdict | None) -> str:
@@ -312,18 +355,25 @@ def run_gate(
     budget: float | None = None,
     margin: float = 0.05,
     undecided_policy: str = "exit-3",
+    allow_different: bool = False,
+    check_output: bool = True,
+    attribute_bench: bool = False,
     on_row: Callable[[GateRow], None] | None = None,
     on_look: Callable[[str, Verdict, float], None] | None = None,
 ) -> GateResult:
     """Measure every (configuration, workload) on both builds in paired rounds and judge the
     change sequentially: looks on the schedule of ``Plan(first_look, max_rounds)``, each row
     within *budget* seconds (default: the profile's ``budget``). Each row's candidate is set
-    beside the oldest and newest baselines the profile's file holds of this host."""
+    beside the oldest and newest baselines the profile's file holds of this host. Unless
+    *check_output* is false, each configuration's correctness guard runs first: a different
+    output fails the gate unless *allow_different*. With *attribute_bench*, each round also
+    runs llama-bench of both builds (same model, flags, pinning), and each row says whether its
+    change is in the server layer or in the compute."""
     gated = replace(
         profile, builds={BASELINE: baseline.target, CANDIDATE: candidate.target}, build=None
     )
     names = list(configurations or profile.configurations)
-    loads = list(workloads or profile.workloads)
+    loads = [w.require_rate("the gate") for w in workloads or profile.workloads]
     if not loads:
         raise ConfigError(
             f"profile {profile.name!r} ({profile.source}) lists no workloads: add "
@@ -342,6 +392,7 @@ def run_gate(
             "expect wide intervals and undecided verdicts"
         )
     rows: list[GateRow] = []
+    outputs: list[OutputCheck] = []
     skipped: list[tuple[str, str]] = []
     for name in names:
         config = profile.configuration(name)
@@ -356,8 +407,24 @@ def run_gate(
             skipped.append((name, why))
             session.stop_servers()
             continue
+        if check_output:
+            outputs.append(_output_check(session, gated, sides))
         for w in loads:
             label = f"{name}.{w.name} {candidate.name} / {baseline.name}"
+            bench: tuple[list[float], list[float]] = ([], [])
+
+            def beside(
+                index: int,
+                restarts: bool,
+                w: Workload = w,
+                sides: tuple[tuple[str, Configuration], ...] = sides,
+                bench: tuple[list[float], list[float]] = bench,
+            ) -> None:
+                if restarts:  # llama-bench needs the room of a server
+                    session.stop_servers()
+                for i in (0, 1) if first_in_round(index) == "a" else (1, 0):
+                    bench[i].append(session.bench_sample(gated, sides[i][1], w, sides[i][0]))
+
             got = measure_rounds(
                 session,
                 gated,
@@ -368,12 +435,18 @@ def run_gate(
                 plan=plan,
                 budget=budget,
                 on_look=functools.partial(on_look, name) if on_look else None,
+                after_round=beside if attribute_bench else None,
             )
             ms = [got.a, got.b]
             verdict = undecided(got.verdict, busy_reason(ms, limit))
             paired = replace(got.b, samples=got.b.samples[got.first[1] :])
             oldest, newest = _accepted(_history(session, profile, paired), paired, margin)
-            row = GateRow(name, w, got.a, got.b, verdict, got.seconds, oldest, newest)
+            where = (
+                attribute(got.rounds, bench, margin=margin, plan=plan, label=label)
+                if attribute_bench
+                else None
+            )
+            row = GateRow(name, w, got.a, got.b, verdict, got.seconds, oldest, newest, where)
             rows.append(row)
             if on_row:
                 on_row(row)
@@ -402,4 +475,24 @@ def run_gate(
         notes,
         skipped,
         undecided_policy,
+        outputs,
+        allow_different,
     )
+
+
+def _output_check(
+    session: PerfSession, profile: Profile, sides: Sequence[tuple[str, Configuration]]
+) -> OutputCheck:
+    """The correctness guard of one configuration: the same greedy request to both sides."""
+    got = []
+    for side, config in sides:
+        rec = session.server(profile, config, side)
+        got.append(
+            greedy_tokens(
+                rec.server.url,
+                vocab=session.vocab(rec),
+                ban_tokens=session.banned_tokens(profile),
+                timeout=session.options.request_timeout,
+            )
+        )
+    return OutputCheck(sides[0][1].name, got[0], got[1])

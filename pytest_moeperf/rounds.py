@@ -53,6 +53,10 @@ class Paired:
     first: tuple[int, int]
     """Index of each side's first sample in this verdict's rounds."""
     seconds: float
+    rounds: tuple[tuple[float, ...], tuple[float, ...]] = ((), ())
+    """Each side's value in each round (a block's median across restarts)."""
+    restarts: bool = False
+    """Whether the sides were measured across server restarts."""
 
 
 def plan_for(session: PerfSession, profile: Profile, first_look: int | None = None) -> Plan:
@@ -74,11 +78,13 @@ def measure_rounds(
     plan: Plan | None = None,
     budget: float | None = None,
     on_look: Callable[[Verdict, float], None] | None = None,
+    after_round: Callable[[int, bool], None] | None = None,
 ) -> Paired:
     """Measure *a* and *b* in rounds and judge ``b / a`` by *rule* at each look of *plan*,
     until the verdict is final or *budget* seconds (the session's, else the profile's) are
     spent. A replayed session cannot measure more: its stored samples are paired in order and
-    judged once, as the budget spent."""
+    judged once, as the budget spent. *after_round* (round index, across restarts or not) runs
+    after each round, inside it as far as time goes: the gate's llama-bench samples."""
     plan = plan or plan_for(session, profile)
     seconds = budget or session.options.budget or profile.budget
     began = time.monotonic()
@@ -95,7 +101,7 @@ def measure_rounds(
                 "needs 2 rounds at least"
             )
         verdict, _ = judge_rounds(rule, ma.values[:n], mb.values[:n], plan, spent=True, label=label)
-        return Paired(verdict, ma, mb, (0, 0), 0.0)
+        return Paired(verdict, ma, mb, (0, 0), 0.0, (tuple(ma.values[:n]), tuple(mb.values[:n])))
     sides = (a, b)
     got = [take(a, 1), take(b, 1)]  # starts both servers; earlier samples are kept, not paired
     if got[0].key == got[1].key:
@@ -122,6 +128,8 @@ def measure_rounds(
         while True:
             while rounds < target:
                 one_round(rounds)
+                if after_round:
+                    after_round(rounds, restarts)
                 rounds += 1
                 if rounds >= 2 and time.monotonic() - began > seconds:
                     break
@@ -132,5 +140,7 @@ def measure_rounds(
             if on_look:
                 on_look(verdict, time.monotonic() - began)
             if more == 0:
-                return Paired(verdict, got[0], got[1], first, time.monotonic() - began)
+                per_round = (tuple(values[0]), tuple(values[1]))
+                seconds = time.monotonic() - began
+                return Paired(verdict, got[0], got[1], first, seconds, per_round, restarts)
             target = rounds + more

@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import signal
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -57,6 +58,10 @@ def test_gate_same_binary_twice_writes_table_markdown_and_json(
     assert len(row["baseline"]["samples"]) == len(row["candidate"]["samples"]) == 4
     assert row["low"] <= row["ratio"] <= row["high"]
     assert "| default | tg16 |" in (tmp_path / "gate.md").read_text()
+    # the correctness guard: one build twice says the same thing
+    [check] = data["outputs"]
+    assert check["same"] and len(check["baseline"]) == 32, check
+    assert "output: default: the same 32 greedy tokens on llama-server and llama-server" in out
 
 
 def test_gate_rejects_an_unknown_configuration_before_building(tmp_path, capsys, monkeypatch):
@@ -103,6 +108,23 @@ def test_a_configuration_a_build_cannot_run_is_a_skipped_row(
     assert "skipped (build llama-server has no --moe-cache-mib)" in out
 
 
+@contextlib.contextmanager
+def _capped_cgroup(name: str) -> Iterator[Path]:
+    """A cgroup capped to a fifth of a CPU (the test skips where none can be made); whatever
+    still runs in it is killed afterwards and the group removed."""
+    group = cgroup_for_throttling(f"{name}-{os.getpid()}")
+    if group is None:
+        pytest.skip("cgroups cannot be written here: no way to slow a real server")
+    try:
+        yield group
+    finally:
+        for pid in (group / "cgroup.procs").read_text().split():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)
+        with contextlib.suppress(OSError):
+            group.rmdir()
+
+
 def _throttled(group: Path, server: str, tmp_path: Path) -> str:
     """A llama-server wrapper that joins *group* before running *server*."""
     wrapper = tmp_path / "llama-server-throttled"
@@ -116,12 +138,9 @@ def test_a_throttled_candidate_is_slower_and_exits_1(
 ):
     """A real slowdown: the candidate's llama-server runs in a cgroup capped to a fifth of a
     CPU. The rounds decide it, the row says slower with its interval, and the gate exits 1."""
-    group = cgroup_for_throttling(f"moeperf-gate-test-{os.getpid()}")
-    if group is None:
-        pytest.skip("cgroups cannot be written here: no way to slow a real server")
     monkeypatch.chdir(tmp_path)
     server = str(llama_build.server)
-    try:
+    with _capped_cgroup("moeperf-gate-test") as group:
         rc = main(
             [
                 "gate", "--profile", "embedded-tiny", "--baseline", server,
@@ -129,14 +148,44 @@ def test_a_throttled_candidate_is_slower_and_exits_1(
                 "-w", "pp64", "--budget", "60", "--busy-limit", "1", "--json", "gate.json",
             ]
         )  # fmt: skip
-    finally:
-        for pid in (group / "cgroup.procs").read_text().split():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(int(pid), signal.SIGKILL)
-        with contextlib.suppress(OSError):
-            group.rmdir()
     data = json.loads((tmp_path / "gate.json").read_text())
     [row] = data["rows"]
     assert row["verdict"] == "slower" and row["high"] < 0.95, row
     assert rc == 1 and data["exit_code"] == 1
     assert "FAIL: 1 metric(s) slower" in capsys.readouterr().out
+
+
+def test_a_slowed_server_with_an_untouched_bench_is_a_server_layer_change(
+    llama_build, tiny_model, tmp_path, capsys, monkeypatch
+):
+    """The candidate's llama-server runs capped to a fifth of a CPU; its llama-bench (the same
+    binary as the baseline's) does not. With --attribute each round also runs both builds'
+    llama-bench: the row is slower, the bench is not, and the row says the server layer."""
+    if llama_build.bench is None:
+        pytest.skip("this build has no llama-bench")
+    monkeypatch.chdir(tmp_path)
+    server = str(llama_build.server)
+    slowed = tmp_path / "slowed"
+    slowed.mkdir()
+    with _capped_cgroup("moeperf-attr-test") as group:
+        Path(_throttled(group, server, tmp_path)).rename(slowed / "llama-server")
+        (slowed / "llama-bench").symlink_to(llama_build.bench)
+        rc = main(
+            [
+                "gate", "--profile", "embedded-tiny", "--baseline", server,
+                "--candidate", str(slowed / "llama-server"), "-c", "default", "-w", "pp64",
+                "--budget", "60", "--busy-limit", "1", "--attribute", "--json", "gate.json",
+            ]
+        )  # fmt: skip
+    out = capsys.readouterr().out
+    data = json.loads((tmp_path / "gate.json").read_text())
+    [row] = data["rows"]
+    assert row["verdict"] == "slower", row
+    attribution = row["attribution"]
+    assert attribution["bench"]["verdict"] != "slower", attribution
+    assert attribution["layer"]["verdict"] == "slower", attribution
+    sb = attribution["server_bench"]
+    assert sb["low"] <= sb["ratio"] <= sb["high"] < 0.9, sb  # the slowed server, well below
+    assert row["where"].startswith("server layer: llama-bench"), row["where"]
+    assert "server/bench [interval]" in out and "server layer" in out
+    assert rc == 1

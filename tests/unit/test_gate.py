@@ -92,3 +92,38 @@ def test_a_wide_spread_never_makes_a_verdict():
     b = _m("baseline", [600, 420, 700, 510, 650])
     assert too_noisy([b]) is not None and "spread too wide" in str(too_noisy([b]))
     assert too_noisy([_m("x", [600, 605, 598, 602, 601])]) is None
+
+
+def test_different_output_fails_the_gate_and_says_where_it_parts():
+    from pytest_moeperf.gate import GateResult
+    from pytest_moeperf.measure.output import OutputCheck
+
+    same = OutputCheck("mmap", (5, 6, 7), (5, 6, 7))
+    parted = OutputCheck("lm-none", (5, 6, 7), (5, 9, 7))
+    assert same.same and same.first_difference is None
+    assert parted.first_difference == 1
+    assert "part at position 1 of 3 (b1 token 6, b2 token 9; the first 1 agree)" in (
+        parted.describe("b1", "b2")
+    )
+    assert OutputCheck("x", (1, 2), (1,)).first_difference == 1
+    ok = GateResult("b1", "b2", 0.05, [], 0.0, (0.0, 0.0, 0.0), [], outputs=[same])
+    assert ok.exit_code() == 0 and ok.summary() == "pass"
+    bad = GateResult("b1", "b2", 0.05, [], 0.0, (0.0, 0.0, 0.0), [], outputs=[same, parted])
+    assert bad.exit_code() == 1 and "output differs on 1 configuration(s)" in bad.summary()
+    assert "output: lm-none: DIFFERENT output" in bad.text()
+    assert bad.to_json()["outputs"][1]["first_difference"] == 1
+    allowed = GateResult(
+        "b1", "b2", 0.05, [], 0.0, (0.0, 0.0, 0.0), [], outputs=[parted], allow_different=True
+    )
+    assert allowed.exit_code() == 0
+
+
+def test_token_ids_from_streamed_events():
+    from pytest_moeperf.measure.output import guard_body, tokens_of_event
+
+    assert tokens_of_event({"content": "a", "tokens": [17]}) == [17]
+    assert tokens_of_event({"completion_probabilities": [{"id": 4, "prob": 1.0}]}) == [4]
+    assert tokens_of_event({"content": ""}) == []
+    body = guard_body(1000, ban_tokens=[3])
+    assert body == guard_body(1000, ban_tokens=[3])  # fixed prompt
+    assert body["temperature"] == 0.0 and body["top_k"] == 1 and body["logit_bias"] == [[3, False]]

@@ -1,0 +1,100 @@
+"""Where a change lives: in the server layer, or in the compute llama-bench also runs.
+
+In each round of a gate row both builds' llama-server and both builds' llama-bench (same model,
+flags and pinning) give a sample. The bench's own change, each side's server/bench ratio and
+the change of that ratio between the builds are then paired verdicts with intervals like the
+row's. A server that slows while its llama-bench does not is a change in the server layer
+(HTTP, slots, sampling, scheduling): the class of regression llama-bench alone never sees.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .judge import Verdict, judge_rounds
+from .sequential import Plan, Rule
+
+DIRECTIONS = {"slower": -1, "small-slower": -1, "faster": 1, "small-faster": 1}
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """The bench's change, the candidate's server/bench ratio and the layer's change."""
+
+    bench: Verdict
+    """llama-bench candidate / baseline, paired by round."""
+    server_bench: Verdict
+    """The candidate's server tok/s / its llama-bench tok/s, paired by round."""
+    baseline_server_bench: Verdict
+    """The same for the baseline build."""
+    layer: Verdict
+    """(candidate server / bench) / (baseline server / bench): the change of the server layer."""
+
+    def where(self, server: Verdict) -> str:
+        """Where the row's change is, in words (``-`` when the row did not change)."""
+        moved = DIRECTIONS.get(server.outcome, 0)
+        if not moved:
+            return "-"
+        way = "slower" if moved < 0 else "faster"
+        bench = DIRECTIONS.get(self.bench.outcome, 0)
+        layer = DIRECTIONS.get(self.layer.outcome, 0)
+        if layer == moved and bench != moved:
+            return (
+                f"server layer: llama-bench {self.bench.outcome} "
+                f"({self.bench.change_pct:+.1f} %), the server {way} beyond it "
+                f"({self.layer.change_pct:+.1f} % [{100 * (self.layer.low - 1):+.1f}, "
+                f"{100 * (self.layer.high - 1):+.1f}])"
+            )
+        if bench == moved and layer != moved:
+            return (
+                f"compute: llama-bench {way} alike ({self.bench.change_pct:+.1f} %), "
+                f"server/bench {self.layer.outcome}"
+            )
+        if bench == moved and layer == moved:
+            return "both: llama-bench and the server layer"
+        return f"unclear: llama-bench {self.bench.outcome}, server/bench {self.layer.outcome}"
+
+    def to_dict(self) -> dict[str, Any]:
+        def v(x: Verdict) -> dict[str, Any]:
+            return {"ratio": x.ratio, "low": x.low, "high": x.high, "verdict": x.outcome}
+
+        return {
+            "bench": v(self.bench),
+            "server_bench": v(self.server_bench),
+            "baseline_server_bench": v(self.baseline_server_bench),
+            "layer": v(self.layer),
+        }
+
+
+def attribute(
+    server: tuple[Sequence[float], Sequence[float]],
+    bench: tuple[Sequence[float], Sequence[float]],
+    *,
+    margin: float,
+    plan: Plan,
+    label: str,
+) -> Attribution | None:
+    """The attribution of a row from its per-round server values (baseline, candidate) and
+    llama-bench values (baseline, candidate); ``None`` with fewer than 2 rounds of both."""
+    n = min(len(server[0]), len(server[1]), len(bench[0]), len(bench[1]))
+    if n < 2:
+        return None
+    sa, sb = list(server[0][:n]), list(server[1][:n])
+    ba, bb = list(bench[0][:n]), list(bench[1][:n])
+    change = Rule("change", margin=margin)
+
+    def judge(a: list[float], b: list[float], what: str) -> Verdict:
+        return judge_rounds(change, a, b, plan, spent=True, label=f"{label} {what}")[0]
+
+    return Attribution(
+        bench=judge(ba, bb, "llama-bench"),
+        server_bench=judge(bb, sb, "candidate server/bench"),
+        baseline_server_bench=judge(ba, sa, "baseline server/bench"),
+        layer=judge(
+            [s / b for s, b in zip(sa, ba, strict=True)],
+            [s / b for s, b in zip(sb, bb, strict=True)],
+            "server layer",
+        ),
+    )

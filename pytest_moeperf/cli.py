@@ -122,6 +122,40 @@ def _write_reports(args: argparse.Namespace, markdown: str, json_text: str) -> N
         write_output(Path(args.json), json_text, "--json")
 
 
+def _sweep(args: argparse.Namespace) -> int:
+    from .report.plot import plot_sweep
+    from .sweep import run_sweep
+
+    _check_run_args(args)
+    try:
+        slots = [int(x) for x in args.np.split(",") if x.strip()]
+    except ValueError:
+        raise MoeperfError(f"--np {args.np!r}: give slot counts, e.g. 1,2,4") from None
+    if args.repetitions < 1:
+        raise MoeperfError(f"-r/--repetitions {args.repetitions}: give at least 1 pass")
+    session = _session(args)
+    profile = session.profile()
+    names = _configurations(args, profile)
+    if len(names) != 1:
+        raise MoeperfError("sweep: name the one configuration to sweep with -c, e.g. -c traffic")
+    try:
+        result = run_sweep(
+            session, profile, profile.configuration(names[0]), slots, repetitions=args.repetitions
+        )
+    finally:
+        session.close()
+    print(result.text())
+    _write_reports(args, result.markdown(), result.json_text())
+    if args.plot:
+        plot_sweep(
+            [p.to_dict() for p in result.points],
+            f"slots sweep: {result.configuration} ({profile.name})",
+            Path(args.plot),
+        )
+        print(f"plot: {args.plot}")
+    return 0
+
+
 def _check_gate_args(args: argparse.Namespace) -> None:
     """Every gate argument checked before any build or server work: one line each."""
     from .host.machine import parse_cpu_list
@@ -192,14 +226,14 @@ def _bisect(args: argparse.Namespace) -> int:
     from .measure.workload import Workload
 
     _check_bisect_args(args)
-    metric = Workload.parse(args.metric) if args.metric else None
+    metric = Workload.parse(args.metric).require_rate("bisect") if args.metric else None
     session = _session(args)
     profile = session.profile()
     configurations = _configurations(args, profile) or [next(iter(profile.configurations))]
     if metric is None:
         if not profile.workloads:
             raise MoeperfError(f"profile {profile.name!r} lists no workloads: give --metric")
-        metric = profile.workloads[0]
+        metric = profile.workloads[0].require_rate("bisect")
     if args.binaries:
         builds = [BuildUnderTest(str(Path(b).absolute())) for b in args.binaries]
     else:
@@ -262,6 +296,8 @@ def _gate(args: argparse.Namespace) -> int:
             budget=args.budget,
             margin=args.margin,
             undecided_policy=args.undecided,
+            allow_different=args.allow_different_output,
+            attribute_bench=args.attribute,
             on_row=lambda r: _say(f"  {r.configuration} {r.workload}: {r.verdict.explain()}"),
             on_look=(lambda n, v, t: _say(f"    {n}: {t:.0f} s: {v.explain()}"))
             if args.verbose
@@ -274,6 +310,11 @@ def _gate(args: argparse.Namespace) -> int:
     if args.accept:
         if not result.passed:
             raise MoeperfError("--accept refused: the candidate is slower; nothing was written")
+        if result.different and not args.allow_different_output:
+            raise MoeperfError(
+                "--accept refused: the candidate's output differs from the baseline's "
+                "(--allow-different-output to accept anyway); nothing was written"
+            )
         if result.undecided and args.undecided != "pass":
             raise MoeperfError(
                 "--accept refused: undecided rows (budget spent); give --budget more "
@@ -446,6 +487,19 @@ def make_parser() -> argparse.ArgumentParser:
         help="what undecided rows make of the gate: exit code 3 (default), pass (0) or fail (1)",
     )
     g.add_argument(
+        "--allow-different-output",
+        action="store_true",
+        help="pass the gate even when the candidate's greedy output differs from the "
+        "baseline's (the correctness guard still reports where they part)",
+    )
+    g.add_argument(
+        "--attribute",
+        action="store_true",
+        help="also run llama-bench of both builds in every round (same model, flags, "
+        "pinning): each row gets its server/bench ratio with an interval and says whether a "
+        "change is in the server layer or in the compute",
+    )
+    g.add_argument(
         "--allow-creep",
         action="store_true",
         help="with --accept: accept even when the candidate is slower than the oldest "
@@ -487,6 +541,22 @@ def make_parser() -> argparse.ArgumentParser:
     )
     bl.add_argument("files", nargs="+", metavar="FILE", help="baseline file(s), baselines/*.toml")
     bl.set_defaults(run=_baselines)
+
+    sw = sub.add_parser(
+        "sweep",
+        help="one configuration's traffic at -np 1, 2, 4, ... (as many clients as slots): "
+        "throughput of all slots and of one, latencies; a table and a plot",
+    )
+    _add_run_arguments(sw, configurations="the configuration to sweep (one, with a traffic table)")
+    sw.add_argument(
+        "--np",
+        default="1,2,4",
+        metavar="N,N,...",
+        help="slot counts, comma separated (default 1,2,4)",
+    )
+    sw.add_argument("-r", "--repetitions", type=int, default=3, help="passes per point (default 3)")
+    sw.add_argument("--plot", metavar="PNG", help="also draw the sweep here")
+    sw.set_defaults(run=_sweep)
 
     from .llama.logs import add_logstats_arguments, run_logstats
 

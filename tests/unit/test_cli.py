@@ -18,6 +18,14 @@ from pytest_moeperf.cli import main
         (["make-model", "--set", "n_layer=x"], "'x' is not a whole number"),
         (["make-model", "--set", "n_wings=4"], "n_wings"),
         (["make-model", "--set", "n_head_kv=3"], "n_head_kv"),
+        (["sweep", "-c", "traffic", "--np", "1,x"], "--np '1,x': give slot counts"),
+        (["sweep", "-c", "traffic", "--np", "0,2"], "give slot counts >= 1"),
+        (["sweep", "--np", "1,2"], "name the one configuration to sweep with -c"),
+        (["sweep", "-c", "traffic", "-r", "0"], "give at least 1 pass"),
+        (
+            ["gate", "--baseline", "1", "--candidate", "2", "-w", "traffic.ttft_p99"],
+            "traffic.ttft_p99 is a latency",
+        ),
     ],
 )
 def test_bad_input_is_one_line(argv, message, capsys, tmp_path, monkeypatch):

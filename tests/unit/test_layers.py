@@ -24,7 +24,12 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("pytest_moeperf.servers", "pytest_moeperf.hostwatch", "pytest_moeperf.artifacts"),
     ("pytest_moeperf.session", "pytest_moeperf.markers"),
     ("pytest_moeperf.rounds",),
-    ("pytest_moeperf.fixture", "pytest_moeperf.gate", "pytest_moeperf.bisect"),
+    (
+        "pytest_moeperf.fixture",
+        "pytest_moeperf.gate",
+        "pytest_moeperf.bisect",
+        "pytest_moeperf.sweep",
+    ),
     ("pytest_moeperf.plugin", "pytest_moeperf.cli"),
 )
 PYTEST_FACING = {"pytest_moeperf.plugin", "pytest_moeperf.fixture"}

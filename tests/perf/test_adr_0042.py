@@ -78,3 +78,11 @@ def test_prefill_is_equal_across_nodes(moeperf):
     """Decision 5: prefill was equal on both nodes."""
     verdict = moeperf.compare("lm-none-node1.pp2048", "lm-none-node0.pp2048", margin=0.05)
     assert verdict.outcome == "unchanged", verdict.explain()
+
+
+@pytest.mark.moeperf(configurations=["serve-legacy", "serve-new"])
+def test_real_traffic_prefill_doubles_with_load_mode_none(moeperf):
+    """The real-traffic table: prefill 96.9 -> 218.5 tok/s aggregate over requests of >= 256
+    new tokens, decode 13.64 -> 14.60 (unchanged in practice), on the production mix."""
+    moeperf.check("serve-new.traffic.prefill >= 2.0 * serve-legacy.traffic.prefill")
+    moeperf.check("serve-new.traffic.decode >= 0.95 * serve-legacy.traffic.decode")

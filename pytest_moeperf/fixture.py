@@ -9,12 +9,12 @@ from collections.abc import Callable
 import pytest
 
 from .config import Configuration, Profile
-from .errors import StartupWarning, Unavailable
+from .errors import MoeperfError, StartupWarning, Unavailable
 from .llama.server import LlamaServer
 from .measure.measurement import Measurement
 from .measure.workload import Workload
 from .report.tables import baseline_failure, claim_failure, measured_table
-from .rounds import Side, measure_rounds, plan_for
+from .rounds import Paired, Side, bench_in_rounds, measure_rounds, plan_for
 from .session import PerfSession
 from .store.baselines import host_for
 from .verdicts.judge import (
@@ -29,6 +29,7 @@ from .verdicts.judge import (
     judge_change,
     judge_claim,
     judge_dead_end,
+    judge_rounds,
     undecided,
 )
 from .verdicts.sequential import Rule
@@ -141,10 +142,15 @@ class MoePerf:
         if ms and min(len(m.samples) for m in ms) < 2:
             verdict = unpaired(ms[0].operand, ms[1].operand)
         else:
+            beside, bench = self._bench_beside(right, left)
             try:
-                got = measure_rounds(self.session, profile, rule, right, left, label=label)
+                got = measure_rounds(
+                    self.session, profile, rule, right, left, label=label, after_round=beside
+                )
             except Unavailable as exc:
                 pytest.skip(str(exc))
+            if beside is not None:
+                self._bench_ratios(got, bench, (right, left))
             verdict, ms = got.verdict, [got.b, got.a]
             for m in ms:
                 self._touch(m)
@@ -155,6 +161,48 @@ class MoePerf:
         self.verdicts.append(verdict)
         self.session.verdicts.append((self.nodeid, verdict))
         return verdict
+
+    def _bench_beside(
+        self, a: Side, b: Side
+    ) -> tuple[Callable[[int, bool], None] | None, tuple[list[float], list[float]]]:
+        """With ``--moeperf-bench``, an ``after_round`` running llama-bench of both sides in
+        each round (never for traffic); a bench that cannot run is reported once and left out."""
+        if not self.session.options.bench or a.workload.is_traffic or b.workload.is_traffic:
+            return None, ([], [])
+        run, got = bench_in_rounds(self.session, self.profile, a, b)
+        failed: list[str] = []
+
+        def beside(index: int, restarts: bool) -> None:
+            if failed:
+                return
+            try:
+                run(index, restarts)
+            except MoeperfError as exc:
+                failed.append(str(exc))
+                self.session.bench_errors.append(f"{self.nodeid}: llama-bench in rounds: {exc}")
+
+        return beside, got
+
+    def _bench_ratios(
+        self, got: Paired, bench: tuple[list[float], list[float]], sides: tuple[Side, Side]
+    ) -> None:
+        """Each side's server/bench ratio over the rounds, with its interval."""
+        server = got.rounds
+        for i in (0, 1):
+            n = min(len(server[i]), len(bench[i]))
+            if n < 2:
+                continue
+            m = (got.a, got.b)[i]
+            label = f"{sides[i].configuration.name}.{sides[i].workload.compact} ({m.build})"
+            ratio, _ = judge_rounds(
+                Rule("change", margin=0.05),
+                bench[i][:n],
+                list(server[i][:n]),
+                plan_for(self.session, self.profile),
+                spent=True,
+                label=f"{label} server / llama-bench",
+            )
+            self.session.bench_rounds.append((self.nodeid, label, ratio))
 
     def _host_moved(self, measurements: list[Measurement]) -> str | None:
         """Why the host cannot be trusted to be the one these numbers were taken on (its

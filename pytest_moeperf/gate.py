@@ -25,12 +25,12 @@ from .measure.measurement import Measurement
 from .measure.output import OutputCheck, greedy_tokens
 from .measure.workload import Workload
 from .report.tables import markdown_table, start_lines, text_table
-from .rounds import Side, measure_rounds
+from .rounds import Side, bench_in_rounds, measure_rounds
 from .session import PerfSession
 from .store.baselines import BaselineEntry, accepted_history, host_for
 from .verdicts.attribution import Attribution, attribute
 from .verdicts.judge import Verdict, busy_reason, judge_change, undecided
-from .verdicts.sequential import Plan, Rule, first_in_round
+from .verdicts.sequential import Plan, Rule
 
 BASELINE, CANDIDATE = "baseline", "candidate"
 
@@ -411,26 +411,14 @@ def run_gate(
             outputs.append(_output_check(session, gated, sides))
         for w in loads:
             label = f"{name}.{w.name} {candidate.name} / {baseline.name}"
-            bench: tuple[list[float], list[float]] = ([], [])
-
-            def beside(
-                index: int,
-                restarts: bool,
-                w: Workload = w,
-                sides: tuple[tuple[str, Configuration], ...] = sides,
-                bench: tuple[list[float], list[float]] = bench,
-            ) -> None:
-                if restarts:  # llama-bench needs the room of a server
-                    session.stop_servers()
-                for i in (0, 1) if first_in_round(index) == "a" else (1, 0):
-                    bench[i].append(session.bench_sample(gated, sides[i][1], w, sides[i][0]))
-
+            a, b = Side(sides[0][1], w, BASELINE), Side(sides[1][1], w, CANDIDATE)
+            beside, bench = bench_in_rounds(session, gated, a, b)
             got = measure_rounds(
                 session,
                 gated,
                 rule,
-                Side(sides[0][1], w, BASELINE),
-                Side(sides[1][1], w, CANDIDATE),
+                a,
+                b,
                 label=label,
                 plan=plan,
                 budget=budget,

@@ -24,8 +24,10 @@ from .markers import Declared, check_configurations, read_markers
 from .report.plot import baseline_marks, plot_report
 from .report.tables import (
     BASELINE_HEADERS,
+    BENCH_ROUND_HEADERS,
     TRAFFIC_HEADERS,
     baseline_rows,
+    bench_round_rows,
     host_lines,
     markdown_report,
     start_lines,
@@ -571,6 +573,14 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if perf.baseline_rows:
         terminalreporter.write_line("")
         terminalreporter.write_line(text_table(BASELINE_HEADERS, baseline_rows(perf.baseline_rows)))
+    if perf.bench_rounds:
+        terminalreporter.write_line("")
+        terminalreporter.write_line(
+            "llama-bench in the same rounds as the servers (same build, model, flags, pinning):"
+        )
+        terminalreporter.write_line(
+            text_table(BENCH_ROUND_HEADERS, bench_round_rows(perf.bench_rounds))
+        )
     if perf.bench or perf.bench_errors:
         terminalreporter.write_line("")
         terminalreporter.write_line("llama-bench cross-check (same model, flags, pinning):")

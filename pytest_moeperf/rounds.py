@@ -144,3 +144,24 @@ def measure_rounds(
                 seconds = time.monotonic() - began
                 return Paired(verdict, got[0], got[1], first, seconds, per_round, restarts)
             target = rounds + more
+
+
+def bench_in_rounds(
+    session: PerfSession, profile: Profile, a: Side, b: Side
+) -> tuple[Callable[[int, bool], None], tuple[list[float], list[float]]]:
+    """An ``after_round`` for :func:`measure_rounds` that runs one llama-bench repetition of
+    each side (same build, model, flags, pinning and workload as its server) in the round's
+    order, and the lists it fills: each side's bench tok/s per round. Across restarts the
+    servers are stopped first: a llama-bench needs the room of one."""
+    got: tuple[list[float], list[float]] = ([], [])
+
+    def beside(index: int, restarts: bool) -> None:
+        if restarts:
+            session.stop_servers()
+        for i in (0, 1) if first_in_round(index) == "a" else (1, 0):
+            side = (a, b)[i]
+            got[i].append(
+                session.bench_sample(profile, side.configuration, side.workload, side.build)
+            )
+
+    return beside, got

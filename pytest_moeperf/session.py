@@ -150,6 +150,9 @@ class PerfSession:
         self.bench: dict[MeasurementKey, BenchResult] = {}
         """llama-bench's numbers for measured workloads (``--moeperf-bench``)."""
         self.bench_errors: list[str] = []
+        self.bench_rounds: list[tuple[str, str, Verdict]] = []
+        """With ``--moeperf-bench``: (test, side, server/bench verdict) of each paired verdict's
+        sides, llama-bench measured in the same rounds as the servers."""
         self.traffic: dict[ServerKey, TrafficRun] = {}
         """Every pass of traffic sent to each server, with its raw per-request timings."""
         self._budget_start: dict[ServerKey, float] = {}
@@ -789,6 +792,17 @@ class PerfSession:
                     "method": v.method,
                 }
                 for nodeid, v in self.verdicts
+            ],
+            "bench_rounds": [
+                {
+                    "test": nodeid,
+                    "side": side,
+                    "server_over_bench": v.ratio,
+                    "low": v.low,
+                    "high": v.high,
+                    "rounds": v.rounds,
+                }
+                for nodeid, side, v in self.bench_rounds
             ],
             "bench": [
                 {

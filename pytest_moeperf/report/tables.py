@@ -137,6 +137,18 @@ def traffic_rows(runs: Mapping[str, Mapping[str, Any]]) -> list[list[str]]:
     return rows
 
 
+BENCH_ROUND_HEADERS = ["side", "server / llama-bench [interval]", "rounds", "test"]
+
+
+def bench_round_rows(rows: Iterable[tuple[str, str, Verdict]]) -> list[list[str]]:
+    """One row per side of a paired verdict whose llama-bench ran in the same rounds
+    (``--moeperf-bench``): the server's throughput over llama-bench's, with its interval."""
+    return [
+        [side, f"{v.ratio:.3f} [{v.low:.3f}, {v.high:.3f}]", str(v.rounds or "-"), nodeid]
+        for nodeid, side, v in rows
+    ]
+
+
 def host_lines(
     probes: Iterable[Probe],
     changes: Sequence[str] = (),

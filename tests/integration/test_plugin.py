@@ -188,3 +188,32 @@ def test_split(moeperf):
     result = project.runpytest_subprocess("-m", "perf", "-rs")
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(["*configuration 'split' needs 64 GPU(s); this host has *"])
+
+
+def test_bench_runs_in_the_claims_rounds_with_an_interval(inner):
+    """With --moeperf-bench a claim's rounds also run llama-bench of both sides: each side's
+    server/bench ratio gets an interval over the same rounds (the cross-check after the run
+    stays)."""
+    inner.makepyfile(
+        test_claim="""
+import pytest
+
+@pytest.mark.moeperf(configurations=["default", "cpu0"])
+def test_claim(moeperf):
+    moeperf.judge("cpu0.pp64 >= 0.1 * default.pp64")
+"""
+    )
+    result = inner.runpytest_subprocess(
+        "-m", "perf", "--moeperf-bench", "--moeperf-max-rounds", "6", "--moeperf-results", "r.json"
+    )
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "llama-bench in the same rounds as the servers (same build, model, flags, pinning):",
+            "side*server / llama-bench ?interval?*rounds*test*",
+            "default.pp64 (b11434)*?*, *?*6*test_claim*",
+            "cpu0.pp64 (b11434)*?*, *?*6*test_claim*",
+        ]
+    )
+    rows = json.loads((inner.path / "r.json").read_text())["bench_rounds"]
+    assert len(rows) == 2 and all(r["low"] <= r["server_over_bench"] <= r["high"] for r in rows)

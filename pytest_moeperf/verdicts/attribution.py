@@ -38,7 +38,8 @@ class Attribution:
         if not moved:
             return "-"
         way = "slower" if moved < 0 else "faster"
-        bench = DIRECTIONS.get(self.bench.outcome, 0)
+        # the bench counts as moved only beyond the margin: a change within it is no change
+        bench = DIRECTIONS.get(self.bench.outcome, 0) if "small" not in self.bench.outcome else 0
         layer = DIRECTIONS.get(self.layer.outcome, 0)
         if layer == moved and bench != moved:
             return (

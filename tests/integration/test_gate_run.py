@@ -173,8 +173,11 @@ def test_a_slowed_server_with_an_untouched_bench_is_a_server_layer_change(
         rc = main(
             [
                 "gate", "--profile", "embedded-tiny", "--baseline", server,
-                "--candidate", str(slowed / "llama-server"), "-c", "default", "-w", "pp64",
-                "--budget", "60", "--busy-limit", "1", "--attribute", "--json", "gate.json",
+                "--candidate", str(slowed / "llama-server"), "-c", "default", "-w", "pp512",
+                # pp512 and 12 rounds before the first look: on the tiny model a short request
+                # is mostly HTTP, and the server/bench ratios need the rounds
+                "-r", "12", "--max-rounds", "12", "--budget", "120", "--busy-limit", "1",
+                "--attribute", "--json", "gate.json",
             ]
         )  # fmt: skip
     out = capsys.readouterr().out

@@ -352,17 +352,15 @@ def _make_traffic(table: Mapping[str, Any], mix: Mix | None) -> Traffic:
     """The :class:`Traffic` of a table and its *mix*; with *mix* ``None`` (a mix file not read
     yet) a stand-in mix lets the other keys be checked."""
     where = "traffic"
-    rate = _opt(where, "rate", table.get("rate"), (int, float))
     stand_in = Mix((Shape(1, 1), Shape(1, 1, gap_ms=0.0)), "a mix file")
     return Traffic(
         mix=mix or stand_in,
         concurrency=_opt(where, "concurrency", table.get("concurrency", 1), int),
         requests=_opt(where, "requests", table.get("requests", 8), int),
-        rate=None if rate is None else float(rate),
         arrivals=_opt(where, "arrivals", table.get("arrivals", "poisson"), str),
         **{
             k: None if table.get(k) is None else float(_opt(where, k, table[k], (int, float)))
-            for k in ("ttft_target_ms", "e2e_target_ms", "poll_seconds")
+            for k in ("rate", "ttft_target_ms", "e2e_target_ms", "poll_seconds")
         },
     )
 

@@ -17,6 +17,7 @@ from .report.tables import baseline_failure, claim_failure, measured_table
 from .rounds import Paired, Side, bench_in_rounds, measure_rounds, plan_for
 from .session import PerfSession
 from .store.baselines import host_for
+from .verdicts.attribution import server_over_bench
 from .verdicts.judge import (
     BaselineCheck,
     BaselineRow,
@@ -29,7 +30,6 @@ from .verdicts.judge import (
     judge_change,
     judge_claim,
     judge_dead_end,
-    judge_rounds,
     undecided,
 )
 from .verdicts.sequential import Rule
@@ -187,22 +187,19 @@ class MoePerf:
         self, got: Paired, bench: tuple[list[float], list[float]], sides: tuple[Side, Side]
     ) -> None:
         """Each side's server/bench ratio over the rounds, with its interval."""
-        server = got.rounds
+        plan = plan_for(self.session, self.profile)
         for i in (0, 1):
-            n = min(len(server[i]), len(bench[i]))
-            if n < 2:
-                continue
             m = (got.a, got.b)[i]
             label = f"{sides[i].configuration.name}.{sides[i].workload.compact} ({m.build})"
-            ratio, _ = judge_rounds(
-                Rule("change", margin=0.05),
-                bench[i][:n],
-                list(server[i][:n]),
-                plan_for(self.session, self.profile),
-                spent=True,
+            ratio = server_over_bench(
+                got.rounds[i],
+                bench[i],
+                margin=0.05,
+                plan=plan,
                 label=f"{label} server / llama-bench",
             )
-            self.session.bench_rounds.append((self.nodeid, label, ratio))
+            if ratio is not None:
+                self.session.bench_rounds.append((self.nodeid, label, ratio))
 
     def _host_moved(self, measurements: list[Measurement]) -> str | None:
         """Why the host cannot be trusted to be the one these numbers were taken on (its

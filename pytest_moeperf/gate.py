@@ -412,7 +412,9 @@ def run_gate(
         for w in loads:
             label = f"{name}.{w.name} {candidate.name} / {baseline.name}"
             a, b = Side(sides[0][1], w, BASELINE), Side(sides[1][1], w, CANDIDATE)
-            beside, bench = bench_in_rounds(session, gated, a, b)
+            beside, bench = (
+                bench_in_rounds(session, gated, a, b) if attribute_bench else (None, ([], []))
+            )
             got = measure_rounds(
                 session,
                 gated,
@@ -423,7 +425,7 @@ def run_gate(
                 plan=plan,
                 budget=budget,
                 on_look=functools.partial(on_look, name) if on_look else None,
-                after_round=beside if attribute_bench else None,
+                after_round=beside,
             )
             ms = [got.a, got.b]
             verdict = undecided(got.verdict, busy_reason(ms, limit))
@@ -431,7 +433,7 @@ def run_gate(
             oldest, newest = _accepted(_history(session, profile, paired), paired, margin)
             where = (
                 attribute(got.rounds, bench, margin=margin, plan=plan, label=label)
-                if attribute_bench
+                if beside
                 else None
             )
             row = GateRow(name, w, got.a, got.b, verdict, got.seconds, oldest, newest, where)

@@ -561,7 +561,10 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     headers, rows = summary_rows(perf.measurements.values())
     if rows:
         terminalreporter.write_line(text_table(headers, rows))
-    traffic = traffic_rows(perf.traffic_runs())
+    # the results written at session finish hold every pass already: not serialised again
+    traffic = traffic_rows(
+        perf.results_dict["traffic"] if perf.results_dict else perf.traffic_runs()
+    )
     if traffic:
         terminalreporter.write_line("")
         terminalreporter.write_line("traffic (all passes; prefill and decode summed as logstats):")

@@ -55,8 +55,6 @@ class Paired:
     seconds: float
     rounds: tuple[tuple[float, ...], tuple[float, ...]] = ((), ())
     """Each side's value in each round (a block's median across restarts)."""
-    restarts: bool = False
-    """Whether the sides were measured across server restarts."""
 
 
 def plan_for(session: PerfSession, profile: Profile, first_look: int | None = None) -> Plan:
@@ -142,7 +140,7 @@ def measure_rounds(
             if more == 0:
                 per_round = (tuple(values[0]), tuple(values[1]))
                 seconds = time.monotonic() - began
-                return Paired(verdict, got[0], got[1], first, seconds, per_round, restarts)
+                return Paired(verdict, got[0], got[1], first, seconds, per_round)
             target = rounds + more
 
 

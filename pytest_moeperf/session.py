@@ -108,6 +108,14 @@ def _gpu_env(configuration: Configuration) -> dict[str, str]:
     return env
 
 
+def _server_names(keys: Iterable[ServerKey]) -> dict[ServerKey, str]:
+    """Each server's name as reports show it, ``mmap (b11434)``, with its profile in front
+    (``embedded: mmap (b11434)``) when the keys span more than one profile."""
+    keys = list(keys)
+    several = len({k[0] for k in keys}) > 1
+    return {k: (f"{k[0]}: " if several else "") + f"{k[1]} ({k[2]})" for k in keys}
+
+
 class PerfSession:
     """The run-wide state of pytest-moeperf."""
 
@@ -744,21 +752,13 @@ class PerfSession:
     def load_times(self) -> dict[str, list[float]]:
         """Seconds each start of each server took to load (until ``/health`` answered), by the
         server's name (``mmap (b11434)``)."""
-        several = len({k[0] for k in self.pool.starts}) > 1
-        return {
-            (f"{k[0]}: " if several else "") + self.servers[k].server.name: list(v)
-            for k, v in self.pool.starts.items()
-            if k in self.servers
-        }
+        keys = [k for k in self.pool.starts if k in self.servers]
+        return {name: list(self.pool.starts[k]) for k, name in _server_names(keys).items()}
 
     def traffic_runs(self) -> dict[str, dict[str, Any]]:
         """Each server's traffic, every pass and request, by the server's name."""
-        several = len({k[0] for k in self.traffic}) > 1
-        return {
-            (f"{k[0]}: " if several else "") + f"{k[1]} ({k[2]})": run.to_dict()
-            for k, run in self.traffic.items()
-            if run.passes
-        }
+        keys = [k for k, run in self.traffic.items() if run.passes]
+        return {name: self.traffic[k].to_dict() for k, name in _server_names(keys).items()}
 
     def results(self) -> dict[str, Any]:
         """Everything this session measured, in the results-file layout replay reads."""

@@ -7,7 +7,6 @@ table and a plot."""
 from __future__ import annotations
 
 import json
-import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -160,7 +159,7 @@ def run_sweep(
             SweepPoint(
                 n,
                 cfg.name,
-                {k: statistics.median(m.values) for k, m in ms.items()},
+                {k: m.summary.median for k, m in ms.items()},
                 run.overall.figures(),
                 len(run.passes),
             )

@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any, cast
 
-from ..errors import ConfigError, MoeperfError
+from ..errors import MoeperfError
 from ..fs import write_output
 from ..measure.mix import Mix, Shape
 
@@ -406,6 +406,15 @@ class _Partial:
 
 # common/log.cpp's --log-timestamps prefix: minutes.seconds.milliseconds.microseconds
 _TIMESTAMP = re.compile(r"^(\d+)\.(\d{2})\.(\d{3})\.(\d{3}) ")
+
+
+def _timestamp(raw: str) -> float | None:
+    """Seconds since the server started, from a raw line's ``--log-timestamps`` prefix."""
+    head = raw[:64]
+    stamp = _TIMESTAMP.match(_ANSI.sub("", head) if "\x1b" in head else head)
+    if stamp is None:
+        return None
+    return int(stamp[1]) * 60 + int(stamp[2]) + int(stamp[3]) / 1e3 + int(stamp[4]) / 1e6
 # "slot %12.*s: id %2d | task %d | " (tools/server/server-common.h); print_timings is cut to
 # "print_timing", release padded to "     release".
 _SLOT = re.compile(r"\bslot +(?P<func>\w+): +id +(?P<slot>-?\d+) \| task +(?P<task>-?\d+) \|")
@@ -435,20 +444,14 @@ class TimingParser:
         """Timing lines whose numbers could not be read (ignored)."""
         self._pending: dict[_Key, _Partial] = {}
         self._header: _Key | None = None
-        self._now: float | None = None
+        self._raw = ""
 
     def feed(self, raw: str) -> list[RequestTiming]:
         """Consume one raw log line; returns the requests it finished."""
         return self._feed_messages(_messages(raw), raw)
 
     def _feed_messages(self, messages: list[str], raw: str = "") -> list[RequestTiming]:
-        head = raw[:64]
-        stamp = _TIMESTAMP.match(_ANSI.sub("", head) if "\x1b" in head else head)
-        self._now = (
-            int(stamp[1]) * 60 + int(stamp[2]) + int(stamp[3]) / 1e3 + int(stamp[4]) / 1e6
-            if stamp
-            else None
-        )
+        self._raw = raw  # its timestamp is read only where a request's end is recorded
         self.lines += 1
         out: list[RequestTiming] = []
         server = False
@@ -514,7 +517,7 @@ class TimingParser:
             part.prompt = values
         else:
             part.gen = values
-            part.end_s = self._now
+            part.end_s = _timestamp(self._raw)
 
 
 def _parse_values(rest: str) -> tuple[int, float] | None:
@@ -819,10 +822,7 @@ def mix_of(timings: Iterable[RequestTiming], source: str) -> tuple[Mix, list[str
             now = arrival(t)
             gap = 0.0 if previous is None else max(now - previous, 0.0) * 1000.0
             previous = now
-        try:
-            shapes.append(Shape(prompt, gen, gap_ms=gap))
-        except ConfigError as exc:  # pragma: no cover - clamped above
-            raise LogError(f"{source}: {exc}") from None
+        shapes.append(Shape(prompt, gen, gap_ms=gap))
     if clamped:
         notes.append(f"{clamped} request(s) with 0 new prompt or 0 generated tokens sent as 1")
     return Mix(tuple(shapes), source), notes
@@ -973,7 +973,7 @@ def _labels(paths: Sequence[str]) -> list[str]:
 
 def run_logstats(args: argparse.Namespace) -> int:
     """Run ``moeperf logstats`` with parsed *args*; 0 on success, 2 on a user error."""
-    mix_path = getattr(args, "mix", None)
+    mix_path = args.mix
     if mix_path and len(args.logs) != 1:
         print(
             f"{_PROG}: error: --mix writes the mix of one log; {len(args.logs)} were given "

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+import numpy as np
 
 from ..errors import ConfigError, MeasurementError
 from .measurement import Sample
@@ -138,11 +139,7 @@ def percentile(values: Sequence[float], q: float) -> float:
     """The *q*-th percentile (0-100) of *values*, interpolated linearly between ranks."""
     if not values:
         raise ValueError("percentile of no values")
-    xs = sorted(values)
-    pos = (len(xs) - 1) * q / 100.0
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+    return float(np.quantile(values, q / 100.0))
 
 
 @dataclass
@@ -364,24 +361,24 @@ class Poller:
         self._thread: threading.Thread | None = None
         self._client = httpx.Client(base_url=url, timeout=10)
 
+    def _get(self, path: str) -> httpx.Response | str:
+        """The server's answer to ``GET path``, or why there is none."""
+        try:
+            r = self._client.get(path)
+        except httpx.HTTPError as exc:
+            return f"{type(exc).__name__}: {exc}"
+        return r if r.status_code == 200 else f"HTTP {r.status_code}"
+
     def metrics(self) -> dict[str, float] | str:
         """The server's counters, or why there are none (a server without ``--metrics``
         answers 501)."""
-        try:
-            r = self._client.get("/metrics")
-        except httpx.HTTPError as exc:
-            return f"{type(exc).__name__}: {exc}"
-        if r.status_code != 200:
-            return f"HTTP {r.status_code}"
-        return parse_prometheus(r.text)
+        r = self._get("/metrics")
+        return r if isinstance(r, str) else parse_prometheus(r.text)
 
     def slots(self) -> list[dict[str, Any]] | str:
-        try:
-            r = self._client.get("/slots")
-        except httpx.HTTPError as exc:
-            return f"{type(exc).__name__}: {exc}"
-        if r.status_code != 200:
-            return f"HTTP {r.status_code}"
+        r = self._get("/slots")
+        if isinstance(r, str):
+            return r
         try:
             data = r.json()
         except ValueError:

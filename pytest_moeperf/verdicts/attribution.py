@@ -69,6 +69,18 @@ class Attribution:
         }
 
 
+def server_over_bench(
+    server: Sequence[float], bench: Sequence[float], *, margin: float, plan: Plan, label: str
+) -> Verdict | None:
+    """One side's server tok/s over its llama-bench tok/s, paired by round, with its interval
+    (the rounds both have); ``None`` with fewer than 2."""
+    n = min(len(server), len(bench))
+    if n < 2:
+        return None
+    change = Rule("change", margin=margin)
+    return judge_rounds(change, list(bench[:n]), list(server[:n]), plan, spent=True, label=label)[0]
+
+
 def attribute(
     server: tuple[Sequence[float], Sequence[float]],
     bench: tuple[Sequence[float], Sequence[float]],
@@ -89,10 +101,15 @@ def attribute(
     def judge(a: list[float], b: list[float], what: str) -> Verdict:
         return judge_rounds(change, a, b, plan, spent=True, label=f"{label} {what}")[0]
 
+    def over(s: list[float], b: list[float], what: str) -> Verdict:
+        v = server_over_bench(s, b, margin=margin, plan=plan, label=f"{label} {what}")
+        assert v is not None  # n >= 2
+        return v
+
     return Attribution(
         bench=judge(ba, bb, "llama-bench"),
-        server_bench=judge(bb, sb, "candidate server/bench"),
-        baseline_server_bench=judge(ba, sa, "baseline server/bench"),
+        server_bench=over(sb, bb, "candidate server/bench"),
+        baseline_server_bench=over(sa, ba, "baseline server/bench"),
         layer=judge(
             [s / b for s, b in zip(sa, ba, strict=True)],
             [s / b for s, b in zip(sb, bb, strict=True)],

@@ -22,7 +22,7 @@ BUILD = 11434
 def llama_build():
     """The llama.cpp build the integration tests run: ``LLAMA_SERVER`` if set, else b11434 built
     by the embedded builder (once per cache, shared by xdist workers through a file lock)."""
-    from pytest_moeperf.llama.builds import binary_build, build_llama
+    from pytest_moeperf.llama.build import binary_build, build_llama
 
     if os.environ.get("LLAMA_SERVER"):
         return binary_build(os.environ["LLAMA_SERVER"])

@@ -95,7 +95,7 @@ def slowed_servers(
 
 
 def _server_of(build: int) -> Path:
-    from pytest_moeperf.llama.builds import build_llama
+    from pytest_moeperf.llama.build import build_llama
 
     return build_llama(build, progress=lambda line: print(line, flush=True)).server
 
@@ -104,7 +104,7 @@ def run_gate(
     args: argparse.Namespace, baseline: Path, candidate: Path, json_path: Path
 ) -> dict[str, Any]:
     cmd = [
-        sys.executable, "-m", "pytest_moeperf.cli", "gate",
+        sys.executable, "-m", "pytest_moeperf.commands", "gate",
         "--baseline", str(baseline), "--candidate", str(candidate),
         "--json", str(json_path),
     ]

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import httpx
 
-from pytest_moeperf.llama.builds import build_llama
+from pytest_moeperf.llama.build import build_llama
 from pytest_moeperf.llama.server import LlamaServer
 from pytest_moeperf.llama.synthetic_model import BYTE_TOKEN_IDS, ensure_model, model_spec
 from pytest_moeperf.measure.meter import server_vocab

@@ -34,7 +34,7 @@ for gpu in host.gpus:
 cmake_args=()
 for arg in "$@"; do cmake_args+=("--cmake-arg=$arg"); done
 echo "== build b$build --cuda ${*:-}"
-server=$("$py" -m pytest_moeperf.cli build "$build" --cuda ${cmake_args[@]+"${cmake_args[@]}"})
+server=$("$py" -m pytest_moeperf.commands build "$build" --cuda ${cmake_args[@]+"${cmake_args[@]}"})
 echo "== perf suite, profile embedded-cuda, $server"
 "$py" -m pytest -m perf tests/perf/test_embedded_cuda.py --llama-server "$server" -v -rs \
     -p no:cacheprovider

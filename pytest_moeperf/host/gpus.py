@@ -4,17 +4,12 @@ the driver's CUDA version, each GPU's model, memory and PCIe link) and what a CU
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import os
 import re
 import shutil
 import subprocess
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
-
-from ..flags import flag_value
 
 #: ``nvidia-smi --query-gpu`` fields, in the order :func:`parse_query` reads them.
 QUERY_FIELDS = (
@@ -176,35 +171,3 @@ def visible_gpus(spec: str) -> list[int]:
             break
         out.append(int(item))
     return out
-
-
-def gpus_used(
-    declared: Sequence[int] | None,
-    flags: Sequence[str],
-    env: Mapping[str, str],
-    host_gpus: int,
-) -> frozenset[int]:
-    """The GPUs (nvidia-smi indices) a server with these *flags* and *env* may use:
-    *declared* when given; else the ``CUDA_VISIBLE_DEVICES`` list (of *env*, else this
-    process's), narrowed by ``-dev CUDA<n>,...`` (``none``: no GPU) and by the devices that
-    ``-ts`` gives a non-zero share; else every one of the host's *host_gpus*."""
-    if declared is not None:
-        return frozenset(declared)
-    spec = env.get("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES"))
-    visible = visible_gpus(spec) if spec is not None else list(range(host_gpus))
-    dev = flag_value(flags, "-dev", "--device")
-    if dev is not None:
-        if dev.strip().lower() == "none":
-            return frozenset()
-        picked = []
-        for name in dev.split(","):
-            m = re.fullmatch(r"\s*CUDA(\d+)\s*", name)
-            if m and int(m.group(1)) < len(visible):
-                picked.append(visible[int(m.group(1))])
-        visible = picked
-    split = flag_value(flags, "-ts", "--tensor-split")
-    if split is not None:
-        shares = re.split(r"[,/]", split)
-        with contextlib.suppress(ValueError):
-            visible = [g for i, g in enumerate(visible) if i >= len(shares) or float(shares[i]) > 0]
-    return frozenset(visible)

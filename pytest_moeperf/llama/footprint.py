@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..flags import flag_int, flag_value, flag_values
+from .flags import flag_int, flag_value, flag_values
 from .model_bytes import DecodeBytes
 
 GIB = 2**30

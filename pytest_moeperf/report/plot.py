@@ -418,7 +418,7 @@ def _title(results: Mapping[str, Any], ms: Sequence[Measurement]) -> str:
 def plot_sweep(points: Sequence[Mapping[str, Any]], title: str, path: Path) -> Path:
     """The slots sweep as a PNG at *path*: throughput of all slots together and of one slot
     against ``-np`` (left), time to first token and end-to-end latency (right). *points* are
-    :meth:`pytest_moeperf.sweep.SweepPoint.to_dict` dicts."""
+    :meth:`pytest_moeperf.run.sweep.SweepPoint.to_dict` dicts."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(11, 4.6), dpi=DPI, layout="constrained")

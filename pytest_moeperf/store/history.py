@@ -40,9 +40,9 @@ from pytest_benchmark.stats import Stats
 from pytest_benchmark.utils import get_machine_id
 
 from .. import __version__
-from ..flags import flag_int
 from ..fs import atomic_write_text, file_lock
 from ..host.machine import parse_cpu_list
+from ..llama.flags import flag_int
 from ..measure.measurement import Measurement
 
 RESULTS_FORMAT = 1

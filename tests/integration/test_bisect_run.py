@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pytest_moeperf.cli import main
+from pytest_moeperf.commands import main
 
 SLOW_FLAGS = "-b 2 -ub 2"
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from _procs import cgroup_for_throttling
 
-from pytest_moeperf.cli import main
+from pytest_moeperf.commands import main
 
 
 def test_gate_same_binary_twice_writes_table_markdown_and_json(

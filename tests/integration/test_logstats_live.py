@@ -9,7 +9,7 @@ import statistics
 
 import httpx
 
-from pytest_moeperf.cli import main
+from pytest_moeperf.commands import main
 from pytest_moeperf.llama.server import LlamaServer
 
 SIZES = [(40, 8), (300, 40), (520, 3), (900, 64), (260, 33), (1200, 16), (120, 100)]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from _procs import project_fixture, run_perf, survivors  # noqa: F401 (the fixture `project`)
 
-from pytest_moeperf.cli import main
+from pytest_moeperf.commands import main
 
 ONE_SERVER = "100M"
 """Fits one tiny-model server (76 MiB estimated: the process, compute buffer, KV cache and the

@@ -9,7 +9,7 @@ import json
 
 from _procs import project_fixture, run_perf, survivors  # noqa: F401 (the fixture `project`)
 
-from pytest_moeperf.cli import main
+from pytest_moeperf.commands import main
 from pytest_moeperf.llama.logs import parse_log_files
 from pytest_moeperf.llama.server import LlamaServer
 from pytest_moeperf.llama.synthetic_model import BYTE_TOKEN_IDS

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from pytest_moeperf import bisect as bisect_mod
-from pytest_moeperf.bisect import Comparison, classify, run_bisect
 from pytest_moeperf.errors import BuildError, MoeperfError
-from pytest_moeperf.gate import BuildUnderTest, GateResult, GateRow
-from pytest_moeperf.llama.builds import parse_published
+from pytest_moeperf.llama.build import parse_published
 from pytest_moeperf.measure.measurement import Measurement
 from pytest_moeperf.measure.workload import Workload
+from pytest_moeperf.run import bisect as bisect_mod
+from pytest_moeperf.run.bisect import Comparison, classify, run_bisect
+from pytest_moeperf.run.gate import BuildUnderTest, GateResult, GateRow
 from pytest_moeperf.verdicts.judge import Verdict
 
 W = Workload.parse("pp512")

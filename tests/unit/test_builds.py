@@ -1,4 +1,4 @@
-"""Unit tests of pytest_moeperf.llama.builds: no real llama.cpp compile.
+"""Unit tests of pytest_moeperf.llama.build: no real llama.cpp compile.
 
 The build steps run for real where that is cheap: CMake configures and Ninja "compiles" a tiny
 fake source tree whose targets write shell scripts, and pip searches a local directory."""
@@ -21,8 +21,8 @@ import pytest
 
 from pytest_moeperf import fs
 from pytest_moeperf.errors import BuildError, MoeperfError
-from pytest_moeperf.llama import builds
-from pytest_moeperf.llama.builds import Build, BuildJob, BuildVersion
+from pytest_moeperf.llama import build as builds
+from pytest_moeperf.llama.build import Build, BuildJob, BuildVersion
 
 DATA = Path(__file__).parent / "data"
 HELP = DATA / "llama-server-b11434-help.txt"

@@ -6,7 +6,7 @@ import hashlib
 
 import pytest
 
-from pytest_moeperf.cli import main
+from pytest_moeperf.commands import main
 
 
 @pytest.mark.parametrize(

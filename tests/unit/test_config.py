@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from pytest_moeperf.config import (
+from pytest_moeperf.errors import ConfigError
+from pytest_moeperf.run.profiles import (
     HostLacks,
     Pinning,
     builtin_profiles,
     load_profiles,
     parse_profiles,
 )
-from pytest_moeperf.errors import ConfigError
 
 ADR_HOST = """
 [profiles.adr-0042]

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_moeperf.config import HostLacks, parse_size
 from pytest_moeperf.errors import ConfigError, ServerError
 from pytest_moeperf.llama.footprint import GIB, Footprint, estimate
 from pytest_moeperf.llama.model_bytes import DecodeBytes
-from pytest_moeperf.servers import Capacity, ServerPool, ServerRecord, held
+from pytest_moeperf.run.pool import Capacity, ServerPool, ServerRecord, held
+from pytest_moeperf.run.profiles import HostLacks, parse_size
 
 MIB = 2**20
 # a 105 GiB MoE shaped like ADR-0042's: 48 layers, experts 100 GiB, dense 4 GiB, embeddings 1
@@ -148,7 +148,7 @@ def test_gpu_memory_is_checked_per_gpu():
 
 
 def test_an_unknown_available_memory_sets_no_limit(monkeypatch):
-    import pytest_moeperf.servers as servers
+    import pytest_moeperf.run.pool as servers
 
     monkeypatch.setattr(servers, "memory_available", lambda: 0)
     assert ServerPool.host_capacity(None, {}).ram > 2**60
@@ -164,8 +164,8 @@ def test_forgotten_servers_leave_no_load_times_or_warnings():
 
 
 def test_declared_gpus_are_the_ones_the_server_sees():
-    from pytest_moeperf.config import Configuration, Pinning
-    from pytest_moeperf.session import _gpu_env
+    from pytest_moeperf.run.profiles import Configuration, Pinning
+    from pytest_moeperf.run.session import _gpu_env
 
     def cfg(**kw):
         return Configuration(name="c", profile="p", flags=(), pinning=Pinning(), **kw)

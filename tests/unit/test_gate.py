@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from pytest_moeperf.gate import GateResult, GateRow
 from pytest_moeperf.measure.measurement import Measurement, Sample
 from pytest_moeperf.measure.workload import Workload
+from pytest_moeperf.run.gate import GateResult, GateRow
 from pytest_moeperf.verdicts.judge import judge_change, judge_rounds
 from pytest_moeperf.verdicts.sequential import Plan, Rule
 
@@ -95,8 +95,8 @@ def test_a_wide_spread_never_makes_a_verdict():
 
 
 def test_different_output_fails_the_gate_and_says_where_it_parts():
-    from pytest_moeperf.gate import GateResult
     from pytest_moeperf.measure.output import OutputCheck
+    from pytest_moeperf.run.gate import GateResult
 
     same = OutputCheck("mmap", (5, 6, 7), (5, 6, 7))
     parted = OutputCheck("lm-none", (5, 6, 7), (5, 9, 7))

@@ -746,7 +746,7 @@ def test_logstats_mounts_as_a_subcommand(capsys):
 
 
 def test_a_timestamped_log_gives_a_mix_with_arrival_gaps(tmp_path, capsys):
-    from pytest_moeperf.cli import main
+    from pytest_moeperf.commands import main
     from pytest_moeperf.llama.logs import mix_of
     from pytest_moeperf.measure.mix import Mix
 

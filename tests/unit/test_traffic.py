@@ -10,7 +10,6 @@ import json
 
 import pytest
 
-from pytest_moeperf.config import parse_profiles, traffic_of
 from pytest_moeperf.errors import ConfigError
 from pytest_moeperf.measure.measurement import Measurement
 from pytest_moeperf.measure.mix import Mix, Shape
@@ -26,6 +25,7 @@ from pytest_moeperf.measure.traffic import (
     request_body,
 )
 from pytest_moeperf.measure.workload import Workload
+from pytest_moeperf.run.profiles import parse_profiles, traffic_of
 from pytest_moeperf.verdicts.judge import Claim
 
 MIX = Mix((Shape(100, 10), Shape(50, 20)), "test")

@@ -18,13 +18,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from .config import Configuration, Profile
-from .errors import MoeperfError
-from .measure.measurement import Measurement
-from .measure.workload import Workload
+from ..errors import MoeperfError
+from ..measure.measurement import Measurement
+from ..measure.workload import Workload
+from ..verdicts.judge import Verdict, judge_rounds
+from ..verdicts.sequential import Plan, Rule, first_in_round
+from .profiles import Configuration, Profile
 from .session import PerfSession
-from .verdicts.judge import Verdict, judge_rounds
-from .verdicts.sequential import Plan, Rule, first_in_round
 
 BLOCK_SAMPLES = 3
 """Samples per server process when the sides are measured across restarts."""

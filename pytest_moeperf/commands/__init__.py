@@ -11,14 +11,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .config import host_memory
-from .errors import MoeperfError
-from .fs import check_output, write_output
+from ..errors import MoeperfError
+from ..fs import check_output, write_output
+from ..run.profiles import host_memory
 
 if TYPE_CHECKING:
-    from .config import Profile
-    from .gate import BuildUnderTest
-    from .session import PerfSession
+    from ..run.gate import BuildUnderTest
+    from ..run.profiles import Profile
+    from ..run.session import PerfSession
 
 
 def _say(line: str) -> None:
@@ -26,7 +26,7 @@ def _say(line: str) -> None:
 
 
 def _build(args: argparse.Namespace) -> int:
-    from .llama.builds import build_llama, cuda_cmake_args
+    from ..llama.build import build_llama, cuda_cmake_args
 
     t0 = time.monotonic()
     cmake_args = [*(cuda_cmake_args() if args.cuda else ()), *args.cmake_arg]
@@ -53,7 +53,7 @@ def _overrides(pairs: Sequence[str]) -> dict[str, int]:
 
 
 def _make_model(args: argparse.Namespace) -> int:
-    from .llama.synthetic_model import describe, ensure_model, model_spec, write_model
+    from ..llama.synthetic_model import describe, ensure_model, model_spec, write_model
 
     spec = model_spec(
         args.preset,
@@ -74,7 +74,7 @@ def _make_model(args: argparse.Namespace) -> int:
 
 
 def _side(value: str, cpus: str | None) -> BuildUnderTest:
-    from .gate import BuildUnderTest
+    from ..run.gate import BuildUnderTest
 
     target: int | str = int(value) if value.isdigit() else value
     return BuildUnderTest(target, cpus)
@@ -123,8 +123,8 @@ def _write_reports(args: argparse.Namespace, markdown: str, json_text: str) -> N
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from .report.plot import plot_sweep
-    from .sweep import run_sweep
+    from ..report.plot import plot_sweep
+    from ..run.sweep import run_sweep
 
     _check_run_args(args)
     try:
@@ -158,7 +158,7 @@ def _sweep(args: argparse.Namespace) -> int:
 
 def _check_gate_args(args: argparse.Namespace) -> None:
     """Every gate argument checked before any build or server work: one line each."""
-    from .host.machine import parse_cpu_list
+    from ..host.machine import parse_cpu_list
 
     if args.repetitions < 2:
         raise MoeperfError(
@@ -180,7 +180,7 @@ def _check_gate_args(args: argparse.Namespace) -> None:
 def _session(args: argparse.Namespace) -> PerfSession:
     """The session of a gate or bisect: profiles from --config (else ./moeperf.toml), results
     under ./.moeperf, replies streamed so that every build is measured alike."""
-    from .session import Options, PerfSession
+    from ..run.session import Options, PerfSession
 
     root = Path.cwd()
     config_file = Path(args.config) if args.config else None
@@ -220,10 +220,10 @@ def _check_bisect_args(args: argparse.Namespace) -> None:
 
 
 def _bisect(args: argparse.Namespace) -> int:
-    from .bisect import run_bisect
-    from .gate import BuildUnderTest
-    from .llama.builds import published_builds
-    from .measure.workload import Workload
+    from ..llama.build import published_builds
+    from ..measure.workload import Workload
+    from ..run.bisect import run_bisect
+    from ..run.gate import BuildUnderTest
 
     _check_bisect_args(args)
     metric = Workload.parse(args.metric).require_rate("bisect") if args.metric else None
@@ -273,9 +273,9 @@ def _gate(args: argparse.Namespace) -> int:
     import dataclasses
     import datetime as dt
 
-    from .gate import CANDIDATE, run_gate
-    from .measure.workload import Workload
-    from .store.baselines import accept
+    from ..measure.workload import Workload
+    from ..run.gate import CANDIDATE, run_gate
+    from ..store.baselines import accept
 
     _check_gate_args(args)
     session = _session(args)
@@ -354,7 +354,7 @@ def _baselines(args: argparse.Namespace) -> int:
     """List the hosts each baseline file holds numbers of, with their probe figures."""
     from collections import Counter
 
-    from .store.baselines import load_baselines
+    from ..store.baselines import load_baselines
 
     for i, name in enumerate(args.files):
         bf = load_baselines(Path(name))
@@ -558,7 +558,7 @@ def make_parser() -> argparse.ArgumentParser:
     sw.add_argument("--plot", metavar="PNG", help="also draw the sweep here")
     sw.set_defaults(run=_sweep)
 
-    from .llama.logs import add_logstats_arguments, run_logstats
+    from ..llama.logs import add_logstats_arguments, run_logstats
 
     ls = sub.add_parser("logstats", help="ADR-style real-traffic table from llama-server logs")
     add_logstats_arguments(ls)

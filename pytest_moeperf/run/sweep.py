@@ -11,11 +11,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .config import Configuration, Profile
-from .errors import ConfigError
-from .measure.measurement import Measurement
-from .measure.workload import Workload
-from .report.tables import markdown_table, text_table
+from ..errors import ConfigError
+from ..measure.measurement import Measurement
+from ..measure.workload import Workload
+from ..report.tables import markdown_table, text_table
+from .profiles import Configuration, Profile
 from .session import PerfSession
 
 METRICS = ("throughput", "decode", "prefill", "requests")

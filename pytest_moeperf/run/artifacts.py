@@ -8,12 +8,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
-from .config import Configuration, HostLacks, Profile
-from .errors import ConfigError, MoeperfError
-from .host.machine import file_digest
-from .llama.builds import Build, binary_build, build_llama, cuda_cmake_args
-from .llama.model_bytes import DecodeBytes, decode_bytes
-from .llama.synthetic_model import ensure_model, model_spec
+from ..errors import ConfigError, MoeperfError
+from ..host.machine import file_digest
+from ..llama.build import Build, binary_build, build_llama, cuda_cmake_args
+from ..llama.model_bytes import DecodeBytes, decode_bytes
+from ..llama.synthetic_model import ensure_model, model_spec
+from .profiles import Configuration, HostLacks, Profile
 
 SYNTHETIC = "synthetic:"
 MODEL_DIGEST_BYTES = 16 << 20

@@ -19,33 +19,33 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from . import __version__
-from .artifacts import SYNTHETIC, Artifacts
-from .config import Configuration, HostLacks, Profile, load_profiles, traffic_of
-from .errors import BaselineError, ConfigError, MeasurementError, MoeperfError
-from .fs import cache_dir, file_lock, write_output
-from .host.gpus import gpus_used
-from .host.locks import measuring
-from .host.machine import (
+from .. import __version__
+from ..errors import BaselineError, ConfigError, MeasurementError, MoeperfError
+from ..fs import cache_dir, file_lock, write_output
+from ..host.locks import measuring
+from ..host.machine import (
     OtherWork,
     host_fingerprint,
 )
-from .host.placement import NUMA_MIN_SHARE
-from .host.probe import DEFAULT_TOLERANCE, Probe
+from ..host.placement import NUMA_MIN_SHARE
+from ..host.probe import DEFAULT_TOLERANCE, Probe
+from ..llama.bench import BenchResult, run_bench
+from ..llama.flags import gpus_used
+from ..llama.footprint import GIB, Footprint, estimate
+from ..llama.server import LlamaServer
+from ..llama.synthetic_model import BYTE_TOKEN_IDS
+from ..measure.measurement import Measurement, Sample
+from ..measure.meter import Meter, server_vocab
+from ..measure.traffic import Pass, TrafficRun, run_pass
+from ..measure.workload import Workload
+from ..store.baselines import BaselineFile, accept, load_baselines
+from ..store.history import write_history
+from ..store.replay import Replay
+from ..verdicts.judge import BUSY_LIMIT, BaselineRow, Verdict
+from .artifacts import SYNTHETIC, Artifacts
 from .hostwatch import HostWatch
-from .llama.bench import BenchResult, run_bench
-from .llama.footprint import GIB, Footprint, estimate
-from .llama.server import LlamaServer
-from .llama.synthetic_model import BYTE_TOKEN_IDS
-from .measure.measurement import Measurement, Sample
-from .measure.meter import Meter, server_vocab
-from .measure.traffic import Pass, TrafficRun, run_pass
-from .measure.workload import Workload
-from .servers import ServerKey, ServerPool, ServerRecord
-from .store.baselines import BaselineFile, accept, load_baselines
-from .store.history import write_history
-from .store.replay import Replay
-from .verdicts.judge import BUSY_LIMIT, BaselineRow, Verdict
+from .pool import ServerKey, ServerPool, ServerRecord
+from .profiles import Configuration, HostLacks, Profile, load_profiles, traffic_of
 
 MeasurementKey = tuple[str, str, str, str]  # (profile, configuration, build label, workload)
 REPROBE_SECONDS = 30.0

@@ -42,9 +42,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from .. import fs
-from ..errors import BuildError
-from ..host.gpus import cuda_architectures, nvidia_host
+from ... import fs
+from ...errors import BuildError
+from ...host.gpus import cuda_architectures, nvidia_host
 
 __all__ = [
     "BASE_CMAKE_ARGS",

@@ -1,7 +1,7 @@
 """The build gate: the same configurations on a baseline build and a candidate build,
 measured in paired rounds (A B, B A, A B, ...), with one verdict per configuration and workload.
 
-Each row is a sequential verdict (:func:`pytest_moeperf.rounds.measure_rounds`) on the
+Each row is a sequential verdict (:func:`pytest_moeperf.run.rounds.measure_rounds`) on the
 per-round ratios candidate / baseline: rounds are added until the interval decides
 (faster / slower beyond the margin, small-faster / small-slower within it, unchanged) or the
 row's time budget is spent (undecided, with the smallest change it could have seen: its
@@ -18,19 +18,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .config import Configuration, Pinning, Profile
-from .errors import ConfigError, Unavailable
-from .host.machine import busy_fraction
-from .measure.measurement import Measurement
-from .measure.output import OutputCheck, greedy_tokens
-from .measure.workload import Workload
-from .report.tables import markdown_table, start_lines, text_table
+from ..errors import ConfigError, Unavailable
+from ..host.machine import busy_fraction
+from ..measure.measurement import Measurement
+from ..measure.output import OutputCheck, greedy_tokens
+from ..measure.workload import Workload
+from ..report.tables import markdown_table, start_lines, text_table
+from ..store.baselines import BaselineEntry, accepted_history, host_for
+from ..verdicts.attribution import Attribution, attribute
+from ..verdicts.judge import Verdict, busy_reason, judge_change, undecided
+from ..verdicts.sequential import Plan, Rule
+from .profiles import Configuration, Pinning, Profile
 from .rounds import Side, bench_in_rounds, measure_rounds
 from .session import PerfSession
-from .store.baselines import BaselineEntry, accepted_history, host_for
-from .verdicts.attribution import Attribution, attribute
-from .verdicts.judge import Verdict, busy_reason, judge_change, undecided
-from .verdicts.sequential import Plan, Rule
 
 BASELINE, CANDIDATE = "baseline", "candidate"
 

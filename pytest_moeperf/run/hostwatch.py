@@ -8,11 +8,11 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
-from .host.locks import measuring
-from .host.machine import format_cpu_list, online_cpus, parse_cpu_list
-from .host.probe import Probe, probe_moved, probes_of, run_probe
-from .measure.measurement import Measurement
-from .store.replay import Replay
+from ..host.locks import measuring
+from ..host.machine import format_cpu_list, online_cpus, parse_cpu_list
+from ..host.probe import Probe, probe_moved, probes_of, run_probe
+from ..measure.measurement import Measurement
+from ..store.replay import Replay
 
 
 class ProbeSettings(Protocol):

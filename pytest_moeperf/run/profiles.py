@@ -19,11 +19,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError, Unavailable
-from .host.machine import numa_nodes, online_cpus, parse_cpu_list
-from .measure.mix import Mix, Shape
-from .measure.traffic import Traffic
-from .measure.workload import Workload
+from ..errors import ConfigError, Unavailable
+from ..host.machine import numa_nodes, online_cpus, parse_cpu_list
+from ..measure.mix import Mix, Shape
+from ..measure.traffic import Traffic
+from ..measure.workload import Workload
 
 NUMA_MODES = ("distribute", "isolate", "numactl")
 DEFAULT_BUDGET = 180.0

@@ -24,12 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from . import fs
-from .config import Profile
-from .errors import MoeperfError
+from .. import fs
+from ..errors import MoeperfError
+from ..measure.workload import Workload
+from ..report.tables import markdown_table, text_table
 from .gate import BuildUnderTest, GateResult, run_gate
-from .measure.workload import Workload
-from .report.tables import markdown_table, text_table
+from .profiles import Profile
 from .session import PerfSession
 
 StepVerdict = Literal["good", "bad", "undecided"]

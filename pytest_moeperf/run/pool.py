@@ -5,7 +5,7 @@ A server starts only where its memory fits beside the ones alive: the host's RAM
 Before a start that would not fit, idle servers are stopped, least recently used first;
 servers a verdict is measuring right now (:meth:`ServerPool.using`) are never stopped for
 another. Two sides that cannot live together are measured across restarts
-(:func:`pytest_moeperf.rounds.measure_rounds`)."""
+(:func:`pytest_moeperf.run.rounds.measure_rounds`)."""
 
 from __future__ import annotations
 
@@ -18,15 +18,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .config import Configuration, HostLacks
-from .errors import ServerError
-from .host.gpus import nvidia_host
-from .host.machine import memory_available
-from .host.placement import node_pages, page_cache_kib
-from .llama.builds import Build
-from .llama.footprint import GIB, Footprint
-from .llama.logs import StartupFinding, scan_startup
-from .llama.server import LlamaServer
+from ..errors import ServerError
+from ..host.gpus import nvidia_host
+from ..host.machine import memory_available
+from ..host.placement import node_pages, page_cache_kib
+from ..llama.build import Build
+from ..llama.footprint import GIB, Footprint
+from ..llama.logs import StartupFinding, scan_startup
+from ..llama.server import LlamaServer
+from .profiles import Configuration, HostLacks
 
 ServerKey = tuple[str, str, str]  # (profile, configuration, build label)
 GPU_MEMORY_SHARE = 0.95

@@ -8,17 +8,17 @@ from collections.abc import Callable
 
 import pytest
 
-from .config import Configuration, Profile
-from .errors import MoeperfError, StartupWarning, Unavailable
-from .llama.server import LlamaServer
-from .measure.measurement import Measurement
-from .measure.workload import Workload
-from .report.tables import baseline_failure, claim_failure, measured_table
-from .rounds import Paired, Side, bench_in_rounds, measure_rounds, plan_for
-from .session import PerfSession
-from .store.baselines import host_for
-from .verdicts.attribution import server_over_bench
-from .verdicts.judge import (
+from ..errors import MoeperfError, StartupWarning, Unavailable
+from ..llama.server import LlamaServer
+from ..measure.measurement import Measurement
+from ..measure.workload import Workload
+from ..report.tables import baseline_failure, claim_failure, measured_table
+from ..run.profiles import Configuration, Profile
+from ..run.rounds import Paired, Side, bench_in_rounds, measure_rounds, plan_for
+from ..run.session import PerfSession
+from ..store.baselines import host_for
+from ..verdicts.attribution import server_over_bench
+from ..verdicts.judge import (
     BaselineCheck,
     BaselineRow,
     Claim,
@@ -32,7 +32,7 @@ from .verdicts.judge import (
     judge_dead_end,
     undecided,
 )
-from .verdicts.sequential import Rule
+from ..verdicts.sequential import Rule
 
 
 class MoePerf:

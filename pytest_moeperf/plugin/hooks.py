@@ -12,17 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from .config import DEFAULT_BUDGET, host_memory
-from .errors import MoeperfError
-from .fixture import MoePerf
-from .fs import check_output, write_output
-from .host.placement import NUMA_MIN_SHARE
-from .host.probe import DEFAULT_TOLERANCE
-from .llama import orphans
-from .llama.builds import resolve_server_binary
-from .markers import Declared, check_configurations, read_markers
-from .report.plot import baseline_marks, plot_report
-from .report.tables import (
+from ..errors import MoeperfError
+from ..fs import check_output, write_output
+from ..host.placement import NUMA_MIN_SHARE
+from ..host.probe import DEFAULT_TOLERANCE
+from ..llama import orphans
+from ..llama.build import resolve_server_binary
+from ..report.plot import baseline_marks, plot_report
+from ..report.tables import (
     BASELINE_HEADERS,
     BENCH_ROUND_HEADERS,
     TRAFFIC_HEADERS,
@@ -36,9 +33,12 @@ from .report.tables import (
     traffic_rows,
     verdict_rows,
 )
-from .session import REPROBE_SECONDS, Options, PerfSession
-from .store.history import read_history
-from .verdicts.judge import BUSY_LIMIT
+from ..run.profiles import DEFAULT_BUDGET, host_memory
+from ..run.session import REPROBE_SECONDS, Options, PerfSession
+from ..store.history import read_history
+from ..verdicts.judge import BUSY_LIMIT
+from .fixture import MoePerf
+from .markers import Declared, check_configurations, read_markers
 
 SESSION = pytest.StashKey[PerfSession]()
 ITEM_INDEX = pytest.StashKey[int]()

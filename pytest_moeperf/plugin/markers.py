@@ -14,9 +14,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .config import Profile
-from .errors import ConfigError
-from .measure.workload import Workload
+from ..errors import ConfigError
+from ..measure.workload import Workload
+from ..run.profiles import Profile
 
 
 class MarkerError(ConfigError):

@@ -13,7 +13,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "pytest_moeperf"
 
 # Bottom first. A module may import its own layer and the layers below it.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("pytest_moeperf", "pytest_moeperf.errors", "pytest_moeperf.fs"),
+    ("pytest_moeperf", "pytest_moeperf.errors", "pytest_moeperf.fs", "pytest_moeperf.defaults"),
     ("pytest_moeperf.host",),
     ("pytest_moeperf.measure",),
     ("pytest_moeperf.llama",),

@@ -25,7 +25,6 @@ from typing import Any, NamedTuple, TypeVar
 
 from ..errors import MoeperfError
 from ..host.machine import format_cpu_list, online_cpus
-from ..measure.measurement import Measurement, Sample
 from ..measure.workload import Workload
 from . import orphans
 
@@ -476,30 +475,6 @@ class BenchResult:
     @property
     def name(self) -> str:
         return self.workload.name
-
-    def to_measurement(self, configuration: str, build: str) -> Measurement:
-        """The same numbers as a :class:`Measurement` (one sample per repetition), marked as
-        llama-bench's in ``extra``."""
-        tokens = self.workload.tokens
-        if self.samples_ns:
-            samples = tuple(Sample(tokens=tokens, ms=ns / 1e6) for ns in self.samples_ns)
-        else:
-            samples = tuple(Sample(tokens=tokens, ms=tokens * 1000.0 / v) for v in self.values)
-        return Measurement(
-            configuration=configuration,
-            build=build,
-            workload=self.workload,
-            samples=samples,
-            extra={
-                "source": "llama-bench",
-                "avg_ts": self.avg,
-                "stddev_ts": self.stddev,
-                "build_number": self.build_number,
-                "command": list(self.command),
-                "dropped": list(self.dropped),
-                "unknown": list(self.unknown),
-            },
-        )
 
 
 def _record_workload(rec: Mapping[str, Any]) -> Workload:

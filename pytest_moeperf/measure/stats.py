@@ -66,10 +66,6 @@ class RatioInterval:
         if not (0 < self.low <= self.ratio <= self.high):
             raise ValueError(f"interval [{self.low}, {self.high}] does not hold {self.ratio}")
 
-    def contains(self, value: float) -> bool:
-        """Whether *value* lies inside the interval (ends included)."""
-        return self.low <= value <= self.high
-
 
 def _z(confidence: float) -> float:
     if not 0 < confidence < 1:

@@ -58,14 +58,11 @@ class Attribution:
         return f"unclear: llama-bench {self.bench.outcome}, server/bench {self.layer.outcome}"
 
     def to_dict(self) -> dict[str, Any]:
-        def v(x: Verdict) -> dict[str, Any]:
-            return {"ratio": x.ratio, "low": x.low, "high": x.high, "verdict": x.outcome}
-
         return {
-            "bench": v(self.bench),
-            "server_bench": v(self.server_bench),
-            "baseline_server_bench": v(self.baseline_server_bench),
-            "layer": v(self.layer),
+            "bench": self.bench.to_dict(),
+            "server_bench": self.server_bench.to_dict(),
+            "baseline_server_bench": self.baseline_server_bench.to_dict(),
+            "layer": self.layer.to_dict(),
         }
 
 

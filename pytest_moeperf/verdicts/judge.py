@@ -9,10 +9,11 @@ from __future__ import annotations
 import math
 import re
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, get_args
 
+from ..defaults import BUSY_LIMIT, MARGIN
 from ..errors import MoeperfError
 from ..measure.stats import (
     Figure,
@@ -23,7 +24,7 @@ from ..measure.stats import (
     repetitions_to_decide,
 )
 from ..measure.workload import Workload
-from .sequential import Decision, Plan, Rule, step
+from .sequential import Decision, Plan, Rule, look
 
 if TYPE_CHECKING:
     from ..measure.measurement import Measurement
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
 Outcome = Decision
 """holds / fails for claims and dead ends; faster / slower / small-faster / small-slower /
 unchanged for a change; undecided for either."""
+OUTCOMES: tuple[str, ...] = get_args(Decision)
 Relation = Literal[">=", "<="]
 Values = Sequence[float] | Figure
 """Raw throughput samples (tok/s), or a stored :class:`~pytest_moeperf.stats.Figure`."""
@@ -241,6 +243,54 @@ class Verdict:
             line += f" ({self.rounds} rounds)"
         return line
 
+    def to_dict(self) -> dict[str, Any]:
+        """The verdict as the results file, the gate's and bisect's JSON store it."""
+        return {
+            "label": self.label,
+            "outcome": self.outcome,
+            "ratio": self.ratio,
+            "low": self.low,
+            "high": self.high,
+            "threshold": self.threshold,
+            "relation": self.relation,
+            "margin": self.margin,
+            "confidence": self.confidence,
+            "method": self.method,
+            "rounds": self.rounds,
+            "mde": self.mde,
+            "reason": self.reason,
+            "explain": self.explain(),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Verdict:
+        """A verdict from :meth:`to_dict` (or from a results file of format 1, which named the
+        label ``claim``); ``ValueError`` or ``TypeError`` when malformed."""
+
+        def number(name: str) -> float | None:
+            value = d.get(name)
+            return None if value is None else float(value)
+
+        outcome = str(d["outcome"])
+        if outcome not in OUTCOMES:
+            raise ValueError(f"outcome {outcome!r} is not one of {', '.join(OUTCOMES)}")
+        rounds = d.get("rounds")
+        return cls(
+            outcome=outcome,  # type: ignore[arg-type]
+            ratio=float(d["ratio"]),
+            low=float(d["low"]),
+            high=float(d["high"]),
+            threshold=float(d.get("threshold", 1.0)),
+            label=str(d.get("label", d.get("claim", ""))),
+            relation=str(d.get("relation", ">=")),
+            margin=number("margin"),
+            confidence=float(d.get("confidence", 0.95)),
+            method=str(d.get("method", "")),
+            rounds=None if rounds is None else int(rounds),
+            mde=number("mde"),
+            reason=None if d.get("reason") is None else str(d["reason"]),
+        )
+
 
 def _interval(
     a: Values, b: Values, *, confidence: float, min_rel_spread: float, seed: int
@@ -287,9 +337,31 @@ def judge_claim(
 
     ``holds`` when the whole interval of ``left / right`` lies on the claim's side of its
     factor, ``fails`` when it lies wholly on the other side, ``undecided`` otherwise."""
+    return _judge_bound(
+        claim.rule,
+        left,
+        right,
+        label=f"{claim.left} / {claim.right}",
+        confidence=confidence,
+        min_rel_spread=min_rel_spread,
+        seed=seed,
+    )
+
+
+def _judge_bound(
+    rule: Rule,
+    left: Values,
+    right: Values,
+    *,
+    label: str,
+    confidence: float = 0.95,
+    min_rel_spread: float = 0.01,
+    seed: int = 0,
+) -> Verdict:
+    """A claim's *rule* (a bound on ``left / right``) judged once on an unpaired interval."""
     iv, n = _interval(left, right, confidence=confidence, min_rel_spread=min_rel_spread, seed=seed)
-    t = claim.threshold
-    outcome = claim.rule.outcome(iv.ratio, iv.low, iv.high, final=True)
+    t = rule.threshold
+    outcome = rule.outcome(iv.ratio, iv.low, iv.high, final=True)
     assert outcome is not None
     more = _more(iv, [t], n) if outcome == "undecided" else None
     return Verdict(
@@ -299,11 +371,21 @@ def judge_claim(
         high=iv.high,
         threshold=t,
         more_repetitions=more,
-        label=f"{claim.left} / {claim.right}",
-        relation=claim.relation,
+        label=label,
+        relation=rule.relation,
         confidence=confidence,
         method=iv.method,
     )
+
+
+def judge_unpaired(rule: Rule, a: Values, b: Values, *, label: str) -> Verdict:
+    """``a / b`` judged once by *rule*, for sides that cannot be paired in rounds: stored
+    figures (a decision record's table cells) or fewer than two samples."""
+    if rule.kind == "change":
+        return judge_change(a, b, margin=rule.margin, label=label)
+    if rule.kind == "dead_end":
+        return judge_dead_end(a, b, margin=rule.margin, label=label)
+    return _judge_bound(rule, a, b, label=label)
 
 
 def _margin_interval(
@@ -343,7 +425,7 @@ def judge_change(
     candidate: Values,
     baseline: Values,
     *,
-    margin: float = 0.05,
+    margin: float = MARGIN,
     confidence: float = 0.95,
     min_rel_spread: float = 0.01,
     seed: int = 0,
@@ -386,6 +468,9 @@ class BaselineCheck:
     more_repetitions: int | None = None
     """When undecided: about how many more repetitions could decide it."""
     confidence: float = 0.95
+    reason: str | None = None
+    """Why the numbers could not decide (host busy, host changed), when that made the check
+    undecided."""
 
     @property
     def limit(self) -> float:
@@ -423,7 +508,9 @@ class BaselineCheck:
             f"{label}{self.measured:.4g} vs baseline {self.baseline:.4g} "
             f"({self.change_pct:+.1f} %{interval}, limit {self.limit:.4g}): {self.outcome}"
         )
-        if self.outcome == "undecided" and self.more_repetitions:
+        if self.reason:
+            line += f" ({self.reason})"
+        elif self.outcome == "undecided" and self.more_repetitions:
             line += f" (about {self.more_repetitions} more repetitions would decide)"
         return line
 
@@ -493,7 +580,7 @@ def judge_dead_end(
     config: Values,
     other: Values,
     *,
-    margin: float = 0.05,
+    margin: float = MARGIN,
     confidence: float = 0.95,
     min_rel_spread: float = 0.01,
     seed: int = 0,
@@ -525,7 +612,7 @@ def judge_rounds(
     """The verdict of paired rounds (``a[i]``, ``b[i]`` back to back; the ratio is
     ``b / a``) under *rule* at this look, and how many more rounds to take before the next
     look (0: final). *spent*: the budget is over, so the verdict must be final now."""
-    st = step(rule, a, b, plan, spent=spent, min_rel_spread=min_rel_spread)
+    st = look(rule, a, b, plan, spent=spent, min_rel_spread=min_rel_spread)
     iv = st.interval
     relation = {"change": "~", "dead_end": "<", "claim": rule.relation}[rule.kind]
     verdict = Verdict(
@@ -546,35 +633,12 @@ def judge_rounds(
     return verdict, st.more
 
 
-BUSY_LIMIT = 0.25
-"""Share of all CPUs' time other work may take while a measurement runs for it to decide."""
-CV_LIMIT = 0.15
-"""Robust coefficient of variation above which a measurement is too noisy to decide."""
-
-
 def busy_reason(measurements: Sequence[Measurement], busy_limit: float = BUSY_LIMIT) -> str | None:
     """Why these measurements must not decide a verdict: the host was busy with other work on
     the servers' CPUs for more than *busy_limit* of the measured time; else ``None``. Paired
     verdicts need nothing more: a wide spread only widens their interval."""
-    busy = max((float(m.extra.get("host_busy", 0.0)) for m in measurements), default=0.0)
+    busy = max((m.conditions.host_busy for m in measurements), default=0.0)
     return f"host {100 * busy:.0f} % busy with other work" if busy > busy_limit else None
-
-
-def too_noisy(
-    measurements: Sequence[Measurement],
-    *,
-    busy_limit: float = BUSY_LIMIT,
-    cv_limit: float = CV_LIMIT,
-) -> str | None:
-    """:func:`busy_reason`, or a spread too wide for unpaired samples to decide, or ``None``.
-    A concurrent compile on a 2-core box was measured to push the CV to ~20 % (prefill) and
-    ~70 % (decode)."""
-    reasons = [r for r in [busy_reason(measurements, busy_limit)] if r]
-    sampled = [m for m in measurements if len(m.samples) > 1]
-    cv = max((m.summary.cv for m in sampled), default=0.0)
-    if cv > cv_limit:
-        reasons.append(f"spread too wide: cv {100 * cv:.0f} %")
-    return "; ".join(reasons) or None
 
 
 def undecided(verdict: Verdict, reason: str | None) -> Verdict:
@@ -591,3 +655,17 @@ def undecided(verdict: Verdict, reason: str | None) -> Verdict:
         label=f"{verdict.label} ({reason})",
         reason=reason if verdict.reason is None else f"{verdict.reason}; {reason}",
     )
+
+
+R = TypeVar("R", "Verdict", "BaselineCheck")
+
+
+def overridden(result: R, reason: str | None) -> R:
+    """*result* (a verdict or a baseline check), made undecided when *reason* says its numbers
+    cannot decide: a busy host, a host that changed under them."""
+    if reason is None:
+        return result
+    if isinstance(result, Verdict):
+        return undecided(result, reason)
+    why = reason if result.reason is None else f"{result.reason}; {reason}"
+    return replace(result, outcome="undecided", more_repetitions=None, reason=why)

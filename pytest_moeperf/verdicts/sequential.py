@@ -15,7 +15,7 @@ by simulation so that the chance that *any* look's interval misses the true rati
 ``alpha`` (a Pocock boundary for this schedule). Stopping early, for a time budget, only
 looks fewer times, which errs on the safe side.
 
-:func:`step` is the one stepping function the fixture, the gate and bisect share: given both
+:func:`look` is the one function of a look the fixture, the gate and bisect share: given both
 sides' rounds so far, the rule and whether the budget is spent, it returns the verdict and how
 many more rounds to take before the next look (0: done).
 """
@@ -31,6 +31,7 @@ from typing import Literal
 
 import numpy as np
 
+from ..defaults import FIRST_LOOK, MARGIN, MAX_ROUNDS
 from ..measure.stats import PairedInterval, paired_interval
 
 Decision = Literal[
@@ -51,8 +52,8 @@ class Plan:
     each *growth* times the rounds of the last (at least one more), up to *max_rounds*; over
     all looks together the interval misses the true ratio with probability *alpha*."""
 
-    first_look: int = 6
-    max_rounds: int = 200
+    first_look: int = FIRST_LOOK
+    max_rounds: int = MAX_ROUNDS
     growth: float = 1.25
     alpha: float = 0.05
 
@@ -119,7 +120,7 @@ class Rule:
       have reopened) when it lies at or above ``1 - margin``."""
 
     kind: Literal["change", "claim", "dead_end"]
-    margin: float = 0.05
+    margin: float = MARGIN
     threshold: float = 1.0
     relation: Literal[">=", "<="] = ">="
 
@@ -163,7 +164,7 @@ class Rule:
 
 
 @dataclass(frozen=True)
-class Step:
+class Look:
     """Where a sequential verdict stands after a look."""
 
     decision: Decision
@@ -175,7 +176,7 @@ class Step:
     """Decided, or the budget (time or rounds) is spent."""
 
 
-def step(
+def look(
     rule: Rule,
     a: Sequence[float],
     b: Sequence[float],
@@ -183,7 +184,7 @@ def step(
     *,
     spent: bool = False,
     min_rel_spread: float = 0.01,
-) -> Step:
+) -> Look:
     """Judge the rounds so far (``a[i]``, ``b[i]``; the ratio is ``b / a``). *spent*: no more
     rounds can be taken (time budget over, or the source gives no more samples)."""
     n = min(len(a), len(b))
@@ -193,8 +194,8 @@ def step(
     final = spent or n >= plan.max_rounds
     decision = rule.outcome(iv.ratio, iv.low, iv.high, final=final)
     if decision is not None:
-        return Step(decision, iv, 0, True)
-    return Step("undecided", iv, max(1, plan.next_look(n) - n), False)
+        return Look(decision, iv, 0, True)
+    return Look("undecided", iv, max(1, plan.next_look(n) - n), False)
 
 
 def first_in_round(index: int) -> Literal["a", "b"]:

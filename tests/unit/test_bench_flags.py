@@ -318,20 +318,10 @@ def test_real_output_parses_into_workloads():
         assert r.command == ("llama-bench", "-o", "json")
 
 
-def test_result_as_measurement():
-    r = parse_bench_json(DATA.read_text())[1]
-    m = r.to_measurement("mmap", "b11434")
-    assert m.workload == Workload.parse("tg8")
-    assert m.values == pytest.approx(list(r.values))
-    assert all(s.tokens == 8 for s in m.samples)
-    assert m.extra["source"] == "llama-bench" and m.extra["build_number"] == 11434
-
-
 def test_samples_ts_is_used_without_samples_ns():
     rec = {"n_prompt": 0, "n_gen": 64, "n_depth": 512, "avg_ts": 80.0, "stddev_ts": 1.0}
     (r,) = parse_bench_json(json.dumps([{**rec, "samples_ts": [79.0, 81.0]}]))
     assert r.name == "tg64 @ d512" and r.values == (79.0, 81.0) and r.build_number is None
-    assert r.to_measurement("x", "b").values == pytest.approx([79.0, 81.0])
 
 
 @pytest.mark.parametrize(
@@ -395,7 +385,6 @@ def test_a_run_that_is_not_strict_keeps_the_unknown_flags_with_its_results(tmp_p
     fake = _script(tmp_path / "llama-bench", f"echo '{line}'\n")
     results = run_bench(fake, model, ["--frob", "1", "-t", "2"], PP512, strict=False)
     assert results["pp512"].unknown == ("--frob 1",)
-    assert results["pp512"].to_measurement("x", "b").extra["unknown"] == ["--frob 1"]
 
 
 def test_failed_run_shows_the_last_lines_of_stderr(tmp_path, model):

@@ -19,7 +19,7 @@ from pytest_moeperf.measure.stats import (
     trimmed_mean_se,
 )
 from pytest_moeperf.verdicts.judge import judge_rounds
-from pytest_moeperf.verdicts.sequential import Plan, Rule, first_in_round, step
+from pytest_moeperf.verdicts.sequential import Plan, Rule, first_in_round, look
 
 
 @pytest.mark.parametrize(
@@ -169,7 +169,7 @@ def _gate(rng: np.random.Generator, ratio: float, plan: Plan, rule: Rule, **host
         while len(a) < target:
             for side in ("ab" if first_in_round(len(a)) == "a" else "ba"):
                 (a if side == "a" else b).append(sample(ratio if side == "b" else 1.0))
-        s = step(rule, a, b, plan)
+        s = look(rule, a, b, plan)
         if s.final:
             return s.decision
         target = len(a) + s.more

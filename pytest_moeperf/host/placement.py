@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .machine import format_cpu_list, parse_cpu_list
 
@@ -93,6 +95,51 @@ class NodePages:
                 mib = sum(pages.values()) / 2**20
                 parts.append(f"{what} {100 * share:.0f} % of {mib:.0f} MiB")
         return f"on node {node}: " + ("; ".join(parts) or "no resident pages")
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a NUMA-pinned server's memory lies, read once after its warmup: the share of its
+    model file's and anonymous pages on its *node*, those bytes per node, and how much of the
+    node the page cache holds (a crowded node is why a copy lands elsewhere)."""
+
+    node: int
+    share: float | None
+    text: str
+    model_bytes: dict[int, int] = field(default_factory=dict)
+    anon_bytes: dict[int, int] = field(default_factory=dict)
+    page_cache_kib: int | None = None
+    node_memory_kib: int | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "node": self.node,
+            "share": self.share,
+            "text": self.text,
+            "model_bytes": {str(n): b for n, b in self.model_bytes.items()},
+            "anon_bytes": {str(n): b for n, b in self.anon_bytes.items()},
+            "page_cache_kib": self.page_cache_kib,
+            "node_memory_kib": self.node_memory_kib,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Placement:
+        """A placement from its stored form; ``ValueError`` or ``TypeError`` when malformed."""
+
+        def per_node(value: Any) -> dict[int, int]:
+            return {int(n): int(b) for n, b in dict(value or {}).items()}
+
+        share = d.get("share")
+        cache, total = d.get("page_cache_kib"), d.get("node_memory_kib")
+        return cls(
+            node=int(d["node"]),
+            share=None if share is None else float(share),
+            text=str(d.get("text", "")),
+            model_bytes=per_node(d.get("model_bytes")),
+            anon_bytes=per_node(d.get("anon_bytes")),
+            page_cache_kib=None if cache is None else int(cache),
+            node_memory_kib=None if total is None else int(total),
+        )
 
 
 def parse_numa_maps(text: str, model: str | None) -> NodePages:

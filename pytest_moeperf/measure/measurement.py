@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ..errors import ConfigError
+from ..host.placement import Placement
 from .stats import Figure, Summary, summarize
 from .workload import Workload
 
@@ -55,6 +57,166 @@ class Sample:
 
 
 @dataclass(frozen=True)
+class Roofline:
+    """Decode's roofline for a workload: the bytes a decode step reads (at the mean depth of
+    the generated tokens) and the rate a memory bandwidth allows."""
+
+    bandwidth_gbs: float
+    bandwidth_source: str
+    """``profile`` (a stated figure) or ``probe on CPUs 0-1``."""
+    bytes_per_token: int
+    limit_tok_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "bandwidth_gbs": self.bandwidth_gbs,
+            "bandwidth_source": self.bandwidth_source,
+            "bytes_per_token": self.bytes_per_token,
+            "limit_tok_s": self.limit_tok_s,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Roofline:
+        return cls(
+            float(d["bandwidth_gbs"]),
+            str(d["bandwidth_source"]),
+            int(d["bytes_per_token"]),
+            float(d["limit_tok_s"]),
+        )
+
+
+def _floats(value: Any) -> tuple[float, ...]:
+    return tuple(float(x) for x in value)
+
+
+def _spans(value: Any) -> tuple[tuple[float, float], ...]:
+    return tuple((float(a), float(b)) for a, b in value)
+
+
+def _optional(kind: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    return lambda value: None if value is None else kind(value)
+
+
+def _strings(value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):  # a baseline entry stores its flags as one line
+        return tuple(value.split())
+    return tuple(str(x) for x in value)
+
+
+_READERS: dict[str, Callable[[Any], Any]] = {
+    "profile": str,
+    "flags": _strings,
+    "pinning": str,
+    "env": lambda v: {str(k): str(x) for k, x in dict(v).items()},
+    "model": str,
+    "log": str,
+    "source": str,
+    "server_pid": _optional(int),
+    "server_ready_s": _optional(float),
+    "server_starts": _floats,
+    "streamed": bool,
+    "spans": _spans,
+    "measured_s": float,
+    "busy_s": float,
+    "steal_s": float,
+    "probe_cpus": _optional(str),
+    "placement": _optional(Placement.from_dict),
+    "roofline": _optional(Roofline.from_dict),
+    "traffic": _optional(str),
+    "traffic_passes": _optional(int),
+}
+
+
+@dataclass(frozen=True)
+class Conditions:
+    """How and where a measurement was taken: what the server ran (profile, flags, pinning,
+    environment, model, its log and process), when it measured, how busy the host was on its
+    CPUs meanwhile, where its memory lay, the host probe it is judged against and decode's
+    limit. A stored figure replayed from a decision record has only its source."""
+
+    profile: str = ""
+    flags: tuple[str, ...] = ()
+    pinning: str = ""
+    env: Mapping[str, str] = field(default_factory=dict)
+    model: str = ""
+    log: str = ""
+    """The server's log file."""
+    source: str = ""
+    """Where a stored figure comes from (``ADR-0042, llama-bench table, row 7``)."""
+    server_pid: int | None = None
+    server_ready_s: float | None = None
+    """Seconds the server's latest start took until ``/health`` answered."""
+    server_starts: tuple[float, ...] = ()
+    """Seconds each start of the server took (several when measured across restarts)."""
+    streamed: bool = False
+    spans: tuple[tuple[float, float], ...] = ()
+    """Wall-clock (begin, end) of each call that took samples."""
+    measured_s: float = 0.0
+    """Seconds spent measuring (the sum of the spans)."""
+    busy_s: float = 0.0
+    """Of :attr:`measured_s`, the seconds other work (and the hypervisor) took on the
+    server's CPUs, each call weighted by how long it took."""
+    steal_s: float = 0.0
+    """Of :attr:`busy_s`, the hypervisor's steal."""
+    probe_cpus: str | None = None
+    """The CPU set whose calibration probe these numbers are judged against (``"0-1"``)."""
+    placement: Placement | None = None
+    roofline: Roofline | None = None
+    traffic: str | None = None
+    """The traffic a ``traffic.*`` metric was measured with, described."""
+    traffic_passes: int | None = None
+
+    @property
+    def host_busy(self) -> float:
+        """Share of the measured time other work took on the server's CPUs (steal included)."""
+        return self.busy_s / self.measured_s if self.measured_s else 0.0
+
+    @property
+    def steal(self) -> float:
+        """Share of the measured time the hypervisor took from the server's CPUs."""
+        return self.steal_s / self.measured_s if self.measured_s else 0.0
+
+    @property
+    def accounted(self) -> bool:
+        """Whether the host's other work was accounted while measuring (a live measurement)."""
+        return self.measured_s > 0
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is None or value == () or value == {} or value == "":
+                continue
+            if isinstance(value, Placement | Roofline):
+                value = value.to_dict()
+            elif f.name == "spans":
+                value = [list(s) for s in value]
+            elif isinstance(value, tuple):
+                value = list(value)
+            elif f.name == "env":
+                value = dict(value)
+            out[f.name] = value
+        if self.accounted:
+            out["host_busy"] = self.host_busy
+            out["steal"] = self.steal
+        return out
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Conditions:
+        """Conditions from their stored form; derived figures (``host_busy``, ``steal``) and
+        keys of other versions are ignored; ``ValueError`` names a malformed field."""
+        values: dict[str, Any] = {}
+        for name, read in _READERS.items():
+            if name not in d:
+                continue
+            try:
+                values[name] = read(d[name])
+            except (TypeError, ValueError, KeyError) as exc:
+                raise ValueError(f"conditions: {name} {d[name]!r} is malformed ({exc})") from None
+        return cls(**values)
+
+
+@dataclass(frozen=True)
 class Measurement:
     """The samples of one (configuration, build, workload)."""
 
@@ -62,8 +224,8 @@ class Measurement:
     build: str
     workload: Workload
     samples: tuple[Sample, ...]
-    extra: dict[str, Any] = field(default_factory=dict, compare=False)
-    """Context kept with the numbers: flags, pinning, server start time, log path."""
+    conditions: Conditions = field(default_factory=Conditions, compare=False)
+    """How and where the samples were taken."""
     figure: Figure | None = None
     """A stored figure (value and relative spread) standing in for samples, e.g. a table cell
     of a decision record replayed without raw samples."""
@@ -104,7 +266,7 @@ class Measurement:
             "min": s.min,
             "max": s.max,
             "mad": s.mad,
-            "extra": self.extra,
+            "conditions": self.conditions.to_dict(),
             **({"figure": list(self.figure)} if self.figure else {}),
         }
 
@@ -132,15 +294,15 @@ class Measurement:
                 figure = Figure(value, spread)
             if not samples and figure is None:
                 raise ValueError("has no samples (and no stored figure)")
-            extra = d.get("extra") or {}
-            if not isinstance(extra, dict):
-                raise ValueError(f"extra {extra!r} must be an object")
+            stored = d.get("conditions", d.get("extra")) or {}  # "extra": results format 1
+            if not isinstance(stored, dict):
+                raise ValueError(f"conditions {stored!r} must be an object")
             return cls(
                 configuration=d["configuration"],
                 build=d["build"],
                 workload=Workload.parse(d["workload"]),
                 samples=tuple(Sample.from_dict(x) for x in samples),
-                extra=dict(extra),
+                conditions=Conditions.from_dict(stored),
                 figure=figure,
             )
         except (ValueError, TypeError, ConfigError) as exc:

@@ -530,3 +530,39 @@ class TrafficRun:
             "overall": self.overall.figures() if self.passes else None,
             "passes": [p.to_dict() for p in self.passes],
         }
+
+    def samples(
+        self,
+        workload: Workload,
+        held: int,
+        repetitions: int,
+        one_pass: Callable[[int, int | None], Pass],
+        *,
+        fresh: bool,
+    ) -> tuple[Sample, ...]:
+        """Samples of the traffic metric *workload* beyond the *held* ones its measurement has,
+        until it has *repetitions*; *one_pass* (seed, requests or ``None`` for the table's)
+        sends a pass. Passes taken for the server's other traffic metrics count too (a pass
+        gives a sample of every metric); more samples are fresh passes, measured now (a paired
+        verdict pairs them in time with the other side). A *fresh* process, or the server's
+        first traffic, is warmed up by a short pass."""
+        if fresh or self.warmup is None:
+            self.warmup = one_pass(999_999, max(self.traffic.concurrency, 2))
+        taken: list[Sample] = []
+        index = len(self.passes) if held else 0
+        misses = 0
+        while held + len(taken) < repetitions:
+            if index >= len(self.passes):
+                self.passes.append(one_pass(len(self.passes) + 1, None))
+            sample = self.passes[index].sample(workload)
+            index += 1
+            if sample is None:
+                misses += 1
+                if misses >= 3:
+                    raise MeasurementError(
+                        f"{workload}: 3 passes of {self.traffic.describe()} gave no value (no "
+                        "answered request, or every request generates 1 token: no gaps for itl)"
+                    )
+                continue
+            taken.append(sample)
+        return tuple(taken)

@@ -7,16 +7,16 @@ cells, or accepted samples).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import ResultsError, Unavailable
-from ..measure.measurement import Measurement, Sample
+from ..measure.measurement import Conditions, Measurement, Sample
 from ..measure.stats import Figure
 from ..measure.workload import Workload
 from .baselines import load_baselines
+from .record import VerdictRecord, read_record
 
 DEFAULT_REL_SPREAD = 0.01
 """Relative spread assumed for a stored figure that gives none."""
@@ -33,6 +33,8 @@ class Replay:
     """The profile a baseline file belongs to (``None``: results files name it per row)."""
     host_changes: list[str] = field(default_factory=list)
     """How the host changed under the stored run (its probes moved), one line each."""
+    verdicts: list[VerdictRecord] = field(default_factory=list)
+    """The stored run's verdicts, with where their rounds lie in the samples."""
 
     @classmethod
     def load(cls, path: Path) -> Replay:
@@ -41,18 +43,14 @@ class Replay:
             raise ResultsError(f"--moeperf-replay {path}: no such file")
         if path.suffix == ".toml":
             return cls._from_baselines(path)
-        try:
-            data = json.loads(path.read_text())
-            if not isinstance(data, dict) or data.get("moeperf_results") != 1:
-                raise ValueError("not a pytest-moeperf results file (no moeperf_results: 1)")
-            ms = [Measurement.from_dict(d) for d in data["measurements"]]
-            changes = [str(line) for line in data.get("host_changes") or []]
-            fingerprint = dict(data.get("fingerprint") or {})
-            if "probes" in data and "probes" not in fingerprint:
-                fingerprint["probes"] = dict(data["probes"])
-        except (ValueError, KeyError, TypeError) as exc:
-            raise ResultsError(f"--moeperf-replay {path}: {exc}") from None
-        return cls(path, ms, fingerprint, host_changes=changes)
+        record = read_record(path, "--moeperf-replay")
+        return cls(
+            path,
+            record.measurements,
+            record.host_fingerprint,
+            host_changes=list(record.host_changes),
+            verdicts=list(record.verdicts),
+        )
 
     @classmethod
     def _from_baselines(cls, path: Path) -> Replay:
@@ -67,13 +65,15 @@ class Replay:
             if e.kind != "bench":
                 continue
             w = Workload.parse(e.workload)
-            extra = {"profile": bf.profile, "source": e.source, "flags": e.flags}
+            told = Conditions(
+                profile=bf.profile, source=e.source or "", flags=tuple((e.flags or "").split())
+            )
             if e.samples:
                 samples = tuple(Sample.of_value(w, v) for v in e.samples)
-                ms.append(Measurement(e.configuration, e.build, w, samples, extra))
+                ms.append(Measurement(e.configuration, e.build, w, samples, told))
             else:
                 fig = Figure(e.value, e.rel_spread or DEFAULT_REL_SPREAD)
-                ms.append(Measurement(e.configuration, e.build, w, (), extra, figure=fig))
+                ms.append(Measurement(e.configuration, e.build, w, (), told, figure=fig))
         return cls(path, ms, dict(bf.fingerprint), bf.profile)
 
     def find(
@@ -92,7 +92,7 @@ class Replay:
             for m in self.measurements
             if m.configuration == configuration
             and m.workload == workload
-            and m.extra.get("profile", profile) == profile
+            and (m.conditions.profile or profile) == profile
         ]
         if build is None and len(rows) > 1:
             build = profile_build

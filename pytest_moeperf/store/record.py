@@ -1,0 +1,266 @@
+"""The run record: the results file of one run (``.moeperf/results-*.json``), written at the end
+of a perf session and read back by replay, the history plot and the exports.
+
+This module owns the file's schema and its one version number. A record holds the host's
+fingerprints and probes, every measurement with the conditions it was taken in, every verdict
+with where its rounds lie in the measurements' samples (so that a replayed verdict is judged on
+the rounds that were measured, a verdict across restarts on its blocks), the baseline checks,
+the traffic passes and the servers' load times.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .. import __version__
+from ..errors import ResultsError
+from ..measure.measurement import Measurement
+from ..verdicts.judge import Verdict
+
+RESULTS_VERSION = 2
+"""The version of the results file this module writes (``moeperf_results``)."""
+READABLE_VERSIONS = (1, 2)
+"""Versions it reads: 1 named the measurement conditions ``extra`` and kept no rounds."""
+
+
+def version_problem(data: Any) -> str | None:
+    """Why *data* (a parsed JSON document) is not a results file this version reads, or
+    ``None``."""
+    if not isinstance(data, dict) or "moeperf_results" not in data:
+        return "not a pytest-moeperf results file (no moeperf_results key)"
+    version = data["moeperf_results"]
+    if not isinstance(version, int) or isinstance(version, bool):
+        return f"moeperf_results is {version!r}, not a format number"
+    if version > RESULTS_VERSION:
+        return (
+            f"results format {version} is newer than this pytest-moeperf reads "
+            f"({RESULTS_VERSION}); upgrade pytest-moeperf"
+        )
+    if version not in READABLE_VERSIONS:
+        return f"results format {version} is not one this pytest-moeperf reads"
+    return None
+
+
+@dataclass(frozen=True)
+class SideRounds:
+    """Where one side's rounds of a verdict lie in its measurement: from sample *first* on,
+    *per_round* samples a round (a restart block's samples, whose median is the round's
+    value; 1 when both sides' servers ran side by side)."""
+
+    profile: str
+    configuration: str
+    build: str
+    workload: str
+    first: int
+    per_round: int = 1
+
+    @property
+    def key(self) -> tuple[str, str, str, str]:
+        return (self.profile, self.configuration, self.build, self.workload)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "profile": self.profile,
+            "configuration": self.configuration,
+            "build": self.build,
+            "workload": self.workload,
+            "first": self.first,
+            "per_round": self.per_round,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> SideRounds:
+        first, per_round = int(d["first"]), int(d.get("per_round", 1))
+        if first < 0 or per_round < 1:
+            raise ValueError(f"side {dict(d)!r}: first must be >= 0 and per_round >= 1")
+        return cls(
+            str(d["profile"]),
+            str(d["configuration"]),
+            str(d["build"]),
+            str(d["workload"]),
+            first,
+            per_round,
+        )
+
+
+@dataclass(frozen=True)
+class VerdictRecord:
+    """A verdict of a test, and where its paired rounds lie (``None``: judged unpaired, on
+    stored figures). The ratio is ``b / a`` of :attr:`sides` ``(a, b)``."""
+
+    test: str
+    verdict: Verdict
+    sides: tuple[SideRounds, SideRounds] | None = None
+    asked: str = ""
+    """What was judged (``lm-none.pp512 / mmap.pp512``), before a reason such as a busy host
+    was added to the verdict's label."""
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"test": self.test, **self.verdict.to_dict()}
+        if self.sides is not None:
+            out["sides"] = [s.to_dict() for s in self.sides]
+            out["asked"] = self.asked
+        return out
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> VerdictRecord:
+        sides = d.get("sides")
+        pair = None
+        if sides is not None:
+            a, b = (SideRounds.from_dict(s) for s in sides)
+            pair = (a, b)
+        verdict = Verdict.from_dict(d)
+        return cls(str(d.get("test", "")), verdict, pair, str(d.get("asked", verdict.label)))
+
+
+@dataclass(frozen=True)
+class BenchRound:
+    """A side's server/llama-bench ratio over a verdict's rounds (``--moeperf-bench``)."""
+
+    test: str
+    side: str
+    verdict: Verdict
+
+    def to_dict(self) -> dict[str, Any]:
+        v = self.verdict
+        return {
+            "test": self.test,
+            "side": self.side,
+            "server_over_bench": v.ratio,
+            "low": v.low,
+            "high": v.high,
+            "rounds": v.rounds,
+        }
+
+
+@dataclass
+class RunRecord:
+    """Everything one run measured and judged."""
+
+    fingerprint: dict[str, Any]
+    """The host's fingerprint (without builds and models)."""
+    fingerprints: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Each profile's fingerprint: the host with its probes, the build and the model."""
+    probes: dict[str, Any] = field(default_factory=dict)
+    reprobes: dict[str, Any] = field(default_factory=dict)
+    host_changes: list[str] = field(default_factory=list)
+    server_starts: dict[str, list[float]] = field(default_factory=dict)
+    measurements: list[Measurement] = field(default_factory=list)
+    traffic: dict[str, Any] = field(default_factory=dict)
+    verdicts: list[VerdictRecord] = field(default_factory=list)
+    bench_rounds: list[BenchRound] = field(default_factory=list)
+    bench: list[dict[str, Any]] = field(default_factory=list)
+    baseline_checks: list[dict[str, Any]] = field(default_factory=list)
+    date: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+    plugin_version: str = __version__
+    version: int = RESULTS_VERSION
+    """The format it was read in (a record written now is always :data:`RESULTS_VERSION`)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The results file's document."""
+        return {
+            "moeperf_results": RESULTS_VERSION,
+            "plugin_version": self.plugin_version,
+            "date": self.date,
+            "fingerprint": self.fingerprint,
+            "fingerprints": self.fingerprints,
+            "probes": self.probes,
+            "reprobes": self.reprobes,
+            "host_changes": list(self.host_changes),
+            "server_starts": self.server_starts,
+            "measurements": [m.to_dict() for m in self.measurements],
+            "traffic": self.traffic,
+            "verdicts": [v.to_dict() for v in self.verdicts],
+            "bench_rounds": [b.to_dict() for b in self.bench_rounds],
+            "bench": self.bench,
+            "baseline_checks": self.baseline_checks,
+        }
+
+    def json_text(self) -> str:
+        return json.dumps(self.to_dict(), indent=1) + "\n"
+
+    @property
+    def host_fingerprint(self) -> dict[str, Any]:
+        """The fingerprint a replay is judged on: the host's, with the run's probes."""
+        fp = dict(self.fingerprint)
+        if self.probes and "probes" not in fp:
+            fp["probes"] = dict(self.probes)
+        return fp
+
+    @classmethod
+    def from_dict(cls, data: Any) -> RunRecord:
+        """A record from a results file's document; ``ValueError`` says what is wrong."""
+        problem = version_problem(data)
+        if problem is not None:
+            raise ValueError(problem)
+        try:
+            return cls(
+                fingerprint=dict(data.get("fingerprint") or {}),
+                fingerprints=dict(data.get("fingerprints") or {}),
+                probes=dict(data.get("probes") or {}),
+                reprobes=dict(data.get("reprobes") or {}),
+                host_changes=[str(line) for line in data.get("host_changes") or []],
+                server_starts=dict(data.get("server_starts") or {}),
+                measurements=[Measurement.from_dict(d) for d in data["measurements"]],
+                traffic=dict(data.get("traffic") or {}),
+                verdicts=[VerdictRecord.from_dict(d) for d in data.get("verdicts") or []],
+                bench=list(data.get("bench") or []),
+                baseline_checks=list(data.get("baseline_checks") or []),
+                date=str(data.get("date", "")),
+                plugin_version=str(data.get("plugin_version", "")),
+                version=int(data["moeperf_results"]),
+            )
+        except KeyError as exc:
+            raise ValueError(f"missing {exc}") from None
+        except (TypeError, AttributeError) as exc:
+            raise ValueError(str(exc)) from None
+
+
+def read_record(path: Path, what: str = "results file") -> RunRecord:
+    """The run record in *path*; one :class:`ResultsError` line naming the file (and *what*
+    named it, e.g. ``--moeperf-replay``) when it cannot be read."""
+    try:
+        data = json.loads(path.read_text())
+    except OSError as exc:
+        raise ResultsError(f"{what} {path}: cannot read: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise ResultsError(f"{what} {path}: not JSON ({exc})") from None
+    try:
+        return RunRecord.from_dict(data)
+    except ValueError as exc:
+        raise ResultsError(f"{what} {path}: {exc}") from None
+
+
+def rounds_of(
+    measurement: Measurement, side: SideRounds | None, count: int | None = None
+) -> list[float]:
+    """The per-round values of *measurement* as *side* took them (every sample from the
+    first, each its own round, when *side* is ``None``): a block's median per round."""
+    values = measurement.values
+    if side is None:
+        return list(values[:count] if count is not None else values)
+    out = []
+    start = side.first
+    while start + side.per_round <= len(values) and (count is None or len(out) < count):
+        out.append(statistics.median(values[start : start + side.per_round]))
+        start += side.per_round
+    return out
+
+
+def matching(
+    records: Sequence[VerdictRecord], label: str, relation: str, keys: Sequence[tuple[str, ...]]
+) -> int | None:
+    """Index of the first of *records* that judged *label* by *relation* on sides with these
+    *keys* (in order), or ``None``."""
+    for i, r in enumerate(records):
+        if r.sides is None or r.asked != label or r.verdict.relation != relation:
+            continue
+        if [s.key for s in r.sides] == [tuple(k) for k in keys]:
+            return i
+    return None

@@ -2,35 +2,32 @@
 
 from __future__ import annotations
 
-import time
 import warnings
 from collections.abc import Callable
 
 import pytest
 
+from ..defaults import MARGIN
 from ..errors import MoeperfError, StartupWarning, Unavailable
 from ..llama.server import LlamaServer
 from ..measure.measurement import Measurement
 from ..measure.workload import Workload
 from ..report.tables import baseline_failure, claim_failure, measured_table
+from ..run.crosscheck import bench_in_rounds
 from ..run.profiles import Configuration, Profile
-from ..run.rounds import Paired, Side, bench_in_rounds, measure_rounds, plan_for
+from ..run.rounds import Decided, decide_baseline, decide_pair
 from ..run.session import PerfSession
-from ..store.baselines import host_for
+from ..run.source import Side
+from ..store.hosts import host_for
+from ..store.record import BenchRound, VerdictRecord
 from ..verdicts.attribution import server_over_bench
 from ..verdicts.judge import (
     BaselineCheck,
     BaselineRow,
     Claim,
     Operand,
-    Values,
     Verdict,
-    busy_reason,
     judge_baseline,
-    judge_change,
-    judge_claim,
-    judge_dead_end,
-    undecided,
 )
 from ..verdicts.sequential import Rule
 
@@ -64,7 +61,7 @@ class MoePerf:
     def server(self, configuration: str, build: str | None = None) -> LlamaServer:
         """The running llama-server of *configuration* (started on first use)."""
         try:
-            rec = self.session.server(self.profile, self.configuration(configuration), build)
+            rec = self.session.source.server(self.profile, self.configuration(configuration), build)
         except Unavailable as exc:
             pytest.skip(str(exc))
         self._used.add((configuration, rec.label))
@@ -82,7 +79,7 @@ class MoePerf:
         (on the profile's own build, or the named one of its ``builds`` table)."""
         w = workload if isinstance(workload, Workload) else Workload.parse(workload)
         try:
-            m = self.session.measure(
+            m = self.session.source.measure(
                 self.profile, self.configuration(configuration), w, repetitions, build
             )
         except Unavailable as exc:
@@ -101,7 +98,7 @@ class MoePerf:
         """Warn (or fail, with ``--moeperf-strict-warnings``) about the performance warnings
         the servers this test used printed at start."""
         found = []
-        for (profile, config, label), findings in self.session.findings.items():
+        for (profile, config, label), findings in self.session.source.findings.items():
             if profile != self.profile.name or (config, label) not in self._used:
                 continue
             for f in findings:
@@ -122,45 +119,38 @@ class MoePerf:
         return self.measure(configuration, workload).summary.median
 
     # -- claims ----------------------------------------------------------------------------------
-    def _operand(self, op: Operand, repetitions: int | None) -> Measurement:
-        return self.measure(op.configuration, op.workload, repetitions, op.build)
-
-    def _judged(
-        self, c: Claim, rule: Rule, label: str, unpaired: Callable[[Values, Values], Verdict]
-    ) -> Verdict:
-        """Judge ``left / right`` of *c* by *rule* on paired rounds, measured until the
-        verdict is final or the budget is spent. Stored figures, or replayed sides with fewer
-        than 2 samples, cannot be paired: *unpaired* judges them once."""
-        profile = self.profile
+    def _judged(self, c: Claim, rule: Rule, label: str) -> Verdict:
+        """Judge ``left / right`` of *c* by *rule* in the one decision loop: paired rounds until
+        the verdict is final or the budget is spent (stored figures judged once)."""
+        session, profile = self.session, self.profile
         left, right = (
             Side(self.configuration(op.configuration), op.workload, op.build)
             for op in (c.left, c.right)
         )
-        ms: list[Measurement] = []
-        if not self.session.can_measure_more:  # replayed: what is stored is all there is
-            ms = [self._operand(c.left, None), self._operand(c.right, None)]
-        if ms and min(len(m.samples) for m in ms) < 2:
-            verdict = unpaired(ms[0].operand, ms[1].operand)
-        else:
-            beside, bench = self._bench_beside(right, left)
-            try:
-                got = measure_rounds(
-                    self.session, profile, rule, right, left, label=label, after_round=beside
-                )
-            except Unavailable as exc:
-                pytest.skip(str(exc))
-            if beside is not None:
-                self._bench_ratios(got, bench, (right, left))
-            verdict, ms = got.verdict, [got.b, got.a]
-            for m in ms:
-                self._touch(m)
-            self._startup_warnings()
-        noisy = busy_reason(ms, self.session.options.busy_limit)
-        reasons = [r for r in (noisy, self._host_moved(ms)) if r]
-        verdict = undecided(verdict, "; ".join(reasons) or None)
-        self.verdicts.append(verdict)
-        self.session.verdicts.append((self.nodeid, verdict))
-        return verdict
+        beside, bench = self._bench_beside(right, left)
+        try:
+            got = decide_pair(
+                session.source,
+                profile,
+                rule,
+                right,
+                left,
+                label=label,
+                plan=session.plan(profile),
+                budget=session.budget(profile),
+                busy_limit=session.options.busy_limit,
+                after_round=beside,
+            )
+        except Unavailable as exc:
+            pytest.skip(str(exc))
+        if beside is not None:
+            self._bench_ratios(got, bench, (right, left))
+        for m in (got.b, got.a):
+            self._touch(m)
+        self._startup_warnings()
+        self.verdicts.append(got.verdict)
+        session.verdicts.append(VerdictRecord(self.nodeid, got.verdict, got.sides, label))
+        return got.verdict
 
     def _bench_beside(
         self, a: Side, b: Side
@@ -169,7 +159,7 @@ class MoePerf:
         each round (never for traffic); a bench that cannot run is reported once and left out."""
         if not self.session.options.bench or a.workload.is_traffic or b.workload.is_traffic:
             return None, ([], [])
-        run, got = bench_in_rounds(self.session, self.profile, a, b)
+        run, got = bench_in_rounds(self.session.source, self.profile, a, b)
         failed: list[str] = []
 
         def beside(index: int, restarts: bool) -> None:
@@ -184,28 +174,22 @@ class MoePerf:
         return beside, got
 
     def _bench_ratios(
-        self, got: Paired, bench: tuple[list[float], list[float]], sides: tuple[Side, Side]
+        self, got: Decided, bench: tuple[list[float], list[float]], sides: tuple[Side, Side]
     ) -> None:
         """Each side's server/bench ratio over the rounds, with its interval."""
-        plan = plan_for(self.session, self.profile)
+        plan = self.session.plan(self.profile)
         for i in (0, 1):
             m = (got.a, got.b)[i]
             label = f"{sides[i].configuration.name}.{sides[i].workload.compact} ({m.build})"
             ratio = server_over_bench(
                 got.rounds[i],
                 bench[i],
-                margin=0.05,
+                margin=MARGIN,
                 plan=plan,
                 label=f"{label} server / llama-bench",
             )
             if ratio is not None:
-                self.session.bench_rounds.append((self.nodeid, label, ratio))
-
-    def _host_moved(self, measurements: list[Measurement]) -> str | None:
-        """Why the host cannot be trusted to be the one these numbers were taken on (its
-        probe moved since the run's first probe of those CPUs), or ``None``."""
-        moved = self.session.hostwatch.moved_under(measurements)
-        return f"host changed under the run: {'; '.join(moved)}" if moved else None
+                self.session.bench_rounds.append(BenchRound(self.nodeid, label, ratio))
 
     def judge(self, claim: str | Claim) -> Verdict:
         """The verdict of *claim* (holds / fails / undecided) on this session's measurements.
@@ -214,26 +198,18 @@ class MoePerf:
         or undecided when the budget (``--moeperf-budget``, the profile's ``budget``) or the
         round cap (``--moeperf-max-rounds``) is spent."""
         c = claim if isinstance(claim, Claim) else Claim.parse(claim)
-        label = f"{c.left} / {c.right}"
-        return self._judged(c, c.rule, label, lambda a, b: judge_claim(c, a, b))
+        return self._judged(c, c.rule, f"{c.left} / {c.right}")
 
-    def compare(self, candidate: str, baseline: str, margin: float = 0.05) -> Verdict:
+    def compare(self, candidate: str, baseline: str, margin: float = MARGIN) -> Verdict:
         """The change from *baseline* to *candidate* (operands such as ``mmap[b11713].tg128``
         and ``mmap[b11053].tg128``): faster / slower / unchanged / undecided, with
         *margin* the smallest change that matters. Does not fail the test by itself."""
         c = Claim.parse(f"{candidate} >= {baseline}")
-        label = f"{c.left} / {c.right}"
-        return self._judged(
-            c,
-            Rule("change", margin=margin),
-            label,
-            lambda a, b: judge_change(a, b, margin=margin, label=label),
-        )
+        return self._judged(c, Rule("change", margin=margin), f"{c.left} / {c.right}")
 
-    def _undecided(self, verdict: Verdict | str) -> None:
+    def _undecided(self, verdict: Verdict | BaselineCheck) -> None:
         """Skip the test as undecided (fail it, with ``--moeperf-undecided=fail``)."""
-        why = verdict if isinstance(verdict, str) else verdict.explain()
-        message = f"undecided: {why}"
+        message = f"undecided: {verdict.explain()}"
         if self.session.options.undecided == "fail":
             pytest.fail(message, pytrace=False)
         pytest.skip(message)
@@ -249,7 +225,7 @@ class MoePerf:
         return verdict
 
     def dead_end(
-        self, config: str, slower_than: str, metric: str, reason: str = "", margin: float = 0.05
+        self, config: str, slower_than: str, metric: str, reason: str = "", margin: float = MARGIN
     ) -> Verdict:
         """A configuration recorded as a dead end: slower than *slower_than* in *metric*.
 
@@ -257,15 +233,10 @@ class MoePerf:
         1), the test is an expected failure showing the ratio; once the interval reaches
         1 - *margin* (as fast, or faster) the test fails strictly: the dead end may have
         reopened. In between, after the budget, it is undecided."""
-        w = Workload.parse(metric)
+        w = Workload.parse(metric).require_rate("a dead end")
         c = Claim(Operand(config, w), "<=", 1.0, Operand(slower_than, w))
         label = f"{config}.{w.name} / {slower_than}.{w.name}"
-        verdict = self._judged(
-            c,
-            Rule("dead_end", margin=margin),
-            label,
-            lambda a, b: judge_dead_end(a, b, margin=margin, label=label),
-        )
+        verdict = self._judged(c, Rule("dead_end", margin=margin), label)
         why = f" ({reason})" if reason else ""
         if verdict.outcome == "holds":
             pytest.xfail(f"dead end holds{why}: {verdict.explain()}")
@@ -290,20 +261,19 @@ class MoePerf:
         (naming the fields or both probe values that differ) or no baseline for it, and is
         undecided when the host's probe moved since the start of the run."""
         m = self.measure(configuration, workload)
-        profile = self.profile
-        bf = self.session.baselines(profile)
+        session, profile = self.session, self.profile
+        bf = session.baselines(profile)
         if bf is None:
-            path = self.session.baseline_path(profile)
+            path = session.baseline_path(profile)
             pytest.skip(
                 f"no baseline file {path} for profile {profile.name!r}; "
                 "record one with --moeperf-accept"
             )
-        cpus = m.extra.get("probe_cpus")
         host, why = host_for(
             bf,
-            self.session.fingerprint(profile),
-            str(cpus) if cpus else None,
-            self.session.options.probe_tolerance,
+            session.source.fingerprint(profile),
+            m.conditions.probe_cpus,
+            session.options.probe_tolerance,
         )
         if host is None:
             pytest.skip(
@@ -316,36 +286,33 @@ class MoePerf:
                 f"{m.build} of host {host.id}; record one with --moeperf-accept"
             )
 
-        plan = plan_for(self.session, profile, first_look=max(2, len(m.samples)))
-        budget = self.session.options.budget or profile.budget
-        began = time.monotonic()
-        while True:  # looks on the plan's schedule, each at the plan's per-look level
-            check = judge_baseline(
-                m.values,
+        def judge(values: list[float] | tuple[float, ...], confidence: float) -> BaselineCheck:
+            return judge_baseline(
+                values,
                 entry.value,
                 bf.tolerance_for(entry),
                 m.workload.higher_is_better,  # a traffic latency fails when it rises
                 label=f"{m.configuration}.{m.workload.name}",
                 baseline=entry.operand,
-                confidence=1 - plan.nominal_alpha(),
+                confidence=confidence,
             )
-            n = len(m.samples)
-            if (
-                check.outcome != "undecided"
-                or n >= plan.max_rounds
-                or time.monotonic() - began > budget
-                or not self.session.can_measure_more
-            ):
-                break
-            m = self.measure(configuration, workload, plan.next_look(n))
-        moved = self._host_moved([m])
-        if moved:
-            self._undecided(f"{m.configuration}.{m.workload.name}: {moved}")
-        row = BaselineRow(self.nodeid, m, check)
+
+        checked = decide_baseline(
+            session.source,
+            profile,
+            Side(self.configuration(configuration), m.workload),
+            judge,
+            plan=session.plan(profile, first_look=max(2, len(m.samples))),
+            budget=session.budget(profile),
+            busy_limit=session.options.busy_limit,
+        )
+        self._touch(checked.measurement)
+        row = BaselineRow(self.nodeid, checked.measurement, checked.check)
         self.checks.append(row)
-        self.session.baseline_rows.append(row)
+        session.baseline_rows.append(row)
+        check = checked.check
         if check.outcome == "fail":
             pytest.fail(baseline_failure(self.checks, bf.path), pytrace=False)
         if check.outcome == "undecided":
-            self._undecided(check.explain())
+            self._undecided(check)
         return check

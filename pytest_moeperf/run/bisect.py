@@ -20,188 +20,26 @@ import hashlib
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from .. import fs
+from ..defaults import MARGIN
 from ..errors import MoeperfError
 from ..measure.workload import Workload
-from ..report.tables import markdown_table, text_table
-from .gate import BuildUnderTest, GateResult, run_gate
+from ..verdicts.bisect import BisectResult, BisectStep, Comparison, StepVerdict
+from ..verdicts.gate import GateResult
+from .gate import BuildUnderTest, run_gate
+from .live import LiveSource
 from .profiles import Profile
 from .session import PerfSession
 
-StepVerdict = Literal["good", "bad", "undecided"]
-STATE_SCHEMA = 1
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """One configuration's verdict of a step against a reference build (``step / ref``)."""
-
-    configuration: str
-    outcome: str
-    ratio: float
-    low: float
-    high: float
-    rounds: int | None
-
-    def text(self) -> str:
-        return f"{self.ratio:.3f} [{self.low:.3f}, {self.high:.3f}] {self.outcome}"
-
-
-@dataclass(frozen=True)
-class Step:
-    """One measured build of the bisect."""
-
-    build: str
-    against_good: tuple[Comparison, ...]
-    against_bad: tuple[Comparison, ...]
-    seconds: float
-
-    @property
-    def verdict(self) -> StepVerdict:
-        return classify(self.against_good, self.against_bad)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "build": self.build,
-            "verdict": self.verdict,
-            "seconds": self.seconds,
-            "against_good": [c.__dict__ for c in self.against_good],
-            "against_bad": [c.__dict__ for c in self.against_bad],
-        }
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> Step:
-        return cls(
-            build=str(d["build"]),
-            against_good=tuple(Comparison(**c) for c in d["against_good"]),
-            against_bad=tuple(Comparison(**c) for c in d["against_bad"]),
-            seconds=float(d["seconds"]),
-        )
-
-
-def classify(against_good: Sequence[Comparison], against_bad: Sequence[Comparison]) -> StepVerdict:
-    """Bad when a configuration is surely slower than the good build and not surely faster
-    than the bad one; good when every configuration is surely faster than the bad build and
-    none surely slower than the good one; undecided otherwise: neither is sure, or a step
-    lies between the two (slower than good *and* faster than bad: part of the slowdown)."""
-    pairs = list(zip(against_good, against_bad, strict=True))
-    if not pairs:
-        return "undecided"
-    if any(g.outcome == "slower" and b.outcome != "faster" for g, b in pairs):
-        return "bad"
-    if all(b.outcome == "faster" and g.outcome != "slower" for g, b in pairs):
-        return "good"
-    return "undecided"
-
-
-@dataclass
-class BisectResult:
-    """A finished (or stopped) bisect."""
-
-    builds: list[str]
-    metric: str
-    configurations: list[str]
-    premise: tuple[Comparison, ...]
-    steps: dict[str, Step] = field(default_factory=dict)
-    boundaries: list[tuple[str, str]] = field(default_factory=list)
-    """(last good, first bad) pairs; more than one when undecided steps split the search."""
-    stopped: str | None = None
-    """Why the bisect did not search (the premise does not hold), or ``None``."""
-
-    @property
-    def outcome(self) -> Literal["found", "no-slowdown", "undecided"]:
-        if self.stopped is not None:
-            undecided = any(c.outcome == "undecided" for c in self.premise)
-            return "undecided" if undecided else "no-slowdown"
-        return "found" if len(self.boundaries) == 1 else "undecided"
-
-    @property
-    def exit_code(self) -> int:
-        """0 one first bad build found, 1 no slowdown between good and bad, 3 undecided."""
-        return {"found": 0, "no-slowdown": 1, "undecided": 3}[self.outcome]
-
-    def table_rows(self) -> tuple[list[str], list[list[str]]]:
-        headers = ["build", "vs good", "vs bad", "verdict", "time"]
-        rows = []
-        for name in self.builds:
-            step = self.steps.get(name)
-            if step is None:
-                continue
-            rows.append(
-                [
-                    name,
-                    "; ".join(_named(c, self.configurations) for c in step.against_good),
-                    "; ".join(_named(c, self.configurations) for c in step.against_bad),
-                    step.verdict,
-                    f"{step.seconds:.0f} s",
-                ]
-            )
-        return headers, rows
-
-    def conclusion(self) -> str:
-        if self.stopped is not None:
-            return self.stopped
-        if self.outcome == "found":
-            last_good, first_bad = self.boundaries[0]
-            return f"first bad build: {first_bad} (last good: {last_good})"
-        found = ", ".join(f"{bad} (after {good})" for good, bad in self.boundaries)
-        return (
-            "undecided steps left more than one candidate; first bad build is one of: " + found
-        )
-
-    def text(self) -> str:
-        premise = "; ".join(_named(c, self.configurations) for c in self.premise)
-        head = (
-            f"bisect {', '.join(self.configurations)} {self.metric}: {self.builds[-1]} / "
-            f"{self.builds[0]} = {premise}; {len(self.builds) - 2} build(s) between"
-        )
-        table = [text_table(*self.table_rows()), ""] if self.steps else []
-        return "\n".join([head, "", *table, self.conclusion()])
-
-    def markdown(self) -> str:
-        return "\n".join(
-            [
-                f"# Bisect: {self.metric} from {self.builds[0]} to {self.builds[-1]}",
-                "",
-                *([markdown_table(*self.table_rows()), ""] if self.steps else []),
-                f"**{self.conclusion()}**",
-                "",
-            ]
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "builds": self.builds,
-            "metric": self.metric,
-            "configurations": self.configurations,
-            "premise": [c.__dict__ for c in self.premise],
-            "steps": [self.steps[b].to_json() for b in self.builds if b in self.steps],
-            "boundaries": [{"last_good": g, "first_bad": b} for g, b in self.boundaries],
-            "outcome": self.outcome,
-            "conclusion": self.conclusion(),
-        }
-
-
-def _named(c: Comparison, configurations: Sequence[str]) -> str:
-    return c.text() if len(configurations) == 1 else f"{c.configuration} {c.text()}"
+STATE_SCHEMA = 2
+"""The version of a bisect's state file (2: verdicts as the results file stores them)."""
 
 
 def _comparisons(result: GateResult) -> tuple[Comparison, ...]:
-    return tuple(
-        Comparison(
-            r.configuration,
-            r.verdict.outcome,
-            r.verdict.ratio,
-            r.verdict.low,
-            r.verdict.high,
-            r.verdict.rounds,
-        )
-        for r in result.rows
-    )
+    return tuple(Comparison(r.configuration, r.verdict) for r in result.rows)
 
 
 class StateFile:
@@ -212,7 +50,7 @@ class StateFile:
         self.path = directory / f"bisect-{digest[:16]}.json"
         self.identity = identity
         self.premise: tuple[Comparison, ...] | None = None
-        self.steps: dict[str, Step] = {}
+        self.steps: dict[str, BisectStep] = {}
         if self.path.is_file():
             try:
                 data = json.loads(self.path.read_text())
@@ -222,15 +60,15 @@ class StateFile:
                 ) from None
             if data.get("schema") == STATE_SCHEMA and data.get("identity") == identity:
                 if data.get("premise") is not None:
-                    self.premise = tuple(Comparison(**c) for c in data["premise"])
-                self.steps = {s["build"]: Step.from_json(s) for s in data.get("steps", [])}
+                    self.premise = tuple(Comparison.from_dict(c) for c in data["premise"])
+                self.steps = {s["build"]: BisectStep.from_json(s) for s in data.get("steps", [])}
 
     def save(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         data = {
             "schema": STATE_SCHEMA,
             "identity": self.identity,
-            "premise": [c.__dict__ for c in self.premise] if self.premise is not None else None,
+            "premise": [c.to_dict() for c in self.premise] if self.premise is not None else None,
             "steps": [s.to_json() for s in self.steps.values()],
         }
         fs.atomic_write_text(self.path, json.dumps(data, indent=1) + "\n")
@@ -238,12 +76,13 @@ class StateFile:
 
 def run_bisect(
     session: PerfSession,
+    live: LiveSource,
     profile: Profile,
     builds: Sequence[BuildUnderTest],
     *,
     configurations: Sequence[str],
     metric: Workload,
-    margin: float = 0.05,
+    margin: float = MARGIN,
     budget: float | None = None,
     state_dir: Path,
     say: Callable[[str], None] = lambda line: None,
@@ -270,6 +109,7 @@ def run_bisect(
     def gate(baseline: BuildUnderTest, candidate: BuildUnderTest) -> tuple[Comparison, ...]:
         result = run_gate(
             session,
+            live,
             profile,
             baseline,
             candidate,
@@ -319,7 +159,7 @@ def run_bisect(
             began = time.monotonic()
             against_good = gate(good, b)
             against_bad = gate(bad, b)
-            s = Step(b.name, against_good, against_bad, time.monotonic() - began)
+            s = BisectStep(b.name, against_good, against_bad, time.monotonic() - began)
             state.steps[b.name] = s
             state.save()
             said = "; ".join(

@@ -5,14 +5,12 @@ measurement, probes again before verdicts and at the end, and how the host moved
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Protocol
 
 from ..host.locks import measuring
 from ..host.machine import format_cpu_list, online_cpus, parse_cpu_list
-from ..host.probe import Probe, probe_moved, probes_of, run_probe
-from ..measure.measurement import Measurement
-from ..store.replay import Replay
+from ..host.probe import Probe, probe_moved, run_probe
 
 
 class ProbeSettings(Protocol):
@@ -28,20 +26,15 @@ def _figure(change: str) -> str:
 class HostWatch:
     """The probes of a run by CPU set (``"0-1"``) and the host changes they show."""
 
-    def __init__(
-        self, settings: ProbeSettings, replay: Replay | None, report: Callable[[str], None]
-    ) -> None:
+    def __init__(self, settings: ProbeSettings, report: Callable[[str], None]) -> None:
         self.settings = settings
-        self.replay = replay
         self.report = report
         self.probes: dict[str, Probe] = {}
         """The calibration probe of each CPU set (``"0-1"``), taken before its first
         measurement: what this run's numbers and baselines are judged against."""
         self.reprobes: dict[str, list[tuple[float, Probe]]] = {}
         """Later probes of each CPU set (wall time, probe): before verdicts, and at the end."""
-        self._changes: dict[str, str] = {
-            _figure(line): line for line in (replay.host_changes if replay else [])
-        }
+        self._changes: dict[str, str] = {}
         """How the host changed under the run: the latest line of each probe figure that
         moved (``"compute on CPUs 0-1"`` -> its line)."""
         self._probed_at: dict[str, float] = {}
@@ -53,10 +46,8 @@ class HostWatch:
 
     def probe(self, cpus: frozenset[int] | None) -> Probe | None:
         """The calibration probe of the CPU set *cpus*, taken once per run under the CPUs'
-        lock (in replay mode: the replayed run's, ``None`` when it has none)."""
+        lock."""
         key = self.probe_key(cpus)
-        if self.replay is not None:
-            return probes_of(self.replay.fingerprint).get(key)
         if key not in self.probes:
             with measuring(cpus):
                 probe = run_probe(cpus)
@@ -70,8 +61,6 @@ class HostWatch:
         ``options.reprobe_seconds``, or always with *force*) and say how each moved from its first
         probe beyond the probe tolerance: one line per figure, ``[]`` when the host is as it
         was. Every move is also kept in :attr:`host_changes`."""
-        if self.replay is not None:
-            return list(self.host_changes)
         lines = []
         for key in sorted(keys):
             first = self.probes.get(key)
@@ -95,11 +84,6 @@ class HostWatch:
                 self._changes.pop(_figure(line), None)  # the latest values last
                 self._changes[_figure(line)] = line
         return lines
-
-    def moved_under(self, measurements: Iterable[Measurement]) -> list[str]:
-        """:meth:`host_moved` for the CPU sets *measurements* were taken on."""
-        keys = {str(m.extra["probe_cpus"]) for m in measurements if m.extra.get("probe_cpus")}
-        return self.host_moved(keys) if keys else []
 
     @property
     def host_changes(self) -> list[str]:

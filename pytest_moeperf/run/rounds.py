@@ -1,165 +1,185 @@
-"""Paired rounds on a session's servers: two sides measured in turn (A B, B A, A B, ...) until
-a sequential verdict is final or its time budget is spent.
+"""The one decision loop: a verdict's rounds, taken from its source's feed and judged at the
+looks of a plan until the verdict is final or its time budget is spent.
 
-Two sides whose servers do not fit in memory together are measured across restarts instead:
-each round is two blocks (A then B, or B then A), each block a fresh server process that is
-warmed up and gives :data:`BLOCK_SAMPLES` samples, and the block's median is the round's value
-of that side. The process is then the unit of repetition: what differs between two starts of
-one server (where its pages landed, its threads) is part of the noise the interval sees.
-
-The fixture (claims, dead ends, ``compare``), the gate and bisect all judge through
-:func:`measure_rounds`; the arithmetic is :func:`pytest_moeperf.verdicts.judge.judge_rounds`.
+Claims, dead ends and ``compare`` (the fixture), gate rows (and so bisect steps) judge two
+sides paired in rounds (:func:`decide_pair`); baseline checks judge one side's samples against
+a stored baseline (:func:`decide_baseline`). Both run :func:`until_decided`, and both end the
+same way: numbers taken while the host was busy with other work on the servers' CPUs never
+decide, and neither do numbers of a host that changed under the run (where a move could favour
+one side: two configurations; a gate compares one configuration on two builds in the same
+rounds, so a moved host moves both alike and its rows say so in a note instead).
 """
 
 from __future__ import annotations
 
-import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
-from ..errors import MoeperfError
 from ..measure.measurement import Measurement
-from ..measure.workload import Workload
-from ..verdicts.judge import Verdict, judge_rounds
-from ..verdicts.sequential import Plan, Rule, first_in_round
-from .profiles import Configuration, Profile
-from .session import PerfSession
-
-BLOCK_SAMPLES = 3
-"""Samples per server process when the sides are measured across restarts."""
-RESTART_METHOD = (
-    f"paired server restarts (median of {BLOCK_SAMPLES} samples per process), trimmed t, "
-    "corrected for looks"
+from ..store.record import SideRounds
+from ..verdicts.judge import (
+    BaselineCheck,
+    Verdict,
+    busy_reason,
+    judge_rounds,
+    judge_unpaired,
+    overridden,
 )
+from ..verdicts.sequential import Plan, Rule
+from .profiles import Profile
+from .source import Feed, Side, Source
+
+R = TypeVar("R", Verdict, BaselineCheck)
+AfterRound = Callable[[int, bool], None]
+"""Called after each round measured now: (round index, whether the round restarted servers)."""
 
 
 @dataclass(frozen=True)
-class Side:
-    """One side of a paired verdict: a workload on a configuration (on a named build)."""
-
-    configuration: Configuration
-    workload: Workload
-    build: str | None = None
-
-
-@dataclass(frozen=True)
-class Paired:
-    """A paired verdict and both sides' measurements (all their samples, earlier ones too)."""
+class Decided:
+    """A paired verdict and what it rests on."""
 
     verdict: Verdict
     a: Measurement
     b: Measurement
-    first: tuple[int, int]
-    """Index of each side's first sample in this verdict's rounds."""
+    sides: tuple[SideRounds, ...]
+    """Where each side's rounds lie in its measurement's samples."""
     seconds: float
     rounds: tuple[tuple[float, ...], tuple[float, ...]] = ((), ())
     """Each side's value in each round (a block's median across restarts)."""
 
-
-def plan_for(session: PerfSession, profile: Profile, first_look: int | None = None) -> Plan:
-    """The look schedule of a verdict: the first look after ``max(6, repetitions)`` rounds
-    (or *first_look*), the round cap of the session's options."""
-    reps = session.options.repetitions or profile.repetitions
-    first = first_look or max(6, reps)
-    return Plan(first_look=first, max_rounds=max(first, session.options.max_rounds))
+    @property
+    def first(self) -> tuple[int, ...]:
+        """Index of each side's first sample in this verdict's rounds."""
+        return tuple(s.first for s in self.sides)
 
 
-def measure_rounds(
-    session: PerfSession,
+@dataclass(frozen=True)
+class Checked:
+    """A baseline check and the measurement it was judged on."""
+
+    check: BaselineCheck
+    measurement: Measurement
+
+
+def until_decided(
+    feed: Feed,
+    judge: Callable[[list[tuple[float, ...]], bool], tuple[R, bool]],
+    plan: Plan,
+    budget: float,
+    *,
+    after_round: AfterRound | None = None,
+) -> tuple[R, list[tuple[float, ...]], float]:
+    """Take *feed*'s rounds and *judge* them at the looks of *plan* (rounds the feed holds
+    already all at the first look) until *judge* says final, giving it whether no more rounds
+    can be had: the budget of *budget* seconds is spent, or the feed has no more. Returns the
+    final result, the rounds and the seconds they took."""
+    began = time.monotonic()
+    rounds: list[tuple[float, ...]] = []
+    target = max(plan.first_look, feed.ready)
+    with feed.holding():
+        while True:
+            exhausted = False
+            while len(rounds) < target:
+                got = feed.take(len(rounds))
+                if got is None:
+                    exhausted = True
+                    break
+                rounds.append(got)
+                if after_round is not None and len(rounds) > feed.ready:
+                    after_round(len(rounds) - 1, feed.restarts)
+                if len(rounds) >= 2 and time.monotonic() - began > budget:
+                    break
+            spent = exhausted or time.monotonic() - began > budget
+            result, final = judge(rounds, spent)
+            if final:
+                return result, rounds, time.monotonic() - began
+            target = plan.next_look(len(rounds))
+
+
+def _overrides(
+    source: Source, measurements: Sequence[Measurement], busy_limit: float, host_decides: bool
+) -> str | None:
+    """Why these measurements must not decide: a busy host, or (with *host_decides*) a host
+    that changed under them; ``None`` when they may."""
+    reasons = [busy_reason(measurements, busy_limit)]
+    if host_decides:
+        moved = source.host_moved(measurements)
+        reasons.append(f"host changed under the run: {'; '.join(moved)}" if moved else None)
+    return "; ".join(r for r in reasons if r) or None
+
+
+def decide_pair(
+    source: Source,
     profile: Profile,
     rule: Rule,
     a: Side,
     b: Side,
     *,
     label: str,
-    plan: Plan | None = None,
-    budget: float | None = None,
+    plan: Plan,
+    budget: float,
+    busy_limit: float,
+    host_decides: bool = True,
     on_look: Callable[[Verdict, float], None] | None = None,
-    after_round: Callable[[int, bool], None] | None = None,
-) -> Paired:
-    """Measure *a* and *b* in rounds and judge ``b / a`` by *rule* at each look of *plan*,
-    until the verdict is final or *budget* seconds (the session's, else the profile's) are
-    spent. A replayed session cannot measure more: its stored samples are paired in order and
-    judged once, as the budget spent. *after_round* (round index, across restarts or not) runs
-    after each round, inside it as far as time goes: the gate's llama-bench samples."""
-    plan = plan or plan_for(session, profile)
-    seconds = budget or session.options.budget or profile.budget
+    after_round: AfterRound | None = None,
+) -> Decided:
+    """Judge ``b / a`` by *rule*: paired rounds from the source, at the looks of *plan*,
+    within *budget* seconds; sides that cannot be paired (stored figures) judged once. The
+    verdict is undecided when the host was busier than *busy_limit* or (with *host_decides*)
+    changed under the rounds."""
+    feed = source.pair(profile, a, b, label=label, relation=_relation(rule))
     began = time.monotonic()
+    if feed.unpaired is not None:
+        pa, pb = feed.unpaired
+        verdict, rounds = judge_unpaired(rule, pb, pa, label=label), []
+        seconds = 0.0
+    else:
 
-    def take(side: Side, n: int | None) -> Measurement:
-        return session.measure(profile, side.configuration, side.workload, n, side.build)
+        def judge(taken: list[tuple[float, ...]], spent: bool) -> tuple[Verdict, bool]:
+            va, vb = [r[0] for r in taken], [r[1] for r in taken]
+            v, more = judge_rounds(rule, va, vb, plan, spent=spent, label=label)
+            v = replace(v, method=feed.method)
+            if on_look is not None:
+                on_look(v, time.monotonic() - began)
+            return v, more == 0
 
-    if not session.can_measure_more:
-        ma, mb = take(a, None), take(b, None)
-        n = min(len(ma.samples), len(mb.samples))
-        if n < 2:
-            raise MoeperfError(
-                f"{label}: the replayed file holds {n} sample(s) of a side; a paired verdict "
-                "needs 2 rounds at least"
-            )
-        verdict, _ = judge_rounds(rule, ma.values[:n], mb.values[:n], plan, spent=True, label=label)
-        return Paired(verdict, ma, mb, (0, 0), 0.0, (tuple(ma.values[:n]), tuple(mb.values[:n])))
-    sides = (a, b)
-    got = [take(a, 1), take(b, 1)]  # starts both servers; earlier samples are kept, not paired
-    if got[0].key == got[1].key:
-        raise MoeperfError(f"{label}: both sides are the same measurement; name two")
-    first = (len(got[0].samples), len(got[1].samples))
-    keys = [(profile.name, s.configuration.name, m.build) for s, m in zip(sides, got, strict=True)]
-    restarts = keys[0] != keys[1] and not session.fit_together(  # one server: it fits
-        profile, [(s.configuration, m.build) for s, m in zip(sides, got, strict=True)]
-    )
-    values: list[list[float]] = [[], []]
-
-    def one_round(index: int) -> None:
-        for i in (0, 1) if first_in_round(index) == "a" else (1, 0):
-            if restarts:  # a block: a fresh, warmed-up process and its median
-                session.restart(profile, sides[i].configuration, sides[i].build)
-                got[i] = take(sides[i], len(got[i].samples) + BLOCK_SAMPLES)
-                values[i].append(statistics.median(got[i].values[-BLOCK_SAMPLES:]))
-            else:
-                got[i] = take(sides[i], first[i] + index + 1)
-                values[i].append(got[i].values[-1])
-
-    rounds, target = 0, plan.first_look
-    with session.pool.using([] if restarts else keys):
-        while True:
-            while rounds < target:
-                one_round(rounds)
-                if after_round:
-                    after_round(rounds, restarts)
-                rounds += 1
-                if rounds >= 2 and time.monotonic() - began > seconds:
-                    break
-            spent = time.monotonic() - began > seconds
-            verdict, more = judge_rounds(rule, values[0], values[1], plan, spent=spent, label=label)
-            if restarts:
-                verdict = replace(verdict, method=RESTART_METHOD)
-            if on_look:
-                on_look(verdict, time.monotonic() - began)
-            if more == 0:
-                per_round = (tuple(values[0]), tuple(values[1]))
-                seconds = time.monotonic() - began
-                return Paired(verdict, got[0], got[1], first, seconds, per_round)
-            target = rounds + more
+        verdict, rounds, seconds = until_decided(
+            feed, judge, plan, budget, after_round=after_round
+        )
+    ma, mb = feed.measurements()
+    verdict = overridden(verdict, _overrides(source, [ma, mb], busy_limit, host_decides))
+    per_side = (tuple(r[0] for r in rounds), tuple(r[1] for r in rounds))
+    return Decided(verdict, ma, mb, feed.sides(), seconds, per_side)
 
 
-def bench_in_rounds(
-    session: PerfSession, profile: Profile, a: Side, b: Side
-) -> tuple[Callable[[int, bool], None], tuple[list[float], list[float]]]:
-    """An ``after_round`` for :func:`measure_rounds` that runs one llama-bench repetition of
-    each side (same build, model, flags, pinning and workload as its server) in the round's
-    order, and the lists it fills: each side's bench tok/s per round. Across restarts the
-    servers are stopped first: a llama-bench needs the room of one."""
-    got: tuple[list[float], list[float]] = ([], [])
+def decide_baseline(
+    source: Source,
+    profile: Profile,
+    side: Side,
+    judge_values: Callable[[Sequence[float], float], BaselineCheck],
+    *,
+    plan: Plan,
+    budget: float,
+    busy_limit: float,
+) -> Checked:
+    """Check one measurement against its stored baseline: *judge_values* (the samples, the
+    per-look confidence) at the looks of *plan* within *budget* seconds, more samples while it
+    is undecided; undecided on a busy host or one that changed under the measurement."""
+    feed = source.series(profile, side.configuration, side.workload)
+    confidence = 1 - plan.nominal_alpha()
 
-    def beside(index: int, restarts: bool) -> None:
-        if restarts:
-            session.stop_servers()
-        for i in (0, 1) if first_in_round(index) == "a" else (1, 0):
-            side = (a, b)[i]
-            got[i].append(
-                session.bench_sample(profile, side.configuration, side.workload, side.build)
-            )
+    def judge(taken: list[tuple[float, ...]], spent: bool) -> tuple[BaselineCheck, bool]:
+        check = judge_values([r[0] for r in taken], confidence)
+        done = check.outcome != "undecided" or spent or len(taken) >= plan.max_rounds
+        return check, done
 
-    return beside, got
+    check, _rounds, _seconds = until_decided(feed, judge, plan, budget)
+    (m,) = feed.measurements()
+    return Checked(overridden(check, _overrides(source, [m], busy_limit, True)), m)
+
+
+def _relation(rule: Rule) -> str:
+    """The relation a verdict of *rule* is shown with (``~``, ``<``, ``>=``, ``<=``)."""
+    return {"change": "~", "dead_end": "<", "claim": rule.relation}[rule.kind]

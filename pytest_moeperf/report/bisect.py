@@ -1,0 +1,73 @@
+"""Bisect's report: the table of steps (build, ratio against good and bad with intervals,
+verdict, time), the conclusion, markdown and JSON."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ..verdicts.bisect import BisectResult, Comparison
+from .tables import markdown_table, text_table
+
+
+def _named(c: Comparison, configurations: Sequence[str]) -> str:
+    return c.text() if len(configurations) == 1 else f"{c.configuration} {c.text()}"
+
+
+def bisect_rows(result: BisectResult) -> tuple[list[str], list[list[str]]]:
+    """build | vs good | vs bad | verdict | time, one row per measured step."""
+    headers = ["build", "vs good", "vs bad", "verdict", "time"]
+    rows = []
+    for name in result.builds:
+        step = result.steps.get(name)
+        if step is None:
+            continue
+        rows.append(
+            [
+                name,
+                "; ".join(_named(c, result.configurations) for c in step.against_good),
+                "; ".join(_named(c, result.configurations) for c in step.against_bad),
+                step.verdict,
+                f"{step.seconds:.0f} s",
+            ]
+        )
+    return headers, rows
+
+
+def premise_text(result: BisectResult) -> str:
+    """The premise's comparisons, one per configuration."""
+    return "; ".join(_named(c, result.configurations) for c in result.premise)
+
+
+def bisect_text(result: BisectResult) -> str:
+    head = (
+        f"bisect {', '.join(result.configurations)} {result.metric}: {result.builds[-1]} / "
+        f"{result.builds[0]} = {premise_text(result)}; {len(result.builds) - 2} build(s) between"
+    )
+    table = [text_table(*bisect_rows(result)), ""] if result.steps else []
+    return "\n".join([head, "", *table, result.conclusion()])
+
+
+def bisect_markdown(result: BisectResult) -> str:
+    return "\n".join(
+        [
+            f"# Bisect: {result.metric} from {result.builds[0]} to {result.builds[-1]}",
+            "",
+            *([markdown_table(*bisect_rows(result)), ""] if result.steps else []),
+            f"**{result.conclusion()}**",
+            "",
+        ]
+    )
+
+
+def bisect_json(result: BisectResult) -> dict[str, Any]:
+    return {
+        "builds": result.builds,
+        "metric": result.metric,
+        "configurations": result.configurations,
+        "premise": [c.to_dict() for c in result.premise],
+        "steps": [result.steps[b].to_json() for b in result.builds if b in result.steps],
+        "boundaries": [{"last_good": g, "first_bad": b} for g, b in result.boundaries],
+        "outcome": result.outcome,
+        "conclusion": result.conclusion(),
+    }

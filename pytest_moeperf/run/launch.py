@@ -1,0 +1,163 @@
+"""Starting the server of a configuration: its build and model resolved, the GPUs it uses and
+the memory it will hold estimated, room made for it in the pool, and the process started
+pinned on 127.0.0.1 with its environment and log."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from ..llama.flags import gpus_used
+from ..llama.footprint import GIB, Footprint, estimate
+from ..llama.server import LlamaServer
+from .artifacts import Artifacts
+from .pool import ServerKey, ServerPool, ServerRecord
+from .profiles import Configuration, HostLacks, Profile
+
+
+def gpu_env(configuration: Configuration) -> dict[str, str]:
+    """The server's environment: a configuration that declares ``gpus`` sees those GPUs only
+    (``CUDA_VISIBLE_DEVICES`` in nvidia-smi's PCI order), unless its env names them itself."""
+    env = dict(configuration.env)
+    if configuration.gpus is not None and "CUDA_VISIBLE_DEVICES" not in env:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, configuration.gpus))
+        env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+    return env
+
+
+def server_names(keys: Iterable[ServerKey]) -> dict[ServerKey, str]:
+    """Each server's name as reports show it, ``mmap (b11434)``, with its profile in front
+    (``embedded: mmap (b11434)``) when the keys span more than one profile."""
+    keys = list(keys)
+    several = len({k[0] for k in keys}) > 1
+    return {k: (f"{k[0]}: " if several else "") + f"{k[1]} ({k[2]})" for k in keys}
+
+
+class Launcher:
+    """Starts, restarts and forgets the servers of a session's configurations."""
+
+    def __init__(
+        self,
+        pool: ServerPool,
+        artifacts: Artifacts,
+        host: Callable[[], dict[str, Any]],
+        *,
+        log_dir: Path,
+        startup_timeout: float,
+        report: Callable[[str], None],
+    ) -> None:
+        self.pool = pool
+        self.artifacts = artifacts
+        self._host = host
+        """This host's fingerprint (its GPUs)."""
+        self.log_dir = log_dir
+        self.startup_timeout = startup_timeout
+        self.report = report
+
+    def server(
+        self, profile: Profile, configuration: Configuration, label: str | None = None
+    ) -> ServerRecord:
+        """The running server of (profile, configuration, build), started if needed; what this
+        host or build cannot run is :class:`HostLacks`, before any build work where it can."""
+        cpus = configuration.pinning.resolve()  # HostLacks -> skip, before any build work
+        gpus = len(self._host()["gpus"])
+        if configuration.requires_gpus > gpus:
+            raise HostLacks(
+                f"configuration {configuration.name!r} needs {configuration.requires_gpus} "
+                f"GPU(s); this host has {gpus}"
+            )
+        if profile.cuda and not gpus:
+            raise HostLacks(
+                f"profile {profile.name!r} builds llama.cpp with CUDA (cuda = true); "
+                "nvidia-smi finds no NVIDIA GPU on this host"
+            )
+        label, build = self.artifacts.build_for(profile, configuration, label)
+        missing = build.missing_flags(configuration.server_args)
+        if missing:
+            raise HostLacks(f"build {label} has no {', '.join(missing)}")
+        key = (profile.name, configuration.name, label)
+        rec = self.pool.running(key)
+        if rec is not None:
+            return rec
+        model = self.artifacts.model_for(profile)
+        used = self.gpus_of(profile, configuration)
+        need = self.footprint(profile, configuration, model, used)
+        name = f"{configuration.name} ({label})"
+        self.pool.make_room(key, need, used, name)
+        safe = f"{profile.name}-{configuration.name}-{label}".replace("/", "_")
+        server = LlamaServer(
+            build.server,
+            model,
+            configuration.server_args,
+            log_path=self.log_dir / f"{safe}.log",
+            cpus=cpus,
+            env=gpu_env(configuration),
+            name=name,
+            startup_timeout=self.startup_timeout,
+        )
+        rec = ServerRecord(server, configuration, build, label, gpus=used, footprint=need)
+        self.pool.start(key, server, rec)
+        self.report(
+            f"moeperf: started {server.name} [{configuration.pinning.describe()}] "
+            f"pid {server.pid} on {server.url}, ready in {server.ready_seconds:.2f} s "
+            f"({need.describe()}, estimated)"
+        )
+        return rec
+
+    def restart(
+        self, profile: Profile, configuration: Configuration, label: str | None = None
+    ) -> ServerRecord:
+        """A fresh process of (profile, configuration, build): the running one is stopped."""
+        resolved, _build = self.artifacts.build_for(profile, configuration, label)
+        self.pool.stop((profile.name, configuration.name, resolved), why="a fresh process")
+        return self.server(profile, configuration, label)
+
+    def fit_together(self, profile: Profile, sides: list[tuple[Configuration, str | None]]) -> bool:
+        """Whether the servers of these (configuration, build label) fit in memory at once."""
+        needs = []
+        model = self.artifacts.model_for(profile)
+        for configuration, _label in sides:
+            used = self.gpus_of(profile, configuration)
+            needs.append((self.footprint(profile, configuration, model, used), used))
+        return self.pool.fits(needs)
+
+    def gpus_of(self, profile: Profile, configuration: Configuration) -> frozenset[int]:
+        """The GPUs a server of *configuration* uses (locked while it measures, charged with
+        its VRAM): none for a profile that neither builds with CUDA nor declares or requires
+        GPUs; else :func:`gpus_used` of its declared ``gpus``, env and flags."""
+        if not (profile.cuda or configuration.requires_gpus > 0 or configuration.gpus is not None):
+            return frozenset()
+        return gpus_used(
+            configuration.gpus,
+            configuration.server_args,
+            configuration.env,
+            len(self._host()["gpus"]),
+        )
+
+    def footprint(
+        self,
+        profile: Profile,
+        configuration: Configuration,
+        model: Path,
+        gpus: frozenset[int],
+    ) -> Footprint:
+        """The memory a server of *configuration* on *gpus* will hold: the configuration's
+        ``ram_gib`` / ``vram_gib`` where given, else estimated from the model file and flags."""
+        db = self.artifacts.model_bytes(model)
+        if db is None:
+            est = Footprint(private=model.stat().st_size, shared=0, vram=0, model=str(model))
+        else:
+            est = estimate(db, str(model), configuration.server_args, gpus=len(gpus))
+        if configuration.ram_gib is not None:
+            est = replace(est, private=int(configuration.ram_gib * GIB), shared=0)
+        if configuration.vram_gib is not None:
+            est = replace(est, vram=int(configuration.vram_gib * GIB))
+        return est
+
+    def load_times(self) -> dict[str, list[float]]:
+        """Seconds each start of each server took to load (until ``/health`` answered), by the
+        server's name (``mmap (b11434)``)."""
+        keys = [k for k in self.pool.starts if k in self.pool.servers]
+        return {name: list(self.pool.starts[k]) for k, name in server_names(keys).items()}

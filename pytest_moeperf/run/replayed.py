@@ -1,0 +1,112 @@
+"""The replayed source: stored numbers judged without starting a server.
+
+It reads a results file a run wrote (raw samples, the conditions they were taken in, and each
+verdict's rounds: which samples, and blocks of a fresh process across restarts) or a baseline
+file (a decision record's table cells as figures with a spread, or accepted samples). A
+verdict's feed gives the rounds that were measured for it, so that a replayed verdict is the
+verdict that was measured; a file without them (results format 1, baseline files) pairs every
+stored sample of both sides in order. What it stores is all there is: no feed gives more.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ..errors import ConfigError, ResultsError
+from ..host.probe import Probe
+from ..measure.measurement import Measurement
+from ..measure.workload import Workload
+from ..store.record import matching, rounds_of
+from ..store.replay import Replay
+from .pool import ServerRecord
+from .profiles import Configuration, Profile
+from .source import PAIRED_METHOD, Feed, Side, Source, StoredFeed, side_rounds
+
+
+class ReplaySource(Source):
+    """Measurements and rounds from a stored file."""
+
+    def __init__(self, replay: Replay, profiles: Mapping[str, Profile]) -> None:
+        super().__init__()
+        self.replay = replay
+        self._unused = list(replay.verdicts)
+        check_configurations(replay, profiles)
+
+    def measure(
+        self,
+        profile: Profile,
+        configuration: Configuration,
+        workload: Workload,
+        repetitions: int | None = None,
+        build: str | None = None,
+    ) -> Measurement:
+        m = self.replay.find(profile.name, configuration.name, workload, build, profile.build_label)
+        self.measurements[(profile.name, m.configuration, m.build, workload.name)] = m
+        return m
+
+    def pair(self, profile: Profile, a: Side, b: Side, *, label: str, relation: str) -> Feed:
+        # looked up in the order a claim names them (its left side first)
+        mb = self.measure(profile, b.configuration, b.workload, None, b.build)
+        ma = self.measure(profile, a.configuration, a.workload, None, a.build)
+        if min(len(ma.samples), len(mb.samples)) < 2:  # stored figures: no rounds
+            feed = StoredFeed((ma, mb), [], [])
+            feed.unpaired = (ma.operand, mb.operand)
+            return feed
+        keys = [(profile.name, m.configuration, m.build, m.workload.name) for m in (ma, mb)]
+        found = matching(self._unused, label, relation, keys)
+        if found is None:  # every stored sample of both sides, in order
+            n = min(len(ma.samples), len(mb.samples))
+            sides = (side_rounds(profile, ma, 0), side_rounds(profile, mb, 0))
+            return StoredFeed((ma, mb), (ma.values[:n], mb.values[:n]), sides)
+        record = self._unused.pop(found)
+        assert record.sides is not None
+        count = record.verdict.rounds
+        values = [rounds_of(m, s, count) for m, s in zip((ma, mb), record.sides, strict=True)]
+        return StoredFeed((ma, mb), values, record.sides, record.verdict.method or PAIRED_METHOD)
+
+    def series(self, profile: Profile, configuration: Configuration, workload: Workload) -> Feed:
+        m = self.measure(profile, configuration, workload)
+        return StoredFeed((m,), (m.values,), (side_rounds(profile, m, 0),))
+
+    def fingerprint(self, profile: Profile, label: str | None = None) -> dict[str, Any]:
+        return dict(self.replay.fingerprint)
+
+    @property
+    def probes(self) -> dict[str, Probe]:
+        return {}
+
+    @property
+    def host_changes(self) -> list[str]:
+        return list(self.replay.host_changes)
+
+    def host_moved(self, measurements: Iterable[Measurement], *, force: bool = False) -> list[str]:
+        return list(self.replay.host_changes)
+
+    def server(
+        self, profile: Profile, configuration: Configuration, label: str | None = None
+    ) -> ServerRecord:
+        raise ConfigError("replay mode (--moeperf-replay) starts no servers")
+
+
+def check_configurations(replay: Replay, profiles: Mapping[str, Profile]) -> None:
+    """Every stored measurement names a profile and configuration this session knows: an
+    entry of another configuration would be ignored silently, so it is an error naming it."""
+    for m in replay.measurements:
+        name = m.conditions.profile or replay.profile
+        if name is None:
+            continue
+        profile = profiles.get(name)
+        where = f"--moeperf-replay {replay.path}: {m.configuration} {m.workload} ({m.build})"
+        if profile is None:
+            raise ResultsError(
+                f"{where} is of profile {name!r}, which no configuration file here defines; "
+                "replay it with the moeperf config that ran it (--moeperf-config)"
+            )
+        if m.configuration not in profile.configurations:
+            known = ", ".join(profile.configurations)
+            raise ResultsError(
+                f"{where}: profile {name!r} ({profile.source}) has no configuration "
+                f"{m.configuration!r} (known: {known}); add it to the profile, or replay the "
+                "file with the configuration file that ran it"
+            )

@@ -1,0 +1,225 @@
+"""Where samples come from: a *source* gives the measurements of (configuration, workload,
+build) of a profile, and the rounds of a verdict, from live servers or from a stored run.
+
+Everything above a source (the rounds loop, the fixture, the gate, bisect) asks it for
+measurements and *feeds* and never asks which kind it is:
+
+- a :class:`Feed` is one verdict's rounds as the source gives them, a round being one value of
+  each side (two sides paired back to back, or one side checked against a stored baseline).
+  A live feed measures each round when asked; a stored feed gives the rounds that were
+  measured (a verdict's blocks across restarts as the medians they were) and then no more.
+  Rounds a feed holds already (:attr:`Feed.ready`) are judged together at the first look.
+- the live source (:mod:`pytest_moeperf.run.live`) starts servers under locks, accounts for
+  other work and steal while measuring, warms servers up and sends requests and traffic; the
+  replayed one (:mod:`pytest_moeperf.run.replayed`) reads a results or baseline file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import ConfigError
+from ..host.probe import Probe
+from ..llama.startup import StartupFinding
+from ..measure.measurement import Measurement
+from ..measure.stats import Figure
+from ..measure.workload import Workload
+from ..store.record import SideRounds
+from .pool import ServerKey, ServerRecord
+from .profiles import Configuration, Profile
+
+MeasurementKey = tuple[str, str, str, str]
+"""(profile, configuration, build label, workload)."""
+BLOCK_SAMPLES = 3
+"""Samples per server process when two sides are measured across restarts."""
+PAIRED_METHOD = "paired rounds, trimmed t, corrected for looks"
+RESTART_METHOD = (
+    f"paired server restarts (median of {BLOCK_SAMPLES} samples per process), trimmed t, "
+    "corrected for looks"
+)
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side of a paired verdict: a workload on a configuration (on a named build)."""
+
+    configuration: Configuration
+    workload: Workload
+    build: str | None = None
+
+
+class Feed(ABC):
+    """The rounds of one verdict: each a value of every side, measured now or stored."""
+
+    ready: int = 0
+    """Rounds the source holds already: judged together at the first look."""
+    restarts: bool = False
+    """Whether each round restarts the sides' servers (they do not fit in memory together)."""
+    method: str = PAIRED_METHOD
+    """How the rounds are taken, for the verdict."""
+    unpaired: tuple[Sequence[float] | Figure, ...] | None = None
+    """Sides that cannot be paired in rounds (stored figures, fewer than two samples): their
+    samples or figures, judged once instead."""
+
+    @abstractmethod
+    def take(self, index: int) -> tuple[float, ...] | None:
+        """Round *index* (0-based, asked in order): one value per side; ``None`` when the
+        source has no more rounds to give."""
+
+    @abstractmethod
+    def measurements(self) -> tuple[Measurement, ...]:
+        """Each side's measurement as it stands, every sample (earlier ones too)."""
+
+    @abstractmethod
+    def sides(self) -> tuple[SideRounds, ...]:
+        """Where each side's rounds lie in its measurement's samples (for the run record)."""
+
+    def holding(self) -> contextlib.AbstractContextManager[None]:
+        """A block in which the sides' servers stay alive (none is stopped to make room)."""
+        return contextlib.nullcontext()
+
+
+class StoredFeed(Feed):
+    """Rounds that were measured before: per side, one value a round; no more after them."""
+
+    def __init__(
+        self,
+        measurements: Sequence[Measurement],
+        values: Sequence[Sequence[float]],
+        sides: Sequence[SideRounds],
+        method: str = PAIRED_METHOD,
+    ) -> None:
+        self._measurements = tuple(measurements)
+        self._values = [list(v) for v in values]
+        self._sides = tuple(sides)
+        self.ready = min((len(v) for v in self._values), default=0)
+        self.method = method
+
+    def take(self, index: int) -> tuple[float, ...] | None:
+        if index >= self.ready:
+            return None
+        return tuple(v[index] for v in self._values)
+
+    def measurements(self) -> tuple[Measurement, ...]:
+        return self._measurements
+
+    def sides(self) -> tuple[SideRounds, ...]:
+        return self._sides
+
+
+def side_rounds(
+    profile: Profile, m: Measurement, first: int, per_round: int = 1
+) -> SideRounds:
+    """Where the rounds of *m* (of *profile*) lie: from sample *first*, *per_round* a round."""
+    return SideRounds(profile.name, m.configuration, m.build, m.workload.name, first, per_round)
+
+
+class Source(ABC):
+    """Measurements and rounds of a profile's configurations, live or stored."""
+
+    def __init__(self) -> None:
+        self.measurements: dict[MeasurementKey, Measurement] = {}
+        """Every measurement this source gave, by (profile, configuration, build, workload)."""
+
+    # -- samples -----------------------------------------------------------------------------
+    @abstractmethod
+    def measure(
+        self,
+        profile: Profile,
+        configuration: Configuration,
+        workload: Workload,
+        repetitions: int | None = None,
+        build: str | None = None,
+    ) -> Measurement:
+        """The measurement of *workload* on (profile, configuration, build): at least
+        *repetitions* samples where the source can take them (default: the profile's)."""
+
+    @abstractmethod
+    def pair(self, profile: Profile, a: Side, b: Side, *, label: str, relation: str) -> Feed:
+        """The rounds of ``b / a`` for the verdict *label* judged by *relation*."""
+
+    @abstractmethod
+    def series(self, profile: Profile, configuration: Configuration, workload: Workload) -> Feed:
+        """The samples of one measurement as rounds of one value (a baseline check)."""
+
+    @property
+    def taken(self) -> list[Measurement]:
+        """The measurements this run took itself (what its run record holds)."""
+        return []
+
+    # -- the host ----------------------------------------------------------------------------
+    @abstractmethod
+    def fingerprint(self, profile: Profile, label: str | None = None) -> dict[str, Any]:
+        """The host and build facts *profile*'s numbers were taken on (of build *label*)."""
+
+    @property
+    @abstractmethod
+    def probes(self) -> dict[str, Probe]:
+        """The calibration probe of each CPU set (``"0-1"``)."""
+
+    @property
+    @abstractmethod
+    def host_changes(self) -> list[str]:
+        """How the host changed under the run, one line per probe figure that moved."""
+
+    @abstractmethod
+    def host_moved(self, measurements: Iterable[Measurement], *, force: bool = False) -> list[str]:
+        """How the host moved under these measurements' CPUs since the run's first probe
+        (probing them again when due, or with *force*); ``[]`` when it stayed."""
+
+    # -- servers -----------------------------------------------------------------------------
+    @property
+    def servers(self) -> dict[ServerKey, ServerRecord]:
+        """The servers this source started, by (profile, configuration, build label)."""
+        return {}
+
+    @property
+    def findings(self) -> dict[ServerKey, list[StartupFinding]]:
+        """Performance warnings each server printed at its (last) start."""
+        return {}
+
+    @abstractmethod
+    def server(
+        self, profile: Profile, configuration: Configuration, label: str | None = None
+    ) -> ServerRecord:
+        """The running server of (profile, configuration, build), started if needed."""
+
+    def stop_servers(  # noqa: B027 (a source without servers has nothing to stop)
+        self, keep: Callable[[ServerKey], bool] | None = None
+    ) -> None:
+        """Stop every running server except those *keep* selects."""
+
+    def close(self) -> None:  # noqa: B027
+        """Stop everything this source started."""
+
+    def load_times(self) -> dict[str, list[float]]:
+        """Seconds each start of each server took, by the server's name."""
+        return {}
+
+    def bench_sample(
+        self,
+        profile: Profile,
+        configuration: Configuration,
+        workload: Workload,
+        label: str | None = None,
+    ) -> float:
+        """One llama-bench repetition of *workload* as (profile, configuration, build) runs
+        it, tok/s: the compute without the server around it."""
+        raise ConfigError(f"{type(self).__name__} runs no llama-bench")
+
+    @property
+    def host(self) -> dict[str, Any]:
+        """This host's fingerprint, without builds and models (``{}``: not this host's)."""
+        return {}
+
+    def reprobes(self) -> dict[str, list[dict[str, Any]]]:
+        """Later probes of each CPU set (before verdicts, at the end), with their times."""
+        return {}
+
+    def traffic_runs(self) -> dict[str, dict[str, Any]]:
+        """Each server's traffic, every pass and request, by the server's name."""
+        return {}

@@ -1,0 +1,138 @@
+"""The build gate's verdicts: one row per configuration and workload (candidate / baseline,
+paired by round), the correctness guard of each configuration, and what they make of the
+gate: pass, a regression, or undecided rows, with the exit status that says so."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..measure.measurement import Measurement
+from ..measure.output import OutputCheck
+from ..measure.workload import Workload
+from .attribution import Attribution
+from .judge import Verdict
+
+UNDECIDED_POLICIES = ("exit-3", "pass", "fail")
+"""What undecided rows make of a gate: exit status 3, a pass (0) or a failure (1)."""
+
+
+@dataclass(frozen=True)
+class GateRow:
+    """The verdict of one configuration and workload."""
+
+    configuration: str
+    workload: Workload
+    baseline: Measurement
+    candidate: Measurement
+    verdict: Verdict
+    seconds: float = 0.0
+    """Wall time of the row's rounds."""
+    oldest: Verdict | None = None
+    """The candidate against the oldest baseline accepted on this host (unpaired)."""
+    newest: Verdict | None = None
+    """The candidate against the newest baseline accepted on this host (unpaired)."""
+    attribution: Attribution | None = None
+    """llama-bench in the same rounds: where the change is (``--attribute``)."""
+
+    @property
+    def name(self) -> str:
+        """``mmap.pp512``."""
+        return f"{self.configuration}.{self.workload.name}"
+
+
+@dataclass
+class GateResult:
+    """Every row of a gate run, and the host's state around it."""
+
+    baseline: str
+    candidate: str
+    margin: float
+    rows: list[GateRow]
+    host_busy_before: float
+    loadavg_before: tuple[float, float, float]
+    notes: list[str]
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    """Configurations a build or this host cannot run: (configuration, why)."""
+    undecided_policy: str = "exit-3"
+    """What undecided rows make of the gate: one of :data:`UNDECIDED_POLICIES`."""
+    outputs: list[OutputCheck] = field(default_factory=list)
+    """The correctness guard of each configuration: greedy tokens on both builds."""
+    allow_different: bool = False
+    """Whether different output may pass (``--allow-different-output``)."""
+
+    @property
+    def different(self) -> list[OutputCheck]:
+        return [c for c in self.outputs if not c.same]
+
+    @property
+    def slower(self) -> list[GateRow]:
+        return [r for r in self.rows if r.verdict.outcome == "slower"]
+
+    @property
+    def undecided(self) -> list[GateRow]:
+        return [r for r in self.rows if r.verdict.outcome == "undecided"]
+
+    @property
+    def crept(self) -> list[GateRow]:
+        """Rows whose candidate is slower than the oldest accepted baseline: the cumulative
+        change of the accepted chain is a regression."""
+        return [r for r in self.rows if r.oldest is not None and r.oldest.outcome == "slower"]
+
+    @property
+    def creep_notes(self) -> list[str]:
+        """One line per row slower than the oldest accepted baseline."""
+        return [
+            f"{r.name} is slower than the oldest accepted baseline "
+            f"({r.oldest.label}: {versus(r.oldest)}): the accepted chain adds up to a "
+            "regression (--accept refuses it without --allow-creep)"
+            for r in self.crept
+            if r.oldest is not None
+        ]
+
+    @property
+    def passed(self) -> bool:
+        """No metric is slower beyond the margin."""
+        return not self.slower
+
+    def exit_code(self, undecided: str | None = None) -> int:
+        """0 pass, 1 a regression, 3 undecided rows; *undecided* (default: the gate's
+        :attr:`undecided_policy`) ``pass`` makes those 0, ``fail`` 1."""
+        policy = undecided or self.undecided_policy
+        if self.slower or (self.different and not self.allow_different):
+            return 1
+        if self.undecided and policy != "pass":
+            return 1 if policy == "fail" else 3
+        return 0
+
+    def summary(self) -> str:
+        """The last line: ``pass``, ``FAIL: ...`` or ``UNDECIDED: ...``."""
+        if self.different and not self.allow_different:
+            slower = f"; {len(self.slower)} metric(s) slower" if self.slower else ""
+            return (
+                f"FAIL: the candidate's output differs on {len(self.different)} configuration(s)"
+                f"{slower} (--allow-different-output to judge speed alone)"
+            )
+        if self.slower:
+            return f"FAIL: {len(self.slower)} metric(s) slower"
+        if not self.undecided:
+            return "pass"
+        what = f"{len(self.undecided)} metric(s) undecided (budget spent)"
+        if self.undecided_policy == "pass":
+            return f"pass ({what}, --undecided pass)"
+        if self.undecided_policy == "fail":
+            return f"FAIL: {what}"
+        return f"UNDECIDED: {what}"
+
+    @property
+    def output_lines(self) -> list[str]:
+        """One line per configuration's correctness guard."""
+        return [c.describe(self.baseline, self.candidate) for c in self.outputs]
+
+
+def versus(v: Verdict | None) -> str:
+    """``+2.6 % [-4.9, +24.3] undecided``: a change against an accepted baseline."""
+    if v is None:
+        return "-"
+    return (
+        f"{v.change_pct:+.1f} % [{100 * (v.low - 1):+.1f}, {100 * (v.high - 1):+.1f}] {v.outcome}"
+    )

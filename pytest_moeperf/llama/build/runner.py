@@ -27,6 +27,8 @@ _TAIL_LINES = 200
 
 
 class _StepFailed(Exception):
+    """A step that exited non-zero (127: it could not be started), with its last lines."""
+
     def __init__(self, rc: int, tail: list[str]) -> None:
         super().__init__(rc)
         self.rc = rc

@@ -15,24 +15,20 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from pytest_moeperf.commands.logstats import add_logstats_arguments, logstats_main, run_logstats
 from pytest_moeperf.errors import MoeperfError
 from pytest_moeperf.llama.logs import (
-    STARTUP_WARNINGS,
-    KnownWarning,
     LogError,
     RequestTiming,
     TimingParser,
-    add_logstats_arguments,
-    format_traffic_table,
-    logstats_main,
     parse_log_files,
     parse_timings,
     read_log_lines,
     rotated_series,
-    run_logstats,
-    scan_startup,
     traffic_stats,
 )
+from pytest_moeperf.llama.startup import STARTUP_WARNINGS, KnownWarning, scan_startup
+from pytest_moeperf.report.logstats import format_traffic_table
 
 DATA = Path(__file__).parent / "data" / "logs"
 

@@ -1,5 +1,9 @@
 """``moeperf logstats``: the real-traffic table of llama-server logs (ADR-0042), the
-performance warnings each log contains, and optionally a log's request mix for replay."""
+performance warnings each log contains, and optionally a log's request mix for replay.
+
+Mounted by :func:`pytest_moeperf.commands.make_parser` through :func:`add_arguments` and
+:func:`run`; :func:`main` runs it alone (``python -m pytest_moeperf.commands.logstats``).
+"""
 
 from __future__ import annotations
 
@@ -22,7 +26,7 @@ from ..llama.logs import (
 )
 from ..report.logstats import format_traffic_table
 
-__all__ = ["add_logstats_arguments", "logstats_main", "run_logstats"]
+__all__ = ["add_arguments", "main", "run"]
 
 
 _PROG = "moeperf logstats"
@@ -38,7 +42,7 @@ def _non_negative(value: str) -> int:
     return n
 
 
-def add_logstats_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare ``moeperf logstats``'s arguments on *parser*."""
     parser.description = (
         "Real-traffic prefill/decode throughput from llama-server print_timing lines (the "
@@ -92,7 +96,7 @@ def _labels(paths: Sequence[str]) -> list[str]:
     return [f"{i + 1}:{p}" for i, p in enumerate(paths)]
 
 
-def run_logstats(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     """Run ``moeperf logstats`` with parsed *args*; 0 on success, 2 on a user error."""
     mix_path = args.mix
     if mix_path and len(args.logs) != 1:
@@ -159,16 +163,16 @@ def run_logstats(args: argparse.Namespace) -> int:
     return 0
 
 
-def logstats_main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     """``moeperf logstats`` as a stand-alone command; returns the exit status."""
     parser = argparse.ArgumentParser(prog=_PROG)
-    add_logstats_arguments(parser)
+    add_arguments(parser)
     try:
         args = parser.parse_args(argv)
     except SystemExit as e:  # --help, or a usage error already printed by argparse
         return e.code if isinstance(e.code, int) else 2
-    return run_logstats(args)
+    return run(args)
 
 
 if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(logstats_main())
+    raise SystemExit(main())

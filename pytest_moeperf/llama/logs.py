@@ -32,7 +32,7 @@ from typing import IO, Any, cast
 
 from ..errors import MoeperfError
 from ..measure.mix import Mix, Shape
-from .startup import _ANSI, StartupFinding, _messages, _StartupScanner
+from .startup import StartupFinding, StartupScanner, log_messages, without_colours
 
 __all__ = [
     "Aggregate",
@@ -140,11 +140,12 @@ _TIMESTAMP = re.compile(r"^(\d+)\.(\d{2})\.(\d{3})\.(\d{3}) ")
 
 def _timestamp(raw: str) -> float | None:
     """Seconds since the server started, from a raw line's ``--log-timestamps`` prefix."""
-    head = raw[:64]
-    stamp = _TIMESTAMP.match(_ANSI.sub("", head) if "\x1b" in head else head)
+    stamp = _TIMESTAMP.match(without_colours(raw[:64]))
     if stamp is None:
         return None
     return int(stamp[1]) * 60 + int(stamp[2]) + int(stamp[3]) / 1e3 + int(stamp[4]) / 1e6
+
+
 # "slot %12.*s: id %2d | task %d | " (tools/server/server-common.h); print_timings is cut to
 # "print_timing", release padded to "     release".
 _SLOT = re.compile(r"\bslot +(?P<func>\w+): +id +(?P<slot>-?\d+) \| task +(?P<task>-?\d+) \|")
@@ -178,7 +179,7 @@ class TimingParser:
 
     def feed(self, raw: str) -> list[RequestTiming]:
         """Consume one raw log line; returns the requests it finished."""
-        return self._feed_messages(_messages(raw), raw)
+        return self._feed_messages(log_messages(raw), raw)
 
     def _feed_messages(self, messages: list[str], raw: str = "") -> list[RequestTiming]:
         self._raw = raw  # its timestamp is read only where a request's end is recorded
@@ -366,7 +367,7 @@ def parse_log_files(paths: Iterable[str | Path]) -> ParsedLog:
     (a block cut by rotation is joined). Raises :class:`LogError` for a file that is not a
     llama-server log; a server log with no requests gives no timings."""
     parser = TimingParser()
-    scanner = _StartupScanner()
+    scanner = StartupScanner()
     timings: list[RequestTiming] = []
     names: list[str] = []
     for path in paths:
@@ -374,7 +375,7 @@ def parse_log_files(paths: Iterable[str | Path]) -> ParsedLog:
         names.append(str(p))
         lines_before, server_before = parser.lines, parser.server_lines
         for line_no, raw in enumerate(read_log_lines(p), start=1):
-            messages = _messages(raw)
+            messages = log_messages(raw)
             timings.extend(parser._feed_messages(messages, raw))
             for message in messages:
                 if "print_timing" not in message:  # never a warning; most of a long log

@@ -17,7 +17,10 @@ __all__ = [
     "STARTUP_WARNINGS",
     "KnownWarning",
     "StartupFinding",
+    "StartupScanner",
+    "log_messages",
     "scan_startup",
+    "without_colours",
 ]
 
 
@@ -30,11 +33,14 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _PREFIX = re.compile(r"^(?:\d+(?:\.\d+){2,3} )?(?:[IWEDT] )?")
 
 
-def _messages(raw: str) -> list[str]:
+def without_colours(text: str) -> str:
+    """*text* without ANSI colour codes (a log written with colours on)."""
+    return _ANSI.sub("", text) if "\x1b" in text else text
+
+
+def log_messages(raw: str) -> list[str]:
     """The log messages carried by one raw line, colour codes and time/level prefix removed."""
-    line = raw.rstrip("\r\n")
-    if "\x1b" in line:
-        line = _ANSI.sub("", line)
+    line = without_colours(raw.rstrip("\r\n"))
     if line.startswith('{"') and '"msg"' in line:  # --log-jsonl
         try:
             record = json.loads(line)
@@ -236,8 +242,8 @@ class StartupFinding:
     path: str | None = None
 
 
-class _StartupScanner:
-    """Attributes lines to warnings, keeping the first line and a count per warning id."""
+class StartupScanner:
+    """Attributes log messages to warnings, keeping the first line and a count per warning id."""
 
     def __init__(self, warnings: Sequence[KnownWarning] = STARTUP_WARNINGS) -> None:
         self._warnings = tuple(warnings)
@@ -250,13 +256,14 @@ class _StartupScanner:
             self._prefilter = None
 
     def feed(self, text: str, line: str, line_no: int, path: str | None) -> None:
+        """Look at one message *text* of the raw *line*, line *line_no* of *path*."""
         if not self._warnings or (self._prefilter and not self._prefilter.search(text)):
             return
         for w in self._warnings:
             if w.search(text):
                 seen = self._found.get(w.id)
                 if seen is None:
-                    line = _ANSI.sub("", line.rstrip("\r\n"))
+                    line = without_colours(line.rstrip("\r\n"))
                     self._found[w.id] = StartupFinding(w.id, line, line_no, w.advice, 1, path)
                 else:
                     self._found[w.id] = StartupFinding(
@@ -265,6 +272,7 @@ class _StartupScanner:
                 return
 
     def findings(self) -> list[StartupFinding]:
+        """One finding per warning seen, in order of first appearance."""
         return list(self._found.values())
 
 
@@ -273,8 +281,8 @@ def scan_startup(
 ) -> list[StartupFinding]:
     """The performance warnings in a server log's text, one finding per warning id, in order of
     first appearance."""
-    scanner = _StartupScanner(warnings)
+    scanner = StartupScanner(warnings)
     for line_no, raw in enumerate(text.splitlines(), start=1):
-        for message in _messages(raw):
+        for message in log_messages(raw):
             scanner.feed(message, raw, line_no, None)
     return scanner.findings()

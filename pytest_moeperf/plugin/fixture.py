@@ -16,7 +16,7 @@ from ..report.tables import baseline_failure, claim_failure, measured_table
 from ..run.profiles import Configuration, Profile
 from ..run.rounds import Paired, Side, bench_in_rounds, measure_rounds, plan_for
 from ..run.session import PerfSession
-from ..store.baselines import host_for
+from ..store.hosts import host_for
 from ..verdicts.attribution import server_over_bench
 from ..verdicts.judge import (
     BaselineCheck,

@@ -24,7 +24,8 @@ from ..measure.measurement import Measurement
 from ..measure.output import OutputCheck, greedy_tokens
 from ..measure.workload import Workload
 from ..report.tables import markdown_table, start_lines, text_table
-from ..store.baselines import BaselineEntry, accepted_history, host_for
+from ..store.baselines import BaselineEntry
+from ..store.hosts import accepted_history, host_for
 from ..verdicts.attribution import Attribution, attribute
 from ..verdicts.judge import Verdict, busy_reason, judge_change, undecided
 from ..verdicts.sequential import Plan, Rule

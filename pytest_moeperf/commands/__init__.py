@@ -558,11 +558,11 @@ def make_parser() -> argparse.ArgumentParser:
     sw.add_argument("--plot", metavar="PNG", help="also draw the sweep here")
     sw.set_defaults(run=_sweep)
 
-    from ..llama.logs import add_logstats_arguments, run_logstats
+    from . import logstats
 
     ls = sub.add_parser("logstats", help="ADR-style real-traffic table from llama-server logs")
-    add_logstats_arguments(ls)
-    ls.set_defaults(run=run_logstats)
+    logstats.add_arguments(ls)
+    ls.set_defaults(run=logstats.run)
     return parser
 
 

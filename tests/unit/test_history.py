@@ -19,15 +19,14 @@ from pytest_moeperf.measure.measurement import Measurement, Sample
 from pytest_moeperf.measure.stats import Figure
 from pytest_moeperf.measure.workload import Workload
 from pytest_moeperf.store import history
-from pytest_moeperf.store.history import (
+from pytest_moeperf.store.exports import (
     LLAMA_BENCH_EXTRA_FIELDS,
     LLAMA_BENCH_FIELDS,
     benchmark_json,
     llama_bench_rows,
     parse_flags,
-    read_history,
-    write_history,
 )
+from pytest_moeperf.store.history import read_history, write_history
 
 BASE_FLAGS = ["-c", "4096", "-t", "2", "-np", "1"]
 CONFIGS = {

@@ -1,0 +1,551 @@
+"""The exports of a run's results: the same numbers in the layouts that pytest-benchmark's and
+llama.cpp's comparison tools read, which :func:`~pytest_moeperf.store.history.write_history`
+stores next to each results file.
+
+- :func:`benchmark_json`: a pytest-benchmark saved run (one benchmark per measurement, the
+  seconds of each request as its timing data);
+- :func:`llama_bench_rows`: ``llama-bench -o jsonl`` rows (one per measurement, the fields a
+  server run cannot know approximated as :data:`APPROXIMATE_FIELDS` says).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import os
+import platform
+import re
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pytest_benchmark import __version__ as PYTEST_BENCHMARK_VERSION
+from pytest_benchmark.stats import Stats
+
+from .. import __version__
+from ..host.machine import parse_cpu_list
+from ..llama.flags import flag_int
+from ..measure.measurement import Measurement
+from .history import measurements_of, parse_date
+
+SETTING_FIELDS: tuple[str, ...] = (
+    "n_batch",
+    "n_ubatch",
+    "n_threads",
+    "cpu_mask",
+    "cpu_strict",
+    "poll",
+    "type_k",
+    "type_v",
+    "n_gpu_layers",
+    "n_cpu_moe",
+    "split_mode",
+    "main_gpu",
+    "no_kv_offload",
+    "flash_attn",
+    "devices",
+    "tensor_split",
+    "tensor_buft_overrides",
+    "load_mode",
+    "lazy_mode",
+    "embeddings",
+    "no_op_offload",
+    "no_host",
+    "repack",
+    "fit_target",
+    "fit_min_ctx",
+)
+"""llama-bench row fields that come from the configuration's flags (or their defaults)."""
+
+LLAMA_BENCH_FIELDS: tuple[str, ...] = (
+    "build_commit",
+    "build_number",
+    "cpu_info",
+    "gpu_info",
+    "backends",
+    "model_filename",
+    "model_type",
+    "model_size",
+    "model_n_params",
+    *SETTING_FIELDS,
+    "n_prompt",
+    "n_gen",
+    "n_depth",
+    "test_time",
+    "avg_ns",
+    "stddev_ns",
+    "avg_ts",
+    "stddev_ts",
+    "samples_ns",
+    "samples_ts",
+)
+"""The fields of one ``llama-bench -o jsonl`` row, in llama-bench b11434's order
+(``test::get_fields()`` then ``samples_ns``, ``samples_ts``)."""
+
+LLAMA_BENCH_EXTRA_FIELDS: tuple[str, ...] = (
+    "use_mmap",
+    "moeperf_profile",
+    "moeperf_configuration",
+    "moeperf_workload",
+    "moeperf_flags",
+    "moeperf_pinning",
+)
+"""Fields added after llama-bench's: ``use_mmap`` (older llama-bench builds and older
+``compare-llama-bench.py`` key on it instead of ``load_mode``) and what identifies the row in
+pytest-moeperf. ``compare-llama-bench.py`` drops fields it does not know."""
+
+APPROXIMATE_FIELDS: dict[str, str] = {
+    "build_commit": "the build label (b11434): builds from the sdist report commit 'unknown'",
+    "cpu_info": "the host's CPU model name, not ggml's CPU device description",
+    "backends": "CUDA when the host lists NVIDIA GPUs, else CPU; not asked of the binary",
+    "model_type": "the model file name and the configuration, '<model> [<configuration>]'; "
+    "llama-bench prints llama_model_desc() (architecture, size, quantisation), which a "
+    "server run does not report",
+    "model_size": "the model file's size in bytes, not the tensors' size",
+    "model_n_params": "0: unknown without loading the model",
+    "n_threads": "-t when given, else the pinned CPUs, else the host's CPU count "
+    "(llama-server's own default is the number of physical cores)",
+    "cpu_mask": "-C when given, else the CPUs the server was pinned to (affinity), as hex",
+    "test_time": "the end of the measurement's last span, else the results' date",
+    "n_prompt/n_gen": "ppN rows are n_prompt=N, n_gen=0; tgM rows n_prompt=0, n_gen=M, "
+    "timed by llama-server's prompt_ms/predicted_ms rather than llama-bench's wall clock",
+    "other fields": "from the configuration's flags where given, else llama-server's defaults",
+}
+"""Fields of the llama-bench rows that are not what llama-bench itself would have measured or
+printed, and why. Exact: avg_ts, stddev_ts, samples_ts, samples_ns, avg_ns, stddev_ns,
+n_prompt, n_gen, n_depth and every field taken from an explicit flag."""
+
+
+# --------------------------------------------------------------------------------------------
+# pytest-benchmark's saved-run layout
+
+
+def benchmark_name(m: Measurement) -> str:
+    """``configuration[build]-workload``, the workload written as llama.cpp's compare script
+    writes it (``tg64@d512``)."""
+    return f"{m.configuration}[{m.build}]-{_compact(m.workload.name)}"
+
+
+def _compact(workload: str) -> str:
+    return workload.replace(" ", "")
+
+
+def benchmark_json(results: Mapping[str, Any]) -> dict[str, Any]:
+    """*results* as one pytest-benchmark saved run: one benchmark per measurement with
+    samples, grouped by profile and workload. Its timing data are the seconds of each request
+    (prompt or decode time as llama-server timed it, one round per repetition); throughput in
+    tok/s and what was run are in ``extra_info``."""
+    fingerprint = dict(results.get("fingerprint") or {})
+    benchmarks = []
+    builds: list[str] = []
+    for m in measurements_of(results):
+        if not m.samples:
+            continue
+        if m.build not in builds:
+            builds.append(m.build)
+        benchmarks.append(_benchmark(m))
+    date = parse_date(results.get("date"))
+    return {
+        "machine_info": _machine_info(fingerprint),
+        "commit_info": {
+            "id": "+".join(builds) or "unknown",
+            "time": None,
+            "author_time": None,
+            "dirty": False,
+            "project": "llama.cpp",
+            "branch": "(unknown)",
+        },
+        "benchmarks": benchmarks,
+        "datetime": (date or dt.datetime.now(dt.UTC)).astimezone(dt.UTC).isoformat(),
+        "version": PYTEST_BENCHMARK_VERSION,
+        "moeperf_plugin_version": results.get("plugin_version", __version__),
+    }
+
+
+def _machine_info(fp: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "node": str(fp.get("hostname", platform.node())),
+        "processor": str(fp.get("cpu_model", platform.processor())),
+        "machine": platform.machine(),
+        "python_compiler": platform.python_compiler(),
+        "python_implementation": platform.python_implementation(),
+        "python_implementation_version": platform.python_version(),
+        "python_version": platform.python_version(),
+        "python_build": list(platform.python_build()),
+        "release": str(fp.get("kernel", platform.release())),
+        "system": platform.system(),
+        "cpu": {
+            "brand_raw": str(fp.get("cpu_model", "")),
+            "count": fp.get("cpus", os.cpu_count() or 0),
+            "arch_string_raw": platform.machine(),
+        },
+        "moeperf_fingerprint": dict(fp),
+    }
+
+
+def _benchmark(m: Measurement) -> dict[str, Any]:
+    stats = Stats()
+    for sample in m.samples:
+        stats.update(sample.ms / 1000.0)
+    st = stats.as_dict()
+    st["data"] = list(stats.data)
+    st["iterations"] = 1
+    s = m.summary
+    profile = str(m.extra.get("profile", ""))
+    name = benchmark_name(m)
+    return {
+        "group": f"{profile} {m.workload.name}".strip(),
+        "name": name,
+        "fullname": f"{profile}::{m.configuration}-{_compact(m.workload.name)}",
+        "params": {
+            "profile": profile,
+            "configuration": m.configuration,
+            "build": m.build,
+            "workload": m.workload.name,
+        },
+        "param": m.build,
+        "extra_info": {
+            "unit": "tok/s",
+            "tok_per_s_median": s.median,
+            "tok_per_s_min": s.min,
+            "tok_per_s_max": s.max,
+            "tok_per_s_mad": s.mad,
+            "tok_per_s_cv": s.cv,
+            "tok_per_s": m.values,
+            "tokens": [x.tokens for x in m.samples],
+            "profile": profile,
+            "configuration": m.configuration,
+            "build": m.build,
+            "workload": m.workload.name,
+            "kind": m.workload.kind,
+            "depth": m.workload.depth,
+            "flags": list(m.extra.get("flags") or []),
+            "pinning": str(m.extra.get("pinning", "")),
+            "model": str(m.extra.get("model", "")),
+        },
+        "options": {
+            "disable_gc": False,
+            "timer": "llama-server timings (prompt_ms / predicted_ms)",
+            "min_rounds": len(m.samples),
+            "max_time": 0,
+            "min_time": 0,
+            "warmup": True,
+        },
+        "stats": st,
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# llama-bench's JSONL rows
+
+
+_FLAG_ALIASES: dict[str, str] = {
+    "-t": "threads",
+    "--threads": "threads",
+    "-b": "batch",
+    "--batch-size": "batch",
+    "-ub": "ubatch",
+    "--ubatch-size": "ubatch",
+    "-C": "cpu_mask",
+    "--cpu-mask": "cpu_mask",
+    "--cpu-strict": "cpu_strict",
+    "--poll": "poll",
+    "-ctk": "type_k",
+    "--cache-type-k": "type_k",
+    "-ctv": "type_v",
+    "--cache-type-v": "type_v",
+    "-ngl": "ngl",
+    "--gpu-layers": "ngl",
+    "--n-gpu-layers": "ngl",
+    "-ncmoe": "ncmoe",
+    "--n-cpu-moe": "ncmoe",
+    "-sm": "split_mode",
+    "--split-mode": "split_mode",
+    "-mg": "main_gpu",
+    "--main-gpu": "main_gpu",
+    "-fa": "flash_attn",
+    "--flash-attn": "flash_attn",
+    "-dev": "devices",
+    "--device": "devices",
+    "-ts": "tensor_split",
+    "--tensor-split": "tensor_split",
+    "-ot": "override",
+    "--override-tensor": "override",
+    "-lm": "load_mode",
+    "--load-mode": "load_mode",
+    "-lzm": "lazy_mode",
+    "--lazy-mode": "lazy_mode",
+    "-nopo": "no_op_offload",
+    "--no-op-offload": "no_op_offload",
+    "-fitt": "fit_target",
+    "--fit-target": "fit_target",
+    "-fitc": "fit_min_ctx",
+    "--fit-ctx": "fit_min_ctx",
+}
+"""llama-server options that take a value and map to a llama-bench field."""
+
+_SWITCHES: dict[str, tuple[str, Any]] = {
+    "-nkvo": ("no_kv_offload", True),
+    "--no-kv-offload": ("no_kv_offload", True),
+    "-kvo": ("no_kv_offload", False),
+    "--kv-offload": ("no_kv_offload", False),
+    "--embedding": ("embeddings", True),
+    "--embeddings": ("embeddings", True),
+    "--no-host": ("no_host", True),
+    "--repack": ("repack", True),
+    "-nr": ("repack", False),
+    "--no-repack": ("repack", False),
+    "--no-mmap": ("load_mode", "none"),
+    "--mmap": ("load_mode", "mmap"),
+    "--mlock": ("mlock", True),
+    "-cmoe": ("cpu_moe", True),
+    "--cpu-moe": ("cpu_moe", True),
+}
+"""llama-server options without a value that map to a llama-bench field."""
+
+_EXPS_CPU = r"\.ffn_(up|down|gate|gate_up)_(ch|)exps=CPU"
+"""The tensor override ``--cpu-moe`` adds (llama.cpp's LLM_FFN_EXPS_REGEX on the CPU)."""
+
+
+def _truthy(value: str) -> bool | None:
+    v = value.strip().lower()
+    if v in ("on", "enabled", "true", "1"):
+        return True
+    if v in ("off", "disabled", "false", "0"):
+        return False
+    return None
+
+
+def parse_flags(flags: Sequence[str]) -> dict[str, Any]:
+    """The llama-bench fields a llama-server argument list sets explicitly (``-t 10`` ->
+    ``n_threads: 10``, ``-lm none`` -> ``load_mode: "none"``, ``-fa 1`` -> ``flash_attn: 1``);
+    options it does not know are left out. The last occurrence of an option wins, as in
+    llama-server, except ``-ot`` which accumulates."""
+    seen: dict[str, Any] = {}
+    overrides: list[str] = []
+    args = [str(a) for a in flags]
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        name, eq, inline = arg.partition("=") if arg.startswith("--") else (arg, "", "")
+        if name in _SWITCHES:
+            switch, setting = _SWITCHES[name]
+            if switch == "cpu_moe":
+                overrides.append(_EXPS_CPU)
+            else:
+                seen[switch] = setting
+            i += 1
+            continue
+        option = _FLAG_ALIASES.get(name)
+        if option is None:
+            i += 1
+            continue
+        if eq:
+            value = inline
+            i += 1
+        elif i + 1 < len(args):
+            value = args[i + 1]
+            i += 2
+        else:
+            break
+        if option == "override":
+            overrides += [p.strip() for p in value.split(",") if p.strip()]
+        else:
+            seen[option] = value
+    out: dict[str, Any] = {}
+    if "threads" in seen and flag_int(seen["threads"], 0) > 0:
+        out["n_threads"] = flag_int(seen["threads"], 0)
+    if "batch" in seen:
+        out["n_batch"] = flag_int(seen["batch"], 2048)
+    if "ubatch" in seen:
+        out["n_ubatch"] = flag_int(seen["ubatch"], 512)
+    if "cpu_mask" in seen:
+        mask = str(seen["cpu_mask"]).strip()
+        out["cpu_mask"] = mask if mask.lower().startswith("0x") else f"0x{mask}"
+    if "cpu_strict" in seen:
+        out["cpu_strict"] = bool(flag_int(seen["cpu_strict"], 0))
+    if "poll" in seen:
+        out["poll"] = flag_int(seen["poll"], 50)
+    for key in ("type_k", "type_v", "split_mode", "lazy_mode"):
+        if key in seen:
+            out[key] = str(seen[key]).strip()
+    if "ngl" in seen:
+        ngl = str(seen["ngl"]).strip()
+        out["n_gpu_layers"] = {"auto": -1, "all": -2}.get(ngl, flag_int(ngl, -1))
+    if "ncmoe" in seen:
+        out["n_cpu_moe"] = flag_int(seen["ncmoe"], 0)
+    if "main_gpu" in seen:
+        out["main_gpu"] = flag_int(seen["main_gpu"], 0)
+    if "flash_attn" in seen:
+        truth = _truthy(str(seen["flash_attn"]))
+        out["flash_attn"] = -1 if truth is None else int(truth)
+    if "devices" in seen:
+        out["devices"] = "/".join(d.strip() for d in str(seen["devices"]).split(","))
+    if "tensor_split" in seen:
+        parts = [p for p in re.split(r"[,/]+", str(seen["tensor_split"])) if p.strip()]
+        try:
+            out["tensor_split"] = "/".join(f"{float(p):.2f}" for p in parts) or "0.00"
+        except ValueError:
+            pass
+    if overrides:
+        out["tensor_buft_overrides"] = ";".join(overrides)
+    mode = seen.get("load_mode")
+    if seen.get("mlock"):
+        mode = "mmap+mlock" if mode in (None, "auto", "mmap") else "mlock"
+    if mode is not None:
+        out["load_mode"] = str(mode).strip()
+    for key in ("no_kv_offload", "embeddings", "no_host", "repack"):
+        if key in seen:
+            out[key] = bool(seen[key])
+    if "no_op_offload" in seen:
+        out["no_op_offload"] = flag_int(seen["no_op_offload"], 0)
+    if "fit_target" in seen:
+        out["fit_target"] = flag_int(str(seen["fit_target"]).split(",")[0], 0)
+    if "fit_min_ctx" in seen:
+        out["fit_min_ctx"] = flag_int(seen["fit_min_ctx"], 0)
+    return out
+
+
+def _defaults() -> dict[str, Any]:
+    """llama-server b11434's defaults, for fields no flag sets."""
+    return {
+        "n_batch": 2048,
+        "n_ubatch": 512,
+        "cpu_mask": "0x0",
+        "cpu_strict": False,
+        "poll": 50,
+        "type_k": "f16",
+        "type_v": "f16",
+        "n_gpu_layers": -1,
+        "n_cpu_moe": 0,
+        "split_mode": "layer",
+        "main_gpu": 0,
+        "no_kv_offload": False,
+        "flash_attn": -1,
+        "devices": "auto",
+        "tensor_split": "0.00",
+        "tensor_buft_overrides": "none",
+        "load_mode": "auto",
+        "lazy_mode": "auto",
+        "embeddings": False,
+        "no_op_offload": 0,
+        "no_host": False,
+        "repack": True,
+        "fit_target": 0,
+        "fit_min_ctx": 0,
+    }
+
+
+def _pinned_cpus(pinning: str, fingerprint: Mapping[str, Any]) -> frozenset[int] | None:
+    """The CPUs a measurement's ``pinning`` (``"cpus 0-3"``, ``"node 1, --numa isolate"``)
+    named, resolved against the fingerprint's NUMA nodes; ``None`` when unpinned or unknown."""
+    cpus: frozenset[int] | None = None
+    try:
+        m = re.search(r"\bnode (\d+)", pinning)
+        if m:
+            nodes = fingerprint.get("numa_nodes") or {}
+            text = nodes.get(m.group(1)) if isinstance(nodes, Mapping) else None
+            if text:
+                cpus = parse_cpu_list(str(text))
+        m = re.search(r"\bcpus ([0-9,\-]+)", pinning)
+        if m:
+            listed = parse_cpu_list(m.group(1))
+            cpus = listed if cpus is None else (cpus & listed or listed)
+    except Exception:
+        return None
+    return cpus
+
+
+def _hex_mask(cpus: Iterable[int]) -> str:
+    return hex(sum(1 << c for c in set(cpus)))
+
+
+def _test_time(m: Measurement, results: Mapping[str, Any]) -> str:
+    spans = m.extra.get("spans") or []
+    when: dt.datetime | None = None
+    try:
+        end = float(spans[-1][1])
+        when = dt.datetime.fromtimestamp(end, dt.UTC)
+    except (IndexError, TypeError, ValueError):
+        when = parse_date(results.get("date"))
+    when = when or dt.datetime.now(dt.UTC)
+    return when.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _stdev(values: Sequence[float]) -> float:
+    """llama-bench's sample standard deviation (0 for fewer than two values)."""
+    return statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def llama_bench_rows(results: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One ``llama-bench -o jsonl`` row per measurement with samples, in llama-bench b11434's
+    field order and types (:data:`LLAMA_BENCH_FIELDS`, then :data:`LLAMA_BENCH_EXTRA_FIELDS`).
+    Fields a server run cannot know are approximations (:data:`APPROXIMATE_FIELDS`)."""
+    host = dict(results.get("fingerprint") or {})
+    per_profile = results.get("fingerprints") or {}
+    rows = []
+    for m in measurements_of(results):
+        if not m.samples or m.workload.is_traffic:  # llama-bench has no traffic
+            continue
+        profile = str(m.extra.get("profile", ""))
+        fp = {**host, **dict(per_profile.get(profile) or {})}
+        flags = [str(f) for f in (m.extra.get("flags") or [])]
+        pinning = str(m.extra.get("pinning", ""))
+        fields = {**_defaults(), **parse_flags(flags)}
+        cpus = _pinned_cpus(pinning, fp)
+        if "n_threads" not in fields:
+            fields["n_threads"] = len(cpus) if cpus else int(fp.get("cpus") or os.cpu_count() or 1)
+        if fields["cpu_mask"] == "0x0" and cpus:
+            fields["cpu_mask"] = _hex_mask(cpus)
+        gpus = [str(g) for g in (fp.get("gpus") or [])]
+        model = str(m.extra.get("model") or fp.get("model") or "")
+        model_name = Path(model).name if model else "unknown"
+        number = re.fullmatch(r"b(\d+)", m.build)
+        samples_ns = [round(s.ms * 1e6) for s in m.samples]
+        samples_ts = [s.tok_per_s for s in m.samples]
+        wl = m.workload
+        row: dict[str, Any] = {
+            "build_commit": m.build,
+            "build_number": int(number.group(1)) if number else 0,
+            "cpu_info": str(fp.get("cpu_model", "")),
+            "gpu_info": ", ".join(gpus),
+            "backends": "CUDA" if gpus else "CPU",
+            "model_filename": model,
+            "model_type": f"{model_name} [{m.configuration}]",
+            "model_size": int(fp.get("model_bytes") or 0),
+            "model_n_params": 0,
+            **{k: fields[k] for k in SETTING_FIELDS},
+            "n_prompt": wl.tokens if wl.is_prefill else 0,
+            "n_gen": 0 if wl.is_prefill else wl.tokens,
+            "n_depth": wl.depth,
+            "test_time": _test_time(m, results),
+            "avg_ns": int(sum(samples_ns) // len(samples_ns)),
+            "stddev_ns": int(_stdev([float(x) for x in samples_ns])),
+            "avg_ts": statistics.fmean(samples_ts),
+            "stddev_ts": _stdev(samples_ts),
+            "samples_ns": samples_ns,
+            "samples_ts": samples_ts,
+            "use_mmap": fields["load_mode"] in ("auto", "mmap", "mmap+mlock"),
+            "moeperf_profile": profile,
+            "moeperf_configuration": m.configuration,
+            "moeperf_workload": wl.name,
+            "moeperf_flags": flags,
+            "moeperf_pinning": pinning,
+        }
+        if not all(math.isfinite(v) for v in samples_ts):
+            continue
+        rows.append(row)
+    return rows
+
+
+__all__ = [
+    "APPROXIMATE_FIELDS",
+    "LLAMA_BENCH_EXTRA_FIELDS",
+    "LLAMA_BENCH_FIELDS",
+    "SETTING_FIELDS",
+    "benchmark_json",
+    "benchmark_name",
+    "llama_bench_rows",
+    "parse_flags",
+]

@@ -37,3 +37,81 @@ REPROBE_SECONDS = 30.0
 work): often enough to notice the host changing under a run, rarely enough to cost little."""
 NUMA_MIN_SHARE = 0.9
 """Share of a NUMA-pinned server's memory that must lie on its node."""
+
+
+# -- what a value of these settings must be: checked once here, by the pytest options, the
+# -- moeperf command's arguments and the profile keys alike (one line naming the option) ------
+
+
+class SettingError(ValueError):
+    """A setting's value is not one it can take; the message names the option and says what
+    to give instead (the caller turns it into its own one-line error)."""
+
+
+def _finite(value: float) -> bool:
+    return value == value and value not in (float("inf"), float("-inf"))
+
+
+def check_seconds(value: float | None, option: str, what: str, *, example: float) -> None:
+    """*value* is seconds > 0 (``None``: not given)."""
+    if value is not None and not (_finite(value) and value > 0):
+        raise SettingError(f"{option} {value!r}: give seconds > 0 ({what}), e.g. {example:g}")
+
+
+def check_budget(value: float | None, option: str, what: str = "a verdict") -> None:
+    """A verdict's time budget: seconds > 0."""
+    if value is not None and not (_finite(value) and value > 0):
+        raise SettingError(
+            f"{option} {value!r}: give the seconds {what} may measure, e.g. {BUDGET:g}"
+        )
+
+
+def check_share(
+    value: float | None, option: str, *, low: float, high: float, closed: str, example: float
+) -> None:
+    """*value* is a share between *low* and *high*; *closed* names the ends that are allowed
+    (``"low"``, ``"high"``, ``"both"`` or ``""``)."""
+    if value is None:
+        return
+    above = value >= low if closed in ("low", "both") else value > low
+    below = value <= high if closed in ("high", "both") else value < high
+    if not (_finite(value) and above and below):
+        left = "[" if closed in ("low", "both") else "("
+        right = "]" if closed in ("high", "both") else ")"
+        raise SettingError(
+            f"{option} {value!r} must be a share in {left}{low:g}, {high:g}{right}, "
+            f"e.g. {example:g}"
+        )
+
+
+def check_margin(value: float, option: str) -> None:
+    """The smallest change that counts: a share in (0, 1)."""
+    if not (_finite(value) and 0 < value < 1):
+        raise SettingError(
+            f"{option} {value!r}: give the smallest change that counts as a share between 0 "
+            f"and 1, e.g. {MARGIN:g}"
+        )
+
+
+def check_busy_limit(value: float | None, option: str) -> None:
+    check_share(value, option, low=0, high=1, closed="high", example=BUSY_LIMIT)
+
+
+def check_probe_tolerance(value: float, option: str) -> None:
+    check_share(value, option, low=0, high=1, closed="", example=0.1)
+
+
+def check_numa_min_share(value: float, option: str) -> None:
+    check_share(value, option, low=0, high=1, closed="both", example=NUMA_MIN_SHARE)
+
+
+def check_rounds(value: int, option: str, *, at_least: int, what: str) -> None:
+    """A count of rounds (or repetitions) of at least *at_least*."""
+    if value < at_least:
+        raise SettingError(f"{option} {value} must be >= {at_least} ({what})")
+
+
+def check_reprobe(value: float, option: str) -> None:
+    """Seconds after which a verdict probes its CPUs again: >= 0 (0: before every verdict)."""
+    if not (_finite(value) and value >= 0):
+        raise SettingError(f"{option} {value!r} must be >= 0 (0: before every verdict)")

@@ -149,7 +149,7 @@ class MoePerf:
             self._touch(m)
         self._startup_warnings()
         self.verdicts.append(got.verdict)
-        session.verdicts.append(VerdictRecord(self.nodeid, got.verdict, got.sides, label))
+        session.verdicts.append(VerdictRecord(self.nodeid, got.verdict, got.pair, label))
         return got.verdict
 
     def _bench_beside(
@@ -286,7 +286,7 @@ class MoePerf:
                 f"{m.build} of host {host.id}; record one with --moeperf-accept"
             )
 
-        def judge(values: list[float] | tuple[float, ...], confidence: float) -> BaselineCheck:
+        def judge(values: list[float], confidence: float) -> BaselineCheck:
             return judge_baseline(
                 values,
                 entry.value,

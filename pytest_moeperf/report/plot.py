@@ -382,7 +382,7 @@ def _canonical(workload: str) -> str:
 
 
 def _profile(m: Measurement) -> str:
-    return str(m.extra.get("profile", ""))
+    return m.conditions.profile
 
 
 def _workload_order(w: Workload) -> tuple[bool, int, int]:

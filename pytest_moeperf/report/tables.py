@@ -7,7 +7,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ..host.probe import Probe
+from ..llama.startup import StartupFinding
 from ..measure.measurement import Measurement
+from ..store.record import BenchRound
 from ..verdicts.judge import BaselineRow, Verdict
 
 
@@ -43,10 +45,10 @@ def summary_rows(measurements: Iterable[Measurement]) -> tuple[list[str], list[l
     workloads = sorted({m.workload for m in ms}, key=lambda w: (w.kind != "pp", w.depth, w.tokens))
     groups: dict[tuple[str, str, str], dict[str, Measurement]] = {}
     for m in ms:
-        profile = str(m.extra.get("profile", ""))
+        profile = m.conditions.profile
         groups.setdefault((profile, m.configuration, m.build), {})[m.workload.name] = m
     profiles = {k[0] for k in groups}
-    roofline = any(m.extra.get("roofline") for m in ms)
+    roofline = any(m.conditions.roofline for m in ms)
     headers = ["configuration", *(f"{w.name} tok/s" for w in workloads), "spread (cv)"]
     headers += ["decode / bandwidth limit"] if roofline else []
     headers.append("build")
@@ -57,10 +59,10 @@ def summary_rows(measurements: Iterable[Measurement]) -> tuple[list[str], list[l
         spreads = []
         limits = []
         for w in workloads:
-            limit = (by_w[w.name].extra.get("roofline") or {}) if w.name in by_w else {}
-            if limit.get("limit_tok_s"):
-                share = by_w[w.name].summary.median / float(limit["limit_tok_s"])
-                limits.append(f"{w.name} {100 * share:.0f}% of {float(limit['limit_tok_s']):.0f}")
+            limit = by_w[w.name].conditions.roofline if w.name in by_w else None
+            if limit is not None and limit.limit_tok_s:
+                share = by_w[w.name].summary.median / limit.limit_tok_s
+                limits.append(f"{w.name} {100 * share:.0f}% of {limit.limit_tok_s:.0f}")
             if w.name not in by_w:
                 cells.append("-")
                 continue
@@ -140,12 +142,27 @@ def traffic_rows(runs: Mapping[str, Mapping[str, Any]]) -> list[list[str]]:
 BENCH_ROUND_HEADERS = ["side", "server / llama-bench [interval]", "rounds", "test"]
 
 
-def bench_round_rows(rows: Iterable[tuple[str, str, Verdict]]) -> list[list[str]]:
+def bench_round_rows(rows: Iterable[BenchRound]) -> list[list[str]]:
     """One row per side of a paired verdict whose llama-bench ran in the same rounds
     (``--moeperf-bench``): the server's throughput over llama-bench's, with its interval."""
     return [
-        [side, f"{v.ratio:.3f} [{v.low:.3f}, {v.high:.3f}]", str(v.rounds or "-"), nodeid]
-        for nodeid, side, v in rows
+        [
+            r.side,
+            f"{r.verdict.ratio:.3f} [{r.verdict.low:.3f}, {r.verdict.high:.3f}]",
+            str(r.verdict.rounds or "-"),
+            r.test,
+        ]
+        for r in rows
+    ]
+
+
+def startup_lines(findings: Mapping[tuple[str, str, str], Sequence[StartupFinding]]) -> list[str]:
+    """One line per performance warning a server printed at start, by (profile,
+    configuration, build label)."""
+    return [
+        f"{config} ({label}): [{f.id}] {f.line.strip()} -> {f.advice}"
+        for (_profile, config, label), found in findings.items()
+        for f in found
     ]
 
 
@@ -158,9 +175,9 @@ def host_lines(
     steal seen on a server's CPUs while it was measured, then how the host changed."""
     lines = [f"host probe: {p.describe()}" for p in probes]
     loads = [
-        (float(m.extra.get("host_busy", 0.0)), float(m.extra.get("steal", 0.0)), m.configuration)
+        (m.conditions.host_busy, m.conditions.steal, m.configuration)
         for m in measurements
-        if m.samples and "host_busy" in m.extra
+        if m.samples and m.conditions.accounted
     ]
     if loads:
         busy, _, where = max(loads)

@@ -4,7 +4,7 @@ pinned on 127.0.0.1 with its environment and log."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -114,7 +114,9 @@ class Launcher:
         self.pool.stop((profile.name, configuration.name, resolved), why="a fresh process")
         return self.server(profile, configuration, label)
 
-    def fit_together(self, profile: Profile, sides: list[tuple[Configuration, str | None]]) -> bool:
+    def fit_together(
+        self, profile: Profile, sides: Sequence[tuple[Configuration, str | None]]
+    ) -> bool:
         """Whether the servers of these (configuration, build label) fit in memory at once."""
         needs = []
         model = self.artifacts.model_for(profile)

@@ -381,7 +381,7 @@ class LiveSource(Source):
                 requests_per_sample=profile.sample_requests,
             )
             self._streams[key] = meter.stream
-        return taken
+        return taken.samples
 
     def _traffic_samples(
         self,

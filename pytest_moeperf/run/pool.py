@@ -16,12 +16,11 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from ..errors import ServerError
 from ..host.gpus import nvidia_host
 from ..host.machine import memory_available
-from ..host.placement import node_pages, page_cache_kib
+from ..host.placement import Placement, node_pages, page_cache_kib
 from ..llama.build import Build
 from ..llama.footprint import GIB, Footprint
 from ..llama.server import LlamaServer
@@ -44,7 +43,7 @@ class ServerRecord:
     """The build's label in this session (``b11434``, or a profile's ``builds`` key)."""
     gpus: frozenset[int] = frozenset()
     """The GPUs its server may use, locked while it measures."""
-    placement: dict[str, Any] | None = None
+    placement: Placement | None = None
     """Where a NUMA-pinned server's memory lies (read once, after its warmup)."""
     footprint: Footprint | None = None
     """The memory it was estimated to hold when the scheduler let it start."""
@@ -232,26 +231,18 @@ class ServerPool:
 
     def placement(
         self, key: ServerKey, rec: ServerRecord, node: int, min_share: float
-    ) -> dict[str, Any]:
+    ) -> Placement:
         """Where the server's model and heap pages lie, from ``/proc/PID/numa_maps``; a share
         on *node* below *min_share* becomes a startup finding of the server (a warning,
         or a failure with strict warnings), with a note on page cache that crowds the node."""
         model = os.path.realpath(rec.server.model)
         pages = node_pages(rec.server.pid or 0, model)
         if pages is None:
-            return {"node": node, "share": None, "text": "no /proc/PID/numa_maps on this host"}
+            return Placement(node, None, "no /proc/PID/numa_maps on this host")
         share = pages.share(node)
         text = pages.describe(node)
         cache, total = page_cache_kib(node)
-        placed: dict[str, Any] = {
-            "node": node,
-            "share": share,
-            "text": text,
-            "model_bytes": pages.model,
-            "anon_bytes": pages.anon,
-            "page_cache_kib": cache,
-            "node_memory_kib": total,
-        }
+        placed = Placement(node, share, text, dict(pages.model), dict(pages.anon), cache, total)
         self.report(f"moeperf: {rec.server.name} memory {text}")
         if share is not None and share < min_share:
             crowded = ""

@@ -54,6 +54,13 @@ class Decided:
         """Index of each side's first sample in this verdict's rounds."""
         return tuple(s.first for s in self.sides)
 
+    @property
+    def pair(self) -> tuple[SideRounds, SideRounds] | None:
+        """Where the two sides' rounds lie (``None``: judged unpaired, on stored figures)."""
+        if len(self.sides) != 2:
+            return None
+        return (self.sides[0], self.sides[1])
+
 
 @dataclass(frozen=True)
 class Checked:
@@ -133,7 +140,8 @@ def decide_pair(
     began = time.monotonic()
     if feed.unpaired is not None:
         pa, pb = feed.unpaired
-        verdict, rounds = judge_unpaired(rule, pb, pa, label=label), []
+        verdict = judge_unpaired(rule, pb, pa, label=label)
+        rounds: list[tuple[float, ...]] = []
         seconds = 0.0
     else:
 
@@ -158,7 +166,7 @@ def decide_baseline(
     source: Source,
     profile: Profile,
     side: Side,
-    judge_values: Callable[[Sequence[float], float], BaselineCheck],
+    judge_values: Callable[[list[float], float], BaselineCheck],
     *,
     plan: Plan,
     budget: float,

@@ -231,8 +231,8 @@ class PerfSession:
     # -- the run record ---------------------------------------------------------------------------
     def run_record(self) -> RunRecord:
         """Everything this session measured and judged, as the results file holds it."""
-        taken = self.source.taken
-        profiles = sorted({m.conditions.profile for m in taken if m.conditions.profile})
+        measured = self.measurements.values()
+        profiles = sorted({m.conditions.profile for m in measured if m.conditions.profile})
         return RunRecord(
             fingerprint=self.source.host,
             fingerprints={p: self.source.fingerprint(self.profile(p)) for p in profiles},

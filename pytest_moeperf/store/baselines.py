@@ -651,9 +651,7 @@ def accept(
         samples = tuple(_round(v) for v in m.values)
         if not samples:
             raise BaselineError(f"{path}: measurement {m.key} has no samples to accept")
-        flags = m.extra.get("flags")
-        if isinstance(flags, list | tuple):
-            flags = " ".join(str(f) for f in flags)
+        flags = " ".join(m.conditions.flags)
         new = BaselineEntry(
             build=m.build,
             configuration=m.configuration,
@@ -663,7 +661,7 @@ def accept(
             source=source,
             samples=samples,
             repetitions=len(samples),
-            flags=flags if isinstance(flags, str) and flags else None,
+            flags=flags or None,
             host=host_id,
         )
         if new.key in accepted:

@@ -192,7 +192,7 @@ def _benchmark(m: Measurement) -> dict[str, Any]:
     st["data"] = list(stats.data)
     st["iterations"] = 1
     s = m.summary
-    profile = str(m.extra.get("profile", ""))
+    profile = m.conditions.profile
     name = benchmark_name(m)
     return {
         "group": f"{profile} {m.workload.name}".strip(),
@@ -220,9 +220,9 @@ def _benchmark(m: Measurement) -> dict[str, Any]:
             "workload": m.workload.name,
             "kind": m.workload.kind,
             "depth": m.workload.depth,
-            "flags": list(m.extra.get("flags") or []),
-            "pinning": str(m.extra.get("pinning", "")),
-            "model": str(m.extra.get("model", "")),
+            "flags": list(m.conditions.flags),
+            "pinning": m.conditions.pinning,
+            "model": m.conditions.model,
         },
         "options": {
             "disable_gc": False,
@@ -462,7 +462,7 @@ def _hex_mask(cpus: Iterable[int]) -> str:
 
 
 def _test_time(m: Measurement, results: Mapping[str, Any]) -> str:
-    spans = m.extra.get("spans") or []
+    spans = m.conditions.spans
     when: dt.datetime | None = None
     try:
         end = float(spans[-1][1])
@@ -488,10 +488,10 @@ def llama_bench_rows(results: Mapping[str, Any]) -> list[dict[str, Any]]:
     for m in measurements_of(results):
         if not m.samples or m.workload.is_traffic:  # llama-bench has no traffic
             continue
-        profile = str(m.extra.get("profile", ""))
+        profile = m.conditions.profile
         fp = {**host, **dict(per_profile.get(profile) or {})}
-        flags = [str(f) for f in (m.extra.get("flags") or [])]
-        pinning = str(m.extra.get("pinning", ""))
+        flags = list(m.conditions.flags)
+        pinning = m.conditions.pinning
         fields = {**_defaults(), **parse_flags(flags)}
         cpus = _pinned_cpus(pinning, fp)
         if "n_threads" not in fields:
@@ -499,7 +499,7 @@ def llama_bench_rows(results: Mapping[str, Any]) -> list[dict[str, Any]]:
         if fields["cpu_mask"] == "0x0" and cpus:
             fields["cpu_mask"] = _hex_mask(cpus)
         gpus = [str(g) for g in (fp.get("gpus") or [])]
-        model = str(m.extra.get("model") or fp.get("model") or "")
+        model = str(m.conditions.model or fp.get("model") or "")
         model_name = Path(model).name if model else "unknown"
         number = re.fullmatch(r"b(\d+)", m.build)
         samples_ns = [round(s.ms * 1e6) for s in m.samples]

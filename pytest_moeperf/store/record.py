@@ -245,7 +245,7 @@ def rounds_of(
     values = measurement.values
     if side is None:
         return list(values[:count] if count is not None else values)
-    out = []
+    out: list[float] = []
     start = side.first
     while start + side.per_round <= len(values) and (count is None or len(out) < count):
         out.append(statistics.median(values[start : start + side.per_round]))

@@ -12,17 +12,17 @@ import threading
 from pathlib import Path
 
 import pytest
+
+from pytest_moeperf import fs
+from pytest_moeperf.commands import main
+from pytest_moeperf.errors import BaselineError, ConfigError, MeasurementError, OutputError
+from pytest_moeperf.measure.meter import Meter
 from pytest_moeperf.plugin.markers import (
     MarkerError,
     check_configurations,
     parse_dead_end,
     parse_moeperf,
 )
-
-from pytest_moeperf import fs
-from pytest_moeperf.commands import main
-from pytest_moeperf.errors import BaselineError, ConfigError, MeasurementError, OutputError
-from pytest_moeperf.measure.meter import Meter
 from pytest_moeperf.run.profiles import load_profiles
 from pytest_moeperf.run.session import Options, PerfSession
 from pytest_moeperf.store.replay import Replay

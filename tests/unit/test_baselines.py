@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from pytest_moeperf import fs
 from pytest_moeperf.errors import BaselineError
-from pytest_moeperf.measure.measurement import Measurement, Sample
+from pytest_moeperf.measure.measurement import Conditions, Measurement, Sample
 from pytest_moeperf.measure.stats import Figure
 from pytest_moeperf.measure.workload import Workload
 from pytest_moeperf.store.baselines import (
@@ -374,7 +374,8 @@ def test_entry_with_samples_only():
 def _measurement(conf: str, workload: str, tok_s: list[float], build: str = "b1") -> Measurement:
     tokens = 2048 if workload.startswith("pp") else 128
     samples = tuple(Sample(tokens, tokens * 1000.0 / v) for v in tok_s)
-    return Measurement(conf, build, Workload.parse(workload), samples, {"flags": ["-lm", "none"]})
+    told = Conditions(flags=("-lm", "none"))
+    return Measurement(conf, build, Workload.parse(workload), samples, told)
 
 
 FP = {"cpu_model": "Intel Xeon Silver 4210", "numa_nodes": 2}

@@ -11,16 +11,20 @@ from pytest_moeperf.errors import BuildError, MoeperfError
 from pytest_moeperf.llama.build import parse_published
 from pytest_moeperf.measure.measurement import Measurement
 from pytest_moeperf.measure.workload import Workload
+from pytest_moeperf.report.bisect import bisect_text
 from pytest_moeperf.run import bisect as bisect_mod
-from pytest_moeperf.run.bisect import Comparison, classify, run_bisect
-from pytest_moeperf.run.gate import BuildUnderTest, GateResult, GateRow
+from pytest_moeperf.run.bisect import run_bisect
+from pytest_moeperf.run.gate import BuildUnderTest
+from pytest_moeperf.verdicts.bisect import Comparison, classify
+from pytest_moeperf.verdicts.gate import GateResult, GateRow
 from pytest_moeperf.verdicts.judge import Verdict
 
 W = Workload.parse("pp512")
 
 
 def _c(outcome: str, ratio: float = 1.0) -> Comparison:
-    return Comparison("mmap", outcome, ratio, ratio * 0.98, ratio * 1.02, 10)
+    v = Verdict(outcome, ratio, ratio * 0.98, ratio * 1.02, 1.0, relation="~", rounds=10)  # type: ignore[arg-type]
+    return Comparison("mmap", v)
 
 
 @pytest.mark.parametrize(
@@ -57,7 +61,7 @@ class FakeGates:
         self.noisy = noisy
         self.calls: list[tuple[str, str]] = []
 
-    def __call__(self, session, profile, baseline, candidate, **kw) -> GateResult:
+    def __call__(self, session, live, profile, baseline, candidate, **kw) -> GateResult:
         self.calls.append((baseline.name, candidate.name))
         a, b = (self.speeds[int(x.name[1:])] for x in (baseline, candidate))
         ratio = b / a
@@ -80,6 +84,7 @@ def _run(tmp_path: Path, fake: FakeGates, monkeypatch, n: int):
     builds = [BuildUnderTest(i) for i in range(n)]  # named b0, b1, ...
     return run_bisect(
         None,  # type: ignore[arg-type]
+        None,  # type: ignore[arg-type]
         _Profile(),  # type: ignore[arg-type]
         builds,
         configurations=["mmap"],
@@ -94,7 +99,7 @@ def test_finds_the_first_bad_build_in_log_steps(tmp_path, monkeypatch):
     result = _run(tmp_path, fake, monkeypatch, len(speeds))
     assert result.outcome == "found" and result.exit_code == 0
     assert result.boundaries == [("b4", "b5")]
-    assert "first bad build: b5 (last good: b4)" in result.text()
+    assert "first bad build: b5 (last good: b4)" in bisect_text(result)
     assert len(result.steps) == 3  # of 7 builds between: log2
     assert fake.calls[0] == ("b0", "b8")  # the premise first
 
@@ -128,6 +133,7 @@ def test_no_slowdown_between_good_and_bad_stops(tmp_path, monkeypatch):
 def test_needs_two_distinct_builds(tmp_path):
     with pytest.raises(MoeperfError, match="a good and a bad"):
         run_bisect(
+            None,  # type: ignore[arg-type]
             None,  # type: ignore[arg-type]
             _Profile(),  # type: ignore[arg-type]
             [BuildUnderTest(1)],

@@ -9,13 +9,14 @@ import sqlite3
 import statistics
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from pytest_moeperf import fs
-from pytest_moeperf.measure.measurement import Measurement, Sample
+from pytest_moeperf.measure.measurement import Conditions, Measurement, Sample
 from pytest_moeperf.measure.stats import Figure
 from pytest_moeperf.measure.workload import Workload
 from pytest_moeperf.store import history
@@ -66,18 +67,18 @@ def sample_results(
                 for w in WOBBLE[k % len(WOBBLE)]
             )
             k += 1
-            extra = {
-                "profile": "embedded",
-                "spans": [[1792222200.0 + k, 1792222230.5 + k]],
-                "flags": [*BASE_FLAGS, *flags],
-                "pinning": pinning,
-                "env": {},
-                "model": "/root/.cache/pytest-moeperf/models/bench-3f2a9c1d0e4b5a67.gguf",
-                "log": f"/work/.moeperf/logs/20261017-093000/embedded-{config}-{build}.log",
-                "server_ready_s": 1.9,
-                "host_busy": 0.02,
-            }
-            measurements.append(Measurement(config, build, wl, samples, extra).to_dict())
+            conditions = Conditions(
+                profile="embedded",
+                spans=((1792222200.0 + k, 1792222230.5 + k),),
+                flags=(*BASE_FLAGS, *flags),
+                pinning=pinning,
+                model="/root/.cache/pytest-moeperf/models/bench-3f2a9c1d0e4b5a67.gguf",
+                log=f"/work/.moeperf/logs/20261017-093000/embedded-{config}-{build}.log",
+                server_ready_s=1.9,
+                measured_s=30.5,
+                busy_s=0.61,
+            )
+            measurements.append(Measurement(config, build, wl, samples, conditions).to_dict())
     return {
         "moeperf_results": 1,
         "plugin_version": "0.1.0",
@@ -162,7 +163,9 @@ def test_numbering_follows_existing_saved_runs(tmp_path: Path) -> None:
 
 def test_measurements_without_samples_only_in_the_results_file(tmp_path: Path) -> None:
     results = sample_results()
-    stored = Measurement("adr", "b11713", Workload.parse("pp2048"), (), {}, Figure(391.4, 0.01))
+    stored = Measurement(
+        "adr", "b11713", Workload.parse("pp2048"), (), Conditions(), Figure(391.4, 0.01)
+    )
     results["measurements"] = [stored.to_dict()]
     assert [p.name for p in write_history(results, tmp_path, stamp="s")] == ["results-s.json"]
     assert read_history(tmp_path) == ([results], [])
@@ -329,7 +332,7 @@ def test_llama_bench_depth_node_and_gpu(tmp_path: Path) -> None:
         "b11713",
         Workload.parse("tg128 @ d8192"),
         m.samples,
-        {**m.extra, "pinning": "node 1, --numa isolate", "flags": ["-ngl", "999", "-fa", "on"]},
+        replace(m.conditions, pinning="node 1, --numa isolate", flags=("-ngl", "999", "-fa", "on")),
     )
     results["measurements"] = [deep.to_dict()]
     results["fingerprints"]["embedded"]["gpus"] = ["NVIDIA GeForce RTX 4090"] * 2

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from pytest_moeperf.measure.measurement import Measurement, Sample
+from pytest_moeperf.measure.measurement import Conditions, Measurement, Sample
 from pytest_moeperf.measure.stats import Figure
 from pytest_moeperf.measure.workload import Workload
 from pytest_moeperf.report.plot import DPI, PANEL_HEIGHT, baseline_marks, plot_report
@@ -37,8 +37,8 @@ def results(build: str, date: str, runs: dict[str, dict[str, list[float]]]) -> d
         for wname, values in by_workload.items():
             wl = Workload.parse(wname)
             samples = tuple(Sample(wl.tokens, wl.tokens * 1000.0 / v) for v in values)
-            extra = {"profile": "prod", "flags": ["-t", "10"], "pinning": "node 1"}
-            ms.append(Measurement(config, build, wl, samples, extra).to_dict())
+            told = Conditions(profile="prod", flags=("-t", "10"), pinning="node 1")
+            ms.append(Measurement(config, build, wl, samples, told).to_dict())
     return {
         "moeperf_results": 1,
         "plugin_version": "0.1.0",
@@ -136,7 +136,12 @@ def test_build_gate_run_stored_figures_and_missing_cells(
     gate = results("b11053", current["date"], scaled(0.7))
     current["measurements"] += gate["measurements"]
     stored = Measurement(
-        "one-core", "b11713", Workload.parse("pp512"), (), {"profile": "prod"}, Figure(150.0, 0.02)
+        "one-core",
+        "b11713",
+        Workload.parse("pp512"),
+        (),
+        Conditions(profile="prod"),
+        Figure(150.0, 0.02),
     )
     current["measurements"].append(stored.to_dict())
     width, height = png_size(

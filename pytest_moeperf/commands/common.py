@@ -1,0 +1,134 @@
+"""What the verbs that measure builds against each other share (gate, bisect, sweep): their
+arguments, the checks those get before any build or server work, the session they measure
+in, and writing their reports."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ..defaults import (
+    BUDGET,
+    BUSY_LIMIT,
+    MARGIN,
+    STARTUP_TIMEOUT,
+    check_budget,
+    check_busy_limit,
+    check_margin,
+    check_seconds,
+)
+from ..errors import MoeperfError
+from ..fs import check_output, write_output
+from ..run.live import LiveSource
+from ..run.profiles import Profile, host_memory
+from ..run.session import Options, PerfSession
+
+
+def say(line: str) -> None:
+    """A progress line, on stderr (stdout is the command's result)."""
+    print(line, file=sys.stderr, flush=True)
+
+
+def add_run_arguments(p: argparse.ArgumentParser, *, configurations: str) -> None:
+    """The arguments of a command that measures builds or configurations (gate, bisect,
+    sweep)."""
+    p.add_argument("--profile", default="embedded", help="profile (default embedded)")
+    p.add_argument("--config", help="TOML file of profiles (default ./moeperf.toml if present)")
+    p.add_argument("-c", "--configuration", action="append", default=[], help=configurations)
+    p.add_argument(
+        "--margin",
+        type=float,
+        default=MARGIN,
+        help=f"smallest change that counts, relative (default {MARGIN:g})",
+    )
+    p.add_argument(
+        "--budget",
+        type=float,
+        metavar="SECONDS",
+        help="seconds each comparison (configuration and metric) may measure before it is "
+        f"undecided (default: the profile's budget, {BUDGET:g} on the embedded profile)",
+    )
+    p.add_argument(
+        "--startup-timeout",
+        type=float,
+        default=STARTUP_TIMEOUT,
+        metavar="SECONDS",
+        help=f"seconds a server may take to become ready (default {STARTUP_TIMEOUT:g})",
+    )
+    p.add_argument(
+        "--busy-limit",
+        type=float,
+        default=None,
+        metavar="SHARE",
+        help="share of a server's CPUs other work may take while it is measured for a row to "
+        f"decide (default {BUSY_LIMIT:g}; above it the row is undecided)",
+    )
+    p.add_argument(
+        "--host-memory",
+        metavar="SIZE",
+        help="RAM the servers may hold together, e.g. 96G (default: $MOEPERF_HOST_MEMORY, "
+        "else the host's available memory); sides that do not fit together are measured "
+        "across server restarts",
+    )
+    p.add_argument("--markdown", help="also write the table as markdown here")
+    p.add_argument("--json", help="also write machine-readable JSON here")
+    p.add_argument("-v", "--verbose", action="store_true", help="progress of servers")
+
+
+def check_run_arguments(args: argparse.Namespace) -> None:
+    """The arguments gate, bisect and sweep share, checked before any build or server work."""
+    check_budget(args.budget, "--budget", "a row")
+    check_margin(args.margin, "--margin")
+    check_seconds(
+        args.startup_timeout, "--startup-timeout", "the startup timeout", example=STARTUP_TIMEOUT
+    )
+    host_memory(args.host_memory, "--host-memory")  # a bad size fails before any work
+    check_busy_limit(args.busy_limit, "--busy-limit")
+    if args.config is not None and not Path(args.config).is_file():
+        what = "is a directory" if Path(args.config).is_dir() else "does not exist"
+        raise MoeperfError(f"--config {args.config}: {what}; name a TOML file of profiles")
+    for option, value in (("--markdown", args.markdown), ("--json", args.json)):
+        if value:
+            check_output(Path(value), option)
+
+
+def configurations(args: argparse.Namespace, profile: Profile) -> list[str]:
+    """The -c names (comma separated, repeatable), each checked against *profile* before any
+    build work; empty when none was given."""
+    names = [c for arg in args.configuration for c in arg.split(",") if c]
+    for name in names:
+        profile.configuration(name)  # unknown names fail here
+    return names
+
+
+def live_session(args: argparse.Namespace) -> tuple[PerfSession, LiveSource]:
+    """The session of a gate, bisect or sweep, and its live source: profiles from --config
+    (else ./moeperf.toml), results under ./.moeperf, replies streamed so that every build is
+    measured alike."""
+    root = Path.cwd()
+    config_file = Path(args.config) if args.config else None
+    if config_file is None and (root / "moeperf.toml").is_file():
+        config_file = root / "moeperf.toml"
+    options = Options(
+        profile=args.profile,
+        config_file=config_file,
+        pyproject=root / "pyproject.toml",
+        results_dir=root / ".moeperf",
+        rootdir=root,
+        startup_timeout=args.startup_timeout,
+        host_memory=host_memory(args.host_memory, "--host-memory"),
+        **({"busy_limit": args.busy_limit} if args.busy_limit is not None else {}),
+        stream=True,  # both builds measured alike (older builds need streamed replies)
+    )
+    progress = say
+    live = LiveSource(options, say if args.verbose else (lambda line: None), progress)
+    return PerfSession(options, report=live.report, progress=progress, source=live), live
+
+
+def write_reports(args: argparse.Namespace, markdown: str, json_text: str) -> None:
+    """The --markdown and --json files, when asked."""
+    if args.markdown:
+        write_output(Path(args.markdown), markdown, "--markdown")
+    if args.json:
+        write_output(Path(args.json), json_text, "--json")

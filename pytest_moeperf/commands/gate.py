@@ -1,0 +1,178 @@
+"""``moeperf gate``: a candidate llama.cpp build against a baseline build on the same
+configurations, in paired rounds; exit 0 pass, 1 a metric slower, 3 undecided. With
+``--accept``, a gate that passes writes the candidate's numbers as baselines (the one accept,
+under the file's lock)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as dt
+
+from ..defaults import FIRST_LOOK, MAX_ROUNDS
+from ..errors import MoeperfError
+from ..host.machine import parse_cpu_list
+from ..measure.workload import Workload
+from ..report.gate import gate_json_text, gate_markdown, gate_text
+from ..run.gate import CANDIDATE, BuildUnderTest, run_gate
+from ..store.accept import accept_measurements, refusals, refuse
+from ..verdicts.gate import UNDECIDED_POLICIES
+from .common import (
+    add_run_arguments,
+    check_run_arguments,
+    configurations,
+    live_session,
+    say,
+    write_reports,
+)
+
+HELP = (
+    "compare a candidate llama.cpp build with a baseline build on the same configurations, "
+    "in paired rounds; exit 0 pass, 1 a metric slower, 3 undecided"
+)
+
+
+def add_arguments(g: argparse.ArgumentParser) -> None:
+    g.add_argument("--baseline", required=True, help="build number (e.g. 11053) or binary path")
+    g.add_argument("--candidate", required=True, help="build number (e.g. 11434) or binary path")
+    add_run_arguments(g, configurations="configuration(s) to gate, comma separated (default: all)")
+    g.add_argument(
+        "-w",
+        "--workload",
+        action="append",
+        default=[],
+        help="workload(s), e.g. pp512 (default: the profile's)",
+    )
+    g.add_argument(
+        "-r",
+        "--repetitions",
+        type=int,
+        default=FIRST_LOOK,
+        help=f"paired rounds before the first look (default {FIRST_LOOK})",
+    )
+    g.add_argument(
+        "--max-rounds",
+        "--max-repetitions",
+        dest="max_rounds",
+        type=int,
+        default=MAX_ROUNDS,
+        help=f"the most rounds a row may take (default {MAX_ROUNDS})",
+    )
+    g.add_argument(
+        "--undecided",
+        choices=UNDECIDED_POLICIES,
+        default="exit-3",
+        help="what undecided rows make of the gate: exit code 3 (default), pass (0) or fail (1)",
+    )
+    g.add_argument(
+        "--allow-different-output",
+        action="store_true",
+        help="pass the gate even when the candidate's greedy output differs from the "
+        "baseline's (the correctness guard still reports where they part)",
+    )
+    g.add_argument(
+        "--attribute",
+        action="store_true",
+        help="also run llama-bench of both builds in every round (same model, flags, "
+        "pinning): each row gets its server/bench ratio with an interval and says whether a "
+        "change is in the server layer or in the compute",
+    )
+    g.add_argument(
+        "--allow-creep",
+        action="store_true",
+        help="with --accept: accept even when the candidate is slower than the oldest "
+        "accepted baseline",
+    )
+    g.add_argument(
+        "--candidate-cpus",
+        help="pin the candidate's servers here (a deliberate slowdown to check the gate, e.g. 0)",
+    )
+    g.add_argument(
+        "--accept",
+        action="store_true",
+        help="if the gate passes, write the candidate's measurements as baselines",
+    )
+
+
+def side(value: str, cpus: str | None = None) -> BuildUnderTest:
+    """A build number or a binary path, as the gate measures it."""
+    return BuildUnderTest(int(value) if value.isdigit() else value, cpus)
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """Every gate argument checked before any build or server work: one line each."""
+    if args.repetitions < 2:
+        raise MoeperfError(
+            f"-r/--repetitions {args.repetitions}: give at least 2 rounds before the first look"
+        )
+    if args.max_rounds < args.repetitions:
+        raise MoeperfError(
+            f"--max-rounds {args.max_rounds} is below --repetitions "
+            f"{args.repetitions}: give at least as many"
+        )
+    if args.candidate_cpus is not None:
+        try:
+            parse_cpu_list(args.candidate_cpus)
+        except MoeperfError as exc:
+            raise MoeperfError(f"--candidate-cpus: {exc}") from None
+    check_run_arguments(args)
+
+
+def run(args: argparse.Namespace) -> int:
+    check_arguments(args)
+    session, live = live_session(args)
+    profile = session.profile()
+    baseline, candidate = side(args.baseline), side(args.candidate, args.candidate_cpus)
+    workloads = [Workload.parse(w) for w in args.workload] or None
+    try:
+        result = run_gate(
+            session,
+            live,
+            profile,
+            baseline,
+            candidate,
+            configurations=configurations(args, profile) or None,
+            workloads=workloads,
+            first_look=args.repetitions,
+            max_rounds=args.max_rounds,
+            budget=args.budget,
+            margin=args.margin,
+            undecided_policy=args.undecided,
+            allow_different=args.allow_different_output,
+            attribute_bench=args.attribute,
+            on_row=lambda r: say(f"  {r.configuration} {r.workload}: {r.verdict.explain()}"),
+            on_look=(lambda n, v, t: say(f"    {n}: {t:.0f} s: {v.explain()}"))
+            if args.verbose
+            else None,
+        )
+    finally:
+        session.close()
+    print(gate_text(result))
+    write_reports(args, gate_markdown(result), gate_json_text(result))
+    if args.accept:
+        refused = refusals(
+            slower=[r.name for r in result.slower],
+            different=[c.configuration for c in result.different]
+            if not args.allow_different_output
+            else [],
+            undecided=[] if args.undecided == "pass" else [r.name for r in result.undecided],
+            crept=[] if args.allow_creep else [r.name for r in result.crept],
+            host_changes=live.host_changes,
+        )
+        refuse("--accept", refused)
+        path = session.baseline_path(profile)
+        if path is None:
+            raise MoeperfError(f"--accept: profile {profile.name!r} names no baseline file")
+        ms = [dataclasses.replace(r.candidate, build=candidate.name) for r in result.rows]
+        today = dt.date.today().isoformat()
+        accept_measurements(
+            path,
+            profile.name,
+            ms,
+            live.fingerprint(profile, label=CANDIDATE),  # the candidate's llama-server
+            source=f"moeperf gate --accept, {today}, {candidate.name} over {baseline.name}",
+            refused=refused,
+            what="--accept",
+        )
+        say(f"accepted {len(ms)} measurement(s) of {candidate.name} as baselines in {path}")
+    return result.exit_code()

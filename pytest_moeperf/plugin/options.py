@@ -1,0 +1,284 @@
+"""pytest-moeperf's command-line and ini options, and the session :class:`Options` they make:
+every value checked once, where its setting is defined (:mod:`pytest_moeperf.defaults`),
+before anything is measured; a bad one is a usage error of one line."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from ..defaults import (
+    BUDGET,
+    BUSY_LIMIT,
+    MAX_ROUNDS,
+    NUMA_MIN_SHARE,
+    PROBE_TOLERANCE,
+    REPETITIONS,
+    REPROBE_SECONDS,
+    REQUEST_TIMEOUT,
+    STARTUP_TIMEOUT,
+    SettingError,
+    check_budget,
+    check_busy_limit,
+    check_numa_min_share,
+    check_probe_tolerance,
+    check_reprobe,
+    check_rounds,
+    check_seconds,
+)
+from ..errors import MoeperfError
+from ..fs import check_output
+from ..llama.build import resolve_server_binary
+from ..run.profiles import host_memory
+from ..run.session import Options
+
+
+def add_options(parser: pytest.Parser) -> None:
+    """The ``--moeperf-*`` options and the ini keys."""
+    group = parser.getgroup("moeperf", "llama.cpp performance suite (pytest-moeperf)")
+    group.addoption(
+        "--moeperf-profile",
+        metavar="NAME",
+        help="profile to measure (default: ini moeperf_profile, else 'embedded')",
+    )
+    group.addoption(
+        "--moeperf-config",
+        metavar="PATH",
+        help="TOML file of profiles and configurations (default: ini moeperf_config, "
+        "else [tool.moeperf] in pyproject.toml)",
+    )
+    group.addoption(
+        "--llama-server",
+        metavar="PATH",
+        help="use this llama-server binary instead of building one "
+        "(precedence: this option, ini llama_server, env LLAMA_SERVER)",
+    )
+    group.addoption(
+        "--moeperf-repetitions",
+        type=int,
+        metavar="N",
+        help=f"timed repetitions per workload (default: the profile's, else {REPETITIONS})",
+    )
+    group.addoption(
+        "--moeperf-replay",
+        metavar="PATH",
+        help="judge stored numbers instead of starting servers: a results file written by a "
+        "run (.moeperf/results-*.json) or a baseline file (baselines/*.toml)",
+    )
+    group.addoption(
+        "--moeperf-report",
+        metavar="PATH",
+        help="write the run's tables (throughput, baselines, claims, startup warnings, host) "
+        "as markdown here, and a PNG of throughput (with run-over-run history from .moeperf/) "
+        "beside it",
+    )
+    group.addoption(
+        "--moeperf-accept",
+        action="store_true",
+        help="write this run's measurements as the new baselines of their profiles "
+        "(atomically; previous values kept as history in the file)",
+    )
+    group.addoption(
+        "--moeperf-bench",
+        action="store_true",
+        help="after the run, measure every configuration's workloads with llama-bench too "
+        "(same model, flags, pinning) and show the gap to the server's numbers",
+    )
+    group.addoption(
+        "--moeperf-strict-warnings",
+        action="store_true",
+        help="fail a test whose server printed a known performance warning at start "
+        "(the mmap/tensor-override hint, NUMA balancing, ...) instead of warning",
+    )
+    group.addoption(
+        "--moeperf-max-rounds",
+        "--moeperf-max-repetitions",
+        dest="moeperf_max_rounds",
+        type=int,
+        metavar="N",
+        default=MAX_ROUNDS,
+        help="the most paired rounds a verdict may take before it must say undecided "
+        f"(default {MAX_ROUNDS})",
+    )
+    group.addoption(
+        "--moeperf-budget",
+        type=float,
+        metavar="SECONDS",
+        help="seconds a verdict (claim, dead end, baseline check) may keep measuring before "
+        f"it must say undecided (default: the profile's budget, {BUDGET:g})",
+    )
+    group.addoption(
+        "--moeperf-undecided",
+        "--moeperf-inconclusive",
+        dest="moeperf_undecided",
+        choices=("skip", "fail"),
+        default="skip",
+        help="what an undecided verdict does to its test (default: skip)",
+    )
+    group.addoption(
+        "--moeperf-startup-timeout",
+        type=float,
+        metavar="S",
+        default=STARTUP_TIMEOUT,
+        help=f"seconds a server may take to become ready (default {STARTUP_TIMEOUT:g})",
+    )
+    group.addoption(
+        "--moeperf-request-timeout",
+        type=float,
+        metavar="S",
+        default=REQUEST_TIMEOUT,
+        help=f"seconds one measurement request may take (default {REQUEST_TIMEOUT:g})",
+    )
+    group.addoption(
+        "--moeperf-configuration-timeout",
+        type=float,
+        metavar="S",
+        help="seconds all measurements of one configuration may take in a session "
+        "(default: no limit; pytest-timeout's --timeout bounds each test)",
+    )
+    group.addoption(
+        "--moeperf-probe-tolerance",
+        type=float,
+        metavar="SHARE",
+        default=PROBE_TOLERANCE,
+        help="two calibration probes (memory bandwidth, compute) that differ by more than this "
+        "share are two hosts: baselines of the other do not apply, and a host whose probe moved "
+        "that much during the run makes later verdicts undecided. Default: %(default)r",
+    )
+    group.addoption(
+        "--moeperf-reprobe-seconds",
+        type=float,
+        metavar="S",
+        default=REPROBE_SECONDS,
+        help="a verdict probes its CPUs again when their last probe is older than S seconds, "
+        "to notice the host changing under the run (0: before every verdict). "
+        "Default: %(default)r",
+    )
+    group.addoption(
+        "--moeperf-busy-limit",
+        type=float,
+        metavar="SHARE",
+        default=BUSY_LIMIT,
+        help="share of a server's CPUs that other work may take while it is measured for the "
+        "numbers to decide a verdict or be accepted as baselines (above it: undecided, "
+        "accept refused). Default: %(default)r",
+    )
+    group.addoption(
+        "--moeperf-numa-min-share",
+        type=float,
+        metavar="SHARE",
+        default=NUMA_MIN_SHARE,
+        help="share of a NUMA-pinned server's memory (/proc/PID/numa_maps: model file and "
+        "heap) that must lie on its node; below it the test warns (fails with "
+        "--moeperf-strict-warnings). Default: %(default)r",
+    )
+    group.addoption(
+        "--moeperf-host-memory",
+        metavar="SIZE",
+        help="RAM the session's servers may hold together, e.g. 96G (default: env "
+        "MOEPERF_HOST_MEMORY, else the host's available memory at the start): a server starts "
+        "only where it fits, idle ones are stopped first, and two sides that do not fit "
+        "together are measured across restarts",
+    )
+    group.addoption(
+        "--moeperf-results",
+        metavar="PATH",
+        help="write the results file here (default .moeperf/results-*.json)",
+    )
+    parser.addini("moeperf_profile", "default profile for perf tests", default="embedded")
+    parser.addini("moeperf_config", "TOML file of profiles and configurations", default="")
+    parser.addini("llama_server", "llama-server binary to use instead of building one", default="")
+
+
+def report_png(report: Path) -> Path:
+    """The PNG written beside the markdown report *report*."""
+    return (
+        report.with_suffix(".png")
+        if report.suffix != ".png"
+        else report.with_name(report.stem + ".plot.png")
+    )
+
+
+def options_of(config: pytest.Config) -> Options:
+    """The session's options from pytest's; a bad value is a :class:`pytest.UsageError` of one
+    line naming the option."""
+    try:
+        return _options(config)
+    except (MoeperfError, SettingError) as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+def _options(config: pytest.Config) -> Options:
+    root = Path(config.rootpath)
+    cfg = config.getoption("moeperf_config") or config.getini("moeperf_config")
+    get = config.getoption
+    opts = Options(
+        profile=get("moeperf_profile") or config.getini("moeperf_profile"),
+        config_file=(root / cfg) if cfg else None,
+        pyproject=root / "pyproject.toml",
+        llama_server=resolve_server_binary(
+            get("llama_server"), config.getini("llama_server") or None, os.environ
+        ),
+        repetitions=get("moeperf_repetitions"),
+        max_rounds=get("moeperf_max_rounds"),
+        budget=get("moeperf_budget"),
+        undecided=get("moeperf_undecided"),
+        startup_timeout=get("moeperf_startup_timeout"),
+        request_timeout=get("moeperf_request_timeout"),
+        configuration_timeout=get("moeperf_configuration_timeout"),
+        results_dir=root / ".moeperf",
+        results_file=Path(get("moeperf_results")) if get("moeperf_results") else None,
+        report_file=Path(get("moeperf_report")) if get("moeperf_report") else None,
+        replay=Path(get("moeperf_replay")) if get("moeperf_replay") else None,
+        accept=bool(get("moeperf_accept")),
+        bench=bool(get("moeperf_bench")),
+        strict_warnings=bool(get("moeperf_strict_warnings")),
+        rootdir=root,
+        probe_tolerance=get("moeperf_probe_tolerance"),
+        reprobe_seconds=get("moeperf_reprobe_seconds"),
+        busy_limit=get("moeperf_busy_limit"),
+        numa_min_share=get("moeperf_numa_min_share"),
+        host_memory=host_memory(get("moeperf_host_memory"), "--moeperf-host-memory"),
+    )
+    if opts.accept and opts.replay:
+        raise SettingError("--moeperf-accept takes measured results, not --moeperf-replay")
+    outputs = []  # checked before anything is measured: never a PNG without its report
+    if opts.report_file is not None:
+        outputs += [
+            (opts.report_file, "--moeperf-report"),
+            (report_png(opts.report_file), "--moeperf-report (its PNG)"),
+        ]
+    if opts.results_file is not None:
+        outputs.append((opts.results_file, "--moeperf-results"))
+    for path, what in outputs:
+        check_output(path, what)
+    if opts.repetitions is not None:
+        check_rounds(opts.repetitions, "--moeperf-repetitions", at_least=1, what="repetitions")
+    check_rounds(
+        opts.max_rounds,
+        "--moeperf-max-rounds",
+        at_least=2,
+        what="the most rounds a verdict may take; a paired interval needs 2",
+    )
+    check_budget(opts.budget, "--moeperf-budget")
+    check_seconds(
+        opts.startup_timeout, "--moeperf-startup-timeout", "the startup timeout",
+        example=STARTUP_TIMEOUT,
+    )
+    check_seconds(
+        opts.request_timeout, "--moeperf-request-timeout", "the request timeout",
+        example=REQUEST_TIMEOUT,
+    )
+    check_seconds(
+        opts.configuration_timeout,
+        "--moeperf-configuration-timeout",
+        "the configuration timeout",
+        example=1800,
+    )
+    check_probe_tolerance(opts.probe_tolerance, "--moeperf-probe-tolerance")
+    check_reprobe(opts.reprobe_seconds, "--moeperf-reprobe-seconds")
+    check_busy_limit(opts.busy_limit, "--moeperf-busy-limit")
+    check_numa_min_share(opts.numa_min_share, "--moeperf-numa-min-share")
+    return opts

@@ -1,0 +1,116 @@
+"""What a perf session shows at its end: the terminal summary (the host as probed, throughput
+in the layout of the ADR's tables, traffic, claims, baseline checks, llama-bench beside the
+servers, startup warnings) and the markdown report with its PNG."""
+
+from __future__ import annotations
+
+import pytest
+
+from ..fs import write_output
+from ..report.plot import baseline_marks, plot_report
+from ..report.tables import (
+    BASELINE_HEADERS,
+    BENCH_ROUND_HEADERS,
+    TRAFFIC_HEADERS,
+    baseline_rows,
+    bench_round_rows,
+    host_lines,
+    markdown_report,
+    start_lines,
+    startup_lines,
+    summary_rows,
+    text_table,
+    traffic_rows,
+    verdict_rows,
+)
+from ..run.crosscheck import bench_rows
+from ..run.session import PerfSession
+from ..store.history import read_history
+from .options import report_png
+
+
+def _host_lines(perf: PerfSession) -> list[str]:
+    """The host as this run measured it, and how long its servers took to start."""
+    return host_lines(
+        perf.source.probes.values(), perf.source.host_changes, perf.measurements.values()
+    ) + start_lines(perf.source.load_times())
+
+
+def write_report(perf: PerfSession) -> None:
+    """The markdown report, and beside it a PNG of throughput (with run-over-run history)."""
+    assert perf.options.report_file is not None
+    report = perf.options.report_file
+    record = perf.record or perf.run_record()
+    results = record.to_dict()
+    fp = next(iter(results.get("fingerprints", {}).values()), record.fingerprint)
+    text = markdown_report(
+        list(perf.measurements.values()),
+        perf.baseline_rows,
+        [(v.test, v.verdict) for v in perf.verdicts],
+        fp,
+        startup_lines(perf.source.findings),
+        bench_rows(perf) if perf.bench else None,
+        host_lines=_host_lines(perf),
+        traffic=results.get("traffic"),
+    )
+    if perf.measurements:
+        png = report_png(report)
+        history, perf.history_problems = read_history(perf.options.results_dir)
+        profiles = sorted({k[0] for k in perf.measurements})
+        marks = baseline_marks(perf.baselines(perf.profile(p)) for p in profiles)
+        plot_report(results, history, png, baselines=marks)
+        perf.report_files.append(png)
+        text += f"\n![throughput per configuration and workload]({png.name})\n"
+    write_output(report, text, "--moeperf-report")
+    perf.report_files.insert(0, report)
+
+
+def terminal_summary(perf: PerfSession, reporter: pytest.TerminalReporter) -> None:
+    """The session's tables, at the end of the terminal output."""
+    write = reporter.write_line
+    if perf.finish_error:
+        write(f"moeperf: error: {perf.finish_error}", red=True)
+    if not perf.measurements:
+        return
+    reporter.section("moeperf: throughput (median of repetitions)")
+    for line in _host_lines(perf):
+        write(line, yellow=line.startswith("host changed"))
+    headers, rows = summary_rows(perf.measurements.values())
+    if rows:
+        write(text_table(headers, rows))
+    # the record written at session finish holds every pass already: not serialised again
+    traffic = traffic_rows(perf.record.traffic if perf.record else perf.source.traffic_runs())
+    if traffic:
+        write("")
+        write("traffic (all passes; prefill and decode summed as logstats):")
+        write(text_table(TRAFFIC_HEADERS, traffic))
+    if perf.verdicts:
+        write("")
+        write(text_table(*verdict_rows([(v.test, v.verdict) for v in perf.verdicts])))
+    if perf.baseline_rows:
+        write("")
+        write(text_table(BASELINE_HEADERS, baseline_rows(perf.baseline_rows)))
+    if perf.bench_rounds:
+        write("")
+        write("llama-bench in the same rounds as the servers (same build, model, flags, pinning):")
+        write(text_table(BENCH_ROUND_HEADERS, bench_round_rows(perf.bench_rounds)))
+    if perf.bench or perf.bench_errors:
+        write("")
+        write("llama-bench cross-check (same model, flags, pinning):")
+        write(text_table(*bench_rows(perf)))
+        for line in perf.bench_errors:
+            write(f"  {line}", yellow=True)
+    startup = startup_lines(perf.source.findings)
+    if startup:
+        write("")
+        write("llama-server startup warnings:")
+        for line in startup:
+            write(f"  {line}")
+    for path in perf.accepted:
+        write(f"accepted as new baselines: {path}")
+    for line in perf.history_problems:
+        write(f"moeperf: skipped history file: {line}", yellow=True)
+    for path in perf.report_files:
+        write(f"report: {path}")
+    if perf.results_path is not None:
+        write(f"results: {perf.results_path}")

@@ -164,8 +164,8 @@ def test_forgotten_servers_leave_no_load_times_or_warnings():
 
 
 def test_declared_gpus_are_the_ones_the_server_sees():
-    from pytest_moeperf.run.profiles import Configuration, Pinning
     from pytest_moeperf.run.launch import gpu_env as _gpu_env
+    from pytest_moeperf.run.profiles import Configuration, Pinning
 
     def cfg(**kw):
         return Configuration(name="c", profile="p", flags=(), pinning=Pinning(), **kw)

@@ -98,7 +98,9 @@ def until_decided(
                     after_round(len(rounds) - 1, feed.restarts)
                 if len(rounds) >= 2 and time.monotonic() - began > budget:
                     break
-            spent = exhausted or time.monotonic() - began > budget
+            spent = (
+                exhausted or not feed.more(len(rounds)) or time.monotonic() - began > budget
+            )
             result, final = judge(rounds, spent)
             if final:
                 return result, rounds, time.monotonic() - began

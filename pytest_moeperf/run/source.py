@@ -70,6 +70,10 @@ class Feed(ABC):
         """Round *index* (0-based, asked in order): one value per side; ``None`` when the
         source has no more rounds to give."""
 
+    def more(self, index: int) -> bool:
+        """Whether round *index* can still be had (a live feed can always measure one more)."""
+        return True
+
     @abstractmethod
     def measurements(self) -> tuple[Measurement, ...]:
         """Each side's measurement as it stands, every sample (earlier ones too)."""
@@ -103,6 +107,9 @@ class StoredFeed(Feed):
         if index >= self.ready:
             return None
         return tuple(v[index] for v in self._values)
+
+    def more(self, index: int) -> bool:
+        return index < self.ready
 
     def measurements(self) -> tuple[Measurement, ...]:
         return self._measurements

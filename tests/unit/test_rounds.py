@@ -1,0 +1,382 @@
+"""The one decision loop, driven by fake sources: looks on the plan's schedule, the budget, the
+order of a round's samples (A B, B A, ...), restart blocks, the busy and moved-host overrides,
+stored figures, and a replayed verdict judged on the rounds that were measured."""
+
+from __future__ import annotations
+
+import random
+import statistics
+from collections.abc import Iterable, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import pytest
+
+from pytest_moeperf.measure.measurement import Conditions, Measurement, Sample
+from pytest_moeperf.measure.stats import Figure
+from pytest_moeperf.measure.workload import Workload
+from pytest_moeperf.run import rounds as rounds_mod
+from pytest_moeperf.run.live import LivePairing
+from pytest_moeperf.run.profiles import Configuration, Pinning
+from pytest_moeperf.run.rounds import decide_baseline, decide_pair, until_decided
+from pytest_moeperf.run.source import BLOCK_SAMPLES, RESTART_METHOD, Feed, Side, StoredFeed
+from pytest_moeperf.store.record import RunRecord, SideRounds, VerdictRecord, rounds_of
+from pytest_moeperf.verdicts.judge import judge_baseline
+from pytest_moeperf.verdicts.sequential import Plan, Rule
+
+W = Workload.parse("pp512")
+
+
+@dataclass
+class Profile:
+    name: str = "p"
+
+
+def config(name: str) -> Configuration:
+    return Configuration(name=name, profile="p", flags=(), pinning=Pinning())
+
+
+def measurement(name: str, values: Sequence[float], busy: float = 0.0) -> Measurement:
+    samples = tuple(Sample(512, 512_000 / v) for v in values)
+    told = Conditions(profile="p", measured_s=10.0, busy_s=10.0 * busy, probe_cpus="0-1")
+    return Measurement(name, "b1", W, samples, told)
+
+
+class Clock:
+    """time.monotonic for the loop: each round costs *step* seconds."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class FakeFeed(Feed):
+    """Side b runs at *ratio* of side a, with multiplicative noise; each round costs time."""
+
+    def __init__(self, ratio: float, clock: Clock, *, step: float = 1.0, seed: int = 1) -> None:
+        self.ratio = ratio
+        self.clock = clock
+        self.step = step
+        self.rng = random.Random(seed)
+        self.values: list[list[float]] = [[], []]
+
+    def take(self, index: int) -> tuple[float, ...] | None:
+        self.clock.now += self.step
+        host = 500.0 * (1 + 0.3 * self.rng.random())  # a phase both sides of a round share
+        a = host * (1 + self.rng.gauss(0, 0.02))
+        b = host * self.ratio * (1 + self.rng.gauss(0, 0.02))
+        self.values[0].append(a)
+        self.values[1].append(b)
+        return (a, b)
+
+    def measurements(self) -> tuple[Measurement, ...]:
+        return (measurement("a", self.values[0]), measurement("b", self.values[1]))
+
+    def sides(self) -> tuple[SideRounds, ...]:
+        return (SideRounds("p", "a", "b1", "pp512", 0), SideRounds("p", "b", "b1", "pp512", 0))
+
+
+@dataclass
+class FakeSource:
+    """A source whose pairs are :class:`FakeFeed`s (or a given feed), whose host moved or not."""
+
+    feed: Feed
+    moved: list[str] = field(default_factory=list)
+    asked: list[tuple[str, str]] = field(default_factory=list)
+
+    def pair(self, profile: Any, a: Side, b: Side, *, label: str, relation: str) -> Feed:
+        self.asked.append((label, relation))
+        return self.feed
+
+    def series(self, profile: Any, configuration: Any, workload: Any) -> Feed:
+        return self.feed
+
+    def host_moved(self, measurements: Iterable[Measurement], *, force: bool = False) -> list[str]:
+        return list(self.moved)
+
+
+@pytest.fixture
+def clock(monkeypatch) -> Clock:
+    c = Clock()
+    monkeypatch.setattr(rounds_mod.time, "monotonic", c)
+    return c
+
+
+@dataclass(frozen=True)
+class Looked:
+    """A decided pair and the round counts of its looks."""
+
+    got: rounds_mod.Decided
+    looks: list[int]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.got, name)
+
+
+def decide(source: FakeSource, rule: Rule, **kw: Any) -> Any:
+    looks: list[int] = []
+    options = {"plan": Plan(first_look=6, max_rounds=200), "budget": 1e9, "busy_limit": 0.25}
+    options.update(kw)
+    got = decide_pair(
+        source,  # type: ignore[arg-type]
+        Profile(),  # type: ignore[arg-type]
+        rule,
+        Side(config("a"), W),
+        Side(config("b"), W),
+        label="b.pp512 / a.pp512",
+        on_look=lambda v, t: looks.append(v.rounds or 0),
+        **options,
+    )
+    return Looked(got, looks)
+
+
+def test_looks_come_on_the_plans_schedule_until_decided(clock):
+    got = decide(FakeSource(FakeFeed(1.0, clock)), Rule("change", margin=0.05))
+    plan = Plan(first_look=6, max_rounds=200)
+    assert got.verdict.outcome == "unchanged"
+    assert got.looks == list(plan.looks[: len(got.looks)])  # every look on the schedule
+    assert got.verdict.rounds == got.looks[-1] == len(got.rounds[0])
+    assert got.verdict.method.startswith("paired rounds")
+
+
+def test_a_clear_change_decides_at_the_first_look(clock):
+    got = decide(FakeSource(FakeFeed(0.5, clock)), Rule("change", margin=0.05))
+    assert got.verdict.outcome == "slower" and got.looks == [6]
+
+
+def test_the_budget_ends_the_rounds_undecided(clock):
+    """A change at the margin's edge cannot decide; the budget (40 s at 1 s a round) ends it
+    within one round of being spent, and the verdict says so."""
+    got = decide(FakeSource(FakeFeed(0.95, clock)), Rule("change", margin=0.05), budget=40.0)
+    assert got.verdict.outcome in ("undecided", "slower", "small-slower")
+    assert 40 <= len(got.rounds[0]) <= 41
+    assert got.seconds == pytest.approx(len(got.rounds[0]), abs=1)
+
+
+def test_the_round_cap_ends_the_rounds(clock):
+    plan = Plan(first_look=6, max_rounds=12)
+    got = decide(FakeSource(FakeFeed(0.95, clock)), Rule("change"), plan=plan)
+    assert len(got.rounds[0]) == 12
+
+
+def test_a_busy_host_never_decides(clock):
+    feed = FakeFeed(0.5, clock)
+    busy = measurement("b", [1.0], busy=0.6)
+    feed.measurements = lambda: (measurement("a", feed.values[0]), busy)  # type: ignore[method-assign]
+    got = decide(FakeSource(feed), Rule("change"))
+    assert got.verdict.outcome == "undecided" and "host 60 % busy" in (got.verdict.reason or "")
+
+
+def test_a_moved_host_decides_a_gate_row_but_not_a_claim(clock):
+    moved = ["memory bandwidth on CPUs 0-1: 20 -> 10 GB/s (-50 %)"]
+    claim = decide(
+        FakeSource(FakeFeed(0.5, clock), moved), Rule("claim", threshold=0.7, relation="<=")
+    )
+    assert claim.verdict.outcome == "undecided" and "host changed" in (claim.verdict.reason or "")
+    row = decide(FakeSource(FakeFeed(0.5, clock), moved), Rule("change"), host_decides=False)
+    assert row.verdict.outcome == "slower"
+
+
+def test_stored_figures_are_judged_once_unpaired(clock):
+    feed = StoredFeed((), [], [])
+    feed.unpaired = (Figure(100.0, 0.01), Figure(200.0, 0.01))
+    feed.measurements = lambda: (  # type: ignore[method-assign]
+        measurement("a", [100.0]),
+        measurement("b", [200.0]),
+    )
+    got = decide(FakeSource(feed), Rule("claim", threshold=1.9, relation=">="))
+    assert got.verdict.outcome == "holds" and got.verdict.rounds is None
+    assert got.verdict.ratio == pytest.approx(2.0) and got.rounds == ((), ())
+
+
+def test_rounds_held_already_are_judged_together_at_the_first_look(clock):
+    """A stored feed holds 30 rounds: one look at 30, then no more can be had."""
+    rng = random.Random(3)
+    a = [500 * (1 + 0.02 * rng.gauss(0, 1)) for _ in range(30)]
+    b = [v * 0.8 for v in a]
+    feed = StoredFeed((measurement("a", a), measurement("b", b)), [a, b], [])
+    got = decide(FakeSource(feed), Rule("change"))
+    assert got.looks == [30] and got.verdict.outcome == "slower"
+    assert clock.now == 1000.0  # nothing was measured
+
+
+def test_after_round_runs_only_for_rounds_measured_now(clock):
+    seen: list[tuple[int, bool]] = []
+    decide(
+        FakeSource(FakeFeed(0.5, clock)),
+        Rule("change"),
+        after_round=lambda i, r: seen.append((i, r)),
+    )
+    assert seen == [(i, False) for i in range(6)]
+    stored = StoredFeed(
+        (measurement("a", [1.0] * 8), measurement("b", [1.0] * 8)), [[500.0] * 8, [400.0] * 8], []
+    )
+    seen.clear()
+    decide(FakeSource(stored), Rule("change"), after_round=lambda i, r: seen.append((i, r)))
+    assert seen == []
+
+
+def test_a_baseline_check_takes_more_samples_while_undecided(clock):
+    """One side against a stored baseline: rounds of one value, looks on the plan's schedule
+    (the first at the samples held), undecided until the interval clears the limit."""
+    rng = random.Random(5)
+    values = [400 * (1 + 0.08 * rng.gauss(0, 1)) for _ in range(200)]
+
+    class Series(Feed):
+        ready = 3
+
+        def take(self, index: int) -> tuple[float, ...] | None:
+            clock.now += 1
+            return (values[index],)
+
+        def measurements(self) -> tuple[Measurement, ...]:
+            return (measurement("a", values[: self.taken]),)
+
+        def sides(self) -> tuple[SideRounds, ...]:
+            return ()
+
+    series = Series()
+    series.taken = 0  # type: ignore[attr-defined]
+    orig = series.take
+
+    def take(index: int) -> tuple[float, ...] | None:
+        series.taken = index + 1  # type: ignore[attr-defined]
+        return orig(index)
+
+    series.take = take  # type: ignore[method-assign]
+    calls: list[int] = []
+
+    def judge(vals: list[float], confidence: float) -> Any:
+        calls.append(len(vals))
+        return judge_baseline(vals, 400.0, 0.05, confidence=confidence)
+
+    checked = decide_baseline(
+        FakeSource(series),  # type: ignore[arg-type]
+        Profile(),  # type: ignore[arg-type]
+        Side(config("a"), W),
+        judge,
+        plan=Plan(first_look=3, max_rounds=200),
+        budget=1e9,
+        busy_limit=0.25,
+    )
+    assert calls[0] == 3 and calls == list(Plan(first_look=3, max_rounds=200).looks[: len(calls)])
+    assert checked.check.outcome == "pass"
+
+
+# -- the live pairing: order of samples, restart blocks ---------------------------------------
+
+
+class StubLive:
+    """What a live pairing asks of its source: samples of a side (each a fresh value), restarts
+    and whether two servers fit together."""
+
+    def __init__(self, fit: bool) -> None:
+        self.fit = fit
+        self.calls: list[str] = []
+        self.restarts: list[str] = []
+        self.counts: dict[str, int] = {}
+        self.launcher = self
+        self.pool = self
+
+    def measure(
+        self, profile: Any, configuration: Configuration, workload: Any, n: int, build: Any
+    ) -> Measurement:
+        name = configuration.name
+        have = self.counts.get(name, 0)
+        self.calls += [name] * (n - have)
+        self.counts[name] = max(have, n)
+        values = [100.0 + i for i in range(self.counts[name])]
+        return measurement(name, values)
+
+    def fit_together(self, profile: Any, sides: Any) -> bool:
+        return self.fit
+
+    def restart(self, profile: Any, configuration: Configuration, build: Any) -> None:
+        self.restarts.append(configuration.name)
+
+    def using(self, keys: Any) -> AbstractContextManager[None]:
+        return nullcontext()
+
+
+def test_live_rounds_alternate_their_order():
+    live = StubLive(fit=True)
+    pairing = LivePairing(live, Profile(), Side(config("a"), W), Side(config("b"), W), "b / a")  # type: ignore[arg-type]
+    assert live.calls == ["a", "b"]  # both servers started, one sample each, not paired
+    for i in range(4):
+        pairing.take(i)
+    assert live.calls[2:] == ["a", "b", "b", "a", "a", "b", "b", "a"]
+    assert pairing.first == (1, 1) and not pairing.restarts
+    assert [s.first for s in pairing.sides()] == [1, 1]
+
+
+def test_sides_that_do_not_fit_together_are_measured_across_restarts():
+    live = StubLive(fit=False)
+    pairing = LivePairing(live, Profile(), Side(config("a"), W), Side(config("b"), W), "b / a")  # type: ignore[arg-type]
+    got = [pairing.take(i) for i in range(2)]
+    assert pairing.restarts and pairing.method == RESTART_METHOD
+    assert live.restarts == ["a", "b", "b", "a"]  # a fresh process per block
+    assert live.calls[2:] == ["a"] * 3 + ["b"] * 3 + ["b"] * 3 + ["a"] * 3
+    # the block's median: samples 1..3 of a are 101, 102, 103
+    assert got[0] == pytest.approx((102.0, 102.0))
+    assert [s.per_round for s in pairing.sides()] == [BLOCK_SAMPLES] * 2
+
+
+# -- the run record: a replayed verdict is the one that was measured -----------------------------
+
+
+def test_a_replayed_verdict_is_judged_on_the_rounds_that_were_measured(clock):
+    """A verdict measured across restarts, after samples an earlier test took: the record
+    keeps where its rounds lie, and the stored feed gives exactly those rounds back."""
+    rng = random.Random(11)
+    earlier = [480.0, 520.0, 300.0]  # taken by an earlier test, never paired
+    blocks_a, blocks_b = [], []
+    for _ in range(8):
+        host = 500 * (1 + 0.2 * rng.random())
+        blocks_a += [host * (1 + 0.03 * rng.gauss(0, 1)) for _ in range(BLOCK_SAMPLES)]
+        blocks_b += [0.9 * host * (1 + 0.03 * rng.gauss(0, 1)) for _ in range(BLOCK_SAMPLES)]
+    ma = measurement("a", earlier + blocks_a)
+    mb = measurement("b", earlier + blocks_b)
+    sides = (
+        SideRounds("p", "a", "b1", "pp512", 3, BLOCK_SAMPLES),
+        SideRounds("p", "b", "b1", "pp512", 3, BLOCK_SAMPLES),
+    )
+    va, vb = rounds_of(ma, sides[0]), rounds_of(mb, sides[1])
+    assert va[0] == statistics.median(blocks_a[:3]) and len(va) == 8
+
+    live = decide(FakeSource(StoredFeed((ma, mb), [va, vb], sides, RESTART_METHOD)), Rule("change"))
+    record = RunRecord(
+        fingerprint={},
+        measurements=[ma, mb],
+        verdicts=[VerdictRecord("t", live.verdict, sides, "b.pp512 / a.pp512")],
+    )
+    back = RunRecord.from_dict(record.to_dict())
+    (stored,) = back.verdicts
+    assert stored.sides == sides and stored.verdict == replace(live.verdict)
+    count = stored.verdict.rounds
+    values = [rounds_of(m, s, count) for m, s in zip(back.measurements, stored.sides, strict=True)]
+    replayed = decide(
+        FakeSource(StoredFeed(back.measurements, values, stored.sides, stored.verdict.method)),
+        Rule("change"),
+    )
+    assert replayed.verdict == live.verdict
+    # paired naively from the first sample, the same file reads another verdict
+    n = len(ma.values)
+    naive = decide(
+        FakeSource(StoredFeed((ma, mb), [ma.values[:n], mb.values[:n]], ())), Rule("change")
+    )
+    assert (naive.verdict.ratio, naive.verdict.low) != (live.verdict.ratio, live.verdict.low)
+
+
+def test_until_decided_gives_the_judge_whether_more_can_be_had(clock):
+    feed = StoredFeed((), [[1.0, 2.0, 3.0]], [])
+    seen: list[tuple[int, bool]] = []
+
+    def judge(rounds: list[tuple[float, ...]], spent: bool) -> tuple[Any, bool]:
+        seen.append((len(rounds), spent))
+        return None, spent
+
+    until_decided(feed, judge, Plan(first_look=2, max_rounds=50), 1e9)
+    assert seen == [(3, True)]  # three stored rounds, then no more: judged once, spent

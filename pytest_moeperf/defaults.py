@@ -31,7 +31,10 @@ BUSY_LIMIT = 0.25
 decide a verdict or be accepted as baselines."""
 PROBE_TOLERANCE = 0.15
 """Two calibration probes further apart than this share are two hosts, or a host that
-changed under the run."""
+changed under the run. On this project's 2-core VMs, six probes in a row wandered by up to
++-11 % (the shared host underneath moves, as llama.cpp's own samples do); the hosts it must
+tell apart differ by 30 % and more (pp512 420, 620 and 1160 tok/s on three VMs identical to
+/proc/cpuinfo)."""
 REPROBE_SECONDS = 30.0
 """A verdict re-probes its CPUs when their last probe is older than this (a few seconds of
 work): often enough to notice the host changing under a run, rarely enough to cost little."""

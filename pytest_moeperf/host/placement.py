@@ -17,9 +17,6 @@ from typing import Any
 
 from .machine import format_cpu_list, parse_cpu_list
 
-NUMA_MIN_SHARE = 0.9
-"""Share of a NUMA-pinned server's resident memory expected on its node."""
-
 
 @dataclass(frozen=True)
 class Thread:

@@ -35,13 +35,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from ..defaults import PROBE_TOLERANCE
 from .machine import format_cpu_list, online_cpus
-
-DEFAULT_TOLERANCE = 0.15
-"""Two probes whose bandwidth or compute differ by more than this share are two hosts: 15 %.
-On this project's 2-core VMs, six probes in a row wandered by up to +-11 % (the shared host
-underneath moves, as llama.cpp's own samples do); the hosts it must tell apart differ by
-30 % and more (pp512 420, 620 and 1160 tok/s on three VMs identical to /proc/cpuinfo)."""
 
 _READ_ELEMENTS = 16 << 20  # float32: 64 MiB per thread
 _COMPUTE_ELEMENTS = 64 << 10  # float32: 256 KiB, in L2 of any current core
@@ -199,7 +194,7 @@ def _figures(p: Probe) -> tuple[tuple[str, str, float], ...]:
     return (("memory bandwidth", "GB/s", p.bandwidth_gbs), ("compute", "Gop/s", p.compute_gops))
 
 
-def probe_differences(here: Probe, there: Probe, tolerance: float = DEFAULT_TOLERANCE) -> list[str]:
+def probe_differences(here: Probe, there: Probe, tolerance: float = PROBE_TOLERANCE) -> list[str]:
     """One line per figure that differs by more than *tolerance* between *here* (this host)
     and *there* (e.g. a baseline's host): ``memory bandwidth: this host 7.1 GB/s, baseline
     host 19.4 GB/s (-63 %)``. Empty when the two measure the same."""
@@ -228,7 +223,7 @@ def probes_of(fingerprint: Mapping[str, Any]) -> dict[str, Probe]:
     return out
 
 
-def probe_moved(before: Probe, *after: Probe, tolerance: float = DEFAULT_TOLERANCE) -> list[str]:
+def probe_moved(before: Probe, *after: Probe, tolerance: float = PROBE_TOLERANCE) -> list[str]:
     """One line per figure that moved by more than *tolerance* from *before* in every probe of
     *after*, all in the same direction: ``memory bandwidth on CPUs 0-1: 19.4 -> 14.1 GB/s
     (-27 %)``. Given two later probes, a figure that wandered in one and came back in the

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
+from ..defaults import REQUEST_TIMEOUT
 from ..errors import MoeperfError
 from ..host.machine import format_cpu_list, online_cpus
 from ..measure.workload import Workload
@@ -565,7 +566,7 @@ def run_bench(
     repetitions: int = 3,
     cpus: frozenset[int] | None = None,
     env: Mapping[str, str] | None = None,
-    timeout: float = 600.0,
+    timeout: float = REQUEST_TIMEOUT,
     strict: bool = True,
 ) -> dict[str, BenchResult]:
     """llama-bench's measurement of each of *workloads* (keyed by workload name, e.g.

@@ -15,6 +15,7 @@ from types import TracebackType
 import httpcore  # noqa: F401 (see below)
 import httpx
 
+from ..defaults import STARTUP_TIMEOUT
 from ..errors import MeasurementError, MoeperfError, ServerError
 from ..host.machine import format_cpu_list, process_cpus
 from ..host.placement import stray_threads, threads
@@ -64,7 +65,7 @@ class LlamaServer:
         cpus: frozenset[int] | None = None,
         env: Mapping[str, str] | None = None,
         name: str = "llama-server",
-        startup_timeout: float = 120.0,
+        startup_timeout: float = STARTUP_TIMEOUT,
         stop_timeout: float = 10.0,
         bind_attempts: int = 3,
     ) -> None:

@@ -35,6 +35,7 @@ from typing import Any
 import httpx
 import numpy as np
 
+from ..defaults import REQUEST_TIMEOUT
 from ..errors import ConfigError, MeasurementError
 from .measurement import Sample
 from .meter import prompt_ids, stream_events
@@ -431,7 +432,7 @@ def run_pass(
     vocab: int,
     seed: int,
     ban_tokens: Sequence[int] = (),
-    request_timeout: float = 600.0,
+    request_timeout: float = REQUEST_TIMEOUT,
     requests: int | None = None,
 ) -> Pass:
     """Send one pass of *traffic* to the server at *url* (*requests* of them instead of the

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..defaults import MARGIN
 from ..errors import ConfigError
 from ..measure.workload import Workload
 from ..run.profiles import Profile
@@ -26,7 +27,7 @@ class MarkerError(ConfigError):
 MOEPERF_EXAMPLE = '@pytest.mark.moeperf(configurations=["mmap", "lm-none"], profile="embedded")'
 DEAD_END_EXAMPLE = (
     '@pytest.mark.dead_end(config="moe-cache", slower_than="mmap", metric="tg64", '
-    'reason="...", margin=0.05)'
+    f'reason="...", margin={MARGIN})'
 )
 _DEAD_END_FIELDS = ("config", "slower_than", "metric", "reason", "margin")
 
@@ -47,7 +48,7 @@ class DeadEndMarker:
     slower_than: str
     metric: str
     reason: str = ""
-    margin: float = 0.05
+    margin: float = MARGIN
 
     @property
     def workload(self) -> Workload:
@@ -121,7 +122,7 @@ def parse_dead_end(args: Sequence[Any], kwargs: Mapping[str, Any]) -> DeadEndMar
     reason = values.get("reason", "")
     if not isinstance(reason, str):
         raise MarkerError(f"dead_end marker: reason {reason!r} must be text")
-    margin = values.get("margin", 0.05)
+    margin = values.get("margin", MARGIN)
     if (
         isinstance(margin, bool)
         or not isinstance(margin, int | float)
@@ -129,7 +130,7 @@ def parse_dead_end(args: Sequence[Any], kwargs: Mapping[str, Any]) -> DeadEndMar
         or not 0 <= margin < 1
     ):
         raise MarkerError(
-            f"dead_end marker: margin {margin!r} must be a share in [0, 1), e.g. margin=0.05"
+            f"dead_end marker: margin {margin!r} must be a share in [0, 1), e.g. margin={MARGIN}"
         )
     return DeadEndMarker(config, other, metric, reason, float(margin))
 

@@ -19,6 +19,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from ..defaults import BUDGET
 from ..errors import ConfigError, Unavailable
 from ..host.machine import numa_nodes, online_cpus, parse_cpu_list
 from ..measure.mix import Mix, Shape
@@ -26,8 +27,6 @@ from ..measure.traffic import Traffic
 from ..measure.workload import Workload
 
 NUMA_MODES = ("distribute", "isolate", "numactl")
-DEFAULT_BUDGET = 180.0
-"""Seconds a verdict may measure (a profile's ``budget``): about 3 minutes per metric."""
 _NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.-]*[A-Za-z0-9_-])?")
 _PIN_KEYS = {"cpus", "numa_node", "numa"}
 _CONFIG_KEYS = _PIN_KEYS | {
@@ -177,7 +176,7 @@ class Profile:
     memory_bandwidth_gbs: float | None = None
     """The memory bandwidth the host is known to reach (GB/s), e.g. a STREAM figure from its
     record; decode's roofline uses it instead of the probe's own measurement."""
-    budget: float = DEFAULT_BUDGET
+    budget: float = BUDGET
     """Seconds a verdict (claim, dead end, baseline check, gate row) may keep adding rounds
     before it must say undecided."""
     cuda: bool = False
@@ -415,9 +414,9 @@ def _profile(name: str, table: Any, source: str, base_dir: Path | None) -> Profi
     reps = _opt(where, "repetitions", table.get("repetitions", 3), int)
     if reps < 1:
         raise ConfigError(f"{where}: repetitions must be >= 1")
-    budget = _opt(where, "budget", table.get("budget", DEFAULT_BUDGET), (int, float))
+    budget = _opt(where, "budget", table.get("budget", BUDGET), (int, float))
     if not (math.isfinite(budget) and budget > 0):
-        raise ConfigError(f"{where}: budget must be a positive number of seconds, e.g. 180")
+        raise ConfigError(f"{where}: budget must be a positive number of seconds, e.g. {BUDGET:g}")
     per_sample = _opt(where, "sample_requests", table.get("sample_requests", 1), int)
     if per_sample < 1:
         raise ConfigError(f"{where}: sample_requests must be >= 1 (timed requests per sample)")

@@ -13,14 +13,18 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import hashlib
+import statistics
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ..defaults import PROBE_TOLERANCE
 from ..errors import BaselineError
-from ..fs import cache_dir, file_lock
+from ..fs import atomic_write_text, cache_dir, file_lock
 from ..measure.measurement import Measurement
-from .baselines import BaselineFile, accept
+from .baselines import BaselineEntry, BaselineFile, dump_baselines, load_baselines, parse_baselines
+from .hosts import BaselineHost, host_differences
 
 
 def refusals(
@@ -79,26 +83,128 @@ def baseline_lock(path: Path) -> Iterator[None]:
 
 
 def accept_measurements(
-    path: Path,
+    path: Path | str,
     profile: str,
     measurements: Iterable[Measurement],
     fingerprint: Mapping[str, Any],
     *,
     source: str,
-    refused: Sequence[str],
-    what: str,
+    refused: Sequence[str] = (),
+    what: str = "accept",
+    date: str | dt.date | None = None,
+    probe_tolerance: float = PROBE_TOLERANCE,
 ) -> BaselineFile:
     """Store *measurements* as *profile*'s baselines of the host *fingerprint* describes in the
     file at *path*, unless *refused* gives reasons (then nothing is written and the error says
     them all, naming the option *what*). The file is read, changed and written atomically
-    under its lock."""
+    under its lock (:func:`_write_accepted` says how)."""
     refuse(what, refused)
+    path = Path(path)
     with baseline_lock(path):
-        return accept(
+        return _write_accepted(
             path,
             profile,
             list(measurements),
             fingerprint,
-            date=dt.date.today().isoformat(),
+            date=date or dt.date.today(),
             source=source,
+            probe_tolerance=probe_tolerance,
         )
+
+
+def _round(value: float) -> float:
+    """Six significant digits: far below run-to-run noise, and short in the file."""
+    return float(f"{value:.6g}")
+
+
+def _write_accepted(
+    path: Path | str,
+    profile: str,
+    measurements: Iterable[Measurement],
+    fingerprint: Mapping[str, Any],
+    *,
+    date: str | dt.date,
+    source: str,
+    probe_tolerance: float = PROBE_TOLERANCE,
+) -> BaselineFile:
+    """Store *measurements* as the baselines of *profile* on this host (*fingerprint*, with
+    its probe figures) in the file at *path* (created if missing) and return what was
+    written.
+
+    The host is the file's ``[[host]]`` that :func:`host_differences` finds the same
+    (fingerprint fields equal, probe figures within *probe_tolerance*); its fingerprint
+    becomes *fingerprint*. A host the file does not hold yet is added as a new ``[[host]]``:
+    another host's numbers are never replaced. Each measurement replaces this host's entry
+    with the same (build, configuration, workload) in place, keeping its per-entry tolerance;
+    the replaced entry moves under ``[[history]]`` with ``replaced = date``. The file is
+    written atomically: a failure leaves the old file as it was."""
+    path = Path(path)
+    day = date.isoformat() if isinstance(date, dt.date) else str(date)
+    if path.exists():
+        old = load_baselines(path)
+        if old.profile != profile:
+            raise BaselineError(
+                f"{path}: holds baselines of profile {old.profile!r}, not {profile!r}; "
+                "accept into that profile's own file"
+            )
+    else:
+        old = BaselineFile(profile=profile)
+    hosts = list(old.hosts)
+    same = [h for h in hosts if not host_differences(h, fingerprint, None, probe_tolerance)]
+    if same:
+        host_id = same[0].id
+        hosts = [replace(h, fingerprint=dict(fingerprint)) if h.id == host_id else h for h in hosts]
+    else:
+        taken = {h.id for h in hosts}
+        host_id = next(f"host-{n}" for n in range(1, len(taken) + 2) if f"host-{n}" not in taken)
+        hosts.append(BaselineHost(host_id, dict(fingerprint)))
+    entries = list(old.entries)
+    history = list(old.history)
+    index = {e.key: i for i, e in enumerate(entries) if e.host == host_id}
+    accepted: set[tuple[str, str, str]] = set()
+    for m in measurements:
+        samples = tuple(_round(v) for v in m.values)
+        if not samples:
+            raise BaselineError(f"{path}: measurement {m.key} has no samples to accept")
+        flags = " ".join(m.conditions.flags)
+        new = BaselineEntry(
+            build=m.build,
+            configuration=m.configuration,
+            workload=m.workload.name,
+            value=statistics.median(samples),
+            date=day,
+            source=source,
+            samples=samples,
+            repetitions=len(samples),
+            flags=flags or None,
+            host=host_id,
+        )
+        if new.key in accepted:
+            raise BaselineError(
+                f"{path}: two measurements of {', '.join(new.key)} given to accept; pass one"
+            )
+        accepted.add(new.key)
+        if new.key in index:
+            previous = entries[index[new.key]]
+            history.append(replace(previous, replaced=day))
+            entries[index[new.key]] = replace(new, tolerance=previous.tolerance)
+        else:
+            index[new.key] = len(entries)
+            entries.append(new)
+    bf = BaselineFile(
+        profile=profile,
+        tolerance=old.tolerance,
+        hosts=tuple(hosts),
+        entries=tuple(entries),
+        history=tuple(history),
+        note=old.note,
+        path=path,
+    )
+    text = dump_baselines(bf)
+    checked = parse_baselines(text, name=str(path))
+    try:
+        atomic_write_text(path, text)
+    except OSError as e:
+        raise BaselineError(f"{path}: cannot write: {e}") from None
+    return replace(checked, path=path)
+

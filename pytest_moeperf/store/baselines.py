@@ -53,14 +53,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NoReturn
 
+from ..defaults import TOLERANCE
 from ..errors import BaselineError, ConfigError
-from ..fs import atomic_write_text
-from ..host.probe import DEFAULT_TOLERANCE, Probe
-from ..measure.measurement import Measurement
+from ..host.probe import Probe
 from ..measure.stats import Figure
 from ..measure.workload import Workload
 from ..verdicts.judge import CONFIGURATION_NAME
-from .hosts import BaselineHost, _canonical_workload, _number, host_differences
+from .hosts import BaselineHost, _canonical_workload, _number
 
 SCHEMA = 2
 READABLE_SCHEMAS = (1, 2)
@@ -147,7 +146,7 @@ class BaselineFile:
     """The contents of one baseline file."""
 
     profile: str
-    tolerance: float = 0.05
+    tolerance: float = TOLERANCE
     """Default relative tolerance of absolute checks (0.05: 5 % worse still passes)."""
     hosts: tuple[BaselineHost, ...] = ()
     entries: tuple[BaselineEntry, ...] = ()
@@ -441,9 +440,9 @@ def parse_baselines(
         where.fail("missing field 'profile' (the name of the profile these baselines judge)")
     if not isinstance(profile, str) or not profile.strip():
         where.fail(f"profile {_show(profile)} must be a non-empty string (the profile's name)")
-    tolerance = doc.get("tolerance", 0.05)
+    tolerance = doc.get("tolerance", TOLERANCE)
     if not _number(tolerance) or not math.isfinite(tolerance) or not 0 <= tolerance < 1:
-        where.fail(f"tolerance {_show(tolerance)} must be a number in [0, 1), e.g. 0.05")
+        where.fail(f"tolerance {_show(tolerance)} must be a number in [0, 1), e.g. {TOLERANCE}")
     note = doc.get("note")
     if note is not None and not isinstance(note, str):
         where.fail(f"note {_show(note)} must be a string")
@@ -595,100 +594,3 @@ def dump_baselines(bf: BaselineFile) -> str:
             except BaselineError as e:
                 raise BaselineError(f"{name}: {e}") from None
     return "\n".join(lines) + "\n"
-
-
-def _round(value: float) -> float:
-    """Six significant digits: far below run-to-run noise, and short in the file."""
-    return float(f"{value:.6g}")
-
-
-def accept(
-    path: Path | str,
-    profile: str,
-    measurements: Iterable[Measurement],
-    fingerprint: Mapping[str, Any],
-    *,
-    date: str | dt.date,
-    source: str,
-    probe_tolerance: float = DEFAULT_TOLERANCE,
-) -> BaselineFile:
-    """Store *measurements* as the baselines of *profile* on this host (*fingerprint*, with
-    its probe figures) in the file at *path* (created if missing) and return what was
-    written.
-
-    The host is the file's ``[[host]]`` that :func:`host_differences` finds the same
-    (fingerprint fields equal, probe figures within *probe_tolerance*); its fingerprint
-    becomes *fingerprint*. A host the file does not hold yet is added as a new ``[[host]]``:
-    another host's numbers are never replaced. Each measurement replaces this host's entry
-    with the same (build, configuration, workload) in place, keeping its per-entry tolerance;
-    the replaced entry moves under ``[[history]]`` with ``replaced = date``. The file is
-    written atomically: a failure leaves the old file as it was."""
-    path = Path(path)
-    day = date.isoformat() if isinstance(date, dt.date) else str(date)
-    if path.exists():
-        old = load_baselines(path)
-        if old.profile != profile:
-            raise BaselineError(
-                f"{path}: holds baselines of profile {old.profile!r}, not {profile!r}; "
-                "accept into that profile's own file"
-            )
-    else:
-        old = BaselineFile(profile=profile)
-    hosts = list(old.hosts)
-    same = [h for h in hosts if not host_differences(h, fingerprint, None, probe_tolerance)]
-    if same:
-        host_id = same[0].id
-        hosts = [replace(h, fingerprint=dict(fingerprint)) if h.id == host_id else h for h in hosts]
-    else:
-        taken = {h.id for h in hosts}
-        host_id = next(f"host-{n}" for n in range(1, len(taken) + 2) if f"host-{n}" not in taken)
-        hosts.append(BaselineHost(host_id, dict(fingerprint)))
-    entries = list(old.entries)
-    history = list(old.history)
-    index = {e.key: i for i, e in enumerate(entries) if e.host == host_id}
-    accepted: set[tuple[str, str, str]] = set()
-    for m in measurements:
-        samples = tuple(_round(v) for v in m.values)
-        if not samples:
-            raise BaselineError(f"{path}: measurement {m.key} has no samples to accept")
-        flags = " ".join(m.conditions.flags)
-        new = BaselineEntry(
-            build=m.build,
-            configuration=m.configuration,
-            workload=m.workload.name,
-            value=statistics.median(samples),
-            date=day,
-            source=source,
-            samples=samples,
-            repetitions=len(samples),
-            flags=flags or None,
-            host=host_id,
-        )
-        if new.key in accepted:
-            raise BaselineError(
-                f"{path}: two measurements of {', '.join(new.key)} given to accept; pass one"
-            )
-        accepted.add(new.key)
-        if new.key in index:
-            previous = entries[index[new.key]]
-            history.append(replace(previous, replaced=day))
-            entries[index[new.key]] = replace(new, tolerance=previous.tolerance)
-        else:
-            index[new.key] = len(entries)
-            entries.append(new)
-    bf = BaselineFile(
-        profile=profile,
-        tolerance=old.tolerance,
-        hosts=tuple(hosts),
-        entries=tuple(entries),
-        history=tuple(history),
-        note=old.note,
-        path=path,
-    )
-    text = dump_baselines(bf)
-    checked = parse_baselines(text, name=str(path))
-    try:
-        atomic_write_text(path, text)
-    except OSError as e:
-        raise BaselineError(f"{path}: cannot write: {e}") from None
-    return replace(checked, path=path)

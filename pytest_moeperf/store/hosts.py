@@ -13,8 +13,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..defaults import PROBE_TOLERANCE
 from ..errors import ConfigError
-from ..host.probe import DEFAULT_TOLERANCE, probe_differences, probes_of
+from ..host.probe import probe_differences, probes_of
 from ..measure.workload import Workload
 
 if TYPE_CHECKING:
@@ -106,7 +107,7 @@ def host_differences(
     host: BaselineHost,
     fingerprint: Mapping[str, Any],
     cpus: str | None,
-    tolerance: float = DEFAULT_TOLERANCE,
+    tolerance: float = PROBE_TOLERANCE,
 ) -> list[str]:
     """Why *host* (a baseline file's) is not the host *fingerprint* describes, one line per
     reason; empty when it is the same host.
@@ -162,7 +163,7 @@ def host_for(
     bf: BaselineFile,
     fingerprint: Mapping[str, Any],
     cpus: str | None,
-    tolerance: float = DEFAULT_TOLERANCE,
+    tolerance: float = PROBE_TOLERANCE,
 ) -> tuple[BaselineHost | None, list[str]]:
     """The host of *bf* whose numbers apply to the host *fingerprint* describes on the CPU set
     *cpus*, and, when none does, every reason why not (one line per host)."""

@@ -16,11 +16,11 @@ from pytest_moeperf.errors import BaselineError
 from pytest_moeperf.measure.measurement import Conditions, Measurement, Sample
 from pytest_moeperf.measure.stats import Figure
 from pytest_moeperf.measure.workload import Workload
+from pytest_moeperf.store.accept import accept_measurements as accept
 from pytest_moeperf.store.baselines import (
     TRAFFIC_METRIC,
     BaselineEntry,
     BaselineFile,
-    accept,
     dump_baselines,
     load_baselines,
     parse_baselines,

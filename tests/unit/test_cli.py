@@ -60,7 +60,7 @@ def test_make_model_prints_the_path_and_is_deterministic(capsys, tmp_path, monke
 def test_baselines_lists_the_hosts_a_file_holds(capsys, tmp_path):
     from pytest_moeperf.measure.measurement import Measurement, Sample
     from pytest_moeperf.measure.workload import Workload
-    from pytest_moeperf.store.baselines import accept
+    from pytest_moeperf.store.accept import accept_measurements as accept
 
     def probe(bw: float) -> dict:
         return {

@@ -147,9 +147,9 @@ def summarize(out: Path) -> str:
         f"{'median rounds':>13}  verdicts"
     ]
     for (scenario, metric), rows in sorted(by.items()):
-        counts = Counter(r["verdict"] for r in rows)
-        ratio = statistics.median(r["ratio"] for r in rows)
-        rounds = statistics.median(r.get("rounds") or 0 for r in rows)
+        counts = Counter(r["verdict"]["outcome"] for r in rows)
+        ratio = statistics.median(r["verdict"]["ratio"] for r in rows)
+        rounds = statistics.median(r["verdict"].get("rounds") or 0 for r in rows)
         verdicts = ", ".join(f"{k} {v}" for k, v in counts.most_common())
         lines.append(
             f"{scenario:<10} {metric:<12} {len(rows):>5}  {ratio:>12.3f}  {rounds:>13.0f}  "

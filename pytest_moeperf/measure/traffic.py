@@ -351,7 +351,8 @@ def parse_prometheus(text: str) -> dict[str, float]:
 
 class Poller:
     """Reads ``/metrics`` and ``/slots`` of a server every *interval* seconds on a thread, as
-    a scraper beside production traffic would."""
+    a scraper beside production traffic would, and at the start and the end of the pass (so
+    that every pass has its polls, however short it is)."""
 
     def __init__(self, url: str, interval: float | None, clock: Callable[[], float]) -> None:
         self.url = url
@@ -392,12 +393,19 @@ class Poller:
             if isinstance(s, dict)
         ]
 
+    def poll(self) -> dict[str, float] | str:
+        """Read ``/metrics`` (and, when polling, ``/slots``, kept as a poll): the counters."""
+        metrics = self.metrics()
+        if self.interval is not None:
+            self.polls.append(
+                {"t": round(self.clock(), 3), "metrics": metrics, "slots": self.slots()}
+            )
+        return metrics
+
     def _run(self) -> None:
         assert self.interval is not None
         while not self._stop.wait(self.interval):
-            self.polls.append(
-                {"t": round(self.clock(), 3), "metrics": self.metrics(), "slots": self.slots()}
-            )
+            self.poll()
 
     def __enter__(self) -> Poller:
         if self.interval is not None:
@@ -456,7 +464,7 @@ def run_pass(
             records[i].error = f"{type(exc).__name__}: {exc}"
 
     with Poller(url, traffic.poll_seconds, clock) as poller:
-        before = poller.metrics()
+        before = poller.poll()
         started = clock()
         threads: list[threading.Thread] = []
         if traffic.open_loop:
@@ -493,7 +501,7 @@ def run_pass(
         for t in threads:
             t.join()
         wall_ms = (clock() - started) * 1000.0
-        after = poller.metrics()
+        after = poller.poll()
     done = Pass(
         records, wall_ms, traffic, polls=poller.polls, counters=counter_deltas(before, after)
     )

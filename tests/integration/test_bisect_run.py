@@ -41,7 +41,7 @@ def test_bisect_names_the_first_slowed_binary_and_resumes(
     assert data["boundaries"] == [
         {"last_good": "llama-server-2", "first_bad": "llama-server-3-slowed"}
     ]
-    assert data["premise"][0]["outcome"] == "slower"
+    assert data["premise"][0]["verdict"]["outcome"] == "slower"
     assert "first bad build: llama-server-3-slowed (last good: llama-server-2)" in out.out
     assert "step llama-server-2: good" in out.err
     steps = len(data["steps"])

@@ -50,13 +50,14 @@ def test_gate_same_binary_twice_writes_table_markdown_and_json(
     assert "configuration  metric  baseline llama-server tok/s" in out
     [row] = data["rows"]
     assert row["configuration"] == "default" and row["workload"] == "tg16"
-    assert row["verdict"] in (
+    verdict = row["verdict"]
+    assert verdict["outcome"] in (
         "faster", "slower", "small-faster", "small-slower", "unchanged", "undecided"
     )
-    assert row["rounds"] == 3  # the round cap: the first look is the last
+    assert verdict["rounds"] == 3  # the round cap: the first look is the last
     # one sample each to start both servers, then 3 paired rounds
     assert len(row["baseline"]["samples"]) == len(row["candidate"]["samples"]) == 4
-    assert row["low"] <= row["ratio"] <= row["high"]
+    assert verdict["low"] <= verdict["ratio"] <= verdict["high"]
     assert "| default | tg16 |" in (tmp_path / "gate.md").read_text()
     # the correctness guard: one build twice says the same thing
     [check] = data["outputs"]
@@ -150,7 +151,7 @@ def test_a_throttled_candidate_is_slower_and_exits_1(
         )  # fmt: skip
     data = json.loads((tmp_path / "gate.json").read_text())
     [row] = data["rows"]
-    assert row["verdict"] == "slower" and row["high"] < 0.95, row
+    assert row["verdict"]["outcome"] == "slower" and row["verdict"]["high"] < 0.95, row
     assert rc == 1 and data["exit_code"] == 1
     assert "FAIL: 1 metric(s) slower" in capsys.readouterr().out
 
@@ -183,10 +184,10 @@ def test_a_slowed_server_with_an_untouched_bench_is_a_server_layer_change(
     out = capsys.readouterr().out
     data = json.loads((tmp_path / "gate.json").read_text())
     [row] = data["rows"]
-    assert row["verdict"] == "slower", row
+    assert row["verdict"]["outcome"] == "slower", row
     attribution = row["attribution"]
-    assert attribution["bench"]["verdict"] != "slower", attribution
-    assert attribution["layer"]["verdict"] == "slower", attribution
+    assert attribution["bench"]["outcome"] != "slower", attribution
+    assert attribution["layer"]["outcome"] == "slower", attribution
     sb = attribution["server_bench"]
     assert sb["low"] <= sb["ratio"] <= sb["high"] < 0.9, sb  # the slowed server, well below
     assert row["where"].startswith("server layer: llama-bench"), row["where"]

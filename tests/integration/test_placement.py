@@ -84,7 +84,7 @@ def test_a_numa_pinned_server_reports_its_memory_on_the_node(project):
     result.assert_outcomes(passed=1)
     (results,) = (project.path / ".moeperf").glob("results-*.json")
     (m,) = json.loads(results.read_text())["measurements"]
-    placed = m["extra"]["placement"]
+    placed = m["conditions"]["placement"]
     print(placed)
     assert placed["node"] == 0
     assert sum(placed["model_bytes"].values()) > 0, "the model file's pages were not found"

@@ -44,7 +44,10 @@ def test_a_pass_times_every_request_and_reads_the_servers_counters(
     # the server's own counters over the pass: exactly the tokens the replies reported
     assert p.counters["llamacpp:prompt_tokens_total"] == sum(r.prompt_n for r in p.records)
     assert p.counters["llamacpp:tokens_predicted_total"] == sum(r.predicted_n for r in p.records)
-    assert p.polls, "no /metrics poll during the pass"
+    # polled at the start and the end of the pass, and every 50 ms between, however short
+    assert len(p.polls) >= 2, "no /metrics poll during the pass"
+    assert p.polls[0]["t"] <= min(r.sent_s for r in p.records)
+    assert p.polls[-1]["t"] >= max(r.sent_s for r in p.records)
     assert all(isinstance(x["metrics"], dict) for x in p.polls)
     assert any(isinstance(x["slots"], list) and len(x["slots"]) == 2 for x in p.polls)
     fig = p.figures()

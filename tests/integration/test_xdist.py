@@ -132,7 +132,7 @@ def run_two_workers(project, a: str, b: str) -> dict[str, dict]:
     assert found[a]["file"] != found[b]["file"], "both measured in one worker"
     for m in found.values():
         assert len(m["samples"]) == REPETITIONS
-        assert len(m["extra"]["spans"]) == 1
+        assert len(m["conditions"]["spans"]) == 1
     assert survivors(project.path) == {}
     return found
 
@@ -140,15 +140,15 @@ def run_two_workers(project, a: str, b: str) -> dict[str, dict]:
 def assert_never_at_once(found: dict[str, dict]) -> None:
     """The two measurements' spans (one clock: time.time() of the same host) do not overlap
     at all; the servers' logs show the same within the clock conversion's slack."""
-    spans = sorted(tuple(m["extra"]["spans"][0]) for m in found.values())
+    spans = sorted(tuple(m["conditions"]["spans"][0]) for m in found.values())
     earlier, later = spans
     assert earlier[1] <= later[0], f"spans overlap by {earlier[1] - later[0]:.3f} s: {spans}"
     # the servers' own logs agree: each ran its requests inside its span, not at once
     windows = {}
     for name, m in found.items():
-        start, end, n = request_window(Path(m["extra"]["log"]))
+        start, end, n = request_window(Path(m["conditions"]["log"]))
         assert n == REPETITIONS + 1  # the warmup and the repetitions
-        span = m["extra"]["spans"][0]
+        span = m["conditions"]["spans"][0]
         assert span[0] - SPAN_SLACK <= start and end <= span[1] + SPAN_SLACK, (
             name,
             (start, end),
@@ -174,11 +174,38 @@ def test_measurements_on_the_same_declared_gpu_never_overlap(project):
     assert_never_at_once(run_two_workers(project, "gpu-first", "gpu-other"))
 
 
+HOLD = """
+    # then take the measurement lock of its CPUs again, as a measurement does, and wait
+    # inside it for the other worker to be inside its own: possible only when the two locks
+    # do not exclude each other
+    from pytest_moeperf.host.locks import measuring
+
+    with measuring(moeperf.configuration("{name}").pinning.resolve()):
+        Path(f"inside-{{os.environ['PYTEST_XDIST_WORKER']}}").touch()
+        deadline = time.monotonic() + 60
+        while len(list(Path().glob("inside-*"))) < 2:
+            if time.monotonic() > deadline:
+                pytest.fail("the other worker could not take its CPUs' lock beside this one")
+            time.sleep(0.005)
+"""
+
+
 def test_measurements_on_disjoint_cpus_may_overlap(project):
+    """CPU 0 and CPU 1: both measure, and each can hold its CPUs' lock while the other holds
+    its own (an event, not a timing: each waits inside its lock for the other to arrive)."""
     if len(os.sched_getaffinity(0)) < 2 or not {0, 1} <= os.sched_getaffinity(0):
         pytest.skip("needs CPUs 0 and 1")
-    found = run_two_workers(project, "first", "other")
-    a, b = (tuple(found[name]["extra"]["spans"][0]) for name in ("first", "other"))
-    # no assertion on timing (a busy host may delay either worker); the locks let both
-    # measure without waiting for each other, which this prints when it happens
-    print(f"spans {a} and {b} overlap by {overlap(a, b):.3f} s")
+    tests = TESTS.format(a="first", b="other", workload=WORKLOAD, reps=REPETITIONS)
+    head, test_b = tests.split('@pytest.mark.moeperf(configurations=["other"])')
+    tests = (
+        head.rstrip() + "\n" + HOLD.format(name="first") + "\n\n"
+        '@pytest.mark.moeperf(configurations=["other"])' + test_b.rstrip() + "\n"
+        + HOLD.format(name="other")
+    )
+    project.makefile(".toml", moeperf=CONFIG)
+    project.makepyfile(test_locks=tests)
+    result = project.runpytest_subprocess(
+        "-n", "2", "-m", "perf", "--moeperf-config", "moeperf.toml", timeout=300
+    )
+    result.assert_outcomes(passed=2)
+    assert survivors(project.path) == {}

@@ -32,7 +32,7 @@ def test_bisect_names_the_first_slowed_binary_and_resumes(
     binaries = _binaries(llama_build.server, tmp_path, slowed_from=3, n=6)
     args = [
         "bisect", "--profile", "embedded-tiny", "-c", "default", "--metric", "pp64",
-        "--budget", "20", "--binaries", *binaries, "--json", "bisect.json",
+        "--budget", "20", "--busy-limit", "1", "--binaries", *binaries, "--json", "bisect.json",
     ]  # fmt: skip
     assert main(args) == 0
     out = capsys.readouterr()
@@ -61,7 +61,7 @@ def test_bisect_stops_when_good_and_bad_do_not_differ(
     rc = main(
         [
             "bisect", "--profile", "embedded-tiny", "-c", "default", "--metric", "tg16",
-            "--budget", "15", "--binaries", *binaries,
+            "--budget", "15", "--busy-limit", "1", "--binaries", *binaries,
         ]
     )  # fmt: skip
     out = capsys.readouterr().out

@@ -116,7 +116,7 @@ def test_baselines_apply_on_the_recording_host_and_skip_on_a_slowed_one(tiny):
     text = re.sub(r"^value = .*$", "value = 1.0", text, count=1, flags=re.M)
     baseline.write_text(re.sub(r"^samples = .*$", "rel_spread = 0.01", text, flags=re.M))
 
-    same = ("-m", "perf", "-rs", "--moeperf-probe-tolerance", "0.5")
+    same = ("-m", "perf", "-rs", "--moeperf-probe-tolerance", "0.5", "--moeperf-busy-limit", "1")
     result = tiny.runpytest_subprocess(*same)
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*host probe: * GB/s * Gop/s * on CPUs 0-1*"])

@@ -30,8 +30,10 @@ set of CPUs), one ``[[entry]]`` per (host, build, configuration, workload) and t
 
 Optional entry fields: ``samples``, ``repetitions``, ``requests`` (traffic: requests behind
 an aggregate), ``tolerance``, ``flags``, ``note``, ``replaced`` (history: when it was replaced)
-and ``extra``, an inline table of free-form values. Unknown fields are errors, so a misspelt
-``tolerance`` is never silently ignored. Writing a file keeps no comments but the header.
+and ``extra``, a table of free-form values. Unknown fields are errors, so a misspelt
+``tolerance`` is never silently ignored. Writing a file (with tomli-w) keeps no comments but
+the header, puts each item of an array on its own line and a table such as ``extra`` under
+its own header (``[entry.extra]``).
 
 Numbers are only ever held against the host that recorded them: two machines that look the
 same to ``/proc/cpuinfo`` can differ by 2.7x, so a host is its fingerprint *and* its probe
@@ -52,6 +54,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NoReturn
+
+import tomli_w
 
 from ..errors import BaselineError, ConfigError
 from ..fs import atomic_write_text
@@ -508,93 +512,72 @@ def load_baselines(
 
 # --- writing ----------------------------------------------------------------------------------
 
-_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
-_ESCAPES = {"\\": "\\\\", '"': '\\"', "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f"}
-_ESCAPES["\r"] = "\\r"
+
+def _set(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """The *fields* that are set: not ``None``, not an empty table."""
+    return {key: value for key, value in fields.items() if value is not None and value != {}}
 
 
-def _string(s: str) -> str:
-    out = []
-    for ch in s:
-        if ch in _ESCAPES:
-            out.append(_ESCAPES[ch])
-        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
-            out.append(f"\\u{ord(ch):04X}")
-        else:
-            out.append(ch)
-    return '"' + "".join(out) + '"'
+def _ordered(value: Any) -> Any:
+    """A free-form value as the file holds it: the keys of every table sorted, so that a
+    rewrite moves no line, and dates and times as ISO text (:func:`_plain`)."""
+    if isinstance(value, Mapping):
+        return {key: _ordered(value[key]) for key in sorted(value)}
+    if isinstance(value, list | tuple):
+        return [_ordered(item) for item in value]
+    return _plain(value)
 
 
-def _key(k: str) -> str:
-    return k if _BARE_KEY.fullmatch(k) else _string(k)
-
-
-def _value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, float):
-        return repr(v)
-    if isinstance(v, str):
-        return _string(v)
-    if isinstance(v, dt.date | dt.time):
-        return _string(v.isoformat())
-    if isinstance(v, list | tuple):
-        return "[" + ", ".join(_value(x) for x in v) + "]"
-    if isinstance(v, dict):
-        if not v:
-            return "{}"
-        return "{ " + ", ".join(f"{_key(k)} = {_value(v[k])}" for k in sorted(v)) + " }"
-    raise TypeError(f"{v!r} ({type(v).__name__}) has no TOML form")
-
-
-def _entry_lines(section: str, entry: BaselineEntry, one_host: bool) -> list[str]:
-    lines = [f"[[{section}]]"]
-    for name in _ENTRY_FIELDS:
-        value = getattr(entry, name)
-        if value is None or (name == "extra" and not value) or (name == "host" and one_host):
-            continue
+def _writable(name: str, what: str, fields: Mapping[str, Any]) -> dict[str, Any]:
+    """*fields* as tomli-w is to write them (:func:`_ordered`), each tried on its own first:
+    one that TOML cannot hold is a one-line error naming the file (*name*), *what* holds it
+    and the field."""
+    out: dict[str, Any] = {}
+    for key, value in fields.items():
         try:
-            lines.append(f"{name} = {_value(value)}")
+            out[key] = _ordered(value)
+            tomli_w.dumps({key: out[key]})
         except TypeError as e:
-            raise BaselineError(
-                f"{section} ({entry.build}, {entry.configuration}, {entry.workload}): "
-                f"field {name!r}: {e}"
-            ) from None
-    return lines
+            raise BaselineError(f"{name}: {what} {key!r}: {e}") from None
+    return out
+
+
+def _array_table(section: str, fields: Mapping[str, Any]) -> str:
+    """One ``[[section]]`` table: its plain fields, then each field that is a table (a host's
+    ``fingerprint``, an entry's ``extra``) as ``[section.field]``. tomli-w gets one table at
+    a time: given the whole array, it would write short tables inline."""
+    tables = {key: value for key, value in fields.items() if isinstance(value, dict)}
+    plain = {key: value for key, value in fields.items() if key not in tables}
+    text = f"[[{section}]]\n" + tomli_w.dumps(plain)
+    return text + ("\n" + tomli_w.dumps({section: tables}) if tables else "")
 
 
 def dump_baselines(bf: BaselineFile) -> str:
-    """The TOML text of *bf* (always the current schema): top-level fields, each
-    ``[[host]]`` with its fingerprint's keys sorted, then the entries and the history in their
-    own order, each field in one fixed order, so that rewriting a file changes only the lines
-    whose values changed. Entries name their host only when the file holds several."""
+    """The TOML text of *bf* (always the current schema) as tomli-w writes it, behind the
+    header comment: top-level fields, each ``[[host]]`` with its fingerprint's keys sorted,
+    then the entries and the history in their own order, each field in one fixed order, so
+    that rewriting a file changes only the lines whose values changed. Entries name their
+    host only when the file holds several. A value TOML cannot hold is a one-line
+    :class:`BaselineError` naming the file and the field."""
     name = str(bf.path) if bf.path else "<baselines>"
-    lines = [_HEADER.rstrip("\n"), f"schema = {SCHEMA}", f"profile = {_string(bf.profile)}"]
-    lines.append(f"tolerance = {_value(float(bf.tolerance))}")
-    if bf.note is not None:
-        lines.append(f"note = {_string(bf.note)}")
+    top = {"schema": SCHEMA, "profile": bf.profile, "tolerance": float(bf.tolerance)}
+    parts = [tomli_w.dumps(_writable(name, "field", _set({**top, "note": bf.note})))]
     for host in bf.hosts:
-        lines += ["", "[[host]]", f"id = {_string(host.id)}"]
-        if host.note is not None:
-            lines.append(f"note = {_string(host.note)}")
+        where = f"host {host.id!r}:"
+        table = _writable(name, f"{where} field", _set({"id": host.id, "note": host.note}))
         if host.fingerprint:
-            lines += ["", "[host.fingerprint]"]
-            for k in sorted(host.fingerprint):
-                try:
-                    lines.append(f"{_key(k)} = {_value(host.fingerprint[k])}")
-                except TypeError as e:
-                    raise BaselineError(f"{name}: fingerprint field {k!r}: {e}") from None
+            fingerprint = dict(sorted(host.fingerprint.items()))
+            table["fingerprint"] = _writable(name, f"{where} fingerprint field", fingerprint)
+        parts.append(_array_table("host", table))
     one_host = len(bf.hosts) <= 1
     for section, entries in (("entry", bf.entries), ("history", bf.history)):
         for entry in entries:
-            lines.append("")
-            try:
-                lines += _entry_lines(section, entry, one_host)
-            except BaselineError as e:
-                raise BaselineError(f"{name}: {e}") from None
-    return "\n".join(lines) + "\n"
+            fields = {key: getattr(entry, key) for key in _ENTRY_FIELDS}
+            if one_host:
+                del fields["host"]
+            where = f"{section} ({entry.build}, {entry.configuration}, {entry.workload}):"
+            parts.append(_array_table(section, _writable(name, f"{where} field", _set(fields))))
+    return _HEADER + "\n".join(parts)
 
 
 def _round(value: float) -> float:

@@ -13,11 +13,11 @@ import ctypes
 import json
 import os
 import signal
-import time
 from pathlib import Path
 from typing import Any
 
 from ..fs import atomic_write_text, cache_dir
+from ..host.process import proc_stat, running, stop_group
 
 PR_SET_PDEATHSIG = 1
 
@@ -27,13 +27,10 @@ def servers_dir() -> Path:
 
 
 def start_time(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot (``/proc/<pid>/stat`` field 22)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat.rsplit(")", 1)[1].split()
-    return int(fields[19]) if fields[0] != "Z" else None
+    """The process's start time in clock ticks since boot (``/proc/<pid>/stat`` field 22);
+    ``None`` when it is gone or a zombie."""
+    fields = proc_stat(pid)
+    return int(fields[19]) if fields is not None and fields[0] != "Z" else None
 
 
 def cmdline(pid: int) -> list[str]:
@@ -86,30 +83,19 @@ def _same_process(pid: int, started: Any, command: Any) -> bool:
 
 def alive(pid: int) -> bool:
     """Whether *pid* is a running process (a zombie, exited but not yet waited for, is not)."""
-    return start_time(pid) is not None
+    return running(pid)
 
 
 def terminate(pid: int, timeout: float = 5.0) -> bool:
-    """Stop *pid* (and its process group when it leads one, as servers do): SIGTERM (with
-    SIGCONT, so that a stopped process gets it), then SIGKILL after *timeout* seconds.
-    Returns whether it is gone."""
+    """Stop *pid*, a process that is not ours (and its process group when it leads one, as
+    servers do): SIGTERM (with SIGCONT, so that a stopped process gets it), then SIGKILL after
+    *timeout* seconds (:func:`~pytest_moeperf.host.process.stop_group`). Returns whether it is
+    gone."""
     try:
         group = os.getpgid(pid) == pid
     except (ProcessLookupError, PermissionError):
         group = False
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for s in (sig, signal.SIGCONT) if sig == signal.SIGTERM else (sig,):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                if group:
-                    os.killpg(pid, s)
-                else:
-                    os.kill(pid, s)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and alive(pid):
-            time.sleep(0.05)
-        if not alive(pid):
-            return True
-    return False
+    return stop_group(pid, group=group, grace=timeout, kill_wait=timeout)
 
 
 def reap() -> list[int]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import socket
 import subprocess
 import time
@@ -19,6 +18,7 @@ from ..defaults import STARTUP_TIMEOUT
 from ..errors import MeasurementError, MoeperfError, ServerError
 from ..host.machine import format_cpu_list, process_cpus
 from ..host.placement import stray_threads, threads
+from ..host.process import stop_group
 from . import orphans
 
 # httpx imports httpcore on first use and keeps a map of the httpcore exception classes it
@@ -248,29 +248,14 @@ class LlamaServer:
                 time.sleep(0.05)
 
     def stop(self) -> int | None:
-        """Stop the server (SIGTERM to its process group, with SIGCONT so that a stopped
-        server gets it; SIGKILL after *stop_timeout*); returns its exit code. What is left of
-        its process group once it is gone (children of a wrapper script) is killed. Safe to
-        call twice."""
+        """Stop the server and its process group (children of a wrapper script): SIGTERM,
+        with SIGCONT so that a stopped server gets it, and SIGKILL after *stop_timeout*
+        (:func:`~pytest_moeperf.host.process.stop_group`); returns its exit code. Safe to call
+        twice."""
         proc = self.process
         if proc is None:
             return None
-        if proc.poll() is None:
-            for sigs, wait in (
-                ((signal.SIGTERM, signal.SIGCONT), self.stop_timeout),
-                ((signal.SIGKILL,), 10.0),
-            ):
-                for sig in sigs:
-                    with contextlib.suppress(ProcessLookupError, PermissionError):
-                        os.killpg(proc.pid, sig)
-                try:
-                    proc.wait(timeout=wait)
-                    break
-                except subprocess.TimeoutExpired:
-                    continue
-            # the group id cannot be reused while members are left, so this hits only ours
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
+        stop_group(proc, grace=self.stop_timeout)
         code = proc.poll()
         if code is not None:
             orphans.forget(proc.pid)  # else the next session's reaper tries again

@@ -11,15 +11,14 @@ import contextlib
 import os
 import shlex
 import shutil
-import signal
 import subprocess
 import tempfile
-import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from ... import fs
 from ...errors import BuildError
+from ...host.process import stop_group
 from .job import BuildJob
 from .version import _RUN_TIMEOUT_S
 
@@ -70,34 +69,14 @@ def _run_logged(
                     on_line(line)
             rc = proc.wait()
         except BaseException:
-            _end_group(proc)
+            # SIGTERM first, with time to pass it on: ninja ends the compilers it runs (each in
+            # a process group of its own, out of reach of a signal to this one)
+            stop_group(proc)
             raise
         log.write(f"# exit {rc}\n")
     if rc != 0:
         raise _StepFailed(rc, list(tail))
     return list(tail)
-
-
-def _end_group(proc: subprocess.Popen[bytes]) -> None:
-    """End a step's process group: SIGTERM first, so that ninja passes it on to the compilers
-    (each in a process group of its own), then SIGKILL whatever is left."""
-    with contextlib.suppress(OSError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        pass
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(proc.pid, 0)
-        except OSError:
-            break
-        time.sleep(0.05)
-    with contextlib.suppress(OSError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.kill()
-    proc.wait()
 
 
 def _c_locale_env(job: BuildJob | None = None) -> dict[str, str]:

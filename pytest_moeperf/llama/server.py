@@ -14,7 +14,7 @@ from types import TracebackType
 import httpcore  # noqa: F401 (see below)
 import httpx
 
-from ..defaults import STARTUP_TIMEOUT
+from ..defaults import STARTUP_TIMEOUT, STOP_GRACE
 from ..errors import MeasurementError, MoeperfError, ServerError
 from ..host.machine import format_cpu_list, process_cpus
 from ..host.placement import stray_threads, threads
@@ -66,7 +66,7 @@ class LlamaServer:
         env: Mapping[str, str] | None = None,
         name: str = "llama-server",
         startup_timeout: float = STARTUP_TIMEOUT,
-        stop_timeout: float = 10.0,
+        stop_timeout: float = STOP_GRACE,
         bind_attempts: int = 3,
     ) -> None:
         self.binary = Path(binary)

@@ -37,9 +37,8 @@ from pytest_benchmark.utils import get_machine_id
 
 from ..fs import atomic_write_text, file_lock
 from ..measure.measurement import Measurement
+from .record import RunRecord
 
-RESULTS_FORMAT = 1
-"""The ``moeperf_results`` version this module reads and writes."""
 RESULTS_GLOB = "results-*.json"
 BENCHMARKS_DIR = "benchmarks"
 """pytest-benchmark storage root inside the history folder (``--storage file://...``)."""
@@ -150,27 +149,10 @@ def _read_results(path: Path) -> tuple[dict[str, Any] | None, str | None]:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         return None, f"not JSON (line {exc.lineno}: {exc.msg})"
-    if not isinstance(data, dict) or "moeperf_results" not in data:
-        return None, "not a pytest-moeperf results file (no moeperf_results key)"
-    version = data["moeperf_results"]
-    if not isinstance(version, int) or isinstance(version, bool):
-        return None, f"moeperf_results is {version!r}, not a format number"
-    if version > RESULTS_FORMAT:
-        return None, (
-            f"results format {version} is newer than this pytest-moeperf reads "
-            f"({RESULTS_FORMAT}); upgrade pytest-moeperf"
-        )
-    ms = data.get("measurements")
-    if not isinstance(ms, list):
-        return None, "no measurements list"
-    for i, m in enumerate(ms, start=1):
-        try:
-            if not isinstance(m, dict):
-                raise TypeError(f"a {type(m).__name__}, not an object")
-            Measurement.from_dict(m)
-        except Exception as exc:
-            what = f"missing {exc}" if isinstance(exc, KeyError) else str(exc)
-            return None, f"measurement {i} unreadable ({what})"
+    try:  # replay reads exactly what the history reads: one reader, one version
+        RunRecord.from_dict(data)
+    except ValueError as exc:
+        return None, str(exc)
     return data, None
 
 

@@ -199,6 +199,16 @@ class RunRecord:
         problem = version_problem(data)
         if problem is not None:
             raise ValueError(problem)
+        stored = data.get("measurements")
+        if not isinstance(stored, list):
+            raise ValueError("no measurements list")
+        measurements = []
+        for i, m in enumerate(stored, start=1):
+            try:
+                measurements.append(Measurement.from_dict(m))
+            except (ValueError, TypeError, KeyError) as exc:
+                what = f"missing {exc}" if isinstance(exc, KeyError) else str(exc)
+                raise ValueError(f"measurement {i} unreadable ({what})") from None
         try:
             return cls(
                 fingerprint=dict(data.get("fingerprint") or {}),
@@ -207,7 +217,7 @@ class RunRecord:
                 reprobes=dict(data.get("reprobes") or {}),
                 host_changes=[str(line) for line in data.get("host_changes") or []],
                 server_starts=dict(data.get("server_starts") or {}),
-                measurements=[Measurement.from_dict(d) for d in data["measurements"]],
+                measurements=measurements,
                 traffic=dict(data.get("traffic") or {}),
                 verdicts=[VerdictRecord.from_dict(d) for d in data.get("verdicts") or []],
                 bench=list(data.get("bench") or []),

@@ -139,5 +139,6 @@ def test_the_gate_under_a_one_server_budget_never_keeps_two_servers(
     assert rc in (0, 3), out
     assert "restarts" in row["verdict"]["method"], row["verdict"]["method"]
     assert "server load time: a (baseline) " in out, out
-    lives = assert_one_at_a_time(tmp_path / ".moeperf" / "logs", at_least=2 * row["verdict"]["rounds"])
+    rounds = row["verdict"]["rounds"]
+    lives = assert_one_at_a_time(tmp_path / ".moeperf" / "logs", at_least=2 * rounds)
     print(f"{len(lives)} server processes, one at a time")

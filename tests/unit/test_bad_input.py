@@ -15,7 +15,13 @@ import pytest
 
 from pytest_moeperf import fs
 from pytest_moeperf.commands import main
-from pytest_moeperf.errors import BaselineError, ConfigError, MeasurementError, OutputError
+from pytest_moeperf.errors import (
+    BaselineError,
+    ConfigError,
+    MeasurementError,
+    MoeperfError,
+    OutputError,
+)
 from pytest_moeperf.measure.meter import Meter
 from pytest_moeperf.plugin.markers import (
     MarkerError,
@@ -263,7 +269,9 @@ def test_results_files_with_impossible_samples(tmp_path, samples, line):
     with pytest.raises(Exception) as e:
         Replay.load(path)
     message = str(e.value)
-    assert message.startswith(f"--moeperf-replay {path}: measurement 'mmap' 'pp512' on 'b1': ")
+    assert message.startswith(
+        f"--moeperf-replay {path}: measurement 1 unreadable (measurement 'mmap' 'pp512' on 'b1': "
+    )
     assert line in message and "\n" not in message
 
 
@@ -299,3 +307,22 @@ def test_a_reply_that_is_not_json_is_a_measurement_error():
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_replayed_entry_of_a_configuration_the_profile_lacks_is_an_error(tmp_path):
+    """Silently leaving a stored row out would judge less than the file holds."""
+    path = tmp_path / "results-x.json"
+    stored = {**MEASUREMENT, "samples": [{"tokens": 512, "ms": 1000.0}]}
+    stored["conditions"] = {"profile": "embedded"}
+    stored["configuration"] = "no-such-configuration"
+    path.write_text(json.dumps({"moeperf_results": 2, "measurements": [stored]}))
+    with pytest.raises(MoeperfError) as e:
+        PerfSession(Options(replay=path, pyproject=tmp_path / "pyproject.toml"))
+    message = str(e.value)
+    assert message.startswith(f"--moeperf-replay {path}: no-such-configuration pp512 (b1)")
+    assert "profile 'embedded'" in message and "has no configuration" in message
+    assert "known: mmap" in message and "\n" not in message
+    stored["conditions"] = {"profile": "nobody-defines-this"}
+    path.write_text(json.dumps({"moeperf_results": 2, "measurements": [stored]}))
+    with pytest.raises(MoeperfError, match="of profile 'nobody-defines-this', which no"):
+        PerfSession(Options(replay=path, pyproject=tmp_path / "pyproject.toml"))

@@ -515,7 +515,7 @@ def test_corrupt_and_foreign_files_are_reported_and_skipped(
     (tmp_path / "results-foreign.json").write_text(json.dumps({"benchmarks": []}))
     (tmp_path / "results-list.json").write_text("[1, 2]")
     (tmp_path / "results-future.json").write_text(
-        json.dumps({**good, "moeperf_results": 2, "date": "2030-01-01T00:00:00+0000"})
+        json.dumps({**good, "moeperf_results": 99, "date": "2030-01-01T00:00:00+0000"})
     )
     bad = {**good, "measurements": [{"configuration": "mmap", "build": "b1"}]}
     (tmp_path / "results-badmeasurement.json").write_text(json.dumps(bad))
@@ -554,7 +554,7 @@ def test_corrupt_and_foreign_files_are_reported_and_skipped(
     assert by_file[name("binary")] == "not UTF-8 text (byte 0)"
     assert "not a pytest-moeperf results file" in by_file[name("foreign")]
     assert "not a pytest-moeperf results file" in by_file[name("list")]
-    assert "format 2 is newer" in by_file[name("future")]
+    assert "format 99 is newer" in by_file[name("future")]
     assert by_file[name("badmeasurement")] == (
         "measurement 1 unreadable (measurement 'mmap' None on 'b1': workload None must be a "
         "non-empty string)"

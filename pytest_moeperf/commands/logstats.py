@@ -26,11 +26,10 @@ from ..llama.logs import (
 )
 from ..report.logstats import format_traffic_table
 
-__all__ = ["HELP", "add_arguments", "main", "run"]
+__all__ = ["add_arguments", "main", "run"]
 
 
 _PROG = "moeperf logstats"
-HELP = "ADR-style real-traffic table from llama-server logs"
 
 
 def _non_negative(value: str) -> int:

@@ -13,8 +13,6 @@ from ..fs import check_output
 from ..llama.synthetic_model import describe, ensure_model, model_spec, write_model
 from .common import say
 
-HELP = "write the synthetic MoE GGUF (cached by its spec)"
-
 
 def add_arguments(m: argparse.ArgumentParser) -> None:
     m.add_argument("--preset", default="tiny", help="tiny (< 1 MB) or bench (~460 MB f16)")

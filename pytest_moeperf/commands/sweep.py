@@ -18,11 +18,6 @@ from .common import (
     write_reports,
 )
 
-HELP = (
-    "one configuration's traffic at -np 1, 2, 4, ... (as many clients as slots): "
-    "throughput of all slots and of one, latencies; a table and a plot"
-)
-
 
 def add_arguments(sw: argparse.ArgumentParser) -> None:
     add_run_arguments(sw, configurations="the configuration to sweep (one, with a traffic table)")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from ..errors import ConfigError
@@ -56,24 +56,18 @@ class Sample:
         return cls(tokens=tokens, ms=float(ms))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Roofline:
     """Decode's roofline for a workload: the bytes a decode step reads (at the mean depth of
     the generated tokens) and the rate a memory bandwidth allows."""
 
     bandwidth_gbs: float
+    """The memory bandwidth the limit is computed with, GB/s."""
     bandwidth_source: str
     """``profile`` (a stated figure) or ``probe on CPUs 0-1``."""
     bytes_per_token: int
+    """Bytes a decode step reads: dense weights, the routed experts' share, the KV cache."""
     limit_tok_s: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "bandwidth_gbs": self.bandwidth_gbs,
-            "bandwidth_source": self.bandwidth_source,
-            "bytes_per_token": self.bytes_per_token,
-            "limit_tok_s": self.limit_tok_s,
-        }
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Roofline:
@@ -187,7 +181,9 @@ class Conditions:
             value = getattr(self, f.name)
             if value is None or value == () or value == {} or value == "":
                 continue
-            if isinstance(value, Placement | Roofline):
+            if isinstance(value, Roofline):
+                value = asdict(value)
+            elif isinstance(value, Placement):
                 value = value.to_dict()
             elif f.name == "spans":
                 value = [list(s) for s in value]

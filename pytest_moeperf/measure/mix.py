@@ -4,13 +4,13 @@ log, or inline in a profile's ``traffic`` table."""
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from ..fs import load_json
 
 MIX_FORMAT = 1
 """The ``moeperf_mix`` version of a mix file."""
@@ -114,12 +114,7 @@ class Mix:
     @classmethod
     def load(cls, path: Path) -> Mix:
         """A mix file written by ``moeperf logstats --mix``."""
-        try:
-            data = json.loads(path.read_text())
-        except OSError as exc:
-            raise ConfigError(f"traffic mix file {path}: cannot read it ({exc.strerror})") from None
-        except ValueError as exc:
-            raise ConfigError(f"traffic mix file {path}: not JSON ({exc})") from None
+        data = load_json(path, f"traffic mix file {path}", ConfigError)
         if not isinstance(data, dict) or data.get("moeperf_mix") != MIX_FORMAT:
             raise ConfigError(
                 f'traffic mix file {path}: not a mix file (no "moeperf_mix": {MIX_FORMAT}); '

@@ -108,17 +108,13 @@ def run_bisect(
 
     def gate(baseline: BuildUnderTest, candidate: BuildUnderTest) -> tuple[Comparison, ...]:
         result = run_gate(
-            session,
-            live,
-            profile,
-            baseline,
-            candidate,
+            session, live, profile, baseline, candidate,
             configurations=configurations,
             workloads=[metric],
             margin=margin,
             budget=budget,
             check_output=False,  # bisect looks for a slowdown; the gate judges output
-        )
+        )  # fmt: skip
         if result.skipped:
             name, why = result.skipped[0]
             raise MoeperfError(f"bisect: {name} cannot run on {candidate.name}: {why}")

@@ -244,13 +244,9 @@ class LiveSource(Source):
         return [m for m in self.measurements.values() if m.samples]
 
     def measure(
-        self,
-        profile: Profile,
-        configuration: Configuration,
-        workload: Workload,
-        repetitions: int | None = None,
-        build: str | None = None,
-    ) -> Measurement:
+        self, profile: Profile, configuration: Configuration, workload: Workload,
+        repetitions: int | None = None, build: str | None = None,
+    ) -> Measurement:  # fmt: skip
         """The measurement of *workload* on (profile, configuration, build), taken once a
         session and extended with more samples when more *repetitions* are asked later."""
         reps = repetitions or self.options.repetitions or profile.repetitions
@@ -428,12 +424,9 @@ class LiveSource(Source):
         return first + self.options.configuration_timeout
 
     def bench_sample(
-        self,
-        profile: Profile,
-        configuration: Configuration,
-        workload: Workload,
+        self, profile: Profile, configuration: Configuration, workload: Workload,
         label: str | None = None,
-    ) -> float:
+    ) -> float:  # fmt: skip
         """One llama-bench repetition (after its own warmup) of *workload* with the build,
         model, flags, pinning and environment of (profile, configuration, build *label*), tok/s:
         the compute without the server around it."""

@@ -34,13 +34,9 @@ class ReplaySource(Source):
         check_configurations(replay, profiles)
 
     def measure(
-        self,
-        profile: Profile,
-        configuration: Configuration,
-        workload: Workload,
-        repetitions: int | None = None,
-        build: str | None = None,
-    ) -> Measurement:
+        self, profile: Profile, configuration: Configuration, workload: Workload,
+        repetitions: int | None = None, build: str | None = None,
+    ) -> Measurement:  # fmt: skip
         m = self.replay.find(profile.name, configuration.name, workload, build, profile.build_label)
         self.measurements[(profile.name, m.configuration, m.build, workload.name)] = m
         return m

@@ -36,11 +36,12 @@ AfterRound = Callable[[int, bool], None]
 """Called after each round measured now: (round index, whether the round restarted servers)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Decided:
     """A paired verdict and what it rests on."""
 
     verdict: Verdict
+    """Undecided where a busy host, or one that moved, kept its numbers from deciding."""
     a: Measurement
     b: Measurement
     sides: tuple[SideRounds, ...]

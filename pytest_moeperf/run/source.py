@@ -135,13 +135,9 @@ class Source(ABC):
     # -- samples -----------------------------------------------------------------------------
     @abstractmethod
     def measure(
-        self,
-        profile: Profile,
-        configuration: Configuration,
-        workload: Workload,
-        repetitions: int | None = None,
-        build: str | None = None,
-    ) -> Measurement:
+        self, profile: Profile, configuration: Configuration, workload: Workload,
+        repetitions: int | None = None, build: str | None = None,
+    ) -> Measurement:  # fmt: skip
         """The measurement of *workload* on (profile, configuration, build): at least
         *repetitions* samples where the source can take them (default: the profile's)."""
 
@@ -208,12 +204,9 @@ class Source(ABC):
         return {}
 
     def bench_sample(
-        self,
-        profile: Profile,
-        configuration: Configuration,
-        workload: Workload,
+        self, profile: Profile, configuration: Configuration, workload: Workload,
         label: str | None = None,
-    ) -> float:
+    ) -> float:  # fmt: skip
         """One llama-bench repetition of *workload* as (profile, configuration, build) runs
         it, tok/s: the compute without the server around it."""
         raise ConfigError(f"{type(self).__name__} runs no llama-bench")

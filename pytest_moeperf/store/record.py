@@ -14,12 +14,13 @@ import json
 import statistics
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .. import __version__
 from ..errors import ResultsError
+from ..fs import load_json
 from ..measure.measurement import Measurement
 from ..verdicts.judge import Verdict
 
@@ -65,14 +66,7 @@ class SideRounds:
         return (self.profile, self.configuration, self.build, self.workload)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "profile": self.profile,
-            "configuration": self.configuration,
-            "build": self.build,
-            "workload": self.workload,
-            "first": self.first,
-            "per_round": self.per_round,
-        }
+        return asdict(self)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> SideRounds:
@@ -235,12 +229,7 @@ class RunRecord:
 def read_record(path: Path, what: str = "results file") -> RunRecord:
     """The run record in *path*; one :class:`ResultsError` line naming the file (and *what*
     named it, e.g. ``--moeperf-replay``) when it cannot be read."""
-    try:
-        data = json.loads(path.read_text())
-    except OSError as exc:
-        raise ResultsError(f"{what} {path}: cannot read: {exc.strerror or exc}") from None
-    except ValueError as exc:
-        raise ResultsError(f"{what} {path}: not JSON ({exc})") from None
+    data = load_json(path, f"{what} {path}", ResultsError)
     try:
         return RunRecord.from_dict(data)
     except ValueError as exc:

@@ -23,8 +23,10 @@ class GateRow:
     configuration: str
     workload: Workload
     baseline: Measurement
+    """The baseline build's measurement, every sample (one unpaired, to start its server)."""
     candidate: Measurement
     verdict: Verdict
+    """candidate / baseline, paired by round."""
     seconds: float = 0.0
     """Wall time of the row's rounds."""
     oldest: Verdict | None = None

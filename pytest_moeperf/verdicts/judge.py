@@ -10,7 +10,7 @@ import math
 import re
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, get_args
 
 from ..defaults import BUSY_LIMIT, MARGIN
@@ -244,23 +244,9 @@ class Verdict:
         return line
 
     def to_dict(self) -> dict[str, Any]:
-        """The verdict as the results file, the gate's and bisect's JSON store it."""
-        return {
-            "label": self.label,
-            "outcome": self.outcome,
-            "ratio": self.ratio,
-            "low": self.low,
-            "high": self.high,
-            "threshold": self.threshold,
-            "relation": self.relation,
-            "margin": self.margin,
-            "confidence": self.confidence,
-            "method": self.method,
-            "rounds": self.rounds,
-            "mde": self.mde,
-            "reason": self.reason,
-            "explain": self.explain(),
-        }
+        """The verdict as the results file, the gate's and bisect's JSON store it: every
+        field, and its line."""
+        return {**asdict(self), "explain": self.explain()}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Verdict:
@@ -337,26 +323,13 @@ def judge_claim(
 
     ``holds`` when the whole interval of ``left / right`` lies on the claim's side of its
     factor, ``fails`` when it lies wholly on the other side, ``undecided`` otherwise."""
-    return _judge_bound(
-        claim.rule,
-        left,
-        right,
-        label=f"{claim.left} / {claim.right}",
-        confidence=confidence,
-        min_rel_spread=min_rel_spread,
-        seed=seed,
-    )
+    label = f"{claim.left} / {claim.right}"
+    return _judge_bound(claim.rule, left, right, label, confidence, min_rel_spread, seed)
 
 
 def _judge_bound(
-    rule: Rule,
-    left: Values,
-    right: Values,
-    *,
-    label: str,
-    confidence: float = 0.95,
-    min_rel_spread: float = 0.01,
-    seed: int = 0,
+    rule: Rule, left: Values, right: Values, label: str,
+    confidence: float = 0.95, min_rel_spread: float = 0.01, seed: int = 0,
 ) -> Verdict:
     """A claim's *rule* (a bound on ``left / right``) judged once on an unpaired interval."""
     iv, n = _interval(left, right, confidence=confidence, min_rel_spread=min_rel_spread, seed=seed)
@@ -385,7 +358,7 @@ def judge_unpaired(rule: Rule, a: Values, b: Values, *, label: str) -> Verdict:
         return judge_change(a, b, margin=rule.margin, label=label)
     if rule.kind == "dead_end":
         return judge_dead_end(a, b, margin=rule.margin, label=label)
-    return _judge_bound(rule, a, b, label=label)
+    return _judge_bound(rule, a, b, label)
 
 
 def _margin_interval(

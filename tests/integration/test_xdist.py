@@ -61,13 +61,13 @@ import pytest
 pytestmark = pytest.mark.moeperf(profile="locks")
 
 
-def barrier():
+def barrier(where="arrived"):
     \"\"\"Wait for the other worker's test to arrive here too.\"\"\"
-    Path(f"arrived-{{os.environ['PYTEST_XDIST_WORKER']}}").touch()
+    Path(f"{{where}}-{{os.environ['PYTEST_XDIST_WORKER']}}").touch()
     deadline = time.monotonic() + 60
-    while len(list(Path().glob("arrived-*"))) < 2:
+    while len(list(Path().glob(f"{{where}}-*"))) < 2:
         if time.monotonic() > deadline:
-            pytest.fail("the other test never ran at the same time in another worker")
+            pytest.fail(f"the other test never got to {{where!r}} in another worker")
         time.sleep(0.005)
 
 
@@ -181,12 +181,7 @@ HOLD = """
     from pytest_moeperf.host.locks import measuring
 
     with measuring(moeperf.configuration("{name}").pinning.resolve()):
-        Path(f"inside-{{os.environ['PYTEST_XDIST_WORKER']}}").touch()
-        deadline = time.monotonic() + 60
-        while len(list(Path().glob("inside-*"))) < 2:
-            if time.monotonic() > deadline:
-                pytest.fail("the other worker could not take its CPUs' lock beside this one")
-            time.sleep(0.005)
+        barrier("inside-its-cpus-lock")
 """
 
 

@@ -149,7 +149,8 @@ class MoePerf:
             self._touch(m)
         self._startup_warnings()
         self.verdicts.append(got.verdict)
-        session.verdicts.append(VerdictRecord(self.nodeid, got.verdict, got.pair, label))
+        record = VerdictRecord(self.nodeid, got.verdict, got.pair, label, got.moved)
+        session.verdicts.append(record)
         return got.verdict
 
     def _bench_beside(

@@ -59,7 +59,8 @@ class ReplaySource(Source):
         assert record.sides is not None
         count = record.verdict.rounds
         values = [rounds_of(m, s, count) for m, s in zip((ma, mb), record.sides, strict=True)]
-        return StoredFeed((ma, mb), values, record.sides, record.verdict.method or PAIRED_METHOD)
+        method = record.verdict.method or PAIRED_METHOD
+        return StoredFeed((ma, mb), values, record.sides, method, record.moved)
 
     def series(self, profile: Profile, configuration: Configuration, workload: Workload) -> Feed:
         m = self.measure(profile, configuration, workload)

@@ -49,6 +49,8 @@ class Decided:
     seconds: float
     rounds: tuple[tuple[float, ...], tuple[float, ...]] = ((), ())
     """Each side's value in each round (a block's median across restarts)."""
+    moved: tuple[str, ...] = ()
+    """How the host moved under the rounds (one line per probe figure; ``()``: it stayed)."""
 
     @property
     def first(self) -> tuple[int, ...]:
@@ -109,15 +111,20 @@ def until_decided(
 
 
 def _overrides(
-    source: Source, measurements: Sequence[Measurement], busy_limit: float, host_decides: bool
-) -> str | None:
-    """Why these measurements must not decide: a busy host, or (with *host_decides*) a host
-    that changed under them; ``None`` when they may."""
+    source: Source,
+    feed: Feed,
+    measurements: Sequence[Measurement],
+    busy_limit: float,
+    host_decides: bool,
+) -> tuple[str | None, tuple[str, ...]]:
+    """Why these measurements must not decide (a busy host, or with *host_decides* a host
+    that changed under them; ``None`` when they may), and how the host moved (the feed's own
+    account of a stored verdict's rounds, else the source's)."""
+    moved = feed.moved if feed.moved is not None else tuple(source.host_moved(measurements))
     reasons = [busy_reason(measurements, busy_limit)]
-    if host_decides:
-        moved = source.host_moved(measurements)
-        reasons.append(f"host changed under the run: {'; '.join(moved)}" if moved else None)
-    return "; ".join(r for r in reasons if r) or None
+    if host_decides and moved:
+        reasons.append(f"host changed under the run: {'; '.join(moved)}")
+    return "; ".join(r for r in reasons if r) or None, moved
 
 
 def decide_pair(
@@ -160,9 +167,9 @@ def decide_pair(
             feed, judge, plan, budget, after_round=after_round
         )
     ma, mb = feed.measurements()
-    verdict = overridden(verdict, _overrides(source, [ma, mb], busy_limit, host_decides))
+    reason, moved = _overrides(source, feed, [ma, mb], busy_limit, host_decides)
     per_side = (tuple(r[0] for r in rounds), tuple(r[1] for r in rounds))
-    return Decided(verdict, ma, mb, feed.sides(), seconds, per_side)
+    return Decided(overridden(verdict, reason), ma, mb, feed.sides(), seconds, per_side, moved)
 
 
 def decide_baseline(
@@ -188,7 +195,8 @@ def decide_baseline(
 
     check, _rounds, _seconds = until_decided(feed, judge, plan, budget)
     (m,) = feed.measurements()
-    return Checked(overridden(check, _overrides(source, [m], busy_limit, True)), m)
+    reason, _moved = _overrides(source, feed, [m], busy_limit, True)
+    return Checked(overridden(check, reason), m)
 
 
 def _relation(rule: Rule) -> str:

@@ -64,6 +64,9 @@ class Feed(ABC):
     unpaired: tuple[Sequence[float] | Figure, ...] | None = None
     """Sides that cannot be paired in rounds (stored figures, fewer than two samples): their
     samples or figures, judged once instead."""
+    moved: tuple[str, ...] | None = None
+    """How the host moved under these rounds when the feed knows it (a stored verdict's
+    record); ``None``: the source is asked."""
 
     @abstractmethod
     def take(self, index: int) -> tuple[float, ...] | None:
@@ -96,8 +99,10 @@ class StoredFeed(Feed):
         values: Sequence[Sequence[float]],
         sides: Sequence[SideRounds],
         method: str = PAIRED_METHOD,
+        moved: Sequence[str] | None = None,
     ) -> None:
         self._measurements = tuple(measurements)
+        self.moved = None if moved is None else tuple(moved)
         self._values = [list(v) for v in values]
         self._sides = tuple(sides)
         self.ready = min((len(v) for v in self._values), default=0)

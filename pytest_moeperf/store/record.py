@@ -94,12 +94,17 @@ class VerdictRecord:
     asked: str = ""
     """What was judged (``lm-none.pp512 / mmap.pp512``), before a reason such as a busy host
     was added to the verdict's label."""
+    moved: tuple[str, ...] | None = None
+    """How the host had moved under the rounds when they were judged (``None``: not known,
+    a results file of format 1)."""
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"test": self.test, **self.verdict.to_dict()}
         if self.sides is not None:
             out["sides"] = [s.to_dict() for s in self.sides]
             out["asked"] = self.asked
+        if self.moved is not None:
+            out["host_moved"] = list(self.moved)
         return out
 
     @classmethod
@@ -110,7 +115,14 @@ class VerdictRecord:
             a, b = (SideRounds.from_dict(s) for s in sides)
             pair = (a, b)
         verdict = Verdict.from_dict(d)
-        return cls(str(d.get("test", "")), verdict, pair, str(d.get("asked", verdict.label)))
+        moved = d.get("host_moved")
+        return cls(
+            str(d.get("test", "")),
+            verdict,
+            pair,
+            str(d.get("asked", verdict.label)),
+            None if moved is None else tuple(str(line) for line in moved),
+        )
 
 
 @dataclass(frozen=True)

@@ -380,3 +380,17 @@ def test_until_decided_gives_the_judge_whether_more_can_be_had(clock):
 
     until_decided(feed, judge, Plan(first_look=2, max_rounds=50), 1e9)
     assert seen == [(3, True)]  # three stored rounds, then no more: judged once, spent
+
+
+def test_a_stored_verdict_keeps_the_host_moves_it_saw_not_those_of_the_whole_run(clock):
+    """A run whose host moved late: verdicts before the move decided, and replayed they
+    decide again; only a file that does not say (format 1) gets the run's moves for all."""
+    a = [500.0 * (1 + 0.01 * (i % 3)) for i in range(10)]
+    b = [v * 0.5 for v in a]
+    ms = (measurement("a", a), measurement("b", b))
+    late = ["memory bandwidth on CPUs 0-1: 17 -> 14 GB/s (-18 %)"]
+    rule = Rule("claim", threshold=0.7, relation="<=")
+    before = decide(FakeSource(StoredFeed(ms, [a, b], (), moved=()), late), rule)
+    assert before.verdict.outcome == "holds" and before.moved == ()
+    unknown = decide(FakeSource(StoredFeed(ms, [a, b], ()), late), rule)
+    assert unknown.verdict.outcome == "undecided" and unknown.moved == tuple(late)

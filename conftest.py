@@ -39,3 +39,15 @@ def tiny_model() -> Path:
     from pytest_moeperf.llama.synthetic_model import ensure_model, model_spec
 
     return ensure_model(model_spec("tiny"))
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """``pytest -m perf`` runs the perf suite (``tests/perf``): the unit and integration tests
+    hold no perf test, so they are not even imported (some need the test extra's hypothesis,
+    which the perf suite does without)."""
+    if config.getoption("markexpr") != "perf":
+        return None
+    tests = Path(__file__).parent / "tests"
+    if collection_path in (tests / "unit", tests / "integration"):
+        return True
+    return None

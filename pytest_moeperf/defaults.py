@@ -23,6 +23,12 @@ REPETITIONS = 3
 """Timed repetitions of a plain measurement (as in ADR-0042's llama-bench tables)."""
 MARGIN = 0.05
 """The smallest change that counts (0.05: 5 %): gates, ``compare``, dead ends."""
+FAMILY_ALPHA = 0.05
+"""The chance a gate calls any row slower (or faster) beyond the margin when none is: each
+row of a family of k is judged at FAMILY_ALPHA / k, and Holm's step-down decides the rest."""
+MIN_REL_SPREAD = 0.01
+"""The least relative spread a side's samples are taken to have (a few that happen to agree
+say little about the next ones)."""
 TOLERANCE = 0.05
 """A baseline file's default tolerance: 5 % worse than the baseline still passes."""
 

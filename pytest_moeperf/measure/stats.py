@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import math
 import statistics
 from collections.abc import Sequence
@@ -10,6 +9,8 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
+
+from .student import t_quantile, trimmed_t_rows
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,7 @@ def _z(confidence: float) -> float:
     return statistics.NormalDist().inv_cdf(0.5 + confidence / 2)
 
 
-def _log_sigma(rel_spread: float) -> float:
+def log_sigma(rel_spread: float) -> float:
     """Log-normal sigma of a relative standard uncertainty."""
     return math.sqrt(math.log1p(rel_spread * rel_spread))
 
@@ -115,7 +116,7 @@ def ratio_interval_from_summary(
         if not (math.isfinite(s) and s >= 0):
             raise ValueError(f"{name} {s!r} is not a finite number >= 0")
     ratio = a_value / b_value
-    half = _z(confidence) * math.hypot(_log_sigma(a_rel_spread), _log_sigma(b_rel_spread))
+    half = _z(confidence) * math.hypot(log_sigma(a_rel_spread), log_sigma(b_rel_spread))
     return RatioInterval(
         ratio=ratio,
         low=min(ratio, ratio * math.exp(-half)),
@@ -148,7 +149,7 @@ def ratio_interval(
     if resamples < 100:
         raise ValueError(f"resamples {resamples!r} is too few for a percentile interval")
     z = _z(confidence)
-    sigma_floor = _log_sigma(min_rel_spread)
+    sigma_floor = log_sigma(min_rel_spread)
     floor = z * math.sqrt(2) * sigma_floor
     ratio = statistics.median(a) / statistics.median(b)
     if len(a) == 1 or len(b) == 1:
@@ -210,42 +211,6 @@ def repetitions_to_decide(interval: RatioInterval, threshold: float, n: int) -> 
 
 
 # -- paired rounds -------------------------------------------------------------------------------
-def t_quantile(p: float, df: int) -> float:
-    """The *p* quantile of Student's t with *df* degrees of freedom (``p`` in (0.5, 1)).
-
-    Its CDF is integrated numerically (Simpson's rule on the density) and inverted by
-    bisection: exact to about 1e-6, with no dependency beyond :mod:`math`."""
-    if not 0.5 < p < 1:
-        raise ValueError(f"p {p!r} must be between 0.5 and 1")
-    if df < 1:
-        raise ValueError(f"df {df!r} must be >= 1")
-    log_norm = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
-
-    def cdf_above_half(x: float) -> float:  # P(0 <= T <= x), the density integrated on [0, x]
-        steps = 400
-        h = x / steps
-        total = 0.0
-        for i in range(steps + 1):
-            t = i * h
-            f = math.exp(log_norm - (df + 1) / 2 * math.log1p(t * t / df))
-            total += f * (1 if i in (0, steps) else 4 if i % 2 else 2)
-        return total * h / 3
-
-    target = p - 0.5
-    low, high = 0.0, 1.0
-    while cdf_above_half(high) < target:
-        low, high = high, high * 2
-        if high > 1e6:
-            return math.inf
-    for _ in range(60):
-        mid = (low + high) / 2
-        if cdf_above_half(mid) < target:
-            low = mid
-        else:
-            high = mid
-    return (low + high) / 2
-
-
 @dataclass(frozen=True)
 class PairedInterval:
     """An interval of the ratio ``b / a`` from paired rounds: the trimmed mean of the per-round
@@ -277,22 +242,15 @@ def paired_log_ratios(a: Sequence[float], b: Sequence[float]) -> list[float]:
 
 
 def trimmed_mean_se(values: Sequence[float], trim: float = 0.2) -> tuple[float, float, int]:
-    """The *trim*-trimmed mean of *values*, its standard error from the winsorized variance
-    (Tukey and McLaughlin), and the degrees of freedom of its t interval (kept values - 1)."""
-    n = len(values)
-    if n < 2:
+    """The *trim*-trimmed mean of *values*, its standard error after Yuen (from the winsorized
+    values' spread, over ``h (h - 1)`` with *h* the values kept) and the degrees of freedom of
+    its t interval (``h - 1``): the statistic the per-look level is calibrated on."""
+    if len(values) < 2:
         raise ValueError("a trimmed mean's spread needs at least 2 values")
     if not 0 <= trim < 0.5:
         raise ValueError(f"trim {trim!r} must be in [0, 0.5)")
-    x = sorted(values)
-    g = int(trim * n)
-    if n - 2 * g < 2:
-        g = (n - 2) // 2
-    kept = x[g : n - g]
-    winsorized = [x[g]] * g + kept + [x[n - g - 1]] * g
-    h = len(kept)
-    se = statistics.stdev(winsorized) / ((h / n) * math.sqrt(n))
-    return statistics.fmean(kept), se, h - 1
+    mean, se, df = trimmed_t_rows(np.asarray([values], dtype=np.float64), trim)
+    return float(mean[0]), float(se[0]), df
 
 
 def paired_interval(
@@ -316,8 +274,8 @@ def paired_interval(
     if not 0 < alpha < 1:
         raise ValueError(f"alpha {alpha!r} must be between 0 and 1")
     centre, se, df = trimmed_mean_se(d, trim)
-    se = max(se, _log_sigma(min_rel_spread) / math.sqrt(n))
-    crit = _t_cached(1 - alpha / 2, df)
+    se = max(se, log_sigma(min_rel_spread) / math.sqrt(n))
+    crit = t_quantile(1 - alpha / 2, df)
     half = crit * se
     return PairedInterval(
         ratio=math.exp(centre),
@@ -327,8 +285,3 @@ def paired_interval(
         se=se,
         critical=crit,
     )
-
-
-@functools.lru_cache(maxsize=512)
-def _t_cached(p: float, df: int) -> float:
-    return t_quantile(p, df)

@@ -149,13 +149,21 @@ class MoePerf:
             self._touch(m)
         self._startup_warnings()
         self.verdicts.append(got.verdict)
-        record = VerdictRecord(self.nodeid, got.verdict, got.pair, label, got.moved)
+        record = VerdictRecord(
+            self.nodeid,
+            got.verdict,
+            got.pair,
+            label,
+            got.moved,
+            got.plan.to_dict() if got.plan else None,
+            {"seed": got.coin.seed, "orders": list(got.coin.orders)} if got.coin else None,
+        )
         session.verdicts.append(record)
         return got.verdict
 
     def _bench_beside(
         self, a: Side, b: Side
-    ) -> tuple[Callable[[int, bool], None] | None, tuple[list[float], list[float]]]:
+    ) -> tuple[Callable[[int, str, bool], None] | None, tuple[list[float], list[float]]]:
         """With ``--moeperf-bench``, an ``after_round`` running llama-bench of both sides in
         each round (never for traffic); a bench that cannot run is reported once and left out."""
         if not self.session.options.bench or a.workload.is_traffic or b.workload.is_traffic:
@@ -163,11 +171,11 @@ class MoePerf:
         run, got = bench_in_rounds(self.session.source, self.profile, a, b)
         failed: list[str] = []
 
-        def beside(index: int, restarts: bool) -> None:
+        def beside(index: int, first: str, restarts: bool) -> None:
             if failed:
                 return
             try:
-                run(index, restarts)
+                run(index, first, restarts)
             except MoeperfError as exc:
                 failed.append(str(exc))
                 self.session.bench_errors.append(f"{self.nodeid}: llama-bench in rounds: {exc}")

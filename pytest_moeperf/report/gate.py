@@ -42,7 +42,9 @@ def gate_rows(result: GateResult) -> tuple[list[str], list[list[str]]]:
         if v.outcome == "undecided" and v.reason:
             why = f" ({v.reason})"
         elif v.outcome == "undecided" and v.mde_text:
-            why = f" (MDE ±{100 * (v.mde or 0):.1f} %)"
+            mde = v.mde or 0.0
+            lean = f", {v.leaning.split(',')[0]}" if v.leaning else ""
+            why = f"{lean} (MDE -{100 * (1 - 1 / (1 + mde)):.1f}/+{100 * mde:.1f} %)"
         rows.append(
             [
                 r.configuration,

@@ -11,7 +11,6 @@ from ..errors import MoeperfError
 from ..host.locks import measuring
 from ..llama.bench import run_bench
 from ..measure.measurement import Measurement
-from ..verdicts.sequential import first_in_round
 from .pool import ServerKey
 from .profiles import Profile
 from .session import PerfSession
@@ -22,17 +21,17 @@ BENCH_HEADERS = ["configuration", "workload", "server tok/s", "bench tok/s", "ga
 
 def bench_in_rounds(
     source: Source, profile: Profile, a: Side, b: Side
-) -> tuple[Callable[[int, bool], None], tuple[list[float], list[float]]]:
+) -> tuple[Callable[[int, str, bool], None], tuple[list[float], list[float]]]:
     """An ``after_round`` for the rounds loop that runs one llama-bench repetition of each
     side (same build, model, flags, pinning and workload as its server) in the round's order,
     and the lists it fills: each side's bench tok/s per round. Across restarts the servers are
     stopped first: a llama-bench needs the room of one."""
     got: tuple[list[float], list[float]] = ([], [])
 
-    def beside(index: int, restarts: bool) -> None:
+    def beside(index: int, first: str, restarts: bool) -> None:
         if restarts:
             source.stop_servers()
-        for i in (0, 1) if first_in_round(index) == "a" else (1, 0):
+        for i in (0, 1) if first == "a" else (1, 0):
             side = (a, b)[i]
             got[i].append(
                 source.bench_sample(profile, side.configuration, side.workload, side.build)

@@ -12,22 +12,25 @@ profile's baseline file on this host, so that a chain of small accepted slowdown
 from __future__ import annotations
 
 import functools
+import math
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from ..defaults import FIRST_LOOK, MARGIN, MAX_ROUNDS
+from ..defaults import FAMILY_ALPHA, FIRST_LOOK, MARGIN, MAX_ROUNDS, MIN_REL_SPREAD
 from ..errors import ConfigError, Unavailable
 from ..host.machine import busy_fraction
 from ..measure.measurement import Measurement
 from ..measure.output import OutputCheck, greedy_tokens
+from ..measure.stats import log_sigma
 from ..measure.workload import Workload
 from ..report.tables import start_lines
 from ..store.baselines import BaselineEntry
 from ..store.hosts import accepted_history, host_for
 from ..verdicts.attribution import attribute
-from ..verdicts.gate import GateResult, GateRow
+from ..verdicts.gate import GateResult, GateRow, holm
 from ..verdicts.judge import Verdict, judge_change
+from ..verdicts.levels import direction_p
 from ..verdicts.sequential import Plan, Rule
 from .crosscheck import bench_in_rounds
 from .live import LiveSource
@@ -138,7 +141,9 @@ def run_gate(
             'workloads = ["pp512", "tg64"] to it, or pass -w pp512'
         )
     live.forget(gated.name, (BASELINE, CANDIDATE))  # an earlier gate's sides, other builds
-    plan = Plan(first_look=first_look, max_rounds=max_rounds)
+    family = len(names) * len(loads)
+    # each row at the family's share (Bonferroni); Holm at the end may decide more of them
+    plan = Plan(first_look=first_look, max_rounds=max_rounds, alpha=FAMILY_ALPHA / family)
     rule = Rule("change", margin=margin)
     limit = session.options.busy_limit
     busy = busy_fraction(1.0)
@@ -196,11 +201,36 @@ def run_gate(
                 if beside
                 else None
             )
-            row = GateRow(name, w, got.a, got.b, got.verdict, got.seconds, oldest, newest, where)
+            d = [math.log(y / x) for x, y in zip(*got.rounds, strict=True)]
+            looks = (got.plan or plan).looks
+            floor = log_sigma(MIN_REL_SPREAD)
+            row = GateRow(
+                name,
+                w,
+                got.a,
+                got.b,
+                got.verdict,
+                got.seconds,
+                oldest,
+                newest,
+                where,
+                p_slower=float(direction_p(d, looks, 1 - margin, True, floor=floor)[0])
+                if len(d) >= 2
+                else 1.0,
+                p_faster=float(direction_p(d, looks, 1 + margin, False, floor=floor)[0])
+                if len(d) >= 2
+                else 1.0,
+            )
             rows.append(row)
             if on_row:
                 on_row(row)
         live.stop_servers()
+    rows = holm(rows, FAMILY_ALPHA)
+    notes.append(
+        f"family: {family} row(s), each judged at {100 * FAMILY_ALPHA / family:.2g} % over its "
+        f"looks; Holm's step-down holds the chance of any false slower or faster row at "
+        f"{100 * FAMILY_ALPHA:.0f} %"
+    )
     after = busy_fraction(0.5)
     if after > limit:
         notes.append(f"the host was {100 * after:.0f} % busy with other work right after the gate")

@@ -4,11 +4,13 @@ pinned on 127.0.0.1 with its environment and log."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ..llama.build import Build
 from ..llama.flags import gpus_used
 from ..llama.footprint import GIB, Footprint, estimate
 from ..llama.server import LlamaServer
@@ -55,6 +57,9 @@ class Launcher:
         self.log_dir = log_dir
         self.startup_timeout = startup_timeout
         self.report = report
+        self.setup_seconds = 0.0
+        """Seconds spent so far on starting servers (their builds, model and load
+        included): not measuring, so no verdict's budget counts them."""
 
     def server(
         self, profile: Profile, configuration: Configuration, label: str | None = None
@@ -81,6 +86,22 @@ class Launcher:
         rec = self.pool.running(key)
         if rec is not None:
             return rec
+        began = time.monotonic()
+        try:
+            return self._start(profile, configuration, label, build, key, cpus)
+        finally:
+            self.setup_seconds += time.monotonic() - began
+
+    def _start(
+        self,
+        profile: Profile,
+        configuration: Configuration,
+        label: str,
+        build: Build,
+        key: ServerKey,
+        cpus: frozenset[int] | None,
+    ) -> ServerRecord:
+        """Start the server of *key*: model, GPUs, footprint, room in the pool, the process."""
         model = self.artifacts.model_for(profile)
         used = self.gpus_of(profile, configuration)
         need = self.footprint(profile, configuration, model, used)

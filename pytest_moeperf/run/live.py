@@ -30,7 +30,7 @@ from ..measure.meter import Meter, server_vocab
 from ..measure.traffic import Pass, TrafficRun, run_pass
 from ..measure.workload import Workload
 from ..store.record import SideRounds
-from ..verdicts.sequential import first_in_round
+from ..verdicts.sequential import Coin
 from .artifacts import SYNTHETIC, Artifacts
 from .hostwatch import HostWatch
 from .launch import Launcher, gpu_env, server_names
@@ -455,9 +455,9 @@ class LiveSource(Source):
 
 
 class LivePairing(Feed):
-    """Two sides measured now, back to back in the order of :func:`first_in_round`; across
-    restarts (a fresh, warmed-up process per block, its median the round's value) when their
-    servers do not fit in memory together."""
+    """Two sides measured now, back to back in the order a seeded coin throws for each round;
+    across restarts (a fresh, warmed-up process per block, its median the round's value) when
+    their servers do not fit in memory together."""
 
     def __init__(self, source: LiveSource, profile: Profile, a: Side, b: Side, label: str) -> None:
         self.source = source
@@ -467,7 +467,8 @@ class LivePairing(Feed):
         self._got = [self._take(a, 1), self._take(b, 1)]
         if self._got[0].key == self._got[1].key:
             raise MoeperfError(f"{label}: both sides are the same measurement; name two")
-        self.first = (len(self._got[0].samples), len(self._got[1].samples))
+        self.start = (len(self._got[0].samples), len(self._got[1].samples))
+        """Each side's first sample of this verdict's rounds (the earlier ones not paired)."""
         self._keys = [
             (profile.name, s.configuration.name, m.build)
             for s, m in zip(self._sides, self._got, strict=True)
@@ -478,31 +479,35 @@ class LivePairing(Feed):
             profile, builds
         )
         self.method = RESTART_METHOD if self.restarts else PAIRED_METHOD
+        self.coin = Coin()
 
     def _take(self, side: Side, n: int) -> Measurement:
         return self.source.measure(self.profile, side.configuration, side.workload, n, side.build)
 
     def take(self, index: int) -> tuple[float, ...] | None:
         values = [0.0, 0.0]
-        for i in (0, 1) if first_in_round(index) == "a" else (1, 0):
+        for i in (0, 1) if self.first(index) == "a" else (1, 0):
             side = self._sides[i]
             if self.restarts:  # a block: a fresh, warmed-up process and its median
                 self.source.launcher.restart(self.profile, side.configuration, side.build)
                 self._got[i] = self._take(side, len(self._got[i].samples) + BLOCK_SAMPLES)
                 values[i] = statistics.median(self._got[i].values[-BLOCK_SAMPLES:])
             else:
-                self._got[i] = self._take(side, self.first[i] + index + 1)
+                self._got[i] = self._take(side, self.start[i] + index + 1)
                 values[i] = self._got[i].values[-1]
         return (values[0], values[1])
 
     def measurements(self) -> tuple[Measurement, ...]:
         return tuple(self._got)
 
+    def setup_seconds(self) -> float:
+        return self.source.launcher.setup_seconds
+
     def sides(self) -> tuple[SideRounds, ...]:
         per_round = BLOCK_SAMPLES if self.restarts else 1
         return tuple(
             side_rounds(self.profile, m, first, per_round)
-            for m, first in zip(self._got, self.first, strict=True)
+            for m, first in zip(self._got, self.start, strict=True)
         )
 
     def holding(self) -> contextlib.AbstractContextManager[None]:
@@ -531,6 +536,9 @@ class LiveSeries(Feed):
 
     def measurements(self) -> tuple[Measurement, ...]:
         return (self._m,)
+
+    def setup_seconds(self) -> float:
+        return self.source.launcher.setup_seconds
 
     def sides(self) -> tuple[SideRounds, ...]:
         return (side_rounds(self.profile, self._m, 0),)

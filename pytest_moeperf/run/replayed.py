@@ -19,9 +19,21 @@ from ..measure.measurement import Measurement
 from ..measure.workload import Workload
 from ..store.record import matching, rounds_of
 from ..store.replay import Replay
+from ..verdicts.sequential import Plan
 from .pool import ServerRecord
 from .profiles import Configuration, Profile
 from .source import PAIRED_METHOD, Feed, Side, Source, StoredFeed, side_rounds
+
+
+def stored_plan(stored: Mapping[str, float]) -> Plan:
+    """The look schedule a stored verdict was judged by."""
+    return Plan(
+        first_look=int(stored["first_look"]),
+        max_rounds=int(stored["max_rounds"]),
+        growth=float(stored["growth"]),
+        alpha=float(stored["alpha"]),
+        trim=float(stored["trim"]),
+    )
 
 
 class ReplaySource(Source):
@@ -60,7 +72,8 @@ class ReplaySource(Source):
         count = record.verdict.rounds
         values = [rounds_of(m, s, count) for m, s in zip((ma, mb), record.sides, strict=True)]
         method = record.verdict.method or PAIRED_METHOD
-        return StoredFeed((ma, mb), values, record.sides, method, record.moved)
+        plan = None if record.plan is None else stored_plan(record.plan)
+        return StoredFeed((ma, mb), values, record.sides, method, record.moved, plan)
 
     def series(self, profile: Profile, configuration: Configuration, workload: Workload) -> Feed:
         m = self.measure(profile, configuration, workload)

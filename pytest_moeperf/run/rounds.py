@@ -12,10 +12,11 @@ rounds, so a moved host moves both alike and its rows say so in a note instead).
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 from ..measure.measurement import Measurement
 from ..store.record import SideRounds
@@ -27,13 +28,14 @@ from ..verdicts.judge import (
     judge_unpaired,
     overridden,
 )
-from ..verdicts.sequential import Plan, Rule
+from ..verdicts.sequential import Coin, Plan, Rule
 from .profiles import Profile
 from .source import Feed, Side, Source
 
 R = TypeVar("R", Verdict, BaselineCheck)
-AfterRound = Callable[[int, bool], None]
-"""Called after each round measured now: (round index, whether the round restarted servers)."""
+AfterRound = Callable[[int, str, bool], None]
+"""Called after each round measured now: (round index, the side that went first in it,
+whether the round restarted servers)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +53,10 @@ class Decided:
     """Each side's value in each round (a block's median across restarts)."""
     moved: tuple[str, ...] = ()
     """How the host moved under the rounds (one line per probe figure; ``()``: it stayed)."""
+    plan: Plan | None = None
+    """The plan the rounds were judged by (``None``: stored figures, judged once)."""
+    coin: Coin | None = None
+    """The coin that chose each round's order (``None``: the rounds were not measured now)."""
 
     @property
     def first(self) -> tuple[int, ...]:
@@ -73,19 +79,43 @@ class Checked:
     measurement: Measurement
 
 
+REACH_ALLOWANCE = 1.5
+"""Rounds may speed up: the looks a budget can reach are counted with this much room."""
+
+
+@dataclass(frozen=True)
+class Ran(Generic[R]):
+    """What :func:`until_decided` ends with."""
+
+    result: R
+    rounds: list[tuple[float, ...]]
+    seconds: float
+    """Seconds spent measuring (server starts and builds not counted)."""
+    plan: Plan
+    """The plan the rounds were judged by: its looks end where the budget could reach."""
+
+
 def until_decided(
     feed: Feed,
-    judge: Callable[[list[tuple[float, ...]], bool], tuple[R, bool]],
+    judge: Callable[[list[tuple[float, ...]], bool, Plan], tuple[R, bool]],
     plan: Plan,
     budget: float,
     *,
     after_round: AfterRound | None = None,
-) -> tuple[R, list[tuple[float, ...]], float]:
+) -> Ran[R]:
     """Take *feed*'s rounds and *judge* them at the looks of *plan* (rounds the feed holds
     already all at the first look) until *judge* says final, giving it whether no more rounds
-    can be had: the budget of *budget* seconds is spent, or the feed has no more. Returns the
-    final result, the rounds and the seconds they took."""
-    began = time.monotonic()
+    can be had (the budget of *budget* seconds of measuring is spent, or the feed has no more)
+    and the plan: after the first look's rounds its looks are cut at the rounds the budget can
+    reach at the pace measured so far (a stored feed brings the plan it was judged by). Time
+    the source spends starting servers or building is not measuring and is not counted."""
+    plan = feed.plan or plan
+    reach_fixed = feed.plan is not None
+    began, setup = time.monotonic(), feed.setup_seconds()
+
+    def measuring() -> float:
+        return time.monotonic() - began - (feed.setup_seconds() - setup)
+
     rounds: list[tuple[float, ...]] = []
     target = max(plan.first_look, feed.ready)
     with feed.holding():
@@ -98,15 +128,20 @@ def until_decided(
                     break
                 rounds.append(got)
                 if after_round is not None and len(rounds) > feed.ready:
-                    after_round(len(rounds) - 1, feed.restarts)
-                if len(rounds) >= 2 and time.monotonic() - began > budget:
+                    index = len(rounds) - 1
+                    after_round(index, feed.first(index), feed.restarts)
+                if len(rounds) >= 2 and measuring() > budget:
                     break
-            spent = (
-                exhausted or not feed.more(len(rounds)) or time.monotonic() - began > budget
-            )
-            result, final = judge(rounds, spent)
+            measured = len(rounds) - feed.ready
+            if not reach_fixed and measured > 0:
+                pace = measuring() / measured
+                left = max(budget - measuring(), 0.0)
+                plan = plan.within(len(rounds) + math.ceil(REACH_ALLOWANCE * left / pace))
+                reach_fixed = True
+            spent = exhausted or not feed.more(len(rounds)) or measuring() > budget
+            result, final = judge(rounds, spent, plan)
             if final:
-                return result, rounds, time.monotonic() - began
+                return Ran(result, rounds, measuring(), plan)
             target = plan.next_look(len(rounds))
 
 
@@ -155,21 +190,32 @@ def decide_pair(
         seconds = 0.0
     else:
 
-        def judge(taken: list[tuple[float, ...]], spent: bool) -> tuple[Verdict, bool]:
+        def judge(
+            taken: list[tuple[float, ...]], spent: bool, looks: Plan
+        ) -> tuple[Verdict, bool]:
             va, vb = [r[0] for r in taken], [r[1] for r in taken]
-            v, more = judge_rounds(rule, va, vb, plan, spent=spent, label=label)
+            v, more = judge_rounds(rule, va, vb, looks, spent=spent, label=label)
             v = replace(v, method=feed.method)
             if on_look is not None:
                 on_look(v, time.monotonic() - began)
             return v, more == 0
 
-        verdict, rounds, seconds = until_decided(
-            feed, judge, plan, budget, after_round=after_round
-        )
+        ran = until_decided(feed, judge, plan, budget, after_round=after_round)
+        verdict, rounds, seconds, plan = ran.result, ran.rounds, ran.seconds, ran.plan
     ma, mb = feed.measurements()
     reason, moved = _overrides(source, feed, [ma, mb], busy_limit, host_decides)
     per_side = (tuple(r[0] for r in rounds), tuple(r[1] for r in rounds))
-    return Decided(overridden(verdict, reason), ma, mb, feed.sides(), seconds, per_side, moved)
+    return Decided(
+        overridden(verdict, reason),
+        ma,
+        mb,
+        feed.sides(),
+        seconds,
+        per_side,
+        moved,
+        plan,
+        feed.coin,
+    )
 
 
 def decide_baseline(
@@ -186,14 +232,15 @@ def decide_baseline(
     per-look confidence) at the looks of *plan* within *budget* seconds, more samples while it
     is undecided; undecided on a busy host or one that changed under the measurement."""
     feed = source.series(profile, side.configuration, side.workload)
-    confidence = 1 - plan.nominal_alpha()
 
-    def judge(taken: list[tuple[float, ...]], spent: bool) -> tuple[BaselineCheck, bool]:
-        check = judge_values([r[0] for r in taken], confidence)
-        done = check.outcome != "undecided" or spent or len(taken) >= plan.max_rounds
+    def judge(
+        taken: list[tuple[float, ...]], spent: bool, looks: Plan
+    ) -> tuple[BaselineCheck, bool]:
+        check = judge_values([r[0] for r in taken], 1 - looks.nominal_alpha())
+        done = check.outcome != "undecided" or spent or len(taken) >= looks.max_rounds
         return check, done
 
-    check, _rounds, _seconds = until_decided(feed, judge, plan, budget)
+    check = until_decided(feed, judge, plan, budget).result
     (m,) = feed.measurements()
     reason, _moved = _overrides(source, feed, [m], busy_limit, True)
     return Checked(overridden(check, reason), m)

@@ -29,6 +29,7 @@ from ..measure.measurement import Measurement
 from ..measure.stats import Figure
 from ..measure.workload import Workload
 from ..store.record import SideRounds
+from ..verdicts.sequential import Coin, Plan
 from .pool import ServerKey, ServerRecord
 from .profiles import Configuration, Profile
 
@@ -67,6 +68,20 @@ class Feed(ABC):
     moved: tuple[str, ...] | None = None
     """How the host moved under these rounds when the feed knows it (a stored verdict's
     record); ``None``: the source is asked."""
+    plan: Plan | None = None
+    """The plan a stored verdict was judged by; ``None``: the verdict's own, cut at the rounds
+    its budget can reach."""
+    coin: Coin | None = None
+    """The coin that orders rounds measured now (``None``: the rounds are stored)."""
+
+    def first(self, index: int) -> str:
+        """The side that went first in round *index* (``"a"`` or ``"b"``)."""
+        return self.coin.first(index) if self.coin is not None else "a"
+
+    def setup_seconds(self) -> float:
+        """Seconds the source has spent so far starting servers and building (not measuring:
+        a verdict's budget does not count them)."""
+        return 0.0
 
     @abstractmethod
     def take(self, index: int) -> tuple[float, ...] | None:
@@ -100,9 +115,11 @@ class StoredFeed(Feed):
         sides: Sequence[SideRounds],
         method: str = PAIRED_METHOD,
         moved: Sequence[str] | None = None,
+        plan: Plan | None = None,
     ) -> None:
         self._measurements = tuple(measurements)
         self.moved = None if moved is None else tuple(moved)
+        self.plan = plan
         self._values = [list(v) for v in values]
         self._sides = tuple(sides)
         self.ready = min((len(v) for v in self._values), default=0)

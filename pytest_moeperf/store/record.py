@@ -97,6 +97,10 @@ class VerdictRecord:
     moved: tuple[str, ...] | None = None
     """How the host had moved under the rounds when they were judged (``None``: not known,
     a results file of format 1)."""
+    plan: dict[str, float] | None = None
+    """The look schedule the rounds were judged by (its looks cut where the budget reached)."""
+    coin: dict[str, Any] | None = None
+    """The seed of the coin that ordered the rounds, and each round's order (``ab``/``ba``)."""
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"test": self.test, **self.verdict.to_dict()}
@@ -105,6 +109,10 @@ class VerdictRecord:
             out["asked"] = self.asked
         if self.moved is not None:
             out["host_moved"] = list(self.moved)
+        if self.plan is not None:
+            out["plan"] = dict(self.plan)
+        if self.coin is not None:
+            out["coin"] = dict(self.coin)
         return out
 
     @classmethod
@@ -115,13 +123,15 @@ class VerdictRecord:
             a, b = (SideRounds.from_dict(s) for s in sides)
             pair = (a, b)
         verdict = Verdict.from_dict(d)
-        moved = d.get("host_moved")
+        moved, plan, coin = d.get("host_moved"), d.get("plan"), d.get("coin")
         return cls(
             str(d.get("test", "")),
             verdict,
             pair,
             str(d.get("asked", verdict.label)),
             None if moved is None else tuple(str(line) for line in moved),
+            None if plan is None else {str(k): float(x) for k, x in dict(plan).items()},
+            None if coin is None else dict(coin),
         )
 
 

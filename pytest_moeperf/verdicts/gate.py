@@ -4,7 +4,8 @@ gate: pass, a regression, or undecided rows, with the exit status that says so."
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 
 from ..measure.measurement import Measurement
 from ..measure.output import OutputCheck
@@ -35,6 +36,13 @@ class GateRow:
     """The candidate against the newest baseline accepted on this host (unpaired)."""
     attribution: Attribution | None = None
     """llama-bench in the same rounds: where the change is (``--attribute``)."""
+    p_slower: float = 1.0
+    """The sequential p-value against "no slowdown beyond the margin" (the family's Holm
+    reads it)."""
+    p_faster: float = 1.0
+    """The same against "no speedup beyond the margin"."""
+    family: str = ""
+    """How the family of rows decided this row beyond its own interval (Holm), when it did."""
 
     @property
     def name(self) -> str:
@@ -138,3 +146,26 @@ def versus(v: Verdict | None) -> str:
     return (
         f"{v.change_pct:+.1f} % [{100 * (v.low - 1):+.1f}, {100 * (v.high - 1):+.1f}] {v.outcome}"
     )
+
+
+def holm(rows: Sequence[GateRow], alpha: float) -> list[GateRow]:
+    """The gate's rows with the family's false-alarm rate held at *alpha* by Holm's
+    step-down: each direction (slower, faster) on its own, rows in order of their sequential
+    p-values, the j-th of k tested at alpha / (k - j + 1) until the first that is not
+    rejected. A row its own interval decided beyond the margin (at alpha / k, Bonferroni) is
+    always among those rejected; a row left undecided (not by a busy or moved host) whose
+    p-value passes Holm's looser level is decided too, and says so."""
+    out = list(rows)
+    k = len(out)
+    for way in ("slower", "faster"):
+        ps = [r.p_slower if way == "slower" else r.p_faster for r in out]
+        for j, i in enumerate(sorted(range(k), key=lambda i: ps[i])):
+            row, p = out[i], ps[i]
+            level = alpha / (k - j)
+            if p > level:
+                break
+            if row.verdict.outcome == "undecided" and row.verdict.reason is None:
+                decided = replace(row.verdict, outcome=way, interim=False)  # type: ignore[arg-type]
+                note = f"{way} by Holm across {k} rows (p {p:.4f} <= {level:.4f})"
+                out[i] = replace(row, verdict=decided, family=note)
+    return out

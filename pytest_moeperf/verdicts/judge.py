@@ -217,10 +217,22 @@ class Verdict:
 
     @property
     def mde_text(self) -> str:
-        """``MDE ±4.1 % after 55 rounds`` (empty without rounds)."""
+        """``MDE -3.9/+4.1 % after 55 rounds``: the smallest slowdown and speedup these rounds
+        could have seen (empty without rounds)."""
         if self.mde is None or self.rounds is None:
             return ""
-        return f"MDE ±{100 * self.mde:.1f} % after {self.rounds} rounds"
+        down = 100 * (1 - 1 / (1 + self.mde))
+        return f"MDE -{down:.1f}/+{100 * self.mde:.1f} % after {self.rounds} rounds"
+
+    @property
+    def leaning(self) -> str:
+        """Which way an undecided change leans, with its interval in per cent: ``leaning
+        slower, -4.8 % [-7.9, -1.6]`` (empty when it leans nowhere)."""
+        if self.relation != "~" or self.outcome != "undecided" or self.ratio == 1.0:
+            return ""
+        way = "slower" if self.ratio < 1.0 else "faster"
+        interval = f"[{100 * (self.low - 1):+.1f}, {100 * (self.high - 1):+.1f}]"
+        return f"leaning {way}, {self.change_pct:+.1f} % {interval}"
 
     def explain(self) -> str:
         """One line: ``lm-none.pp2048 / mmap.pp2048 = 2.06 [2.01, 2.11] >= 2.00: holds``."""
@@ -236,7 +248,11 @@ class Verdict:
         if self.interim:
             line += f" so far ({self.rounds} rounds; measuring more)"
         elif self.outcome == "undecided" and self.mde_text:
-            line += f" (budget spent; {self.mde_text}: a smaller change cannot be seen here)"
+            leaning = f"{self.leaning}; " if self.leaning else ""
+            line += (
+                f" ({leaning}budget spent; {self.mde_text}: a smaller change cannot be "
+                "seen here)"
+            )
         elif self.outcome == "undecided" and self.more_repetitions:
             line += f" (about {self.more_repetitions} more repetitions per side would decide)"
         elif self.rounds is not None:

@@ -1,19 +1,23 @@
 """Sequential verdicts on paired rounds: look again after more rounds, without looking
 inflating the false alarms.
 
-A verdict measures in *rounds*: one sample of side A and one of side B back to back, the order
-alternating (A B, B A, A B, ...) so that "second in the round" is not always the same side.
-Each round gives one log-ratio ``log(b / a)``; a slow phase of the host that falls on both
-samples of a round cancels in it. At each *look* the rounds so far give a t interval of the
-ratio; a :class:`Rule` reads an outcome off it, or says "not yet".
+A verdict measures in *rounds*: one sample of side A and one of side B back to back, which
+goes first decided by a seeded coin each round (:class:`Coin`), so that "second in the round"
+is no side's habit and a host whose noise lingers from one sample to the next (per-sample
+autocorrelation) does not make the rounds' log-ratios correlated. Each round gives one
+log-ratio ``log(b / a)``; a slow phase of the host that falls on both samples of a round
+cancels in it. At each *look* the rounds so far give a trimmed t interval of the ratio (Yuen's
+standard error); a :class:`Rule` reads an outcome off it, or says "not yet".
 
 Looking again and again at a growing sample and stopping at the first decisive interval would
 raise the error rate well above the nominal 5 %. The looks therefore come on a fixed schedule
-(:attr:`Plan.looks`: the first after a few rounds, then each about 25 % later than the last),
-and every look uses the same stricter per-look level (:meth:`Plan.nominal_alpha`), calibrated
-by simulation so that the chance that *any* look's interval misses the true ratio is
-``alpha`` (a Pocock boundary for this schedule). Stopping early, for a time budget, only
-looks fewer times, which errs on the safe side.
+(:attr:`Plan.looks`: the first after a few rounds, then each about 25 % later than the last,
+up to the rounds the budget can reach), and every look uses the same stricter per-look level
+(:meth:`Plan.nominal_alpha`), calibrated by simulating that very statistic at those very looks
+(:mod:`pytest_moeperf.verdicts.levels`), so that the chance that *any* look's interval misses
+the true ratio is ``alpha``. Stopping early, for a time budget, only looks fewer times, which
+errs on the safe side; at the end of the budget an interval that still holds a decision point
+is undecided, never decided by its centre.
 
 :func:`look` is the one function of a look the fixture, the gate and bisect share: given both
 sides' rounds so far, the rule and whether the budget is spent, it returns the verdict and how
@@ -22,17 +26,15 @@ many more rounds to take before the next look (0: done).
 
 from __future__ import annotations
 
-import functools
 import math
-import statistics
+import random
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Literal
-
-import numpy as np
 
 from ..defaults import FIRST_LOOK, MARGIN, MAX_ROUNDS
 from ..measure.stats import PairedInterval, paired_interval
+from .levels import per_look_alpha
 
 Decision = Literal[
     "holds",
@@ -56,6 +58,8 @@ class Plan:
     max_rounds: int = MAX_ROUNDS
     growth: float = 1.25
     alpha: float = 0.05
+    trim: float = 0.2
+    """Share of the rounds' log-ratios trimmed from each end (stalls cannot drive it)."""
 
     def __post_init__(self) -> None:
         if self.first_look < 2:
@@ -82,25 +86,23 @@ class Plan:
         return next((n for n in self.looks if n > rounds), self.max_rounds)
 
     def nominal_alpha(self) -> float:
-        """The two-sided level each look uses, so that all looks together err with *alpha*."""
-        return _pocock_alpha(self.looks, self.alpha)
+        """The two-sided level each look uses, so that all looks together err with *alpha*:
+        calibrated on the trimmed t at these looks."""
+        return per_look_alpha(self.looks, self.alpha, self.trim)
 
+    def within(self, rounds: int) -> Plan:
+        """This plan with no look beyond *rounds* (the rounds a budget can reach; the first
+        look stays)."""
+        return replace(self, max_rounds=max(self.first_look, min(self.max_rounds, rounds)))
 
-@functools.lru_cache(maxsize=32)
-def _pocock_alpha(looks: tuple[int, ...], alpha: float, paths: int = 20_000) -> float:
-    """Per-look level of a constant boundary over *looks*: simulated sums of independent
-    standard normal rounds (seeded, so always the same), the (1 - alpha) quantile of the largest
-    ``|z|`` over the looks."""
-    rng = np.random.default_rng(20261130)
-    zmax = np.zeros(paths)
-    total = np.zeros(paths)
-    done = 0
-    for n in looks:
-        total += rng.standard_normal((paths, n - done)).sum(axis=1)
-        done = n
-        zmax = np.maximum(zmax, np.abs(total) / math.sqrt(n))
-    c = float(np.quantile(zmax, 1 - alpha))
-    return 2 * (1 - statistics.NormalDist().cdf(c))
+    def to_dict(self) -> dict[str, float]:
+        return {
+            "first_look": self.first_look,
+            "max_rounds": self.max_rounds,
+            "growth": self.growth,
+            "alpha": self.alpha,
+            "trim": self.trim,
+        }
 
 
 @dataclass(frozen=True)
@@ -111,9 +113,9 @@ class Rule:
       matters. ``slower``/``faster`` when the whole interval is past ``1 ∓ margin``;
       ``small-slower``/``small-faster`` (a real change within the margin, which passes) when
       it excludes 1 but lies within the margin; ``unchanged`` when it holds 1 and lies within
-      ``1 ± margin``. At the end of the budget an interval that excludes 1 is decided by its
-      ratio (beyond the margin or not), and one that holds 1 but reaches past a margin edge is
-      ``undecided``: there is no change size that can never be decided.
+      ``1 ± margin``. At the end of the budget an interval that still holds a decision point (1,
+      or a margin edge) is ``undecided``, with the way it leans: never decided by its centre,
+      which near the margin would be a coin toss reported as a decision.
     - ``claim``: ``holds`` when the whole interval lies on the claim's side of *threshold*
       (``>=`` or ``<=``), ``fails`` when it lies wholly on the other.
     - ``dead_end``: ``holds`` (still slower) when the interval lies below 1, ``fails`` (it may
@@ -154,13 +156,7 @@ class Rule:
             return "small-faster"
         if lo_edge <= low and high <= hi_edge:
             return "unchanged"
-        if not final:
-            return None
-        if high < 1.0:
-            return "slower" if ratio <= lo_edge else "small-slower"
-        if low > 1.0:
-            return "faster" if ratio >= hi_edge else "small-faster"
-        return "undecided"
+        return "undecided" if final else None
 
 
 @dataclass(frozen=True)
@@ -189,7 +185,7 @@ def look(
     rounds can be taken (time budget over, or the source gives no more samples)."""
     n = min(len(a), len(b))
     iv = paired_interval(
-        a[:n], b[:n], alpha=plan.nominal_alpha(), min_rel_spread=min_rel_spread
+        a[:n], b[:n], alpha=plan.nominal_alpha(), trim=plan.trim, min_rel_spread=min_rel_spread
     )
     final = spent or n >= plan.max_rounds
     decision = rule.outcome(iv.ratio, iv.low, iv.high, final=final)
@@ -198,6 +194,21 @@ def look(
     return Look("undecided", iv, max(1, plan.next_look(n) - n), False)
 
 
-def first_in_round(index: int) -> Literal["a", "b"]:
-    """Which side goes first in round *index* (0-based): A B, B A, A B, ..."""
-    return "a" if index % 2 == 0 else "b"
+@dataclass
+class Coin:
+    """Which side goes first in each round: a seeded coin, its seed and its throws kept (the
+    run record stores both, so the order of every round is known afterwards)."""
+
+    seed: int = field(default_factory=lambda: random.SystemRandom().randrange(2**32))
+    orders: list[str] = field(default_factory=list)
+    """``"ab"`` or ``"ba"`` for each round thrown so far."""
+
+    def __post_init__(self) -> None:
+        self._rng = random.Random(self.seed)
+
+    def first(self, index: int) -> Literal["a", "b"]:
+        """The side that goes first in round *index* (0-based; asked in order, at most once a
+        round)."""
+        while len(self.orders) <= index:
+            self.orders.append("ab" if self._rng.random() < 0.5 else "ba")
+        return "a" if self.orders[index] == "ab" else "b"

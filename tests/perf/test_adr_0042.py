@@ -61,8 +61,11 @@ def test_load_mode_none_keeps_twice_the_prefill_of_mmap(moeperf, node):
 @pytest.mark.moeperf(configurations=["mmap"])
 @pytest.mark.parametrize("metric, at_least", [("tg128", 1.30), ("pp2048", 1.03)])
 def test_new_build_beats_the_old_on_identical_flags(moeperf, metric, at_least):
-    """Decision 3: b11713 over b11053, +39 % decode and +7 % prefill."""
-    verdict = moeperf.compare(f"mmap[b11713].{metric}", f"mmap[b11053].{metric}")
+    """Decision 3: b11713 over b11053, +39 % decode and +7 % prefill: faster by more than the
+    claim's own margin (at 5 % the prefill's interval, +3.9 to +9.8 %, holds the edge)."""
+    verdict = moeperf.compare(
+        f"mmap[b11713].{metric}", f"mmap[b11053].{metric}", margin=at_least - 1
+    )
     assert verdict.outcome == "faster", verdict.explain()
     moeperf.check(f"mmap[b11713].{metric} >= {at_least} * mmap[b11053].{metric}")
 

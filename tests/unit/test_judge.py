@@ -221,7 +221,8 @@ def test_explain_is_one_readable_line():
         (90.0, 0.01, "slower"),
         (101.0, 0.01, "unchanged"),  # [0.98, 1.04] inside [0.95, 1.05]
         (97.0, 0.005, "small-slower"),  # a real 3 % drop, smaller than the margin
-        (104.0, 0.01, "small-faster"),  # [1.01, 1.07]: surely faster, best estimate < 5 %
+        (103.0, 0.005, "small-faster"),  # [1.016, 1.045]: surely faster, surely below 5 %
+        (104.0, 0.01, "undecided"),  # [1.01, 1.07]: faster, but beyond 5 % or not, unknown
         (106.0, 0.03, "undecided"),  # straddles 1
         (95.0, 0.03, "undecided"),
     ],
@@ -337,12 +338,17 @@ def test_adr_claim_figures(adr):
     assert 1 - v.ratio == pytest.approx(0.36, abs=0.005)  # "36% slower than no cache"
 
 
-@pytest.mark.parametrize(("workload", "change"), [("tg128", 0.39), ("pp2048", 0.07)])
-def test_adr_new_build_is_faster(adr, workload, change):
+@pytest.mark.parametrize(
+    ("workload", "change", "margin"), [("tg128", 0.39, 0.05), ("pp2048", 0.07, 0.03)]
+)
+def test_adr_new_build_is_faster(adr, workload, change, margin):
+    """+39 % decode beyond a 5 % margin; +7 % prefill [+3.9, +9.8] beyond 3 % (at 5 % the
+    interval holds the margin's edge: faster, but by more than 5 % is not shown)."""
     new = adr.find("b11713", "mmap", workload)
     old = adr.find("b11053", "mmap", workload)
     assert new is not None and old is not None
-    v = judge_change(new.operand, old.operand, label=f"b11713 / b11053 {workload}")
+    label = f"b11713 / b11053 {workload}"
+    v = judge_change(new.operand, old.operand, margin=margin, label=label)
     assert v.outcome == "faster", v.explain()
     assert v.ratio - 1 == pytest.approx(change, abs=0.005)
 
@@ -413,8 +419,8 @@ def test_a_real_change_is_found():
     outcomes = collections.Counter()
     for seed in range(100):
         rng = np.random.default_rng(seed)
-        a = list(16.5 * (1 + 0.02 * rng.standard_normal(5)))
-        b = list(15.0 * (1 + 0.02 * rng.standard_normal(5)))
+        a = list(16.5 * (1 + 0.02 * rng.standard_normal(10)))
+        b = list(15.0 * (1 + 0.02 * rng.standard_normal(10)))
         outcomes[judge_change(a, b, seed=seed).outcome] += 1
     assert outcomes["faster"] >= 90, outcomes
     assert outcomes["slower"] == 0

@@ -23,7 +23,7 @@ from pytest_moeperf.run.rounds import decide_baseline, decide_pair, until_decide
 from pytest_moeperf.run.source import BLOCK_SAMPLES, RESTART_METHOD, Feed, Side, StoredFeed
 from pytest_moeperf.store.record import RunRecord, SideRounds, VerdictRecord, rounds_of
 from pytest_moeperf.verdicts.judge import judge_baseline
-from pytest_moeperf.verdicts.sequential import Plan, Rule
+from pytest_moeperf.verdicts.sequential import Coin, Plan, Rule
 
 W = Workload.parse("pp512")
 
@@ -204,18 +204,18 @@ def test_rounds_held_already_are_judged_together_at_the_first_look(clock):
 
 
 def test_after_round_runs_only_for_rounds_measured_now(clock):
-    seen: list[tuple[int, bool]] = []
+    seen: list[tuple[int, str, bool]] = []
     decide(
         FakeSource(FakeFeed(0.5, clock)),
         Rule("change"),
-        after_round=lambda i, r: seen.append((i, r)),
+        after_round=lambda i, first, r: seen.append((i, first, r)),
     )
-    assert seen == [(i, False) for i in range(6)]
+    assert seen == [(i, "a", False) for i in range(6)]  # a feed without a coin: a first
     stored = StoredFeed(
         (measurement("a", [1.0] * 8), measurement("b", [1.0] * 8)), [[500.0] * 8, [400.0] * 8], []
     )
     seen.clear()
-    decide(FakeSource(stored), Rule("change"), after_round=lambda i, r: seen.append((i, r)))
+    decide(FakeSource(stored), Rule("change"), after_round=lambda *args: seen.append(args))
     assert seen == []
 
 
@@ -301,20 +301,23 @@ class StubLive:
         return nullcontext()
 
 
-def test_live_rounds_alternate_their_order():
+def test_live_rounds_follow_the_coin():
     live = StubLive(fit=True)
     pairing = LivePairing(live, Profile(), Side(config("a"), W), Side(config("b"), W), "b / a")  # type: ignore[arg-type]
     assert live.calls == ["a", "b"]  # both servers started, one sample each, not paired
-    for i in range(4):
+    for i in range(8):
         pairing.take(i)
-    assert live.calls[2:] == ["a", "b", "b", "a", "a", "b", "b", "a"]
-    assert pairing.first == (1, 1) and not pairing.restarts
+    assert pairing.coin is not None and len(pairing.coin.orders) == 8
+    expected = [side for order in pairing.coin.orders for side in order]
+    assert live.calls[2:] == expected  # each round in the order its coin threw
+    assert pairing.start == (1, 1) and not pairing.restarts
     assert [s.first for s in pairing.sides()] == [1, 1]
 
 
 def test_sides_that_do_not_fit_together_are_measured_across_restarts():
     live = StubLive(fit=False)
     pairing = LivePairing(live, Profile(), Side(config("a"), W), Side(config("b"), W), "b / a")  # type: ignore[arg-type]
+    pairing.coin = Coin(seed=1, orders=["ab", "ba"])  # these two rounds' orders, thrown
     got = [pairing.take(i) for i in range(2)]
     assert pairing.restarts and pairing.method == RESTART_METHOD
     assert live.restarts == ["a", "b", "b", "a"]  # a fresh process per block
@@ -374,7 +377,7 @@ def test_until_decided_gives_the_judge_whether_more_can_be_had(clock):
     feed = StoredFeed((), [[1.0, 2.0, 3.0]], [])
     seen: list[tuple[int, bool]] = []
 
-    def judge(rounds: list[tuple[float, ...]], spent: bool) -> tuple[Any, bool]:
+    def judge(rounds: list[tuple[float, ...]], spent: bool, plan: Plan) -> tuple[Any, bool]:
         seen.append((len(rounds), spent))
         return None, spent
 

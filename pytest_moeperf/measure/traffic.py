@@ -520,6 +520,25 @@ class TrafficRun:
     traffic: Traffic
     passes: list[Pass] = field(default_factory=list)
     warmup: Pass | None = None
+    measured_s: float = 0.0
+    """Seconds the calls that sent passes took, and the shares other work (``busy_s``) and
+    the hypervisor's steal (``steal_s``) took of the server's CPUs meanwhile: what a metric
+    read off passes already sent inherits."""
+    busy_s: float = 0.0
+    steal_s: float = 0.0
+
+    def account(self, seconds: float, busy: float, steal: float) -> tuple[float, float]:
+        """Add a call's accounting (its *busy* and *steal* shares over *seconds*) when it sent
+        passes; the shares a metric taken in it carries: the call's own, or, when it sent no
+        pass, the run's over the passes it read."""
+        if seconds > 0:
+            self.measured_s += seconds
+            self.busy_s += busy * seconds
+            self.steal_s += steal * seconds
+            return busy, steal
+        if not self.measured_s:
+            return busy, steal
+        return self.busy_s / self.measured_s, self.steal_s / self.measured_s
 
     @property
     def overall(self) -> Pass:

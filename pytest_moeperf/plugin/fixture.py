@@ -214,6 +214,7 @@ class MoePerf:
         and ``mmap[b11053].tg128``): faster / slower / unchanged / undecided, with
         *margin* the smallest change that matters. Does not fail the test by itself."""
         c = Claim.parse(f"{candidate} >= {baseline}")
+        c.left.workload.require_rate("compare")  # a latency's faster and slower would flip
         return self._judged(c, Rule("change", margin=margin), f"{c.left} / {c.right}")
 
     def _undecided(self, verdict: Verdict | BaselineCheck) -> None:

@@ -16,6 +16,7 @@ from ..report.tables import (
     bench_round_rows,
     host_lines,
     markdown_report,
+    roofline_warnings,
     start_lines,
     startup_lines,
     summary_rows,
@@ -33,7 +34,18 @@ def _host_lines(perf: PerfSession) -> list[str]:
     """The host as this run measured it, and how long its servers took to start."""
     return host_lines(
         perf.source.probes.values(), perf.source.host_changes, perf.measurements.values()
-    ) + start_lines(perf.source.load_times())
+    ) + start_lines(perf.source.load_times(), perf.source.setup_seconds)
+
+
+def claims_rate_line(count: int, alpha: float = 0.05) -> str:
+    """What the error rate of each claim means at this many claims (they are not corrected as
+    a family: each stands for itself, as the decision record's rows do)."""
+    some = 1 - (1 - alpha) ** count
+    return (
+        f"each verdict's interval misses the true ratio with at most {100 * alpha:.0f} % over "
+        f"all its looks; at {count} verdicts that is up to {100 * some:.0f} % that some one "
+        f"does ({alpha * count:.2f} expected), as each stands for itself"
+    )
 
 
 def write_report(perf: PerfSession) -> None:
@@ -78,6 +90,8 @@ def terminal_summary(perf: PerfSession, reporter: pytest.TerminalReporter) -> No
     headers, rows = summary_rows(perf.measurements.values())
     if rows:
         write(text_table(headers, rows))
+        for line in roofline_warnings(perf.measurements.values()):
+            write(f"warning: {line}", yellow=True)
     # the record written at session finish holds every pass already: not serialised again
     traffic = traffic_rows(perf.record.traffic if perf.record else perf.source.traffic_runs())
     if traffic:
@@ -87,6 +101,7 @@ def terminal_summary(perf: PerfSession, reporter: pytest.TerminalReporter) -> No
     if perf.verdicts:
         write("")
         write(text_table(*verdict_rows([(v.test, v.verdict) for v in perf.verdicts])))
+        write(claims_rate_line(len(perf.verdicts)))
     if perf.baseline_rows:
         write("")
         write(text_table(BASELINE_HEADERS, baseline_rows(perf.baseline_rows)))

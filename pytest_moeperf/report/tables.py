@@ -38,6 +38,41 @@ def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> str
     return "\n".join(lines)
 
 
+def achieved_bandwidth(ms: Iterable[Measurement]) -> dict[str, float]:
+    """The best memory bandwidth each roofline's source was seen to reach (GB/s): its own
+    figure, or what a decode on it achieved (its tok/s times the bytes a step reads), when
+    llama.cpp reads faster than the probe's streaming read."""
+    best: dict[str, float] = {}
+    for m in ms:
+        r = m.conditions.roofline
+        if r is None or not m.values:
+            continue
+        seen = m.summary.median * r.bytes_per_token / 1e9
+        best[r.bandwidth_source] = max(best.get(r.bandwidth_source, 0.0), r.bandwidth_gbs, seen)
+    return best
+
+
+def roofline_warnings(measurements: Iterable[Measurement]) -> list[str]:
+    """One line per decode faster than its bandwidth limit: that limit (the probe's streaming
+    read, or a stated figure) was no limit, and the table shows the bandwidth llama.cpp was
+    seen to reach instead."""
+    lines = []
+    for m in measurements:
+        r = m.conditions.roofline
+        if r is None or not m.values or not r.limit_tok_s:
+            continue
+        share = m.summary.median / r.limit_tok_s
+        if share > 1:
+            seen = m.summary.median * r.bytes_per_token / 1e9
+            lines.append(
+                f"{m.configuration} {m.workload} decodes at {100 * share:.0f} % of the limit of "
+                f"the {r.bandwidth_source} ({r.bandwidth_gbs:.1f} GB/s): llama.cpp reads "
+                f"{seen:.1f} GB/s there, so that figure is no upper bound; the decode limits "
+                "shown use the best bandwidth seen"
+            )
+    return lines
+
+
 def summary_rows(measurements: Iterable[Measurement]) -> tuple[list[str], list[list[str]]]:
     """One row per (configuration, build), one column per workload, in the shape of ADR-0042's
     llama-bench table: configuration | pp tok/s | tg tok/s | spread | build."""
@@ -49,6 +84,7 @@ def summary_rows(measurements: Iterable[Measurement]) -> tuple[list[str], list[l
         groups.setdefault((profile, m.configuration, m.build), {})[m.workload.name] = m
     profiles = {k[0] for k in groups}
     roofline = any(m.conditions.roofline for m in ms)
+    bandwidth = achieved_bandwidth(ms)
     headers = ["configuration", *(f"{w.name} tok/s" for w in workloads), "spread (cv)"]
     headers += ["decode / bandwidth limit"] if roofline else []
     headers.append("build")
@@ -61,8 +97,11 @@ def summary_rows(measurements: Iterable[Measurement]) -> tuple[list[str], list[l
         for w in workloads:
             limit = by_w[w.name].conditions.roofline if w.name in by_w else None
             if limit is not None and limit.limit_tok_s:
-                share = by_w[w.name].summary.median / limit.limit_tok_s
-                limits.append(f"{w.name} {100 * share:.0f}% of {limit.limit_tok_s:.0f}")
+                best = bandwidth.get(limit.bandwidth_source, limit.bandwidth_gbs)
+                ceiling = limit.limit_tok_s * best / limit.bandwidth_gbs
+                share = by_w[w.name].summary.median / ceiling
+                seen = " (seen)" if best > limit.bandwidth_gbs else ""
+                limits.append(f"{w.name} {100 * share:.0f}% of {ceiling:.0f}{seen}")
             if w.name not in by_w:
                 cells.append("-")
                 continue
@@ -191,10 +230,11 @@ def host_lines(
     return lines
 
 
-def start_lines(starts: Mapping[str, Sequence[float]]) -> list[str]:
+def start_lines(starts: Mapping[str, Sequence[float]], setup: float = 0.0) -> list[str]:
     """One line of server load times (seconds from spawn to ``/health`` answering 200) per
     server that was started, by name: a metric of its own (ADR-0042's ``-lm none`` start took
-    60-90 s), and how many processes the verdicts measured."""
+    60-90 s), and how many processes the verdicts measured; with *setup*, the seconds all
+    starts took with their builds and models, which no verdict's budget counts."""
     parts = []
     for name, seconds in starts.items():
         if not seconds:
@@ -207,7 +247,12 @@ def start_lines(starts: Mapping[str, Sequence[float]]) -> list[str]:
                 f"{name} {len(seconds)} starts, median {med:.2f} s "
                 f"({min(seconds):.2f}..{max(seconds):.2f})"
             )
-    return ["server load time: " + "; ".join(parts)] if parts else []
+    lines = ["server load time: " + "; ".join(parts)] if parts else []
+    if setup > 0:
+        lines.append(
+            f"setup outside every verdict's budget: {setup:.1f} s (builds, models, server starts)"
+        )
+    return lines
 
 
 def measurement_rows(measurements: Iterable[Measurement]) -> tuple[list[str], list[list[str]]]:

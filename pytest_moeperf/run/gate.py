@@ -243,7 +243,7 @@ def run_gate(
             "the same rounds, so the ratios stand, but these numbers are no baselines"
         )
     notes += [f"host probe: {p.describe()}" for p in live.probes.values()]
-    notes += start_lines(live.load_times())
+    notes += start_lines(live.load_times(), live.setup_seconds)
     return GateResult(
         baseline.name,
         candidate.name,

@@ -65,7 +65,10 @@ class Launcher:
         self, profile: Profile, configuration: Configuration, label: str | None = None
     ) -> ServerRecord:
         """The running server of (profile, configuration, build), started if needed; what this
-        host or build cannot run is :class:`HostLacks`, before any build work where it can."""
+        host or build cannot run is :class:`HostLacks`, before any build work where it can.
+        Starting one (building it, writing its model, loading) counts as setup, not
+        measuring."""
+        began = time.monotonic()
         cpus = configuration.pinning.resolve()  # HostLacks -> skip, before any build work
         gpus = len(self._host()["gpus"])
         if configuration.requires_gpus > gpus:
@@ -86,7 +89,6 @@ class Launcher:
         rec = self.pool.running(key)
         if rec is not None:
             return rec
-        began = time.monotonic()
         try:
             return self._start(profile, configuration, label, build, key, cpus)
         finally:

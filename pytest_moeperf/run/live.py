@@ -217,6 +217,10 @@ class LiveSource(Source):
     def load_times(self) -> dict[str, list[float]]:
         return self.launcher.load_times()
 
+    @property
+    def setup_seconds(self) -> float:
+        return self.launcher.setup_seconds
+
     def reprobes(self) -> dict[str, list[dict[str, Any]]]:
         return {
             k: [{"at": at, **p.to_dict()} for at, p in seen]
@@ -256,6 +260,7 @@ class LiveSource(Source):
         if have is not None and len(have.samples) >= reps:
             return have
         start = len(have.samples) if have else 0
+        sent = len(self.traffic[key[:3]].passes) if key[:3] in self.traffic else 0
         probe = self.hostwatch.probe(rec.server.cpus)
         with measuring(rec.server.cpus, rec.gpus):
             # CPU time on the server's CPUs of anything but us and the server
@@ -283,6 +288,10 @@ class LiveSource(Source):
                 )
             steal = other.steal()
             busy = other.share() + steal
+        if workload.is_traffic:  # a metric read off passes sent before: their accounting
+            run = self.traffic[key[:3]]
+            sent_now = len(run.passes) > sent or sent == 0
+            busy, steal = run.account(ended - began if sent_now else 0.0, busy, steal)
         conditions = self._conditions(
             profile, configuration, rec, workload, have, (began, ended), busy, steal, probe
         )

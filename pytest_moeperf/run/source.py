@@ -225,6 +225,11 @@ class Source(ABC):
         """Seconds each start of each server took, by the server's name."""
         return {}
 
+    @property
+    def setup_seconds(self) -> float:
+        """Seconds spent on builds, models and server starts (outside every budget)."""
+        return 0.0
+
     def bench_sample(
         self, profile: Profile, configuration: Configuration, workload: Workload,
         label: str | None = None,

@@ -132,3 +132,29 @@ def test_host_lines_report_probes_load_and_changes():
         "host changed under the run (later verdicts undecided): "
         "compute on CPUs 0-1: 30.0 -> 20.0, 19.0 Gop/s (-37 %)",
     ]
+
+
+def test_no_decode_is_shown_above_its_limit_and_a_probe_it_beats_is_named():
+    """On a host whose probe reads slower than llama.cpp (103 % and 160 % of the probe's
+    limit were printed once): the limit shown is the best bandwidth seen, and a warning names
+    the probe that was no upper bound."""
+    from pytest_moeperf.measure.measurement import Conditions, Measurement, Roofline, Sample
+    from pytest_moeperf.measure.workload import Workload
+    from pytest_moeperf.report.tables import roofline_warnings, summary_rows
+
+    w = Workload.parse("tg64")
+    per_token = 100_000_000  # bytes a step reads
+
+    def decode(config: str, tok_s: float, probe_gbs: float) -> Measurement:
+        limit = Roofline(probe_gbs, "probe on CPUs 0-1", per_token, probe_gbs * 1e9 / per_token)
+        samples = (Sample(63, 63_000 / tok_s),)
+        return Measurement(config, "b1", w, samples, Conditions(roofline=limit))
+
+    ms = [decode("mmap", 324.0, 30.0), decode("one-core", 100.0, 30.0)]  # mmap: 108 % of 300
+    headers, rows = summary_rows(ms)
+    cells = {row[0]: row[headers.index("decode / bandwidth limit")] for row in rows}
+    assert cells["mmap"] == "tg64 100% of 324 (seen)"
+    assert cells["one-core"] == "tg64 31% of 324 (seen)"
+    (line,) = roofline_warnings(ms)
+    assert line.startswith("mmap tg64 decodes at 108 % of the limit of the probe on CPUs 0-1")
+    assert "32.4 GB/s" in line and "no upper bound" in line

@@ -16,6 +16,7 @@ from ..defaults import (
     check_budget,
     check_busy_limit,
     check_margin,
+    check_rounds,
     check_seconds,
 )
 from ..errors import MoeperfError
@@ -71,6 +72,13 @@ def add_run_arguments(p: argparse.ArgumentParser, *, configurations: str) -> Non
         "else the host's available memory); sides that do not fit together are measured "
         "across server restarts",
     )
+    p.add_argument(
+        "--process-block",
+        type=int,
+        metavar="N",
+        help="paired rounds a pair of server processes serves before both are restarted "
+        "(0: never; default: the profile's, else about a third of the time restarting)",
+    )
     p.add_argument("--markdown", help="also write the table as markdown here")
     p.add_argument("--json", help="also write machine-readable JSON here")
     p.add_argument("-v", "--verbose", action="store_true", help="progress of servers")
@@ -85,6 +93,8 @@ def check_run_arguments(args: argparse.Namespace) -> None:
     )
     host_memory(args.host_memory, "--host-memory")  # a bad size fails before any work
     check_busy_limit(args.busy_limit, "--busy-limit")
+    if args.process_block is not None:
+        check_rounds(args.process_block, "--process-block", at_least=0, what="0: never")
     if args.config is not None and not Path(args.config).is_file():
         what = "is a directory" if Path(args.config).is_dir() else "does not exist"
         raise MoeperfError(f"--config {args.config}: {what}; name a TOML file of profiles")
@@ -120,6 +130,7 @@ def live_session(args: argparse.Namespace) -> tuple[PerfSession, LiveSource]:
         host_memory=host_memory(args.host_memory, "--host-memory"),
         **({"busy_limit": args.busy_limit} if args.busy_limit is not None else {}),
         stream=True,  # both builds measured alike (older builds need streamed replies)
+        process_block=args.process_block,
     )
     progress = say
     live = LiveSource(options, say if args.verbose else (lambda line: None), progress)

@@ -157,6 +157,8 @@ class MoePerf:
             got.moved,
             got.plan.to_dict() if got.plan else None,
             {"seed": got.coin.seed, "orders": list(got.coin.orders)} if got.coin else None,
+            got.blocks,
+            got.taken,
         )
         session.verdicts.append(record)
         return got.verdict

@@ -183,6 +183,14 @@ def add_options(parser: pytest.Parser) -> None:
         "together are measured across restarts",
     )
     group.addoption(
+        "--moeperf-process-block",
+        type=int,
+        metavar="N",
+        help="paired rounds a pair of server processes serves before both are restarted "
+        "(0: never; default: the profile's process_block, else as many as keep restarts at "
+        "about a third of the measuring time)",
+    )
+    group.addoption(
         "--moeperf-results",
         metavar="PATH",
         help="write the results file here (default .moeperf/results-*.json)",
@@ -241,6 +249,7 @@ def _options(config: pytest.Config) -> Options:
         busy_limit=get("moeperf_busy_limit"),
         numa_min_share=get("moeperf_numa_min_share"),
         host_memory=host_memory(get("moeperf_host_memory"), "--moeperf-host-memory"),
+        process_block=get("moeperf_process_block"),
     )
     if opts.accept and opts.replay:
         raise SettingError("--moeperf-accept takes measured results, not --moeperf-replay")
@@ -277,6 +286,8 @@ def _options(config: pytest.Config) -> Options:
         "the configuration timeout",
         example=1800,
     )
+    if opts.process_block is not None:
+        check_rounds(opts.process_block, "--moeperf-process-block", at_least=0, what="0: never")
     check_probe_tolerance(opts.probe_tolerance, "--moeperf-probe-tolerance")
     check_reprobe(opts.reprobe_seconds, "--moeperf-reprobe-seconds")
     check_busy_limit(opts.busy_limit, "--moeperf-busy-limit")

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import statistics
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -29,21 +28,16 @@ from ..measure.measurement import Conditions, Measurement, Roofline, Sample
 from ..measure.meter import Meter, server_vocab
 from ..measure.traffic import Pass, TrafficRun, run_pass
 from ..measure.workload import Workload
-from ..store.record import SideRounds
-from ..verdicts.sequential import Coin
 from .artifacts import SYNTHETIC, Artifacts
+from .feeds import LivePairing, LiveSeries
 from .hostwatch import HostWatch
 from .launch import Launcher, gpu_env, server_names
 from .pool import ServerKey, ServerPool, ServerRecord
 from .profiles import Configuration, Profile, traffic_of
 from .source import (
-    BLOCK_SAMPLES,
-    PAIRED_METHOD,
-    RESTART_METHOD,
     Feed,
     Side,
     Source,
-    side_rounds,
 )
 
 
@@ -61,6 +55,7 @@ class LiveSettings(Protocol):
     busy_limit: float
     numa_min_share: float
     host_memory: int | None
+    process_block: int | None
     probe_tolerance: float
     reprobe_seconds: float
 
@@ -457,97 +452,9 @@ class LiveSource(Source):
 
     # -- rounds -------------------------------------------------------------------------------
     def pair(self, profile: Profile, a: Side, b: Side, *, label: str, relation: str) -> Feed:
-        return LivePairing(self, profile, a, b, label)
+        block = self.options.process_block
+        block = profile.process_block if block is None else block
+        return LivePairing(self, profile, a, b, label, block=block)
 
     def series(self, profile: Profile, configuration: Configuration, workload: Workload) -> Feed:
         return LiveSeries(self, profile, configuration, workload)
-
-
-class LivePairing(Feed):
-    """Two sides measured now, back to back in the order a seeded coin throws for each round;
-    across restarts (a fresh, warmed-up process per block, its median the round's value) when
-    their servers do not fit in memory together."""
-
-    def __init__(self, source: LiveSource, profile: Profile, a: Side, b: Side, label: str) -> None:
-        self.source = source
-        self.profile = profile
-        self._sides = (a, b)
-        # starts both servers; samples an earlier test took are kept, not paired
-        self._got = [self._take(a, 1), self._take(b, 1)]
-        if self._got[0].key == self._got[1].key:
-            raise MoeperfError(f"{label}: both sides are the same measurement; name two")
-        self.start = (len(self._got[0].samples), len(self._got[1].samples))
-        """Each side's first sample of this verdict's rounds (the earlier ones not paired)."""
-        self._keys = [
-            (profile.name, s.configuration.name, m.build)
-            for s, m in zip(self._sides, self._got, strict=True)
-        ]
-        builds = [(s.configuration, m.build) for s, m in zip(self._sides, self._got, strict=True)]
-        # one server always fits beside itself
-        self.restarts = self._keys[0] != self._keys[1] and not source.launcher.fit_together(
-            profile, builds
-        )
-        self.method = RESTART_METHOD if self.restarts else PAIRED_METHOD
-        self.coin = Coin()
-
-    def _take(self, side: Side, n: int) -> Measurement:
-        return self.source.measure(self.profile, side.configuration, side.workload, n, side.build)
-
-    def take(self, index: int) -> tuple[float, ...] | None:
-        values = [0.0, 0.0]
-        for i in (0, 1) if self.first(index) == "a" else (1, 0):
-            side = self._sides[i]
-            if self.restarts:  # a block: a fresh, warmed-up process and its median
-                self.source.launcher.restart(self.profile, side.configuration, side.build)
-                self._got[i] = self._take(side, len(self._got[i].samples) + BLOCK_SAMPLES)
-                values[i] = statistics.median(self._got[i].values[-BLOCK_SAMPLES:])
-            else:
-                self._got[i] = self._take(side, self.start[i] + index + 1)
-                values[i] = self._got[i].values[-1]
-        return (values[0], values[1])
-
-    def measurements(self) -> tuple[Measurement, ...]:
-        return tuple(self._got)
-
-    def setup_seconds(self) -> float:
-        return self.source.launcher.setup_seconds
-
-    def sides(self) -> tuple[SideRounds, ...]:
-        per_round = BLOCK_SAMPLES if self.restarts else 1
-        return tuple(
-            side_rounds(self.profile, m, first, per_round)
-            for m, first in zip(self._got, self.start, strict=True)
-        )
-
-    def holding(self) -> contextlib.AbstractContextManager[None]:
-        return self.source.pool.using([] if self.restarts else self._keys)
-
-
-class LiveSeries(Feed):
-    """One measurement's samples as rounds of one value, measured now beyond those it holds."""
-
-    def __init__(
-        self, source: LiveSource, profile: Profile, configuration: Configuration, workload: Workload
-    ) -> None:
-        self.source = source
-        self.profile = profile
-        self.configuration = configuration
-        self.workload = workload
-        self._m = source.measure(profile, configuration, workload)
-        self.ready = len(self._m.samples)
-
-    def take(self, index: int) -> tuple[float, ...] | None:
-        if index >= len(self._m.samples):
-            self._m = self.source.measure(
-                self.profile, self.configuration, self.workload, index + 1
-            )
-        return (self._m.values[index],)
-
-    def measurements(self) -> tuple[Measurement, ...]:
-        return (self._m,)
-
-    def setup_seconds(self) -> float:
-        return self.source.launcher.setup_seconds
-
-    def sides(self) -> tuple[SideRounds, ...]:
-        return (side_rounds(self.profile, self._m, 0),)

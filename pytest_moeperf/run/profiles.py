@@ -63,6 +63,7 @@ _PROFILE_KEYS = _CONFIG_KEYS | {
     "memory_bandwidth_gbs",
     "budget",
     "sample_requests",
+    "process_block",
     "cuda",
 }
 
@@ -184,6 +185,9 @@ class Profile:
     sample_requests: int = 1
     """Timed requests per sample (their tokens and times summed): more, shorter requests per
     sample where one request is too short to time well; the workload stays the same."""
+    process_block: int | None = None
+    """Paired rounds a pair of server processes serves before both are restarted (0: never;
+    ``None``: as many as keep restarts at about a third of the measuring time)."""
 
     @property
     def build_label(self) -> str | None:
@@ -420,6 +424,12 @@ def _profile(name: str, table: Any, source: str, base_dir: Path | None) -> Profi
     per_sample = _opt(where, "sample_requests", table.get("sample_requests", 1), int)
     if per_sample < 1:
         raise ConfigError(f"{where}: sample_requests must be >= 1 (timed requests per sample)")
+    block = _opt(where, "process_block", table.get("process_block"), int)
+    if block is not None and block < 0:
+        raise ConfigError(
+            f"{where}: process_block must be >= 0 (paired rounds per pair of server processes; "
+            "0: never restart)"
+        )
     base_flags = _str_list(where, "flags", table.get("flags", []))
     base_pin = _pinning(where, table, Pinning())
     base_env = _env(where, table.get("env"))
@@ -488,6 +498,7 @@ def _profile(name: str, table: Any, source: str, base_dir: Path | None) -> Profi
         repetitions=reps,
         budget=float(budget),
         sample_requests=per_sample,
+        process_block=block,
         cuda=cuda,
         configurations=configs,
         description=_opt(where, "description", table.get("description"), str) or "",

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from ..measure.measurement import Measurement
@@ -57,6 +57,10 @@ class Decided:
     """The plan the rounds were judged by (``None``: stored figures, judged once)."""
     coin: Coin | None = None
     """The coin that chose each round's order (``None``: the rounds were not measured now)."""
+    blocks: tuple[int, ...] = ()
+    """The process block of each round (empty: one process pair)."""
+    taken: str = ""
+    """How the rounds were taken (the feed's method)."""
 
     @property
     def first(self) -> tuple[int, ...]:
@@ -194,8 +198,10 @@ def decide_pair(
             taken: list[tuple[float, ...]], spent: bool, looks: Plan
         ) -> tuple[Verdict, bool]:
             va, vb = [r[0] for r in taken], [r[1] for r in taken]
-            v, more = judge_rounds(rule, va, vb, looks, spent=spent, label=label)
-            v = replace(v, method=feed.method)
+            blocks = feed.blocks[: len(taken)] or None
+            v, more = judge_rounds(
+                rule, va, vb, looks, spent=spent, label=label, blocks=blocks, taken=feed.method
+            )
             if on_look is not None:
                 on_look(v, time.monotonic() - began)
             return v, more == 0
@@ -215,6 +221,8 @@ def decide_pair(
         moved,
         plan,
         feed.coin,
+        tuple(feed.blocks[: len(rounds)]),
+        feed.method,
     )
 
 

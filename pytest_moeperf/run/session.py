@@ -83,6 +83,9 @@ class Options:
     host_memory: int | None = None
     """Bytes of RAM the session's servers may hold together; ``None``: the host's
     ``MemAvailable`` when the session starts."""
+    process_block: int | None = None
+    """Paired rounds per pair of server processes (0: never restart); ``None``: the profile's
+    ``process_block``, else as many as keep restarts at a third of the measuring time."""
 
 
 class PerfSession:

@@ -37,11 +37,8 @@ MeasurementKey = tuple[str, str, str, str]
 """(profile, configuration, build label, workload)."""
 BLOCK_SAMPLES = 3
 """Samples per server process when two sides are measured across restarts."""
-PAIRED_METHOD = "paired rounds, trimmed t, corrected for looks"
-RESTART_METHOD = (
-    f"paired server restarts (median of {BLOCK_SAMPLES} samples per process), trimmed t, "
-    "corrected for looks"
-)
+PAIRED_METHOD = "paired rounds"
+RESTART_METHOD = f"paired server restarts (median of {BLOCK_SAMPLES} samples per process)"
 
 
 @dataclass(frozen=True)
@@ -73,6 +70,8 @@ class Feed(ABC):
     its budget can reach."""
     coin: Coin | None = None
     """The coin that orders rounds measured now (``None``: the rounds are stored)."""
+    blocks: list[int] = []  # noqa: RUF012 (replaced, never changed in place, on instances)
+    """The process block of each round taken (empty: one process pair for all)."""
 
     def first(self, index: int) -> str:
         """The side that went first in round *index* (``"a"`` or ``"b"``)."""
@@ -116,10 +115,12 @@ class StoredFeed(Feed):
         method: str = PAIRED_METHOD,
         moved: Sequence[str] | None = None,
         plan: Plan | None = None,
+        blocks: Sequence[int] = (),
     ) -> None:
         self._measurements = tuple(measurements)
         self.moved = None if moved is None else tuple(moved)
         self.plan = plan
+        self.blocks = list(blocks)
         self._values = [list(v) for v in values]
         self._sides = tuple(sides)
         self.ready = min((len(v) for v in self._values), default=0)

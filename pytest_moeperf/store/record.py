@@ -101,6 +101,10 @@ class VerdictRecord:
     """The look schedule the rounds were judged by (its looks cut where the budget reached)."""
     coin: dict[str, Any] | None = None
     """The seed of the coin that ordered the rounds, and each round's order (``ab``/``ba``)."""
+    blocks: tuple[int, ...] = ()
+    """The process block of each round (empty: one process pair for all)."""
+    taken: str = ""
+    """How the rounds were taken (``paired rounds in process blocks of 5``)."""
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"test": self.test, **self.verdict.to_dict()}
@@ -113,6 +117,10 @@ class VerdictRecord:
             out["plan"] = dict(self.plan)
         if self.coin is not None:
             out["coin"] = dict(self.coin)
+        if self.blocks:
+            out["blocks"] = list(self.blocks)
+        if self.taken:
+            out["taken"] = self.taken
         return out
 
     @classmethod
@@ -132,6 +140,8 @@ class VerdictRecord:
             None if moved is None else tuple(str(line) for line in moved),
             None if plan is None else {str(k): float(x) for k, x in dict(plan).items()},
             None if coin is None else dict(coin),
+            tuple(int(b) for b in d.get("blocks") or ()),
+            str(d.get("taken", "")),
         )
 
 

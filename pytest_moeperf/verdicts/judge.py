@@ -597,11 +597,15 @@ def judge_rounds(
     spent: bool = False,
     label: str = "",
     min_rel_spread: float = 0.01,
+    blocks: Sequence[int] | None = None,
+    taken: str = "paired rounds",
 ) -> tuple[Verdict, int]:
     """The verdict of paired rounds (``a[i]``, ``b[i]`` back to back; the ratio is
     ``b / a``) under *rule* at this look, and how many more rounds to take before the next
-    look (0: final). *spent*: the budget is over, so the verdict must be final now."""
-    st = look(rule, a, b, plan, spent=spent, min_rel_spread=min_rel_spread)
+    look (0: final). *spent*: the budget is over, so the verdict must be final now. *blocks*:
+    each round's process block (their design effect widens the interval); *taken* says how
+    the rounds were taken, for the verdict's method."""
+    st = look(rule, a, b, plan, spent=spent, min_rel_spread=min_rel_spread, blocks=blocks)
     iv = st.interval
     relation = {"change": "~", "dead_end": "<", "claim": rule.relation}[rule.kind]
     verdict = Verdict(
@@ -614,12 +618,16 @@ def judge_rounds(
         relation=relation,
         margin=None if rule.kind == "claim" else rule.margin,
         confidence=1 - plan.alpha,
-        method="paired rounds, trimmed t, corrected for looks",
+        method=f"{taken}{_design(iv.design_effect)}, trimmed t, corrected for looks",
         rounds=iv.rounds,
         mde=iv.mde(),
         interim=not st.final,
     )
     return verdict, st.more
+
+
+def _design(effect: float) -> str:
+    return f" (process design effect {effect:.2f})" if effect > 1.0 else ""
 
 
 def busy_reason(measurements: Sequence[Measurement], busy_limit: float = BUSY_LIMIT) -> str | None:

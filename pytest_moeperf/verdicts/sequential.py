@@ -180,12 +180,18 @@ def look(
     *,
     spent: bool = False,
     min_rel_spread: float = 0.01,
+    blocks: Sequence[int] | None = None,
 ) -> Look:
     """Judge the rounds so far (``a[i]``, ``b[i]``; the ratio is ``b / a``). *spent*: no more
     rounds can be taken (time budget over, or the source gives no more samples)."""
     n = min(len(a), len(b))
     iv = paired_interval(
-        a[:n], b[:n], alpha=plan.nominal_alpha(), trim=plan.trim, min_rel_spread=min_rel_spread
+        a[:n],
+        b[:n],
+        alpha=plan.nominal_alpha(),
+        trim=plan.trim,
+        min_rel_spread=min_rel_spread,
+        blocks=blocks[:n] if blocks else None,
     )
     final = spent or n >= plan.max_rounds
     decision = rule.outcome(iv.ratio, iv.low, iv.high, final=final)

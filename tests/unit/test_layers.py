@@ -27,6 +27,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("pytest_moeperf.run.pool", "pytest_moeperf.run.hostwatch", "pytest_moeperf.run.artifacts"),
     ("pytest_moeperf.run.launch",),
     ("pytest_moeperf.run.source",),
+    ("pytest_moeperf.run.feeds",),
     ("pytest_moeperf.run.live", "pytest_moeperf.run.replayed"),
     ("pytest_moeperf.run.session", "pytest_moeperf.run.rounds"),
     ("pytest_moeperf.run.crosscheck",),

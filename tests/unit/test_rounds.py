@@ -4,6 +4,7 @@ stored figures, and a replayed verdict judged on the rounds that were measured."
 
 from __future__ import annotations
 
+import math
 import random
 import statistics
 from collections.abc import Iterable, Sequence
@@ -17,7 +18,7 @@ from pytest_moeperf.measure.measurement import Conditions, Measurement, Sample
 from pytest_moeperf.measure.stats import Figure
 from pytest_moeperf.measure.workload import Workload
 from pytest_moeperf.run import rounds as rounds_mod
-from pytest_moeperf.run.live import LivePairing
+from pytest_moeperf.run.feeds import LivePairing
 from pytest_moeperf.run.profiles import Configuration, Pinning
 from pytest_moeperf.run.rounds import decide_baseline, decide_pair, until_decided
 from pytest_moeperf.run.source import BLOCK_SAMPLES, RESTART_METHOD, Feed, Side, StoredFeed
@@ -350,10 +351,13 @@ def test_a_replayed_verdict_is_judged_on_the_rounds_that_were_measured(clock):
     assert va[0] == statistics.median(blocks_a[:3]) and len(va) == 8
 
     live = decide(FakeSource(StoredFeed((ma, mb), [va, vb], sides, RESTART_METHOD)), Rule("change"))
+    assert live.taken == RESTART_METHOD
     record = RunRecord(
         fingerprint={},
         measurements=[ma, mb],
-        verdicts=[VerdictRecord("t", live.verdict, sides, "b.pp512 / a.pp512")],
+        verdicts=[
+            VerdictRecord("t", live.verdict, sides, "b.pp512 / a.pp512", taken=live.taken)
+        ],
     )
     back = RunRecord.from_dict(record.to_dict())
     (stored,) = back.verdicts
@@ -361,7 +365,7 @@ def test_a_replayed_verdict_is_judged_on_the_rounds_that_were_measured(clock):
     count = stored.verdict.rounds
     values = [rounds_of(m, s, count) for m, s in zip(back.measurements, stored.sides, strict=True)]
     replayed = decide(
-        FakeSource(StoredFeed(back.measurements, values, stored.sides, stored.verdict.method)),
+        FakeSource(StoredFeed(back.measurements, values, stored.sides, stored.taken)),
         Rule("change"),
     )
     assert replayed.verdict == live.verdict
@@ -397,3 +401,31 @@ def test_a_stored_verdict_keeps_the_host_moves_it_saw_not_those_of_the_whole_run
     assert before.verdict.outcome == "holds" and before.moved == ()
     unknown = decide(FakeSource(StoredFeed(ms, [a, b], ()), late), rule)
     assert unknown.verdict.outcome == "undecided" and unknown.moved == tuple(late)
+
+
+def test_process_blocks_restart_both_servers_and_their_spread_widens_the_interval():
+    from pytest_moeperf.measure.stats import design_effect, paired_interval
+
+    live = StubLive(fit=True)
+    side_a, side_b = Side(config("a"), W), Side(config("b"), W)
+    pairing = LivePairing(live, Profile(), side_a, side_b, "b / a", block=3)  # type: ignore[arg-type]
+    for i in range(7):
+        pairing.take(i)
+    assert live.restarts == ["a", "b", "a", "b"]  # before rounds 3 and 6: fresh pairs
+    assert pairing.blocks == [0, 0, 0, 1, 1, 1, 2]
+    assert "process blocks of 3" in pairing.method
+    # blocks that differ by more than their rounds do widen the interval
+    rng = random.Random(2)
+    d, blocks = [], []
+    for j in range(8):
+        shift = rng.gauss(0, 0.05)  # a process pair's own term
+        d += [shift + rng.gauss(0, 0.01) for _ in range(5)]
+        blocks += [j] * 5
+    assert design_effect(d, blocks) > 3
+    assert design_effect(d, [0] * len(d)) == 1.0  # one pair: nothing to tell it by
+    a = [100.0] * len(d)
+    b = [100.0 * math.exp(x) for x in d]
+    plain = paired_interval(a, b)
+    blocked = paired_interval(a, b, blocks=blocks)
+    assert blocked.high - blocked.low > 1.5 * (plain.high - plain.low)
+    assert blocked.design_effect == pytest.approx(design_effect(d, blocks))

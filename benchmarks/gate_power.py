@@ -1,15 +1,23 @@
 """How often the build gate gets it right, on this host, against real llama-servers.
 
-Runs ``moeperf gate`` again and again between two wrappers of the same build's llama-server:
-each puts its server in a cgroup of its own, the baseline's uncapped, the candidate's with its
-CPU time capped to ``(1 - slowdown)`` of the CPUs it runs on (CFS bandwidth control, 10 ms
-periods), so the real process really runs that much slower. Both sides sit in sibling
-cgroups, because a process in a cgroup of its own is scheduled as one entity against every
-task of the parent group: an uncapped cgroup beside a server in the root group is not an
-A/A (measured: -2.4 % and twice the spread). Slowdown 0 is the A/A case. The scenarios take
-turns, so that a slow phase of the host falls on all of them.
+Runs ``moeperf gate`` again and again between two wrappers of the same build's llama-server,
+the candidate's really slowed by one of two mechanisms:
 
-    python benchmarks/gate_power.py --runs 20 --slowdowns 0,0.05,0.10 -c mmap
+- ``cgroup``: each side's server in a cgroup of its own, the baseline's uncapped, the
+  candidate's with its CPU time capped to ``(1 - slowdown)`` of the CPUs it runs on (CFS
+  bandwidth control, 10 ms periods). Both sides sit in sibling cgroups, because a process in a
+  cgroup of its own is scheduled as one entity against every task of the parent group: an
+  uncapped cgroup beside a server in the root group is not an A/A (measured: -2.4 % and twice
+  the spread). Slowdown 0 is the A/A case.
+- ``pause``: the candidate's server stopped (SIGSTOP, every thread) for ``slowdown`` of each
+  50 ms and resumed (SIGCONT) for the rest, by ``benchmarks/pauser.py``.
+
+The scenarios take turns, so that a slow phase of the host falls on all of them; within a
+scenario, run *i* gates the *i*-th configuration of ``-c`` (and workload of ``-w``) in turn,
+so an A/A is counted over every configuration given, not one.
+
+    python benchmarks/gate_power.py --runs 20 --slowdowns 0,0.03,0.05,0.10 --pauses 0.10 \
+        -c mmap -c lm-none --aa-configuration mmap,lm-none,one-core,oversubscribed
 
 prints, per scenario and metric, how many gates said what, the median measured ratio and the
 median wall time of one gate; every gate's JSON is kept under ``--out``. ``--summarize`` prints
@@ -68,26 +76,41 @@ def _remove(group: Path) -> None:
             time.sleep(0.1)
 
 
+Scenario = tuple[str, float]  # (mechanism, slowdown): ("cgroup", 0.0) is the A/A
+
+
+def scenario_name(scenario: Scenario) -> str:
+    mechanism, f = scenario
+    if f == 0:
+        return "A/A"
+    return f"-{round(100 * f)} %" + (" pause" if mechanism == "pause" else "")
+
+
 @contextlib.contextmanager
 def slowed_servers(
-    server: Path, slowdowns: list[float], cpus: int, out: Path
-) -> Iterator[dict[float | None, Path]]:
-    """A wrapper llama-server per slowdown (joins its cgroup, then runs *server*), and the
-    baseline's under the key ``None`` (a cgroup of its own, uncapped)."""
+    server: Path, scenarios: list[Scenario], cpus: int, out: Path
+) -> Iterator[dict[Scenario | None, Path]]:
+    """A wrapper llama-server per scenario (joins its cgroup, or starts a pauser of itself,
+    then execs *server*: the server keeps the wrapper's pid), and the baseline's under the key
+    ``None`` (a cgroup of its own, uncapped)."""
     groups: list[Path] = []
-    wrappers: dict[float | None, Path] = {}
+    wrappers: dict[Scenario | None, Path] = {}
+    pauser = Path(__file__).with_name("pauser.py").resolve()
     try:
-        for f in [None, *slowdowns]:
-            tag = "baseline" if f is None else f"slowed-{round(100 * f)}pct"
-            share = (1 - f) * cpus if f else None
-            group = _cgroup(f"moeperf-gate-power-{os.getpid()}-{tag}", share)
-            groups.append(group)
+        for scenario in [None, *scenarios]:
+            mechanism, f = scenario or ("cgroup", 0.0)
+            tag = "baseline" if scenario is None else f"{mechanism}-{round(100 * f)}pct"
+            if mechanism == "cgroup":
+                share = (1 - f) * cpus if f else None
+                group = _cgroup(f"moeperf-gate-power-{os.getpid()}-{tag}", share)
+                groups.append(group)
+                join = f"echo $$ > {group / 'cgroup.procs'}"
+            else:
+                join = f"{sys.executable} {pauser} $$ {f} </dev/null >/dev/null 2>&1 &"
             wrapper = out / f"llama-server-{tag}"
-            wrapper.write_text(
-                f"#!/bin/sh\necho $$ > {group / 'cgroup.procs'}\nexec {server} \"$@\"\n"
-            )
+            wrapper.write_text(f'#!/bin/sh\n{join}\nexec {server} "$@"\n')
             wrapper.chmod(0o755)
-            wrappers[f] = wrapper
+            wrappers[scenario] = wrapper
         yield wrappers
     finally:
         for group in groups:
@@ -101,17 +124,28 @@ def _server_of(build: int) -> Path:
 
 
 def run_gate(
-    args: argparse.Namespace, baseline: Path, candidate: Path, json_path: Path
+    args: argparse.Namespace,
+    baseline: Path,
+    candidate: Path,
+    json_path: Path,
+    configuration: str,
+    workload: str | None,
 ) -> dict[str, Any]:
     cmd = [
-        sys.executable, "-m", "pytest_moeperf.commands", "gate",
-        "--baseline", str(baseline), "--candidate", str(candidate),
-        "--json", str(json_path),
+        sys.executable,
+        "-m",
+        "pytest_moeperf.commands",
+        "gate",
+        "--baseline",
+        str(baseline),
+        "--candidate",
+        str(candidate),
+        "--json",
+        str(json_path),
     ]
-    for c in args.configuration:
-        cmd += ["-c", c]
-    for w in args.workload:
-        cmd += ["-w", w]
+    cmd += ["-c", configuration]
+    if workload:
+        cmd += ["-w", workload]
     if args.budget:
         cmd += ["--budget", str(args.budget)]
     began = time.monotonic()
@@ -156,6 +190,13 @@ def summarize(out: Path) -> str:
             + verdicts
         )
     lines.append("")
+    lines.append(f"{'scenario':<10} {'rows':>5}  verdicts of every row")
+    for scenario in sorted(walls):
+        rows = [r for (sc, _), rs in by.items() if sc == scenario for r in rs]
+        counts = Counter(r["verdict"]["outcome"] for r in rows)
+        verdicts = ", ".join(f"{k} {v}" for k, v in counts.most_common())
+        lines.append(f"{scenario:<10} {len(rows):>5}  {verdicts}")
+    lines.append("")
     for scenario in sorted(walls):
         w = walls[scenario]
         exit_codes = ", ".join(f"{k}: {v}" for k, v in sorted(codes[scenario].items()))
@@ -178,11 +219,34 @@ def main() -> int:
     p.add_argument(
         "--slowdowns",
         default="0,0.05,0.10",
-        help="candidate slowdowns, comma separated shares (default 0,0.05,0.10)",
+        help="candidate slowdowns by cgroup CPU caps, comma separated shares, 0 for the A/A "
+        "(default 0,0.05,0.10)",
+    )
+    p.add_argument(
+        "--pauses",
+        default="",
+        help="candidate slowdowns by SIGSTOP/SIGCONT, comma separated shares (default none)",
+    )
+    p.add_argument(
+        "--aa-configuration",
+        default="",
+        help="configurations the A/A gates take in turn, comma separated (default: -c's)",
     )
     p.add_argument("--build", type=int, default=11434, help="llama.cpp build (default 11434)")
-    p.add_argument("-c", "--configuration", action="append", default=[], help="default mmap")
-    p.add_argument("-w", "--workload", action="append", default=[], help="default: profile's")
+    p.add_argument(
+        "-c",
+        "--configuration",
+        action="append",
+        default=[],
+        help="configurations the slowed gates take in turn (default mmap)",
+    )
+    p.add_argument(
+        "-w",
+        "--workload",
+        action="append",
+        default=[],
+        help="workloads the gates take in turn (default: every workload of the profile)",
+    )
     p.add_argument("--budget", type=float, help="--budget of each gate (default: profile's)")
     p.add_argument("--cpus", type=int, help="CPUs the server runs on (default: all of ours)")
     p.add_argument("--timeout", type=float, default=1800, help="seconds per gate (default 1800)")
@@ -194,27 +258,57 @@ def main() -> int:
         print(summarize(out))
         return 0
     args.configuration = args.configuration or ["mmap"]
-    slowdowns = [float(s) for s in args.slowdowns.split(",") if s.strip()]
-    if any(not 0 <= f < 1 for f in slowdowns):
-        raise SystemExit(f"--slowdowns {args.slowdowns}: give shares in [0, 1), e.g. 0,0.05,0.1")
+    scenarios: list[Scenario] = [
+        ("cgroup", float(x)) for x in args.slowdowns.split(",") if x.strip()
+    ]
+    scenarios += [("pause", float(x)) for x in args.pauses.split(",") if x.strip()]
+    if any(not 0 <= f < 1 for _, f in scenarios) or any(
+        m == "pause" and f == 0 for m, f in scenarios
+    ):
+        raise SystemExit(
+            f"--slowdowns {args.slowdowns} --pauses {args.pauses}: give shares in [0, 1) "
+            "(pauses above 0), e.g. --slowdowns 0,0.05,0.1 --pauses 0.1"
+        )
+    aa_configurations = [c for c in args.aa_configuration.split(",") if c] or args.configuration
     out.mkdir(parents=True, exist_ok=True)
     cpus = args.cpus or len(os.sched_getaffinity(0))
     server = _server_of(args.build)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # clean up the cgroups on kill
-    with slowed_servers(server, slowdowns, cpus, out) as wrappers:
+    with slowed_servers(server, scenarios, cpus, out) as wrappers:
         for i in range(args.first_run, args.first_run + args.runs):
-            order = slowdowns[i % len(slowdowns) :] + slowdowns[: i % len(slowdowns)]
-            for f in order:
-                scenario = "A/A" if f == 0 else f"-{round(100 * f)} %"
-                tag = f"{round(100 * f):02d}pct-{i:02d}"
-                rec = run_gate(args, wrappers[None], wrappers[f], out / f"raw-{tag}.json")
-                rec.update(scenario=scenario, slowdown=f, run=i)
+            k = i % len(scenarios)
+            for scenario in scenarios[k:] + scenarios[:k]:
+                mechanism, f = scenario
+                name = scenario_name(scenario)
+                configurations = aa_configurations if f == 0 else args.configuration
+                configuration = configurations[i % len(configurations)]
+                workload = args.workload[i % len(args.workload)] if args.workload else None
+                tag = f"{mechanism}-{round(100 * f):02d}pct-{i:02d}"
+                rec = run_gate(
+                    args,
+                    wrappers[None],
+                    wrappers[scenario],
+                    out / f"raw-{tag}.json",
+                    configuration,
+                    workload,
+                )
+                rec.update(
+                    scenario=name,
+                    mechanism=mechanism,
+                    slowdown=f,
+                    run=i,
+                    configuration=configuration,
+                )
                 (out / f"gate-{tag}.json").write_text(json.dumps(rec, indent=1))
-                said = "; ".join(
-                    f"{r['workload']} {r['ratio']:.3f} {r['verdict']} ({r.get('rounds')} rounds)"
-                    for r in rec["rows"]
-                ) or rec.get("error", "")[-300:]
-                head = f"{scenario} run {i}: exit {rec['rc']}, {rec['wall']:.0f} s"
+                said = (
+                    "; ".join(
+                        f"{r['configuration']} {r['workload']} {r['verdict']['ratio']:.3f} "
+                        f"{r['verdict']['outcome']} ({r['verdict'].get('rounds')} rounds)"
+                        for r in rec["rows"]
+                    )
+                    or rec.get("error", "")[-300:]
+                )
+                head = f"{name} run {i}: exit {rec['rc']}, {rec['wall']:.0f} s"
                 print(f"{head}: {said}", flush=True)
     print(summarize(out))
     return 0

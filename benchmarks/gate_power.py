@@ -282,7 +282,8 @@ def main() -> int:
                 name = scenario_name(scenario)
                 configurations = aa_configurations if f == 0 else args.configuration
                 configuration = configurations[i % len(configurations)]
-                workload = args.workload[i % len(args.workload)] if args.workload else None
+                w = args.workload  # every workload with every configuration, in turn
+                workload = w[i // len(configurations) % len(w)] if w else None
                 tag = f"{mechanism}-{round(100 * f):02d}pct-{i:02d}"
                 rec = run_gate(
                     args,

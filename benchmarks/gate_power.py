@@ -19,9 +19,12 @@ so an A/A is counted over every configuration given, not one.
     python benchmarks/gate_power.py --runs 20 --slowdowns 0,0.03,0.05,0.10 --pauses 0.10 \
         -c mmap -c lm-none --aa-configuration mmap,lm-none,one-core,oversubscribed
 
-prints, per scenario and metric, how many gates said what, the median measured ratio and the
-median wall time of one gate; every gate's JSON is kept under ``--out``. ``--summarize`` prints
-the table of an earlier run's files without measuring. Needs root (to write cgroups).
+A gate already recorded under ``--out`` is not run again (an interrupted campaign resumes),
+and while a file ``PAUSE`` exists in ``--out`` no new gate starts (room for other work on the
+host between gates). The script prints, per scenario and metric, how many gates said what,
+the median measured ratio and the median wall time of one gate; every gate's JSON is kept
+under ``--out``. ``--summarize`` prints the table of an earlier run's files without
+measuring. Needs root (to write cgroups).
 """
 
 from __future__ import annotations
@@ -285,6 +288,10 @@ def main() -> int:
                 w = args.workload  # every workload with every configuration, in turn
                 workload = w[i // len(configurations) % len(w)] if w else None
                 tag = f"{mechanism}-{round(100 * f):02d}pct-{i:02d}"
+                if (out / f"gate-{tag}.json").is_file():
+                    continue  # measured by an earlier invocation with this --out
+                while (out / "PAUSE").exists():  # make room for other work between gates
+                    time.sleep(5)
                 rec = run_gate(
                     args,
                     wrappers[None],

@@ -5,8 +5,9 @@ The estimate follows llama.cpp's placement: ``-ngl`` layers (all, on a host with
 not given) go to the GPUs with their KV cache, ``-ncmoe N`` / ``-cmoe`` / ``-ot ...exps=CPU``
 keep expert tensors in system RAM, lookup tables stay in RAM. Weights in RAM are pages of the
 mapped file under ``mmap`` loading (page cache: shared by every server of that file) or a
-private copy under ``-lm none`` / ``--no-mmap`` (ADR-0042: 105 GiB per server). It is an
-estimate: a profile's ``ram_gib`` / ``vram_gib`` replace it where the truth is known."""
+private copy under ``-lm none`` / ``--no-mmap`` (ADR-0042: a ~74 GB pinned buffer per
+server). It is an estimate: a profile's ``ram_gib`` / ``vram_gib`` replace it where the truth is
+known."""
 
 from __future__ import annotations
 

@@ -46,8 +46,9 @@ def test_gpu_expert_cache_is_slower_than_no_cache(moeperf, cache):
 
 
 @pytest.mark.moeperf(configurations=["cache-6gib", "mmap"])
-def test_even_an_80_percent_hit_rate_is_30_percent_slower(moeperf):
-    """Evidence: 6 GiB split (79-80 % hits) is 36 % slower than no cache in decode."""
+def test_even_an_80_percent_hit_rate_is_over_30_percent_slower(moeperf):
+    """Evidence: 6 GiB split (79-80 % hits) is 36 % slower than no cache in decode; the claim
+    asks for at least 30 %, six points of room for another host's noise."""
     moeperf.check("cache-6gib.tg128 <= 0.70 * mmap.tg128")
 
 

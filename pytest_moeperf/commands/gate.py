@@ -168,6 +168,7 @@ def run(args: argparse.Namespace) -> int:
             source=f"moeperf gate --accept, {today}, {candidate.name} over {baseline.name}",
             refused=refused,
             what="--accept",
+            changes={(r.configuration, r.workload.name): r.change for r in result.rows if r.change},
         )
         say(f"accepted {len(ms)} measurement(s) of {candidate.name} as baselines in {path}")
     return result.exit_code()

@@ -185,6 +185,28 @@ def ratio_interval(
     )
 
 
+def with_session_term(interval: RatioInterval, log_sd: float) -> RatioInterval:
+    """*interval* of a ratio of two sessions' medians, widened by their levels' difference
+    (*log_sd*: its log standard deviation) added in quadrature on each side. More repetitions
+    cannot shrink that term: it joins the interval's :attr:`~RatioInterval.floor`."""
+    if not (math.isfinite(log_sd) and log_sd >= 0):
+        raise ValueError(f"log_sd {log_sd!r} must be >= 0")
+    if log_sd == 0:
+        return interval
+    extra = _z(interval.confidence) * log_sd
+    centre = math.log(interval.ratio)
+    down = math.hypot(centre - math.log(interval.low), extra)
+    up = math.hypot(math.log(interval.high) - centre, extra)
+    return RatioInterval(
+        ratio=interval.ratio,
+        low=math.exp(centre - down),
+        high=math.exp(centre + up),
+        confidence=interval.confidence,
+        method=f"{interval.method} + between sessions",
+        floor=math.hypot(interval.floor, extra),
+    )
+
+
 def repetitions_to_decide(interval: RatioInterval, threshold: float, n: int) -> int | None:
     """Roughly how many more repetitions per side would make *interval* exclude *threshold*,
     taking its width as shrinking like ``1/sqrt(n)`` down to its :attr:`~RatioInterval.floor`.

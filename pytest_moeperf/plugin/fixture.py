@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from ..defaults import MARGIN
+from ..defaults import MARGIN, MIN_REL_SPREAD
 from ..errors import MoeperfError, StartupWarning, Unavailable
 from ..llama.server import LlamaServer
 from ..measure.measurement import Measurement
@@ -298,6 +298,12 @@ class MoePerf:
                 f"{m.build} of host {host.id}; record one with --moeperf-accept"
             )
 
+        # another session's number: the between-session term of this host, configuration
+        # and workload widens the interval; the host's calibrated noise is the samples' floor
+        between = session.session_spread(profile, host, entry, m.conditions.probe_cpus)
+        noise = host.noise.get(f"{m.configuration}.{m.workload.name}")
+        floor = max(MIN_REL_SPREAD, noise.sample_spread if noise else 0.0)
+
         def judge(values: list[float], confidence: float) -> BaselineCheck:
             return judge_baseline(
                 values,
@@ -307,6 +313,8 @@ class MoePerf:
                 label=f"{m.configuration}.{m.workload.name}",
                 baseline=entry.operand,
                 confidence=confidence,
+                min_rel_spread=floor,
+                session=between,
             )
 
         checked = decide_baseline(

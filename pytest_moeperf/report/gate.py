@@ -20,7 +20,7 @@ def _attributed(r: GateRow) -> list[str]:
 
 def gate_rows(result: GateResult) -> tuple[list[str], list[list[str]]]:
     """configuration | metric | baseline | candidate | ratio [interval] | rounds | verdict |
-    vs oldest accepted (| server/bench | where the change is, with ``--attribute``)."""
+    since oldest accepted, chained (| server/bench | where the change is, with ``--attribute``)."""
     headers = [
         "configuration",
         "metric",
@@ -29,7 +29,7 @@ def gate_rows(result: GateResult) -> tuple[list[str], list[list[str]]]:
         "ratio [interval]",
         "rounds",
         "verdict",
-        "vs oldest accepted",
+        "since oldest accepted (chained)",
     ]
     attributed = any(r.attribution for r in result.rows)
     if attributed:
@@ -122,7 +122,8 @@ def gate_json(result: GateResult) -> dict[str, Any]:
                 "verdict": r.verdict.to_dict(),
                 "seconds": r.seconds,
                 "vs_oldest": r.oldest.to_dict() if r.oldest else None,
-                "vs_newest": r.newest.to_dict() if r.newest else None,
+                "change": r.change.to_dict() if r.change else None,
+                "log_ratios": list(r.log_ratios),
                 "attribution": r.attribution.to_dict() if r.attribution else None,
                 "where": r.attribution.where(r.verdict) if r.attribution else None,
                 "baseline": r.baseline.to_dict(),

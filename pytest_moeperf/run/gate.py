@@ -5,8 +5,9 @@ Each row goes through the one decision loop (:func:`pytest_moeperf.run.rounds.de
 the per-round ratios candidate / baseline: rounds are added until the interval decides
 (faster / slower beyond the margin, small-faster / small-slower within it, unchanged) or the
 row's time budget is spent (undecided, with the smallest change it could have seen: its
-MDE). The candidate is also set beside the oldest and the newest baseline accepted into the
-profile's baseline file on this host, so that a chain of small accepted slowdowns shows.
+MDE). Each row also says the candidate's change since the oldest build of the accepted chain
+on this host (each accepted gate's paired change, summed with this row's): a chain of small
+accepted slowdowns shows, and no number of another day is compared with one of today.
 """
 
 from __future__ import annotations
@@ -22,20 +23,20 @@ from ..errors import ConfigError, Unavailable
 from ..host.machine import busy_fraction
 from ..measure.measurement import Measurement
 from ..measure.output import OutputCheck, greedy_tokens
-from ..measure.stats import log_sigma
+from ..measure.stats import log_sigma, paired_interval
 from ..measure.workload import Workload
 from ..report.tables import start_lines
-from ..store.baselines import BaselineEntry
-from ..store.hosts import accepted_history, host_for
+from ..store.hosts import accepted_chain, host_for
 from ..verdicts.attribution import attribute
+from ..verdicts.creep import ChainedChange, PairedChange, judge_chain
 from ..verdicts.gate import GateResult, GateRow, holm
-from ..verdicts.judge import Verdict, judge_change
+from ..verdicts.judge import Verdict
 from ..verdicts.levels import direction_p
 from ..verdicts.sequential import Plan, Rule
 from .crosscheck import bench_in_rounds
 from .live import LiveSource
 from .profiles import Configuration, Pinning, Profile
-from .rounds import decide_pair
+from .rounds import Decided, decide_pair
 from .session import PerfSession
 from .source import Side
 
@@ -67,14 +68,22 @@ def _side(config: Configuration, side: BuildUnderTest) -> Configuration:
     return replace(config, pinning=Pinning(cpus=side.cpus, numa=config.pinning.numa))
 
 
-def _history(
-    session: PerfSession, live: LiveSource, profile: Profile, candidate: Measurement
-) -> list[BaselineEntry]:
-    """The baselines accepted on this host for the candidate's configuration and workload,
-    oldest first (none when the file holds no numbers of this host)."""
+def _chained(
+    session: PerfSession,
+    live: LiveSource,
+    profile: Profile,
+    candidate: Measurement,
+    baseline: str,
+    change: PairedChange,
+    margin: float,
+) -> ChainedChange | None:
+    """The candidate's change since the oldest build of the accepted chain that ends at the
+    *baseline* build on this host: the chain's paired links plus this row's *change*, never
+    the candidate against numbers of another day (``None`` when the file holds no numbers of
+    this host, or this host never accepted *baseline*)."""
     bf = session.baselines(profile)
     if bf is None:
-        return []
+        return None
     host, _ = host_for(
         bf,
         live.fingerprint(profile, label=CANDIDATE),
@@ -82,24 +91,56 @@ def _history(
         session.options.probe_tolerance,
     )
     if host is None:
+        return None
+    links = accepted_chain(bf, host.id, candidate.configuration, candidate.workload.name, baseline)
+    if links is None:
+        return None
+    label = f"{candidate.configuration}.{candidate.workload.name}"
+    return judge_chain(links, change, margin=margin, label=label)
+
+
+def _paired_change(got: Decided, against: str) -> PairedChange:
+    """The row's paired change: the trimmed mean of its rounds' log-ratios and its standard
+    error, widened by the process blocks' design effect, as its verdict's interval has it."""
+    a, b = got.rounds
+    iv = paired_interval(a, b, blocks=got.blocks or None, min_rel_spread=MIN_REL_SPREAD)
+    return PairedChange(against, math.log(iv.ratio), iv.se, iv.rounds)
+
+
+def _noise_notes(
+    session: PerfSession,
+    live: LiveSource,
+    profile: Profile,
+    rows: Sequence[GateRow],
+    margin: float,
+    budget: float,
+) -> list[str]:
+    """A note per row whose host's calibrated noise (``moeperf calibrate``) reaches an MDE wider
+    than *margin* at *budget* seconds, with the budget that would reach the margin (the MDE
+    shrinks as the root of the rounds, and the rounds grow with the seconds)."""
+    bf = session.baselines(profile)
+    if bf is None:
         return []
-    return accepted_history(bf, host.id, candidate.configuration, candidate.workload.name)
-
-
-def _accepted(
-    history: Sequence[BaselineEntry], candidate: Measurement, margin: float
-) -> tuple[Verdict | None, Verdict | None]:
-    """The candidate against the oldest and the newest of *history* (this host's accepted
-    entries of its configuration and workload, oldest first), unpaired."""
-    if not history or not candidate.values:
-        return None, None
-
-    def against(e: BaselineEntry) -> Verdict:
-        label = f"{e.build} accepted {e.date}"
-        return judge_change(candidate.values, e.operand, margin=margin, label=label)
-
-    oldest = against(history[0])
-    return oldest, oldest if len(history) == 1 else against(history[-1])
+    notes = []
+    for r in rows:
+        host, _ = host_for(
+            bf,
+            live.fingerprint(profile, label=CANDIDATE),
+            r.candidate.conditions.probe_cpus,
+            session.options.probe_tolerance,
+        )
+        figure = host.noise.get(r.name) if host else None
+        if figure is None or figure.mde <= 0:
+            continue
+        mde = figure.mde * math.sqrt(figure.budget / budget)
+        if mde > margin:
+            needed = budget * (mde / margin) ** 2
+            notes.append(
+                f"{r.name}: this host's calibrated noise ({figure.describe()}) reaches an MDE "
+                f"of about {100 * mde:.1f} % in {budget:g} s, wider than the margin: expect "
+                f"undecided; --budget {math.ceil(needed / 10) * 10:.0f} would reach it"
+            )
+    return notes
 
 
 def run_gate(
@@ -125,7 +166,7 @@ def run_gate(
     """Measure every (configuration, workload) on both builds in paired rounds and judge the
     change sequentially: looks on the schedule of ``Plan(first_look, max_rounds)``, each row
     within *budget* seconds (default: the profile's ``budget``). Each row's candidate is set
-    beside the oldest and newest baselines the profile's file holds of this host. Unless
+    beside the chained change since the oldest accepted build on this host. Unless
     *check_output* is false, each configuration's correctness guard runs first: a different
     output fails the gate unless *allow_different*. With *attribute_bench*, each round also
     runs llama-bench of both builds (same model, flags, pinning), and each row says whether its
@@ -194,8 +235,12 @@ def run_gate(
                 on_look=functools.partial(on_look, name) if on_look else None,
                 after_round=beside,
             )
-            paired = replace(got.b, samples=got.b.samples[got.first[1] :])
-            oldest, newest = _accepted(_history(session, live, profile, paired), paired, margin)
+            change = _paired_change(got, baseline.name) if len(got.rounds[0]) >= 2 else None
+            oldest = (
+                _chained(session, live, profile, got.b, baseline.name, change, margin)
+                if change
+                else None
+            )
             where = (
                 attribute(got.rounds, bench, margin=margin, plan=plan, label=label)
                 if beside
@@ -212,7 +257,7 @@ def run_gate(
                 got.verdict,
                 got.seconds,
                 oldest,
-                newest,
+                change,
                 where,
                 p_slower=float(direction_p(d, looks, 1 - margin, True, floor=floor)[0])
                 if len(d) >= 2
@@ -220,12 +265,14 @@ def run_gate(
                 p_faster=float(direction_p(d, looks, 1 + margin, False, floor=floor)[0])
                 if len(d) >= 2
                 else 1.0,
+                log_ratios=tuple(d),
             )
             rows.append(row)
             if on_row:
                 on_row(row)
         live.stop_servers()
     rows = holm(rows, FAMILY_ALPHA)
+    notes += _noise_notes(session, live, profile, rows, margin, budget or session.budget(profile))
     notes.append(
         f"family: {family} row(s), each judged at {100 * FAMILY_ALPHA / family:.2g} % over its "
         f"looks; Holm's step-down holds the chance of any false slower or faster row at "

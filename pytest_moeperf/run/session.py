@@ -12,6 +12,7 @@ import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .. import __version__
 from ..defaults import (
@@ -28,10 +29,13 @@ from ..fs import write_output
 from ..llama.bench import BenchResult
 from ..measure.measurement import Measurement
 from ..store.accept import accept_measurements, refusals, refuse
-from ..store.baselines import BaselineFile, load_baselines
-from ..store.history import write_history
+from ..store.baselines import BaselineEntry, BaselineFile, load_baselines
+from ..store.history import read_history, write_history
+from ..store.hosts import BaselineHost, accepted_history
 from ..store.record import BenchRound, RunRecord, VerdictRecord
 from ..store.replay import Replay
+from ..store.sessions import session_medians
+from ..verdicts.creep import SessionSpread, session_spread
 from ..verdicts.judge import BaselineRow
 from ..verdicts.sequential import Plan
 from .live import LiveSource
@@ -105,6 +109,7 @@ class PerfSession:
         """Lines of long work shown always (building llama.cpp, writing the model)."""
         self._profiles: dict[str, Profile] | None = None
         self._baselines: dict[str, BaselineFile | None] = {}
+        self._history: list[dict[str, Any]] | None = None
         if source is None:
             if options.replay is not None:
                 source = ReplaySource(Replay.load(options.replay), self.profiles)
@@ -188,6 +193,35 @@ class PerfSession:
                     )
             self._baselines[profile.name] = bf
         return self._baselines[profile.name]
+
+    def session_spread(
+        self, profile: Profile, host: BaselineHost, entry: BaselineEntry, cpus: str | None
+    ) -> SessionSpread:
+        """The between-session spread of *entry*'s build, configuration and workload on the
+        baseline file's *host*: its session medians in the history folder (and the file's own
+        entries of that build), pooled with the conservative prior."""
+        if self._history is None:
+            self._history, _ = read_history(self.options.results_dir)
+        bf = self.baselines(profile)
+        stored = [
+            e.value
+            for e in (
+                accepted_history(bf, host.id, entry.configuration, entry.workload) if bf else []
+            )
+            if e.build == entry.build and e.samples
+        ]
+        medians = session_medians(
+            self._history,
+            host,
+            profile=profile.name,
+            build=entry.build,
+            configuration=entry.configuration,
+            workload=entry.workload,
+            cpus=cpus,
+            tolerance=self.options.probe_tolerance,
+            stored=stored,
+        )
+        return session_spread(medians)
 
     def accept_baselines(self, failed: int = 0) -> list[Path]:
         """Write this session's measurements as the new baselines of their profiles, on this

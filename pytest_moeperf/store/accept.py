@@ -23,6 +23,8 @@ from ..defaults import PROBE_TOLERANCE
 from ..errors import BaselineError
 from ..fs import atomic_write_text, cache_dir, file_lock
 from ..measure.measurement import Measurement
+from ..verdicts.calibration import NoiseFigure
+from ..verdicts.creep import PairedChange
 from .baselines import BaselineEntry, BaselineFile, dump_baselines, load_baselines, parse_baselines
 from .hosts import BaselineHost, host_differences
 
@@ -93,11 +95,14 @@ def accept_measurements(
     what: str = "accept",
     date: str | dt.date | None = None,
     probe_tolerance: float = PROBE_TOLERANCE,
+    changes: Mapping[tuple[str, str], PairedChange] | None = None,
 ) -> BaselineFile:
     """Store *measurements* as *profile*'s baselines of the host *fingerprint* describes in the
     file at *path*, unless *refused* gives reasons (then nothing is written and the error says
-    them all, naming the option *what*). The file is read, changed and written atomically
-    under its lock (:func:`_write_accepted` says how)."""
+    them all, naming the option *what*). *changes* (a gate's accept) gives each (configuration,
+    workload) its paired change, stored with its entry as a link of the accepted chain. The
+    file is read, changed and written atomically under its lock (:func:`_write_accepted` says
+    how)."""
     refuse(what, refused)
     path = Path(path)
     with baseline_lock(path):
@@ -109,6 +114,7 @@ def accept_measurements(
             date=date or dt.date.today(),
             source=source,
             probe_tolerance=probe_tolerance,
+            changes=changes or {},
         )
 
 
@@ -126,6 +132,7 @@ def _write_accepted(
     date: str | dt.date,
     source: str,
     probe_tolerance: float = PROBE_TOLERANCE,
+    changes: Mapping[tuple[str, str], PairedChange] | None = None,
 ) -> BaselineFile:
     """Store *measurements* as the baselines of *profile* on this host (*fingerprint*, with
     its probe figures) in the file at *path* (created if missing) and return what was
@@ -140,24 +147,8 @@ def _write_accepted(
     written atomically: a failure leaves the old file as it was."""
     path = Path(path)
     day = date.isoformat() if isinstance(date, dt.date) else str(date)
-    if path.exists():
-        old = load_baselines(path)
-        if old.profile != profile:
-            raise BaselineError(
-                f"{path}: holds baselines of profile {old.profile!r}, not {profile!r}; "
-                "accept into that profile's own file"
-            )
-    else:
-        old = BaselineFile(profile=profile)
-    hosts = list(old.hosts)
-    same = [h for h in hosts if not host_differences(h, fingerprint, None, probe_tolerance)]
-    if same:
-        host_id = same[0].id
-        hosts = [replace(h, fingerprint=dict(fingerprint)) if h.id == host_id else h for h in hosts]
-    else:
-        taken = {h.id for h in hosts}
-        host_id = next(f"host-{n}" for n in range(1, len(taken) + 2) if f"host-{n}" not in taken)
-        hosts.append(BaselineHost(host_id, dict(fingerprint)))
+    old = _read_for(path, profile)
+    hosts, host_id = _this_host(old, fingerprint, probe_tolerance)
     entries = list(old.entries)
     history = list(old.history)
     index = {e.key: i for i, e in enumerate(entries) if e.host == host_id}
@@ -178,6 +169,7 @@ def _write_accepted(
             repetitions=len(samples),
             flags=flags or None,
             host=host_id,
+            change=(changes or {}).get((m.configuration, m.workload.name)),
         )
         if new.key in accepted:
             raise BaselineError(
@@ -200,6 +192,42 @@ def _write_accepted(
         note=old.note,
         path=path,
     )
+    return _write(path, bf)
+
+
+def _read_for(path: Path, profile: str) -> BaselineFile:
+    """The baseline file at *path* (an empty one of *profile* when there is none yet)."""
+    if not path.exists():
+        return BaselineFile(profile=profile)
+    old = load_baselines(path)
+    if old.profile != profile:
+        raise BaselineError(
+            f"{path}: holds baselines of profile {old.profile!r}, not {profile!r}; "
+            "accept into that profile's own file"
+        )
+    return old
+
+
+def _this_host(
+    old: BaselineFile, fingerprint: Mapping[str, Any], probe_tolerance: float
+) -> tuple[list[BaselineHost], str]:
+    """*old*'s hosts with this one's fingerprint brought up to date (or added as a new
+    ``[[host]]`` when the file holds none that is the same), and this host's id."""
+    hosts = list(old.hosts)
+    same = [h for h in hosts if not host_differences(h, fingerprint, None, probe_tolerance)]
+    if same:
+        host_id = same[0].id
+        hosts = [replace(h, fingerprint=dict(fingerprint)) if h.id == host_id else h for h in hosts]
+        return hosts, host_id
+    taken = {h.id for h in hosts}
+    host_id = next(f"host-{n}" for n in range(1, len(taken) + 2) if f"host-{n}" not in taken)
+    hosts.append(BaselineHost(host_id, dict(fingerprint)))
+    return hosts, host_id
+
+
+def _write(path: Path, bf: BaselineFile) -> BaselineFile:
+    """Write *bf* to *path* atomically, after reading its text back (a file this could not read
+    again is never written)."""
     text = dump_baselines(bf)
     checked = parse_baselines(text, name=str(path))
     try:
@@ -208,3 +236,22 @@ def _write_accepted(
         raise BaselineError(f"{path}: cannot write: {e}") from None
     return replace(checked, path=path)
 
+
+def accept_noise(
+    path: Path | str,
+    profile: str,
+    fingerprint: Mapping[str, Any],
+    figures: Mapping[str, NoiseFigure],
+    *,
+    probe_tolerance: float = PROBE_TOLERANCE,
+) -> tuple[BaselineFile, str]:
+    """Store *figures* (``moeperf calibrate``'s, per metric) with this host's ``[[host]]`` in
+    the baseline file at *path* (adding the host when the file has none that is the same), each
+    replacing that metric's earlier figure; under the file's lock, atomically. Returns the file
+    written and the host's id."""
+    path = Path(path)
+    with baseline_lock(path):
+        old = _read_for(path, profile)
+        hosts, host_id = _this_host(old, fingerprint, probe_tolerance)
+        hosts = [replace(h, noise={**h.noise, **figures}) if h.id == host_id else h for h in hosts]
+        return _write(path, replace(old, hosts=tuple(hosts), path=path)), host_id

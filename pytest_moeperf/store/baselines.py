@@ -29,9 +29,13 @@ set of CPUs), one ``[[entry]]`` per (host, build, configuration, workload) and t
     source = "ADR-0042, llama-bench production-flags table, row 7"
 
 Optional entry fields: ``samples``, ``repetitions``, ``requests`` (traffic: requests behind
-an aggregate), ``tolerance``, ``flags``, ``note``, ``replaced`` (history: when it was replaced)
-and ``extra``, an inline table of free-form values. Unknown fields are errors, so a misspelt
-``tolerance`` is never silently ignored. Writing a file keeps no comments but the header.
+an aggregate), ``tolerance``, ``flags``, ``note``, ``replaced`` (history: when it was replaced),
+``change`` (an entry a gate accepted: its paired change over the build it was gated against,
+``{ against = "b11400", log_ratio = -0.012, se = 0.006, rounds = 40 }``, a link of the
+accepted chain) and ``extra``, an inline table of free-form values. A ``[[host]]`` may hold
+``[host.noise."mmap.pp512"]`` tables: the noise ``moeperf calibrate`` measured there.
+Unknown fields are errors, so a misspelt ``tolerance`` is never silently ignored. Writing a
+file keeps no comments but the header.
 
 Numbers are only ever held against the host that recorded them: two machines that look the
 same to ``/proc/cpuinfo`` can differ by 2.7x, so a host is its fingerprint *and* its probe
@@ -58,6 +62,8 @@ from ..errors import BaselineError, ConfigError
 from ..host.probe import Probe
 from ..measure.stats import Figure
 from ..measure.workload import Workload
+from ..verdicts.calibration import NoiseFigure
+from ..verdicts.creep import PairedChange
 from ..verdicts.judge import CONFIGURATION_NAME
 from .hosts import BaselineHost, _canonical_workload, _number
 
@@ -71,7 +77,7 @@ TRAFFIC_METRIC = re.compile(r"^(prefill|decode)-(aggregate|median)(?:>=(\d+))?$"
 tokens), ``decode-median``, ..."""
 _TOP_FIELDS = ("schema", "profile", "tolerance", "note", "host", "entry", "history")
 _TOP_FIELDS_1 = ("schema", "profile", "tolerance", "note", "fingerprint", "entry", "history")
-_HOST_FIELDS = ("id", "note", "fingerprint")
+_HOST_FIELDS = ("id", "note", "fingerprint", "noise")
 _HOST_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _ENTRY_FIELDS = (
     "host",
@@ -90,6 +96,7 @@ _ENTRY_FIELDS = (
     "flags",
     "note",
     "replaced",
+    "change",
     "extra",
 )
 _HEADER = (
@@ -124,6 +131,9 @@ class BaselineEntry:
     note: str | None = None
     replaced: str | None = None
     """In history: the date a newer value replaced this one."""
+    change: PairedChange | None = None
+    """Accepted by a gate: its paired change over the build it was gated against (a link of
+    the accepted chain)."""
     extra: dict[str, Any] = field(default_factory=dict)
     host: str = FIRST_HOST
     """The id of the ``[[host]]`` these numbers were taken on."""
@@ -355,6 +365,14 @@ def _parse_entry(
     if samples is not None and repetitions is not None and repetitions != len(samples):
         bad(f"repetitions {repetitions} but {len(samples)} samples")
     extra = _check_free_form(where, f"{at}: extra", raw.get("extra", {}))
+    change = None
+    if "change" in raw:
+        if not isinstance(raw["change"], dict):
+            bad(f"change {_show(raw['change'])} must be a table (against, log_ratio, se, rounds)")
+        try:
+            change = PairedChange.from_dict(raw["change"])
+        except ValueError as e:
+            bad(f"change: {e}")
     return BaselineEntry(
         build=build,
         configuration=configuration,
@@ -371,6 +389,7 @@ def _parse_entry(
         flags=text("flags", required=False),
         note=text("note", required=False),
         replaced=text("replaced", required=False),
+        change=change,
         extra=extra,
         host=host,
     )
@@ -406,7 +425,18 @@ def _parse_hosts(where: _Where, raws: Any) -> tuple[BaselineHost, ...]:
                 Probe.from_dict(figures if isinstance(figures, dict) else {})
             except ValueError as e:
                 where.fail(f"{at}: probe on CPUs {cpus!r}: {e}")
-        hosts.append(BaselineHost(host_id, fp, note))
+        noise_raw = raw.get("noise", {})
+        if not isinstance(noise_raw, dict):
+            where.fail(f"{at}: noise must be a table of metric = noise figures")
+        noise: dict[str, NoiseFigure] = {}
+        for metric, figure in noise_raw.items():
+            if not isinstance(figure, dict):
+                where.fail(f"{at}: noise.{metric} must be a table (moeperf calibrate writes it)")
+            try:
+                noise[metric] = NoiseFigure.from_dict(figure)
+            except ValueError as e:
+                where.fail(f"{at}: noise.{metric}: {e}; run moeperf calibrate again")
+        hosts.append(BaselineHost(host_id, fp, note, noise))
     return tuple(hosts)
 
 
@@ -552,6 +582,8 @@ def _entry_lines(section: str, entry: BaselineEntry, one_host: bool) -> list[str
     lines = [f"[[{section}]]"]
     for name in _ENTRY_FIELDS:
         value = getattr(entry, name)
+        if name == "change" and value is not None:
+            value = value.to_dict()
         if value is None or (name == "extra" and not value) or (name == "host" and one_host):
             continue
         try:
@@ -585,6 +617,10 @@ def dump_baselines(bf: BaselineFile) -> str:
                     lines.append(f"{_key(k)} = {_value(host.fingerprint[k])}")
                 except TypeError as e:
                     raise BaselineError(f"{name}: fingerprint field {k!r}: {e}") from None
+        for metric in sorted(host.noise):
+            lines += ["", f"[host.noise.{_key(metric)}]"]
+            figure = host.noise[metric].to_dict()
+            lines += [f"{_key(k)} = {_value(figure[k])}" for k in figure]
     one_host = len(bf.hosts) <= 1
     for section, entries in (("entry", bf.entries), ("history", bf.history)):
         for entry in entries:

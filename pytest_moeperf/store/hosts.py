@@ -17,8 +17,10 @@ from ..defaults import PROBE_TOLERANCE
 from ..errors import ConfigError
 from ..host.probe import probe_differences, probes_of
 from ..measure.workload import Workload
+from ..verdicts.calibration import NoiseFigure
 
 if TYPE_CHECKING:
+    from ..verdicts.creep import PairedChange
     from .baselines import BaselineEntry, BaselineFile
 
 IDENTITY_FIELDS = (
@@ -43,6 +45,8 @@ class BaselineHost:
     id: str
     fingerprint: dict[str, Any] = field(default_factory=dict)
     note: str | None = None
+    noise: dict[str, NoiseFigure] = field(default_factory=dict)
+    """Its noise per metric (``mmap.pp512``), as ``moeperf calibrate`` measured it."""
 
     def describe(self) -> str:
         """One line: id, CPU, memory, probes."""
@@ -157,6 +161,29 @@ def accepted_history(
         if e.host == host and e.configuration == configuration and e.workload == wanted
     ]
     return sorted(found, key=lambda e: e.date)
+
+
+def accepted_chain(
+    bf: BaselineFile, host: str, configuration: str, workload: str, build: str
+) -> list[tuple[str, PairedChange]] | None:
+    """The accepted chain that ends at *build* on *host*: each ``(build, its paired change)``
+    oldest first, followed back from *build*'s newest entry through the builds each was gated
+    against, as far as the links go (an entry accepted without a gate, or one whose older end
+    the file does not hold, starts the chain). ``None`` when *host* never accepted *build*."""
+    history = accepted_history(bf, host, configuration, workload)
+    ends = [e for e in history if e.build == build]
+    if not ends:
+        return None
+    links: list[tuple[str, PairedChange]] = []
+    entry, seen = ends[-1], {build}
+    while entry.change is not None:
+        older = [e for e in history if e.build == entry.change.against and e.date <= entry.date]
+        links.append((entry.build, entry.change))
+        if not older or entry.change.against in seen:
+            break
+        seen.add(entry.change.against)
+        entry = older[-1]
+    return links[::-1]
 
 
 def host_for(

@@ -11,6 +11,7 @@ from ..measure.measurement import Measurement
 from ..measure.output import OutputCheck
 from ..measure.workload import Workload
 from .attribution import Attribution
+from .creep import ChainedChange, PairedChange
 from .judge import Verdict
 
 UNDECIDED_POLICIES = ("exit-3", "pass", "fail")
@@ -30,10 +31,12 @@ class GateRow:
     """candidate / baseline, paired by round."""
     seconds: float = 0.0
     """Wall time of the row's rounds."""
-    oldest: Verdict | None = None
-    """The candidate against the oldest baseline accepted on this host (unpaired)."""
-    newest: Verdict | None = None
-    """The candidate against the newest baseline accepted on this host (unpaired)."""
+    oldest: ChainedChange | None = None
+    """The candidate's change since the oldest build of the accepted chain that ends at the
+    baseline's build on this host: the chain's paired links and this row, summed (``None``:
+    the baseline's build was never accepted here)."""
+    change: PairedChange | None = None
+    """This row's paired change (what ``--accept`` stores as the candidate's link)."""
     attribution: Attribution | None = None
     """llama-bench in the same rounds: where the change is (``--attribute``)."""
     p_slower: float = 1.0
@@ -43,6 +46,8 @@ class GateRow:
     """The same against "no speedup beyond the margin"."""
     family: str = ""
     """How the family of rows decided this row beyond its own interval (Holm), when it did."""
+    log_ratios: tuple[float, ...] = ()
+    """Each round's ``log(candidate / baseline)``, in round order."""
 
     @property
     def name(self) -> str:
@@ -92,9 +97,8 @@ class GateResult:
     def creep_notes(self) -> list[str]:
         """One line per row slower than the oldest accepted baseline."""
         return [
-            f"{r.name} is slower than the oldest accepted baseline "
-            f"({r.oldest.label}: {versus(r.oldest)}): the accepted chain adds up to a "
-            "regression (--accept refuses it without --allow-creep)"
+            f"{r.oldest.explain()}: the accepted chain adds up to a regression (--accept "
+            "refuses it without --allow-creep)"
             for r in self.crept
             if r.oldest is not None
         ]
@@ -139,12 +143,15 @@ class GateResult:
         return [c.describe(self.baseline, self.candidate) for c in self.outputs]
 
 
-def versus(v: Verdict | None) -> str:
-    """``+2.6 % [-4.9, +24.3] undecided``: a change against an accepted baseline."""
+def versus(v: ChainedChange | None) -> str:
+    """``-2.6 % [-4.9, -0.3] since b11400 (2 gates): small-slower``: the chained change since
+    the oldest accepted build."""
     if v is None:
         return "-"
+    gates = len(v.builds)
     return (
-        f"{v.change_pct:+.1f} % [{100 * (v.low - 1):+.1f}, {100 * (v.high - 1):+.1f}] {v.outcome}"
+        f"{100 * (v.ratio - 1):+.1f} % [{100 * (v.low - 1):+.1f}, {100 * (v.high - 1):+.1f}] "
+        f"since {v.since} ({gates} gate{'s' * (gates != 1)}): {v.outcome}"
     )
 
 

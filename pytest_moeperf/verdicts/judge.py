@@ -22,8 +22,10 @@ from ..measure.stats import (
     ratio_interval_from_summary,
     relative_uncertainty,
     repetitions_to_decide,
+    with_session_term,
 )
 from ..measure.workload import Workload
+from .creep import SessionSpread
 from .sequential import Decision, Plan, Rule, look
 
 if TYPE_CHECKING:
@@ -250,8 +252,7 @@ class Verdict:
         elif self.outcome == "undecided" and self.mde_text:
             leaning = f"{self.leaning}; " if self.leaning else ""
             line += (
-                f" ({leaning}budget spent; {self.mde_text}: a smaller change cannot be "
-                "seen here)"
+                f" ({leaning}budget spent; {self.mde_text}: a smaller change cannot be seen here)"
             )
         elif self.outcome == "undecided" and self.more_repetitions:
             line += f" (about {self.more_repetitions} more repetitions per side would decide)"
@@ -344,8 +345,13 @@ def judge_claim(
 
 
 def _judge_bound(
-    rule: Rule, left: Values, right: Values, label: str,
-    confidence: float = 0.95, min_rel_spread: float = 0.01, seed: int = 0,
+    rule: Rule,
+    left: Values,
+    right: Values,
+    label: str,
+    confidence: float = 0.95,
+    min_rel_spread: float = 0.01,
+    seed: int = 0,
 ) -> Verdict:
     """A claim's *rule* (a bound on ``left / right``) judged once on an unpaired interval."""
     iv, n = _interval(left, right, confidence=confidence, min_rel_spread=min_rel_spread, seed=seed)
@@ -460,6 +466,9 @@ class BaselineCheck:
     reason: str | None = None
     """Why the numbers could not decide (host busy, host changed), when that made the check
     undecided."""
+    between: str = ""
+    """The between-session term the interval holds (``between sessions 10.5 % (from 1
+    session ...)``), empty when it holds none."""
 
     @property
     def limit(self) -> float:
@@ -497,10 +506,17 @@ class BaselineCheck:
             f"{label}{self.measured:.4g} vs baseline {self.baseline:.4g} "
             f"({self.change_pct:+.1f} %{interval}, limit {self.limit:.4g}): {self.outcome}"
         )
+        if self.between:
+            line += f"; {self.between}"
         if self.reason:
             line += f" ({self.reason})"
         elif self.outcome == "undecided" and self.more_repetitions:
             line += f" (about {self.more_repetitions} more repetitions would decide)"
+        elif self.outcome == "undecided" and self.between:
+            line += (
+                " (the between-session term alone reaches the limit: more repetitions "
+                "cannot decide; a paired gate against the baseline's build can)"
+            )
         return line
 
 
@@ -524,13 +540,16 @@ def judge_baseline(
     confidence: float = 0.95,
     min_rel_spread: float = 0.01,
     seed: int = 0,
+    session: SessionSpread | None = None,
 ) -> BaselineCheck:
     """Judge *measured* against a stored baseline on the interval of ``median(measured) /
     baseline`` (*baseline*: its samples or stored figure; a bare *baseline_value* counts as a
     figure with no spread of its own). Higher is better: ``pass`` when the whole interval
     lies at or above ``1 - tolerance``, ``fail`` when it lies wholly below, ``undecided``
     otherwise; lower is better: the mirror image around ``1 + tolerance``. A noisy host gives
-    a wide interval, and a wide interval never fails."""
+    a wide interval, and a wide interval never fails. The baseline was measured in another
+    session: *session* (the host's between-session spread) widens the interval by the
+    difference of two sessions' levels, which no number of repetitions removes."""
     if not measured:
         raise ValueError("no measured samples")
     if not (math.isfinite(baseline_value) and baseline_value > 0):
@@ -544,6 +563,8 @@ def judge_baseline(
     iv, n = _interval(
         list(measured), stored, confidence=confidence, min_rel_spread=min_rel_spread, seed=seed
     )
+    if session is not None:
+        iv = with_session_term(iv, session.difference_sd)
     outcome: Literal["pass", "fail", "undecided"]
     if higher_is_better:
         t = 1 - tolerance
@@ -562,6 +583,7 @@ def judge_baseline(
         high=iv.high,
         more_repetitions=_more(iv, [t], n) if outcome == "undecided" else None,
         confidence=confidence,
+        between=session.describe() if session is not None else "",
     )
 
 

@@ -63,17 +63,28 @@ def test_a_small_real_change_passes_and_says_its_size():
 
 
 def test_creep_against_the_oldest_accepted_baseline_shows():
+    """Three accepted gates of about -3 % each: each passes alone (small-slower), their chained
+    sum is a regression beyond the margin, and the gate says so in its table and JSON."""
     from dataclasses import replace
 
-    from pytest_moeperf.verdicts.judge import judge_change as jc
+    from pytest_moeperf.verdicts.creep import PairedChange, judge_chain
 
     r = _result([600, 605, 598, 602, 601], [601, 603, 599, 600, 604])
-    older = jc([601, 603, 599, 600, 604], [700.0, 702.0, 698.0], label="b11000 accepted 2026-01-01")
-    r.rows[0] = replace(r.rows[0], oldest=older)
+    links = [
+        ("b11100", PairedChange("b11000", -0.03, 0.004, 60)),
+        ("b11200", PairedChange("b11100", -0.035, 0.004, 60)),
+    ]
+    today = PairedChange("b11200", -0.03, 0.005, 40)
+    chained = judge_chain(links, today, margin=0.05, label="mmap.pp512")
+    r.rows[0] = replace(r.rows[0], oldest=chained, change=today)
     assert r.crept == r.rows and r.passed  # passes today's gate, but the chain is a regression
-    assert "-14.1 % [-16.4, -11.8] slower" in gate_text(r)
-    assert "slower than the oldest accepted baseline (b11000 accepted 2026-01-01" in gate_text(r)
-    assert gate_json(r)["rows"][0]["vs_oldest"]["outcome"] == "slower"
+    text = gate_text(r)
+    assert "-9.1 % [-10.4, -7.7] since b11000 (3 gates): slower" in text
+    assert "mmap.pp512 since b11000 (3 paired gates) = 0.909" in text
+    assert "the accepted chain adds up to a regression" in text
+    row = gate_json(r)["rows"][0]
+    assert row["vs_oldest"]["outcome"] == "slower" and row["vs_oldest"]["since"] == "b11000"
+    assert row["change"] == {"against": "b11200", "log_ratio": -0.03, "se": 0.005, "rounds": 40}
 
 
 def test_equal_builds_are_unchanged():

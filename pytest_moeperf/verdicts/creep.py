@@ -1,0 +1,213 @@
+"""Change across days without comparing days: the accepted chain of paired gates, and the
+between-session term of a baseline check.
+
+A gate compares two builds in the same rounds, so the host's drift between hours (10-20 % on
+this project's VMs) falls on both sides alike. Comparing today's candidate with numbers stored
+on another day would put that drift into the verdict. So nothing here is compared unpaired
+across days:
+
+- **Creep.** Each gate that is accepted stores its paired change (:class:`PairedChange`: the
+  log-ratio of candidate over baseline, its standard error, the build it was paired with).
+  The change since the oldest build of the chain is the sum of the chain's links and this
+  gate's own, with the standard errors added in quadrature (:func:`judge_chain`): every link
+  was measured in rounds of its own day, and no day's level enters.
+- **Baseline checks.** An absolute check does compare two sessions: the stored median and
+  today's. Its interval gains a between-session term (:func:`session_spread`), estimated per
+  host, configuration and workload from the session medians of the same build, and held at a
+  conservative prior until enough sessions exist.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..defaults import MARGIN, SESSION_PRIOR_SESSIONS, SESSION_SPREAD
+from .sequential import Rule
+
+CHAIN_CONFIDENCE = 0.95
+"""The confidence of the chained change's interval (two-sided): a false "slower than the
+oldest accepted" (which refuses an accept) at most 2.5 % of the time."""
+
+
+@dataclass(frozen=True)
+class PairedChange:
+    """One accepted gate's paired change of a configuration and workload: what the chain is
+    made of."""
+
+    against: str
+    """The build the accepted one was gated against (the link's older end)."""
+    log_ratio: float
+    """The trimmed mean of the rounds' ``log(candidate / baseline)``."""
+    se: float
+    """Its standard error (Yuen's, widened by the process blocks' design effect)."""
+    rounds: int
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.log_ratio) and math.isfinite(self.se) and self.se >= 0):
+            raise ValueError(
+                f"paired change {self.log_ratio!r} +- {self.se!r}: give a finite log-ratio "
+                "and a standard error >= 0"
+            )
+        if self.rounds < 1:
+            raise ValueError(f"paired change over {self.rounds} rounds: give rounds >= 1")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The baseline file's ``change = { ... }`` of an entry."""
+        return {
+            "against": self.against,
+            "log_ratio": float(f"{self.log_ratio:.6g}"),
+            "se": float(f"{self.se:.6g}"),
+            "rounds": self.rounds,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> PairedChange:
+        """From :meth:`to_dict`; ``ValueError`` (naming the field) when malformed."""
+        unknown = sorted(set(d) - {"against", "log_ratio", "se", "rounds"})
+        if unknown:
+            raise ValueError(
+                f"unknown field {unknown[0]!r} (known: against, log_ratio, se, rounds)"
+            )
+        against = d.get("against")
+        if not isinstance(against, str) or not against:
+            raise ValueError(f"against {against!r} must name the build it was gated against")
+        for name in ("log_ratio", "se"):
+            if isinstance(d.get(name), bool) or not isinstance(d.get(name), int | float):
+                raise ValueError(f"{name} {d.get(name)!r} must be a number")
+        rounds = d.get("rounds")
+        if isinstance(rounds, bool) or not isinstance(rounds, int):
+            raise ValueError(f"rounds {rounds!r} must be a whole number")
+        return cls(against, float(d["log_ratio"]), float(d["se"]), rounds)
+
+
+@dataclass(frozen=True)
+class ChainedChange:
+    """The change of a candidate since the oldest build of its accepted chain."""
+
+    since: str
+    """The oldest build of the chain."""
+    builds: tuple[str, ...]
+    """The chain's builds, oldest first, the gate's baseline last (the candidate follows)."""
+    ratio: float
+    low: float
+    high: float
+    outcome: str
+    """Of :class:`~pytest_moeperf.verdicts.sequential.Rule` ``change``: ``slower`` when the
+    whole interval lies past the margin."""
+    margin: float = MARGIN
+    confidence: float = CHAIN_CONFIDENCE
+    label: str = ""
+
+    def explain(self) -> str:
+        """``mmap.pp512 since b11400 (3 gates) = 0.93 [0.90, 0.96] (-7.0 %): slower``."""
+        gates = len(self.builds)
+        return (
+            f"{self.label} since {self.since} ({gates} paired gate{'s' * (gates != 1)}) = "
+            f"{self.ratio:.3f} [{self.low:.3f}, {self.high:.3f}] "
+            f"({100 * (self.ratio - 1):+.1f} %): {self.outcome}"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "since": self.since,
+            "builds": list(self.builds),
+            "ratio": self.ratio,
+            "low": self.low,
+            "high": self.high,
+            "outcome": self.outcome,
+            "margin": self.margin,
+            "confidence": self.confidence,
+            "explain": self.explain(),
+        }
+
+
+def judge_chain(
+    links: Sequence[tuple[str, PairedChange]],
+    current: PairedChange,
+    *,
+    margin: float = MARGIN,
+    label: str = "",
+    confidence: float = CHAIN_CONFIDENCE,
+) -> ChainedChange:
+    """The candidate's change since the oldest build of *links* (each ``(build, its accepted
+    change)``, oldest first; every link's ``against`` is the build before it, the first's is
+    the chain's start) plus *current* (this gate's paired change over the newest link's
+    build): the sum of the log-ratios, its standard error the root of the sum of squares, a
+    normal interval at *confidence*, judged by the ``change`` rule at its end."""
+    changes = [c for _, c in links] + [current]
+    centre = sum(c.log_ratio for c in changes)
+    se = math.sqrt(sum(c.se**2 for c in changes))
+    z = statistics.NormalDist().inv_cdf(0.5 + confidence / 2)
+    low, high = math.exp(centre - z * se), math.exp(centre + z * se)
+    ratio = math.exp(centre)
+    outcome = Rule("change", margin=margin).outcome(ratio, low, high, final=True)
+    since = links[0][1].against if links else current.against
+    return ChainedChange(
+        since=since,
+        builds=(since, *(b for b, _ in links)),
+        ratio=ratio,
+        low=low,
+        high=high,
+        outcome=str(outcome),
+        margin=margin,
+        confidence=confidence,
+        label=label,
+    )
+
+
+@dataclass(frozen=True)
+class SessionSpread:
+    """The spread of one build's session medians on one host (log scale): how far two
+    sessions' levels stand apart when nothing changed."""
+
+    log_sd: float
+    """The standard deviation of one session's level (a median's log)."""
+    sessions: int
+    """Session medians it was estimated from."""
+    prior: float
+    """The prior it was pooled with (:data:`~pytest_moeperf.defaults.SESSION_SPREAD`, or the
+    host's calibrated figure)."""
+    prior_sessions: float = SESSION_PRIOR_SESSIONS
+
+    @property
+    def difference_sd(self) -> float:
+        """The log standard deviation of the difference of two sessions' levels."""
+        return math.sqrt(2.0) * self.log_sd
+
+    def describe(self) -> str:
+        """``between sessions 7.1 % (from 4 sessions and a prior of 10 %)``."""
+        seen = f"{self.sessions} session{'s' * (self.sessions != 1)}"
+        return (
+            f"between sessions {100 * math.expm1(self.log_sd):.1f} % (from {seen} and a prior "
+            f"of {100 * math.expm1(self.prior):.0f} % worth {self.prior_sessions:g})"
+        )
+
+
+def session_spread(
+    medians: Sequence[float],
+    *,
+    prior: float = SESSION_SPREAD,
+    prior_sessions: float = SESSION_PRIOR_SESSIONS,
+) -> SessionSpread:
+    """The between-session spread of the session *medians* (tok/s) of one build: the variance
+    of their logs pooled with a *prior* (log standard deviation) that counts as
+    *prior_sessions* degrees of freedom, so that with few sessions it stays near the prior
+    (conservative) and with many it follows them. The session medians' variance holds their
+    within-session noise too, so it overstates the term, never understates it."""
+    if prior < 0 or prior_sessions <= 0:
+        raise ValueError(f"prior {prior!r} and prior_sessions {prior_sessions!r} must be >= 0, > 0")
+    logs = [math.log(m) for m in medians if m > 0 and math.isfinite(m)]
+    df = len(logs) - 1
+    pooled = prior**2 * prior_sessions
+    if df >= 1:
+        pooled += statistics.variance(logs) * df
+    return SessionSpread(
+        log_sd=math.sqrt(pooled / (prior_sessions + max(df, 0))),
+        sessions=len(logs),
+        prior=prior,
+        prior_sessions=prior_sessions,
+    )

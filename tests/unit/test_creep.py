@@ -1,0 +1,257 @@
+"""Change across days without comparing days: the accepted chain of paired gates (stored with
+each accepted entry, walked back, summed), the between-session term of baseline checks, and
+the host's noise figures from ``moeperf calibrate``."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from pytest_moeperf.errors import BaselineError
+from pytest_moeperf.measure.measurement import Conditions, Measurement, Sample
+from pytest_moeperf.measure.stats import RatioInterval, with_session_term
+from pytest_moeperf.measure.workload import Workload
+from pytest_moeperf.store.accept import accept_measurements, accept_noise
+from pytest_moeperf.store.baselines import load_baselines, parse_baselines
+from pytest_moeperf.store.hosts import BaselineHost, accepted_chain
+from pytest_moeperf.store.record import RunRecord
+from pytest_moeperf.store.sessions import session_medians
+from pytest_moeperf.verdicts.calibration import NoiseFigure, lag1, noise_figure
+from pytest_moeperf.verdicts.creep import PairedChange, judge_chain, session_spread
+from pytest_moeperf.verdicts.judge import judge_baseline
+
+W = Workload.parse("pp512")
+FP = {"cpu_model": "test cpu", "cpus": 2}
+
+
+def _m(build: str, value: float, configuration: str = "mmap") -> Measurement:
+    samples = tuple(Sample(512, 512_000 / v) for v in (value, value * 1.01, value * 0.99))
+    return Measurement(configuration, build, W, samples, Conditions(profile="p"))
+
+
+# -- the chain ---------------------------------------------------------------------------------
+def test_a_paired_change_keeps_its_fields_and_refuses_bad_ones():
+    c = PairedChange("b1", -0.0123456789, 0.004, 40)
+    assert PairedChange.from_dict(c.to_dict()) == PairedChange("b1", -0.0123457, 0.004, 40)
+    for bad, word in (
+        ({"against": "", "log_ratio": 0, "se": 0, "rounds": 1}, "against"),
+        ({"against": "b1", "log_ratio": "x", "se": 0, "rounds": 1}, "log_ratio"),
+        ({"against": "b1", "log_ratio": 0, "se": -1, "rounds": 1}, "standard error"),
+        ({"against": "b1", "log_ratio": 0, "se": 0, "rounds": 0}, "rounds"),
+        ({"against": "b1", "log_ratio": 0, "se": 0, "rounds": 1, "sd": 1}, "unknown field 'sd'"),
+    ):
+        with pytest.raises(ValueError, match=word):
+            PairedChange.from_dict(bad)
+
+
+def test_the_chain_sums_its_links_and_adds_their_errors_in_quadrature():
+    links = [
+        ("b2", PairedChange("b1", -0.025, 0.003, 50)),
+        ("b3", PairedChange("b2", -0.025, 0.004, 50)),
+    ]
+    today = PairedChange("b3", -0.025, 0.012, 20)
+    chained = judge_chain(links, today, margin=0.05, label="mmap.pp512")
+    se = math.sqrt(0.003**2 + 0.004**2 + 0.012**2)
+    assert chained.ratio == pytest.approx(math.exp(-0.075))
+    assert chained.low == pytest.approx(math.exp(-0.075 - 1.959964 * se), rel=1e-6)
+    assert chained.since == "b1" and chained.builds == ("b1", "b2", "b3")
+    # -7.2 % [-9.6, -4.8]: past 1 but holding the margin's edge: undecided, not slower
+    assert chained.outcome == "undecided"
+    assert "[0.904, 0.952] (-7.2 %): undecided" in chained.explain()
+    # each link alone is within the margin; the same links with small errors add up to slower
+    sharp = judge_chain(links, PairedChange("b3", -0.025, 0.003, 80), margin=0.05)
+    assert sharp.outcome == "slower" and "since b1 (3 paired gates)" in sharp.explain()
+    alone = judge_chain([], PairedChange("b3", -0.025, 0.003, 80), margin=0.05)
+    assert alone.outcome == "small-slower" and alone.since == "b3"
+
+
+def _file_with_chain(tmp_path):
+    path = tmp_path / "p.toml"
+    accept_measurements(path, "p", [_m("b1", 100.0)], FP, source="perf", date="2026-11-01")
+    for build, against, day in (("b2", "b1", "2026-11-02"), ("b3", "b2", "2026-11-03")):
+        change = PairedChange(against, -0.01, 0.005, 40)
+        accept_measurements(
+            path,
+            "p",
+            [_m(build, 99.0)],
+            FP,
+            source="gate",
+            date=day,
+            changes={("mmap", "pp512"): change},
+        )
+    return path
+
+
+def test_an_accepted_gate_stores_its_link_and_the_chain_is_walked_back(tmp_path):
+    bf = load_baselines(_file_with_chain(tmp_path))
+    host = bf.hosts[0].id
+    assert bf.find("b3", "mmap", "pp512", host=host).change == PairedChange("b2", -0.01, 0.005, 40)
+    assert bf.find("b1", "mmap", "pp512", host=host).change is None
+    chain = accepted_chain(bf, host, "mmap", "pp512", "b3")
+    assert [(b, c.against) for b, c in chain] == [("b2", "b1"), ("b3", "b2")]
+    assert accepted_chain(bf, host, "mmap", "pp512", "b1") == []  # the start of the chain
+    assert accepted_chain(bf, host, "mmap", "pp512", "b9") is None  # never accepted here
+    assert accepted_chain(bf, "no-such-host", "mmap", "pp512", "b3") is None
+
+
+def test_a_chain_whose_older_end_the_file_lacks_starts_there(tmp_path):
+    path = tmp_path / "p.toml"
+    change = PairedChange("b0", -0.01, 0.005, 40)  # b0 was never accepted into this file
+    accept_measurements(
+        path,
+        "p",
+        [_m("b1", 99.0)],
+        FP,
+        source="g",
+        date="2026-11-02",
+        changes={("mmap", "pp512"): change},
+    )
+    bf = load_baselines(path)
+    chain = accepted_chain(bf, bf.hosts[0].id, "mmap", "pp512", "b1")
+    assert chain == [("b1", change)]
+    assert judge_chain(chain, PairedChange("b1", 0.0, 0.005, 40)).since == "b0"
+
+
+def test_a_bad_change_field_names_the_file_and_entry():
+    text = (
+        'schema = 2\nprofile = "p"\n\n[[entry]]\nbuild = "b1"\nconfiguration = "mmap"\n'
+        'workload = "pp512"\nvalue = 1.0\nrel_spread = 0.01\ndate = "d"\nsource = "s"\n'
+        'change = { against = "b0", log_ratio = 0.1, se = 0.01 }\n'
+    )
+    with pytest.raises(BaselineError, match=r"x\.toml.*change: rounds None must be a whole"):
+        parse_baselines(text, name="x.toml")
+
+
+# -- the between-session term -----------------------------------------------------------------
+def test_the_session_spread_starts_at_the_prior_and_follows_many_sessions():
+    none = session_spread([])
+    assert none.log_sd == pytest.approx(0.10) and none.sessions == 0
+    rng = random.Random(1)
+    steady = [100 * math.exp(rng.gauss(0, 0.02)) for _ in range(60)]
+    many = session_spread(steady)
+    assert 0.018 < many.log_sd < 0.035  # the prior's 4 sessions weigh little against 60
+    few = session_spread(steady[:3])
+    assert few.log_sd > 0.07  # three steady sessions do not yet overrule the prior
+    assert "from 3 sessions and a prior of 11 % worth 4" in few.describe()
+
+
+def test_the_session_term_widens_a_baseline_check_that_more_samples_cannot_narrow():
+    measured = [97.0, 98.0, 96.5, 97.5, 98.5, 97.2]
+    stored = [100.0, 101.0, 99.5, 100.5]
+    plain = judge_baseline(measured, 100.25, 0.15, baseline=stored)
+    assert plain.outcome == "pass"
+    wide = judge_baseline(measured, 100.25, 0.15, baseline=stored, session=session_spread([]))
+    assert wide.outcome == "undecided" and wide.low < plain.low
+    line = wide.explain()
+    assert "between sessions 10.5 %" in line and "more repetitions cannot decide" in line
+    # a host whose sessions agree: the term shrinks and the check decides again
+    rng = random.Random(2)
+    agreeing = session_spread([100 * math.exp(rng.gauss(0, 0.01)) for _ in range(40)])
+    check = judge_baseline(measured, 100.25, 0.15, baseline=stored, session=agreeing)
+    assert check.outcome == "pass"
+
+
+def test_with_session_term_adds_in_quadrature_and_raises_the_floor():
+    iv = RatioInterval(1.0, math.exp(-0.03), math.exp(0.04), 0.95, "bootstrap", floor=0.01)
+    wide = with_session_term(iv, 0.05)
+    z = 1.959964
+    assert math.log(wide.high) == pytest.approx(math.hypot(0.04, z * 0.05), rel=1e-5)
+    assert -math.log(wide.low) == pytest.approx(math.hypot(0.03, z * 0.05), rel=1e-5)
+    assert wide.floor == pytest.approx(math.hypot(0.01, z * 0.05), rel=1e-5)
+    assert with_session_term(iv, 0.0) is iv
+    with pytest.raises(ValueError, match="log_sd"):
+        with_session_term(iv, -1.0)
+
+
+def _record(fingerprint: dict, value: float, build: str = "b1") -> dict:
+    return RunRecord(
+        fingerprint=fingerprint,
+        fingerprints={"p": fingerprint},
+        measurements=[_m(build, value)],
+    ).to_dict()
+
+
+def test_session_medians_are_this_hosts_sessions_of_this_build_once_each():
+    host = BaselineHost("host-1", dict(FP))
+    other = {"cpu_model": "other cpu", "cpus": 2}
+    results = [
+        _record(FP, 100.0),
+        _record(FP, 90.0),
+        _record(other, 50.0),  # another host
+        _record(FP, 70.0, build="b2"),  # another build
+        {"moeperf_results": 2, "measurements": "broken"},  # reported by the history, no session
+    ]
+    got = session_medians(
+        results,
+        host,
+        profile="p",
+        build="b1",
+        configuration="mmap",
+        workload="pp512",
+        cpus=None,
+        stored=[100.0, 95.0],
+    )
+    assert got == [pytest.approx(100.0), pytest.approx(90.0), 95.0]  # 100.0 stored once
+
+
+# -- the host's noise figures ------------------------------------------------------------------
+def test_lag1_and_the_noise_figure_of_ar1_rounds():
+    rng = random.Random(3)
+    gates = []
+    for _ in range(8):
+        x, d = 0.0, []
+        for _ in range(200):
+            x = 0.5 * x + rng.gauss(0, 0.05)
+            d.append(x + 0.01)
+        gates.append(d)
+    f = noise_figure(
+        ["unchanged"] * 6 + ["small-faster", "slower"],
+        gates,
+        [0.04, 0.05],
+        build="b1",
+        date="2026-12-01",
+        budget=180.0,
+    )
+    assert 0.4 < f.lag1 < 0.6 and f.gates == 8 and f.rounds == 1600
+    assert f.round_spread == pytest.approx(0.05 / math.sqrt(1 - 0.25), rel=0.1)
+    assert (f.false_alarms, f.spurious, f.undecided) == (1, 1, 0)
+    assert f.mde == pytest.approx(0.045)
+    assert lag1([1.0, 2.0]) == 0.0 and lag1([1.0, 1.0, 1.0]) == 0.0
+    assert abs(lag1([rng.gauss(0, 1) for _ in range(4000)])) < 0.05
+    with pytest.raises(ValueError, match="at least one A/A gate"):
+        noise_figure([], [], [], build="b", date="d", budget=1.0)
+
+
+def test_noise_figures_are_stored_with_the_host_and_read_back(tmp_path):
+    path = _file_with_chain(tmp_path)
+    figure = NoiseFigure("b1", "2026-12-01", 4, 220, 0.061, 0.03, 0.042, 180.0, 0, 1, 0)
+    bf, host = accept_noise(path, "p", FP, {"mmap.pp512": figure})
+    assert host == "host-1" and load_baselines(path).hosts[0].noise == {"mmap.pp512": figure}
+    assert len(bf.entries) == 3  # nothing else moved
+    assert '[host.noise."mmap.pp512"]' in path.read_text()
+    # a later accept of numbers keeps the host's figures
+    accept_measurements(path, "p", [_m("b4", 98.0)], FP, source="perf", date="2026-12-02")
+    assert load_baselines(path).hosts[0].noise["mmap.pp512"] == figure
+    # another host's figures go to a host of their own
+    _, other = accept_noise(path, "p", {"cpu_model": "other", "cpus": 4}, {"mmap.pp512": figure})
+    assert other == "host-2"
+    assert figure.sample_spread == pytest.approx(math.expm1(0.061 / math.sqrt(2)))
+    assert "round spread 6.1 %, lag-1 +0.03, MDE 4.2 % at 180 s" in figure.describe()
+
+
+def test_a_bad_noise_figure_names_the_file_and_says_what_to_do(tmp_path):
+    path = _file_with_chain(tmp_path)
+    text = path.read_text().replace(
+        "[[entry]]",
+        '[host.noise."mmap.pp512"]\nbuild = "b1"\ndate = "d"\nround_spread = -1\nmde = 0.1\n'
+        "budget = 1.0\n\n[[entry]]",
+        1,
+    )
+    with pytest.raises(
+        BaselineError,
+        match=r"p\.toml: host #1 at line 7: noise\.mmap\.pp512: round_spread -1 must be >= 0; "
+        "run moeperf calibrate again",
+    ):
+        parse_baselines(text, name=str(path))

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from ..defaults import SettingError
 from ..errors import MoeperfError
-from . import baselines, bisect, build, gate, logstats, model, sweep
+from . import baselines, bisect, build, calibrate, gate, logstats, model, sweep
 
 VERBS = (
     (
@@ -30,6 +30,13 @@ VERBS = (
         bisect,
         "find the first bad build between a good and a bad one (published build numbers or "
         "binaries); exit 0 found, 1 no slowdown between them, 3 undecided",
+    ),
+    (
+        "calibrate",
+        calibrate,
+        "run A/A gates (a build against itself) on this host and report, per metric, the false "
+        "alarms, undecided rows, round spread, lag-1 autocorrelation and MDE at the budget; "
+        "stores the figures with this host in the baseline file",
     ),
     (
         "baselines",

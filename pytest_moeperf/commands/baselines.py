@@ -1,5 +1,5 @@
 """``moeperf baselines FILE...``: the hosts each baseline file holds numbers of, with their
-fingerprints and probe figures."""
+fingerprints, probe figures and the noise ``moeperf calibrate`` measured there."""
 
 from __future__ import annotations
 
@@ -23,6 +23,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"{name}: profile {bf.profile}, {len(bf.hosts)} host(s)")
         for host in bf.hosts:
             dates = sorted({e.date for e in bf.entries if e.host == host.id})
-            when = f", recorded {dates[0]}" + (f" to {dates[-1]}" if len(dates) > 1 else "")
-            print(f"  {host.describe()}; {counts.get(host.id, 0)} entries{when if dates else ''}")
+            when = ""
+            if dates:
+                when = f", recorded {dates[0]}" + (f" to {dates[-1]}" if len(dates) > 1 else "")
+            print(f"  {host.describe()}; {counts.get(host.id, 0)} entries{when}")
+            for metric, figure in sorted(host.noise.items()):
+                print(f"    noise of {metric}: {figure.describe()}")
     return 0

@@ -273,11 +273,15 @@ def _options(config: pytest.Config) -> Options:
     )
     check_budget(opts.budget, "--moeperf-budget")
     check_seconds(
-        opts.startup_timeout, "--moeperf-startup-timeout", "the startup timeout",
+        opts.startup_timeout,
+        "--moeperf-startup-timeout",
+        "the startup timeout",
         example=STARTUP_TIMEOUT,
     )
     check_seconds(
-        opts.request_timeout, "--moeperf-request-timeout", "the request timeout",
+        opts.request_timeout,
+        "--moeperf-request-timeout",
+        "the request timeout",
         example=REQUEST_TIMEOUT,
     )
     check_seconds(

@@ -81,9 +81,7 @@ class LiveSource(Source):
         self._budget_start: dict[ServerKey, float] = {}
         self._streams: dict[ServerKey, bool] = {}
         self._busy_warned: set[tuple[str, str, str, str]] = set()
-        self.pool = ServerPool(
-            lambda: ServerPool.host_capacity(options.host_memory), report=report
-        )
+        self.pool = ServerPool(lambda: ServerPool.host_capacity(options.host_memory), report=report)
         """The running servers and the scheduler that lets them start."""
         self.artifacts = Artifacts(options, progress)
         """The builds and models the servers run."""

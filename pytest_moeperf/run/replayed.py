@@ -73,9 +73,7 @@ class ReplaySource(Source):
         values = [rounds_of(m, s, count) for m, s in zip((ma, mb), record.sides, strict=True)]
         method = record.taken or PAIRED_METHOD
         plan = None if record.plan is None else stored_plan(record.plan)
-        return StoredFeed(
-            (ma, mb), values, record.sides, method, record.moved, plan, record.blocks
-        )
+        return StoredFeed((ma, mb), values, record.sides, method, record.moved, plan, record.blocks)
 
     def series(self, profile: Profile, configuration: Configuration, workload: Workload) -> Feed:
         m = self.measure(profile, configuration, workload)

@@ -194,9 +194,7 @@ def decide_pair(
         seconds = 0.0
     else:
 
-        def judge(
-            taken: list[tuple[float, ...]], spent: bool, looks: Plan
-        ) -> tuple[Verdict, bool]:
+        def judge(taken: list[tuple[float, ...]], spent: bool, looks: Plan) -> tuple[Verdict, bool]:
             va, vb = [r[0] for r in taken], [r[1] for r in taken]
             blocks = feed.blocks[: len(taken)] or None
             v, more = judge_rounds(

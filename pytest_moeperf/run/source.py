@@ -141,9 +141,7 @@ class StoredFeed(Feed):
         return self._sides
 
 
-def side_rounds(
-    profile: Profile, m: Measurement, first: int, per_round: int = 1
-) -> SideRounds:
+def side_rounds(profile: Profile, m: Measurement, first: int, per_round: int = 1) -> SideRounds:
     """Where the rounds of *m* (of *profile*) lie: from sample *first*, *per_round* a round."""
     return SideRounds(profile.name, m.configuration, m.build, m.workload.name, first, per_round)
 

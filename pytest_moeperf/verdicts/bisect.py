@@ -108,8 +108,6 @@ class BisectResult:
         """0 one first bad build found, 1 no slowdown between good and bad, 3 undecided."""
         return {"found": 0, "no-slowdown": 1, "undecided": 3}[self.outcome]
 
-
-
     def conclusion(self) -> str:
         if self.stopped is not None:
             return self.stopped
@@ -117,6 +115,4 @@ class BisectResult:
             last_good, first_bad = self.boundaries[0]
             return f"first bad build: {first_bad} (last good: {last_good})"
         found = ", ".join(f"{bad} (after {good})" for good, bad in self.boundaries)
-        return (
-            "undecided steps left more than one candidate; first bad build is one of: " + found
-        )
+        return "undecided steps left more than one candidate; first bad build is one of: " + found

@@ -52,7 +52,12 @@ def test_gate_same_binary_twice_writes_table_markdown_and_json(
     assert row["configuration"] == "default" and row["workload"] == "tg16"
     verdict = row["verdict"]
     assert verdict["outcome"] in (
-        "faster", "slower", "small-faster", "small-slower", "unchanged", "undecided"
+        "faster",
+        "slower",
+        "small-faster",
+        "small-slower",
+        "unchanged",
+        "undecided",
     )
     assert verdict["rounds"] == 3  # the round cap: the first look is the last
     # one sample each to start both servers, then 3 paired rounds
@@ -193,3 +198,49 @@ def test_a_slowed_server_with_an_untouched_bench_is_a_server_layer_change(
     assert row["where"].startswith("server layer: llama-bench"), row["where"]
     assert "server/bench [interval]" in out and "server layer" in out
     assert rc == 1
+
+
+def test_calibrate_runs_aa_gates_and_stores_the_hosts_noise(
+    llama_build, tmp_path, capsys, monkeypatch
+):
+    """``moeperf calibrate`` on real servers: A/A gates of one build against itself, their
+    table, JSON and plot, and the noise figures stored with this host in the baseline file,
+    where ``moeperf baselines`` lists them."""
+    from _profiles import TINY_PROFILE
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "moeperf.toml").write_text(TINY_PROFILE)
+    rc = main(
+        [
+            "calibrate",
+            "--profile",
+            "tiny",
+            "-c",
+            "default",
+            "-w",
+            "tg16",
+            "--gates",
+            "2",
+            "--budget",
+            "5",
+            "--process-block",
+            "0",
+            "--json",
+            "cal.json",
+            "--plot",
+            "cal.png",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "calibration: A/A gates of b11434 against itself" in out
+    assert "default.tg16" in out and "round spread" in out and "MDE at budget" in out
+    assert "stored: the figures of default.tg16 with [[host]] host-1 in" in out
+    figure = json.loads((tmp_path / "cal.json").read_text())["default.tg16"]["figure"]
+    assert figure["gates"] == 2 and figure["rounds"] >= 2 * 6 and figure["budget"] == 5
+    assert -1 <= figure["lag1"] <= 1 and figure["round_spread"] > 0
+    assert (tmp_path / "cal.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    stored = (tmp_path / "baselines" / "tiny.toml").read_text()
+    assert '[host.noise."default.tg16"]' in stored and "gates = 2" in stored
+    assert main(["baselines", "baselines/tiny.toml"]) == 0
+    assert "noise of default.tg16: round spread" in capsys.readouterr().out

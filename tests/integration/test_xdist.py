@@ -194,7 +194,9 @@ def test_measurements_on_disjoint_cpus_may_overlap(project):
     head, test_b = tests.split('@pytest.mark.moeperf(configurations=["other"])')
     tests = (
         head.rstrip() + "\n" + HOLD.format(name="first") + "\n\n"
-        '@pytest.mark.moeperf(configurations=["other"])' + test_b.rstrip() + "\n"
+        '@pytest.mark.moeperf(configurations=["other"])'
+        + test_b.rstrip()
+        + "\n"
         + HOLD.format(name="other")
     )
     project.makefile(".toml", moeperf=CONFIG)

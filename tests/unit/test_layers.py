@@ -22,7 +22,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("pytest_moeperf.report",),
     # the run, in its own order: profiles; the servers, the host watch, builds and models;
     # starting servers; the measuring sources (live, replayed); the session and the one
-    # decision loop; llama-bench beside the servers; the gate, bisect and the sweep
+    # decision loop; llama-bench beside the servers; the gate, bisect and the sweep; the
+    # calibration (A/A gates)
     ("pytest_moeperf.run", "pytest_moeperf.run.profiles"),
     ("pytest_moeperf.run.pool", "pytest_moeperf.run.hostwatch", "pytest_moeperf.run.artifacts"),
     ("pytest_moeperf.run.launch",),
@@ -32,6 +33,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("pytest_moeperf.run.session", "pytest_moeperf.run.rounds"),
     ("pytest_moeperf.run.crosscheck",),
     ("pytest_moeperf.run.gate", "pytest_moeperf.run.bisect", "pytest_moeperf.run.sweep"),
+    ("pytest_moeperf.run.calibrate",),
     ("pytest_moeperf.plugin", "pytest_moeperf.commands"),
 )
 PYTEST_FACING = ("pytest_moeperf.plugin",)

@@ -355,9 +355,7 @@ def test_a_replayed_verdict_is_judged_on_the_rounds_that_were_measured(clock):
     record = RunRecord(
         fingerprint={},
         measurements=[ma, mb],
-        verdicts=[
-            VerdictRecord("t", live.verdict, sides, "b.pp512 / a.pp512", taken=live.taken)
-        ],
+        verdicts=[VerdictRecord("t", live.verdict, sides, "b.pp512 / a.pp512", taken=live.taken)],
     )
     back = RunRecord.from_dict(record.to_dict())
     (stored,) = back.verdicts

@@ -24,8 +24,13 @@ from pytest_moeperf.verdicts.sequential import Coin, Plan, Rule, look
 
 @pytest.mark.parametrize(
     "p, df, expected",
-    [(0.975, 1, 12.7062), (0.975, 5, 2.5706), (0.995, 10, 3.1693), (0.975, 30, 2.0423),
-     (0.95, 1000, 1.6464)],
+    [
+        (0.975, 1, 12.7062),
+        (0.975, 5, 2.5706),
+        (0.995, 10, 3.1693),
+        (0.975, 30, 2.0423),
+        (0.95, 1000, 1.6464),
+    ],
 )
 def test_t_quantile_matches_tables(p, df, expected):
     assert t_quantile(p, df) == pytest.approx(expected, abs=2e-4)
@@ -176,7 +181,7 @@ def _gate(rng: np.random.Generator, ratio: float, plan: Plan, rule: Rule, **host
     target = plan.first_look
     while True:
         while len(a) < target:
-            for side in ("ab" if coin.first(len(a)) == "a" else "ba"):
+            for side in "ab" if coin.first(len(a)) == "a" else "ba":
                 (a if side == "a" else b).append(sample(ratio if side == "b" else 1.0))
         s = look(rule, a, b, plan)
         if s.final:
@@ -198,11 +203,14 @@ def test_aa_gates_on_a_drifting_stalling_host_rarely_call_a_change():
     assert counts["unchanged"] >= 0.9 * 400, counts
 
 
-@pytest.mark.parametrize("ratio, outcomes, at_least", [
-    (0.90, {"slower"}, 0.95),
-    (0.95, {"slower", "small-slower", "undecided"}, 0.95),  # at the edge: never faster
-    (1.10, {"faster"}, 0.95),
-])
+@pytest.mark.parametrize(
+    "ratio, outcomes, at_least",
+    [
+        (0.90, {"slower"}, 0.95),
+        (0.95, {"slower", "small-slower", "undecided"}, 0.95),  # at the edge: never faster
+        (1.10, {"faster"}, 0.95),
+    ],
+)
 def test_real_changes_are_found(ratio, outcomes, at_least):
     rng = np.random.default_rng(13)
     counts = Counter(_gate(rng, ratio, PLAN, CHANGE) for _ in range(200))

@@ -1,5 +1,6 @@
 """``moeperf make-model``: the synthetic MoE GGUF of a preset (cached by its spec), or written
-where ``-o`` says; prints its path."""
+where ``-o`` says; prints its path (the first shard's, for a split model: what
+``llama-server -m`` takes)."""
 
 from __future__ import annotations
 
@@ -10,32 +11,55 @@ from pathlib import Path
 
 from ..errors import MoeperfError
 from ..fs import check_output
-from ..llama.synthetic_model import describe, ensure_model, model_spec, write_model
+from ..llama.synthetic_model import (
+    PRESETS,
+    QUANT_TYPES,
+    STRING_FIELDS,
+    describe,
+    ensure_model,
+    model_spec,
+    shard_paths,
+    summary,
+    write_model,
+)
 from .common import say
 
 
 def add_arguments(m: argparse.ArgumentParser) -> None:
-    m.add_argument("--preset", default="tiny", help="tiny (< 1 MB) or bench (~460 MB f16)")
+    presets = ", ".join(f"{name} ({summary(spec)})" for name, spec in PRESETS.items())
+    m.add_argument("--preset", default="tiny", help=f"{presets}. Default: %(default)r")
     m.add_argument(
         "--set",
         action="append",
         default=[],
-        metavar="FIELD=N",
-        help="override one dimension, e.g. --set n_layer=4 (repeatable)",
+        metavar="FIELD=VALUE",
+        help=(
+            "override one field, e.g. --set n_layer=4, --set split=2 or "
+            f"--set quant={'|'.join(QUANT_TYPES)} (repeatable)"
+        ),
     )
     m.add_argument("--seed", type=int, help="random seed of the weights (default 0)")
-    m.add_argument("-o", "--output", help="write here instead of the cache")
+    m.add_argument(
+        "-o", "--output", help="write here instead of the cache (a split model: NAME-0000i-of-...)"
+    )
 
 
-def overrides(pairs: Sequence[str]) -> dict[str, int]:
-    """The ``--set FIELD=N`` pairs as a mapping; one line naming a malformed pair."""
-    out: dict[str, int] = {}
+def overrides(pairs: Sequence[str]) -> dict[str, int | str]:
+    """The ``--set FIELD=VALUE`` pairs as a mapping (whole numbers, text for ``quant``); one
+    line naming a malformed pair."""
+    out: dict[str, int | str] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
+        key = key.strip()
         if not sep:
-            raise MoeperfError(f"--set {pair!r}: write FIELD=NUMBER, e.g. --set n_layer=4")
+            raise MoeperfError(
+                f"--set {pair!r}: write FIELD=NUMBER or quant=TYPE, e.g. --set n_layer=4"
+            )
+        if key in STRING_FIELDS:
+            out[key] = value.strip().lower()
+            continue
         try:
-            out[key.strip()] = int(value)
+            out[key] = int(value)
         except ValueError:
             raise MoeperfError(f"--set {pair!r}: {value!r} is not a whole number") from None
     return out
@@ -49,10 +73,10 @@ def run(args: argparse.Namespace) -> int:
     )
     t0 = time.monotonic()
     if args.output:
-        check_output(Path(args.output), "make-model -o")
+        for shard in shard_paths(spec, Path(args.output)):
+            check_output(shard, "make-model -o")
         say(f"writing {describe(spec)} to {args.output}")
-        write_model(spec, Path(args.output))
-        path = Path(args.output)
+        path = write_model(spec, Path(args.output), progress=say)
     else:
         path = ensure_model(spec, progress=say)
     say(f"model ready in {time.monotonic() - t0:.1f} s")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 from pathlib import Path
 
@@ -21,11 +22,22 @@ from pytest_moeperf.llama.synthetic_model import (
     describe,
     ensure_model,
     model_spec,
+    shard_paths,
     validate_model,
     write_model,
 )
 
 SMALL = {"n_vocab": 300, "n_ff_exp": 32}
+
+# Pinned before quant and split were added: a baseline file's fingerprint names the bench
+# model's file, and cached files keep their names and bytes only while these hold.
+PINNED_DIGESTS = {
+    "tiny": "d9c8113d33c9c342a516e4aede9d0c329df4188c369f99358ee6703eeae6adeb",
+    "bench": "95de38a567145ece053bb35202074c38b8f426869a972447b74350d52734d132",
+}
+PINNED_SIZES = {"tiny": 393984, "bench": 461799616}
+TINY_SHA256 = "ed0ec6aff541e908c90d0cbd340973f585b37f89a820c4b5ecdea2fb088df7fa"
+Q = gguf.GGMLQuantizationType
 
 
 def _field(reader: gguf.GGUFReader, key: str) -> object:
@@ -43,7 +55,7 @@ def tiny_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_presets_and_defaults() -> None:
-    assert model.preset_names() == ["tiny", "bench"]
+    assert model.preset_names() == ["tiny", "bench", "large"]
     assert model_spec() == PRESETS["tiny"]
     bench = PRESETS["bench"]
     assert (bench.n_layer, bench.n_embd, bench.n_head, bench.n_head_kv, bench.head_dim) == (
@@ -61,6 +73,41 @@ def test_presets_and_defaults() -> None:
     )
     assert 440e6 < bench.estimated_bytes() < 480e6
     assert PRESETS["tiny"].estimated_bytes() < 1_000_000
+
+
+def test_digests_names_and_sizes_of_tiny_and_bench_are_pinned() -> None:
+    for name, digest in PINNED_DIGESTS.items():
+        spec = PRESETS[name]
+        assert (spec.quant, spec.split) == ("f16", 1)
+        assert spec.digest() == digest
+        assert model.file_name(spec) == f"{name}-{digest[:16]}.gguf"
+        assert model.expected_size(spec) == PINNED_SIZES[name]
+
+
+def test_default_quant_and_split_stay_out_of_the_digest() -> None:
+    spec = model_spec("tiny")
+    assert model_spec("tiny", quant="f16", split=1).digest() == spec.digest()
+    assert "quant" not in model._spec_payload(spec)
+    assert "split" not in model._spec_payload(spec)
+    assert model._spec_payload(model_spec("tiny", quant="q8_0", split=2)) == {
+        **model._spec_payload(spec),
+        "quant": "q8_0",
+        "split": 2,
+    }
+
+
+def test_large_preset_is_several_gb_of_q4_0_in_three_files() -> None:
+    large = PRESETS["large"]
+    assert (large.quant, large.split) == ("q4_0", 3)
+    assert (large.n_layer, large.n_embd, large.n_expert, large.n_expert_used) == (16, 2048, 64, 8)
+    size = model.expected_size(large)
+    assert 3.5e9 < size < 4.2e9
+    assert 2 * size < 10 * 2**30  # two private (-lm none) copies fit in 24 GB with room
+    sizes = model._expected_sizes(large)
+    assert len(sizes) == 3 and max(sizes) < 1.2 * min(sizes)  # shards of similar size
+    assert model.file_name(large) == f"large-{large.digest()[:16]}-00001-of-00003.gguf"
+    assert "q4_0 in 3 files" in describe(large)
+    assert "GB" in describe(large)
 
 
 def test_estimated_bytes_is_close_to_exact_size() -> None:
@@ -89,9 +136,9 @@ def test_digest_is_stable_hex() -> None:
 )
 def test_every_field_changes_the_digest(field: str) -> None:
     base = model_spec("tiny")
-    bumped = {"n_head": 8, "n_head_kv": 4, "head_dim": 18}.get(field, getattr(base, field) + 1)
-    if field == "n_expert_used":
-        bumped = 3
+    changes: dict[str, object] = {"n_head": 8, "n_head_kv": 4, "head_dim": 18}
+    changes |= {"n_expert_used": 3, "quant": "q8_0", "split": 2}
+    bumped = changes.get(field) or getattr(base, field) + 1
     other = dataclasses.replace(base, **{field: bumped})
     assert other.digest() != base.digest()
     assert model.file_name(other) != model.file_name(base)
@@ -121,6 +168,15 @@ def test_file_name_names_the_preset() -> None:
         ("tiny", {"n_layer": 2.5}, "n_layer"),
         ("tiny", {"n_layer": True}, "n_layer"),
         ("tiny", {"n_vocab": "512"}, "n_vocab"),
+        ("tiny", {"quant": "q5_k"}, "quant"),
+        ("tiny", {"quant": 4}, "quant"),
+        ("tiny", {"quant": "Q4_0"}, "quant"),
+        ("tiny", {"split": 0}, "split"),
+        ("tiny", {"split": 28}, "split"),
+        ("tiny", {"split": "2"}, "split"),
+        ("tiny", {"quant": "q4_0", "n_embd": 48}, "n_embd"),
+        ("tiny", {"quant": "q8_0", "n_ff_exp": 40}, "n_ff_exp"),
+        ("tiny", {"quant": "q4_0", "n_head": 4, "head_dim": 12}, "n_head*head_dim"),
     ],
 )
 def test_bad_specs_raise_model_error_naming_the_field(
@@ -131,6 +187,21 @@ def test_bad_specs_raise_model_error_naming_the_field(
     message = str(info.value)
     assert named in message
     assert "\n" not in message
+    assert "use" in message  # and says what to give
+
+
+def test_quantized_rows_error_says_what_to_give() -> None:
+    with pytest.raises(ModelError) as info:
+        model_spec("tiny", quant="q4_0", n_embd=48)
+    assert str(info.value) == (
+        "model spec n_embd=48 is not a multiple of 32, the block size of quant=q4_0: "
+        "use n_embd=32 or 64, or quant=f16"
+    )
+    with pytest.raises(ModelError, match=r"head_dim=16, or quant=f16"):
+        model_spec("tiny", quant="q8_0", n_head=4, head_dim=12)
+    with pytest.raises(ModelError, match=r"split=28 exceeds the model's 27 tensors"):
+        model_spec("tiny", split=28)
+    assert model_spec("tiny", n_embd=48).n_embd == 48  # f16 rows may be any length
 
 
 def test_direct_construction_is_checked_too() -> None:
@@ -165,6 +236,19 @@ def test_spec_checks_match_the_rules(
 
 
 # -- writing ---------------------------------------------------------------------------------
+
+
+def test_tiny_file_bytes_are_pinned(tiny_file: Path) -> None:
+    assert hashlib.sha256(tiny_file.read_bytes()).hexdigest() == TINY_SHA256
+
+
+def test_chunk_size_does_not_change_the_bytes(
+    tmp_path: Path, tiny_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(model, "_CHUNK_ELEMENTS", 100)  # 1-2 rows a chunk
+    again = tmp_path / "chunked.gguf"
+    write_model(model_spec("tiny"), again)
+    assert again.read_bytes() == tiny_file.read_bytes()
 
 
 def test_same_spec_gives_the_same_bytes(tmp_path: Path, tiny_file: Path) -> None:
@@ -274,16 +358,16 @@ def test_overrides_change_the_file(tmp_path: Path) -> None:
 
 
 def test_failure_mid_write_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    real = model._tensor_data
+    real = model._tensor_chunks
     calls = {"n": 0}
 
-    def flaky(spec: ModelSpec, t: object) -> np.ndarray:
+    def flaky(spec: ModelSpec, t: object) -> object:
         calls["n"] += 1
         if calls["n"] == 5:
             raise RuntimeError("boom")
         return real(spec, t)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(model, "_tensor_data", flaky)
+    monkeypatch.setattr(model, "_tensor_chunks", flaky)
     target = tmp_path / "out" / "m.gguf"
     with pytest.raises(RuntimeError, match="boom"):
         write_model(model_spec("tiny"), target)
@@ -293,16 +377,16 @@ def test_failure_mid_write_leaves_nothing(tmp_path: Path, monkeypatch: pytest.Mo
 def test_disk_error_mid_write_is_a_model_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = model._tensor_data
+    real = model._tensor_chunks
     calls = {"n": 0}
 
-    def full(spec: ModelSpec, t: object) -> np.ndarray:
+    def full(spec: ModelSpec, t: object) -> object:
         calls["n"] += 1
         if calls["n"] == 3:
             raise OSError(28, "No space left on device")
         return real(spec, t)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(model, "_tensor_data", full)
+    monkeypatch.setattr(model, "_tensor_chunks", full)
     with pytest.raises(ModelError, match="No space left"):
         write_model(model_spec("tiny"), tmp_path / "m.gguf")
     assert list(tmp_path.iterdir()) == []
@@ -315,7 +399,7 @@ def test_failure_keeps_the_previous_file(tmp_path: Path, monkeypatch: pytest.Mon
     def broken(spec: ModelSpec, t: object) -> np.ndarray:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(model, "_tensor_data", broken)
+    monkeypatch.setattr(model, "_tensor_chunks", broken)
     with pytest.raises(RuntimeError):
         write_model(model_spec("tiny"), target)
     assert target.read_bytes() == b"old"
@@ -468,3 +552,204 @@ def test_ensure_model_concurrent_writers_agree(tmp_path: Path) -> None:
     assert sorted(p.name for p in (tmp_path / "models").iterdir()) == sorted(
         [paths[0].name, paths[0].name + ".lock"]
     )
+
+
+# -- quantized and split models ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("quant", "qtype", "ftype"), [("q8_0", Q.Q8_0, 7), ("q4_0", Q.Q4_0, 2)])
+def test_quantized_file_reads_back(tmp_path: Path, quant: str, qtype: Q, ftype: int) -> None:
+    spec = model_spec("tiny", quant=quant)
+    path = write_model(spec, tmp_path / f"{quant}.gguf")
+    assert path == tmp_path / f"{quant}.gguf"
+    assert path.stat().st_size == model.expected_size(spec)
+    assert validate_model(path, spec) is None
+    r = gguf.GGUFReader(path)
+    assert _field(r, "general.file_type") == ftype
+    assert _field(r, "general.quantization_version") == gguf.GGML_QUANT_VERSION
+    assert [t.name for t in r.tensors] == model.tensor_names(spec)
+    f16_file = gguf.GGUFReader(write_model(model_spec("tiny"), tmp_path / "f16.gguf"))
+    f16_shapes = {t.name: list(map(int, t.shape)) for t in f16_file.tensors}
+    for t in r.tensors:
+        assert list(map(int, t.shape)) == f16_shapes[t.name]
+        small = t.name.endswith("norm.weight") or t.name.endswith("gate_inp.weight")
+        assert t.tensor_type == (Q.F32 if small else qtype), t.name
+    by_name = {t.name: t for t in r.tensors}
+    for name in ("token_embd.weight", "blk.1.attn_output.weight", "blk.0.ffn_down_exps.weight"):
+        t = by_name[name]
+        values = gguf.quants.dequantize(np.asarray(t.data), qtype)
+        generated = model.generate_tensor(spec, name)
+        assert generated.dtype == np.float32
+        assert values.shape == generated.shape
+        error = float(np.abs(values - generated).max())
+        biggest = float(np.abs(generated).max())
+        # q4_0 maps a block's signed extreme to -8 and clips +8 to 7: errors reach 1/8 of it
+        assert error <= biggest / (120 if quant == "q8_0" else 7), name
+        assert np.corrcoef(values.ravel(), generated.ravel())[0, 1] > 0.99
+    assert np.array_equal(
+        np.asarray(by_name["blk.0.ffn_gate_inp.weight"].data),
+        model.generate_tensor(spec, "blk.0.ffn_gate_inp.weight"),
+    )
+
+
+def test_split_model_shards_add_up(tmp_path: Path) -> None:
+    spec = model_spec("tiny", quant="q4_0", split=3)
+    first = write_model(spec, tmp_path / "m.gguf")
+    paths = shard_paths(spec, tmp_path / "m.gguf")
+    assert first == paths[0] == tmp_path / "m-00001-of-00003.gguf"
+    assert [p.name for p in paths[1:]] == ["m-00002-of-00003.gguf", "m-00003-of-00003.gguf"]
+    assert sorted(tmp_path.iterdir()) == paths
+    assert shard_paths(spec, first) == paths  # the first shard names the model too
+    names: list[str] = []
+    for i, path in enumerate(paths):
+        r = gguf.GGUFReader(path)
+        assert _field(r, "split.no") == i
+        assert _field(r, "split.count") == 3
+        assert _field(r, "split.tensors.count") == len(model.tensor_names(spec))
+        assert r.fields["split.no"].types == [gguf.GGUFValueType.UINT16]
+        assert r.fields["split.count"].types == [gguf.GGUFValueType.UINT16]
+        assert r.fields["split.tensors.count"].types == [gguf.GGUFValueType.INT32]
+        assert _field(r, DIGEST_KEY) == spec.digest()
+        assert ("tokenizer.ggml.tokens" in r.fields) == (i == 0)
+        assert ("qwen3moe.block_count" in r.fields) == (i == 0)
+        assert len(r.tensors) >= 1
+        names += [t.name for t in r.tensors]
+    assert names == model.tensor_names(spec)
+    assert sum(p.stat().st_size for p in paths) == model.expected_size(spec)
+    assert validate_model(first, spec) is None
+    assert model.file_name(spec).endswith("-00001-of-00003.gguf")
+
+
+def test_split_as_many_shards_as_tensors(tmp_path: Path) -> None:
+    spec = model_spec("tiny", n_layer=1, split=15, **SMALL)
+    first = write_model(spec, tmp_path / "m.gguf")
+    for path in shard_paths(spec, first):
+        assert len(gguf.GGUFReader(path).tensors) == 1
+    assert validate_model(first, spec) is None
+
+
+@pytest.mark.parametrize("damage", ["missing", "truncated", "swapped", "other_spec"])
+def test_validate_spots_a_bad_later_shard(tmp_path: Path, damage: str) -> None:
+    spec = model_spec("tiny", split=3, **SMALL)
+    paths = shard_paths(spec, write_model(spec, tmp_path / "m.gguf"))
+    third = paths[2]
+    if damage == "missing":
+        third.unlink()
+        expected = f"shard 3 of 3 {third.name}: missing"
+    elif damage == "truncated":
+        size = third.stat().st_size
+        third.write_bytes(third.read_bytes()[:-100])
+        expected = f"shard 3 of 3 {third.name}: truncated: {size - 100} of {size} bytes"
+    elif damage == "swapped":
+        third.write_bytes(paths[1].read_bytes())
+        expected = f"shard 3 of 3 {third.name}: its header says shard 1 (from 0) of 3"
+    else:
+        other = model_spec("tiny", split=3, seed=5, **SMALL)
+        write_model(other, tmp_path / "o.gguf")
+        third.write_bytes((tmp_path / "o-00003-of-00003.gguf").read_bytes())
+        expected = f"shard 3 of 3 {third.name}: written for another spec"
+    reason = validate_model(paths[0], spec)
+    assert reason is not None
+    assert reason.startswith(expected)
+
+
+def test_split_model_with_its_first_shard_missing_is_missing(tmp_path: Path) -> None:
+    spec = model_spec("tiny", split=2, **SMALL)
+    first = write_model(spec, tmp_path / "m.gguf")
+    first.unlink()
+    assert validate_model(first, spec) == "missing"
+
+
+@pytest.mark.parametrize("damage", ["missing", "truncated"])
+def test_ensure_model_rebuilds_a_split_model_with_a_bad_shard(tmp_path: Path, damage: str) -> None:
+    spec = model_spec("tiny", quant="q8_0", split=3, **SMALL)
+    first = ensure_model(spec, tmp_path)
+    assert first.name == model.file_name(spec)
+    paths = shard_paths(spec, first)
+    good = [p.read_bytes() for p in paths]
+    if damage == "missing":
+        paths[1].unlink()
+    else:
+        paths[2].write_bytes(good[2][:1000])
+    messages: list[str] = []
+    assert ensure_model(spec, tmp_path, messages.append) == first
+    assert [p.read_bytes() for p in paths] == good
+    assert any("unusable" in m and "shard" in m for m in messages)
+    assert sorted(p.name for p in (tmp_path / "models").iterdir()) == sorted(
+        [p.name for p in paths] + [first.name + ".lock"]
+    )
+
+
+def test_failure_in_a_later_shard_leaves_no_shard(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = model_spec("tiny", quant="q4_0", split=3)
+    last = model._shard_plan(spec)[2][0].name
+    real = model._tensor_chunks
+
+    def flaky(spec: ModelSpec, t: model._Tensor) -> object:
+        if t.name == last:
+            raise RuntimeError("boom")
+        return real(spec, t)
+
+    monkeypatch.setattr(model, "_tensor_chunks", flaky)
+    with pytest.raises(RuntimeError, match="boom"):
+        write_model(spec, tmp_path / "m.gguf")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_failure_in_the_quantizer_thread_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(chunk: np.ndarray, gtype: object) -> np.ndarray:
+        raise ValueError("quantizer broke")
+
+    monkeypatch.setattr(model, "_encode", broken)
+    with pytest.raises(ValueError, match="quantizer broke"):
+        write_model(model_spec("tiny", quant="q8_0", split=2), tmp_path / "m.gguf")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_progress_names_the_shard_and_gb(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(model, "_PROGRESS_EVERY_S", 0.0)
+    messages: list[str] = []
+    spec = model_spec("tiny", quant="q4_0", split=3)
+    write_model(spec, tmp_path / "m.gguf", progress=messages.append)
+    assert any("shard 1 of 3" in m for m in messages)
+    assert any("shard 3 of 3" in m for m in messages)
+    assert all(" GB" in m and "\n" not in m for m in messages)
+    total = model.expected_size(spec) / 1e9
+    assert messages[-1].startswith("wrote ")
+    assert f"of {total:.2f} GB" in messages[-1]
+
+
+def test_no_progress_lines_for_a_quick_write(tmp_path: Path) -> None:
+    messages: list[str] = []
+    write_model(model_spec("tiny", split=2), tmp_path / "m.gguf", progress=messages.append)
+    assert messages == []
+
+
+def test_too_little_free_space_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+
+    monkeypatch.setattr(shutil, "disk_usage", lambda _p: shutil._ntuple_diskusage(9, 9, 1000))  # type: ignore[attr-defined]
+    with pytest.raises(ModelError) as info:
+        write_model(model_spec("tiny", split=2), tmp_path / "m.gguf")
+    message = str(info.value)
+    assert "GB free" in message and "free space" in message and "\n" not in message
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_make_model_set_parses_quant_as_text() -> None:
+    from pytest_moeperf.commands.model import overrides
+
+    assert overrides(["quant=q8_0", "split=2", "n_layer=3"]) == {
+        "quant": "q8_0",
+        "split": 2,
+        "n_layer": 3,
+    }
+    assert overrides(["quant=Q4_0"]) == {"quant": "q4_0"}
+    spec = model_spec("large", **overrides(["quant=q8_0", "split=2"]))
+    assert (spec.quant, spec.split) == ("q8_0", 2)
+    assert model.file_name(spec).startswith("custom-")
+    assert model.file_name(spec).endswith("-00001-of-00002.gguf")

@@ -9,10 +9,17 @@ the decode rate no build can beat on this host, and a measured rate as a fractio
 The estimate counts bytes as stored (quantized sizes included) and assumes an f16 KV cache
 in every layer (for hybrid models with few attention layers it overstates the KV part); it
 ignores caches, which is why a small model can exceed 100 % on a CPU with a large L3.
+
+A split model (llama.cpp's ``gguf-split``: ``NAME-00001-of-00003.gguf`` and its siblings) is
+read whole: the first shard holds the metadata and ``split.count``, every shard its own
+tensors, and the counts here cover all of them. Name the first shard, as ``llama-server -m``
+wants it.
 """
 
 from __future__ import annotations
 
+import re
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +32,11 @@ _EXPERT_MARK = "_exps."
 _LOOKUP_SUFFIX = "token_embd.weight"
 """Lookup tables: one row read per token (``token_embd``, ``per_layer_token_embd``)."""
 KV_BYTES_PER_ELEMENT = 2  # f16, llama.cpp's default cache type
+_SPLIT_NAME = re.compile(r"(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf")
+"""llama.cpp's split file name (``llama_split_path``: ``%s-%05d-of-%05d.gguf``)."""
+SPLIT_COUNT = "split.count"
+SPLIT_NO = "split.no"
+SPLIT_TENSORS = "split.tensors.count"
 
 
 @dataclass(frozen=True)
@@ -52,6 +64,12 @@ class DecodeBytes:
     """Every tensor byte of the file."""
     n_ctx_train: int = 0
     """The context the model was trained for (what ``-c 0`` gives)."""
+    architecture: str = ""
+    """``general.architecture`` (``qwen3moe``)."""
+    shards: int = 1
+    """Files of the model: 1, or the ``split.count`` of a split model."""
+    file_bytes: int = 0
+    """Bytes of its files together (header and padding included)."""
 
     def per_token(self, depth: int = 0) -> int:
         """Bytes read to generate one token with *depth* tokens already in the context."""
@@ -70,26 +88,129 @@ def _value(fields: Any, key: str) -> Any:
     return value
 
 
-def decode_bytes(model: Path) -> DecodeBytes:
-    """Read *model*'s tensor table and metadata (no weights are loaded) and count what a
-    decode step reads; a file that is not a readable GGUF is a :class:`ModelError`."""
+def split_name(name: str) -> tuple[str, int, int] | None:
+    """(prefix, shard number from 1, shard count) of a split file name such as
+    ``Qwen-UD-Q4_K_XL-00001-of-00003.gguf``; ``None`` for any other name."""
+    m = _SPLIT_NAME.fullmatch(name)
+    return (m["prefix"], int(m["no"]), int(m["count"])) if m else None
+
+
+def shard_path(first: Path, number: int, count: int) -> Path:
+    """Shard *number* (from 1) of *count* beside *first*, named as llama.cpp names it."""
+    parts = split_name(first.name)
+    prefix = parts[0] if parts else first.name.removesuffix(".gguf")
+    return first.with_name(f"{prefix}-{number:05d}-of-{count:05d}.gguf")
+
+
+def model_shards(model: Path) -> tuple[Path, ...]:
+    """The files of *model*: ``(model,)``, or every shard of a split model given by its first
+    shard (``NAME-00001-of-00003.gguf``), in order. Only names and presence are checked here
+    (:func:`decode_bytes` checks the headers too); a :class:`ModelError` names a directory,
+    a missing file or shard, or a shard other than the first."""
+    if model.is_dir():
+        raise ModelError(
+            f"{model}: is a directory; name the GGUF file (the first shard of a split model)"
+        )
+    if not model.is_file():
+        raise ModelError(f"{model}: no such file; name a GGUF model file")
+    parts = split_name(model.name)
+    if parts is None:
+        return (model,)
+    _prefix, number, count = parts
+    if count < 1 or not 1 <= number <= count:
+        raise ModelError(
+            f"{model}: shard {number} of {count} is not a split file name llama.cpp writes; "
+            "name the first shard NAME-00001-of-0000N.gguf"
+        )
+    if number != 1:
+        first = shard_path(model, 1, count)
+        raise ModelError(
+            f"{model}: is shard {number} of {count} of a split model; name its first shard "
+            f"{first.name} (llama-server -m reads the others from it)"
+        )
+    shards = tuple(shard_path(model, i, count) for i in range(1, count + 1))
+    for i, shard in enumerate(shards, start=1):
+        if not shard.is_file():
+            raise ModelError(
+                f"{shard}: shard {i} of {count} of {model.name} is missing; put every shard "
+                "in the same directory as the first"
+            )
+    return shards
+
+
+def model_size(model: Path) -> int:
+    """Bytes of all of *model*'s files (every shard of a split model)."""
+    return sum(p.stat().st_size for p in model_shards(model))
+
+
+def _reader(path: Path) -> Any:
     try:
         from gguf import GGUFReader
 
-        reader = GGUFReader(model)
-    except (OSError, ValueError, KeyError) as exc:
-        raise ModelError(f"{model}: not a readable GGUF file ({exc})") from None
-    fields = reader.fields
+        return GGUFReader(path)
+    except (OSError, ValueError, KeyError, IndexError, struct.error) as exc:
+        raise ModelError(
+            f"{path}: not a readable GGUF file ({exc}); check the download or name another file"
+        ) from None
+
+
+def _int_field(fields: Any, key: str) -> int | None:
+    value = _value(fields, key)
+    return None if value is None else int(value)
+
+
+def _check_split(model: Path, shards: tuple[Path, ...], readers: list[Any]) -> None:
+    """The headers agree with the file names: ``split.count`` of the first shard is the number
+    of shards, each shard's ``split.no`` its place, ``split.tensors.count`` the tensors found."""
+    fields = readers[0].fields
+    declared = _int_field(fields, SPLIT_COUNT) or 1
+    if declared != len(shards):
+        if len(shards) == 1:
+            raise ModelError(
+                f"{model}: its header says split into {declared} files but the name does not "
+                f"end in -00001-of-{declared:05d}.gguf; keep the names gguf-split wrote"
+            )
+        raise ModelError(
+            f"{model}: the name says {len(shards)} shards but its header's split.count is "
+            f"{declared}; the shards do not belong together (download them again)"
+        )
+    if len(shards) == 1:
+        return
+    for i, (shard, reader) in enumerate(zip(shards, readers, strict=True)):
+        number = _int_field(reader.fields, SPLIT_NO)
+        if number is not None and number != i:
+            raise ModelError(
+                f"{shard}: its header says it is shard {number + 1}, its name shard {i + 1}; "
+                "keep the names gguf-split wrote"
+            )
+    tensors = sum(len(r.tensors) for r in readers)
+    expected = _int_field(fields, SPLIT_TENSORS)
+    if expected is not None and expected != tensors:
+        raise ModelError(
+            f"{model}: split.tensors.count is {expected} but its {len(shards)} shards hold "
+            f"{tensors} tensors; a shard is truncated or from another model (download again)"
+        )
+
+
+def decode_bytes(model: Path) -> DecodeBytes:
+    """Read *model*'s tensor table and metadata (no weights are loaded) and count what a
+    decode step reads; every shard of a split model is read (:func:`model_shards`). A file
+    that is not a readable GGUF, or shards that do not belong together, are a
+    :class:`ModelError` naming the file."""
+    shards = model_shards(model)
+    readers = [_reader(p) for p in shards]
+    _check_split(model, shards, readers)
+    fields = readers[0].fields
     arch = _value(fields, "general.architecture")
     if not isinstance(arch, str):
-        raise ModelError(f"{model}: GGUF without general.architecture")
+        raise ModelError(f"{model}: GGUF without general.architecture; not a llama.cpp model")
     n_experts = int(_value(fields, f"{arch}.expert_count") or 0)
     n_used = int(_value(fields, f"{arch}.expert_used_count") or 0)
     dense = experts = lookup = 0
     has_output = False
     embd_bytes = lookup_total = stored = 0
     n_vocab = 0
-    for t in reader.tensors:
+    for t in (t for r in readers for t in r.tensors):
         size = int(t.n_bytes)
         stored += size
         if t.name.endswith(_LOOKUP_SUFFIX):
@@ -137,4 +258,7 @@ def decode_bytes(model: Path) -> DecodeBytes:
         n_vocab=n_vocab,
         stored=stored,
         n_ctx_train=int(_value(fields, f"{arch}.context_length") or 0),
+        architecture=arch,
+        shards=len(shards),
+        file_bytes=sum(p.stat().st_size for p in shards),
     )

@@ -11,13 +11,14 @@ from typing import Protocol
 from ..errors import ConfigError, MoeperfError
 from ..host.machine import file_digest
 from ..llama.build import Build, binary_build, build_llama, cuda_cmake_args
-from ..llama.model_bytes import DecodeBytes, decode_bytes
+from ..llama.model_bytes import DecodeBytes, decode_bytes, model_shards
 from ..llama.synthetic_model import ensure_model, model_spec
 from .profiles import Configuration, HostLacks, Profile
 
 SYNTHETIC = "synthetic:"
 MODEL_DIGEST_BYTES = 16 << 20
-"""The model fingerprint hashes the first 16 MiB (and records the size): cheap for 100 GB."""
+"""The model fingerprint hashes the first 16 MiB of its first file (and records the size of
+all its files and how many there are): cheap for 100 GB."""
 
 
 class BuildSettings(Protocol):
@@ -35,6 +36,7 @@ class Artifacts:
         self._models: dict[str, Path] = {}
         self._decode_bytes: dict[Path, DecodeBytes | None] = {}
         self._model_digests: dict[Path, str] = {}
+        self._model_files: dict[Path, tuple[Path, ...]] = {}
 
     def build_for(
         self, profile: Profile, configuration: Configuration, label: str | None = None
@@ -114,6 +116,20 @@ class Artifacts:
             except MoeperfError:
                 self._decode_bytes[model] = None
         return self._decode_bytes[model]
+
+    def model_files(self, model: Path) -> tuple[Path, ...]:
+        """The files of *model*: every shard of a split model (``NAME-00001-of-00003.gguf``),
+        else the file itself (also when a shard cannot be found: the server's load says so)."""
+        if model not in self._model_files:
+            try:
+                self._model_files[model] = model_shards(model)
+            except MoeperfError:
+                self._model_files[model] = (model,)
+        return self._model_files[model]
+
+    def model_size(self, model: Path) -> int:
+        """Bytes of all of *model*'s files."""
+        return sum(p.stat().st_size for p in self.model_files(model))
 
     def model_digest(self, model: Path) -> str:
         """sha256 of the first :data:`MODEL_DIGEST_BYTES` of *model* (read once per file)."""

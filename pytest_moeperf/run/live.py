@@ -126,10 +126,14 @@ class LiveSource(Source):
             keys = set(self.probes)
         return self.hostwatch.host_moved(sorted(k for k in keys if k), force=force)
 
+    def notice(self, line: str) -> None:
+        super().notice(line)
+        self.progress(f"moeperf: {line}")
+
     def fingerprint(self, profile: Profile, label: str | None = None) -> dict[str, Any]:
         """The facts *profile*'s numbers are taken on: the host with its probes, the
         llama-server build (of the servers of build *label*, when given: the gate's candidate)
-        and the model file (name, size, hash of its head)."""
+        and the model (name, size of all its files, how many, hash of the first one's head)."""
         probes = {k: p.to_dict() for k, p in sorted(self.probes.items())}
         if label is not None or profile.name not in self._fingerprints:
             fp = dict(self.host)
@@ -146,7 +150,8 @@ class LiveSource(Source):
                 fp["llama_server"] = rec.build.version().raw.strip().splitlines()[0]
                 model = rec.server.model
                 fp["model"] = model.name
-                fp["model_bytes"] = model.stat().st_size
+                fp["model_bytes"] = self.artifacts.model_size(model)
+                fp["model_shards"] = len(self.artifacts.model_files(model))
                 fp["model_sha256_16mib"] = self.artifacts.model_digest(model)
                 if label is None:
                     self._fingerprints[profile.name] = fp
@@ -254,6 +259,17 @@ class LiveSource(Source):
             return have
         start = len(have.samples) if have else 0
         sent = len(self.traffic[key[:3]].passes) if key[:3] in self.traffic else 0
+        flying = time.monotonic()  # a pre-flight is setup, outside every verdict's budget
+        for line in self.hostwatch.preflight(
+            f"{profile.name}.{configuration.name}",
+            rec.server.cpus,
+            configuration.pinning.numa_node,
+            rec.footprint.private if rec.footprint else 0,
+            [r.server.pid or 0 for r in self.pool.servers.values()],
+            self.options.busy_limit,
+        ):
+            self.notice(line)
+        self.launcher.setup_seconds += time.monotonic() - flying
         probe = self.hostwatch.probe(rec.server.cpus)
         with measuring(rec.server.cpus, rec.gpus):
             # CPU time on the server's CPUs of anything but us and the server

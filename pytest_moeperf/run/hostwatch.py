@@ -1,15 +1,18 @@
-"""The host as a run measures it: the calibration probe of each CPU set before its first
-measurement, probes again before verdicts and at the end, and how the host moved between them
-(a move beyond the probe tolerance makes later verdicts between configurations undecided)."""
+"""The host as a run measures it: a pre-flight of each configuration before its first
+measurement (neighbours on its CPUs, ``numa_balancing``, a node the page cache fills), the
+calibration probe of each CPU set, probes again before verdicts and at the end, and how the
+host moved between them (a move beyond the probe tolerance makes later verdicts between
+configurations undecided)."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from ..host.locks import measuring
 from ..host.machine import format_cpu_list, online_cpus, parse_cpu_list
+from ..host.preflight import neighbours, node_memory, numa_balancing, preflight_lines
 from ..host.probe import Probe, probe_moved, run_probe
 
 
@@ -38,6 +41,33 @@ class HostWatch:
         """How the host changed under the run: the latest line of each probe figure that
         moved (``"compute on CPUs 0-1"`` -> its line)."""
         self._probed_at: dict[str, float] = {}
+        self._flown: set[str] = set()
+
+    def preflight(
+        self,
+        name: str,
+        cpus: frozenset[int] | None,
+        numa_node: int | None,
+        private_bytes: int,
+        ours: Iterable[int],
+        busy_limit: float,
+    ) -> list[str]:
+        """Once per configuration *name*: what would make its verdicts blind, said before it
+        is measured (:func:`~pytest_moeperf.host.preflight.preflight_lines`)."""
+        if name in self._flown:
+            return []
+        self._flown.add(name)
+        watched = cpus if cpus is not None else online_cpus()
+        return preflight_lines(
+            name,
+            cpus=watched,
+            numa_node=numa_node,
+            private_bytes=private_bytes,
+            busy_limit=busy_limit,
+            others=neighbours(watched, ours=ours),
+            balancing=numa_balancing(),
+            memory=node_memory(numa_node) if numa_node is not None else None,
+        )
 
     @staticmethod
     def probe_key(cpus: frozenset[int] | None) -> str:

@@ -135,6 +135,20 @@ def test_baselines_apply_on_the_recording_host_and_skip_on_a_slowed_one(tiny):
     assert slowed < 0.5 * baseline_value
 
 
+def test_busy_neighbours_are_named_before_the_first_measurement(tiny):
+    """Pre-flight: busy loops on the server's CPUs are named (pid, share) before the first
+    measurement, with what they make of its verdicts, instead of a spent budget saying it."""
+    with competing_load(per_cpu=1):
+        result = tiny.runpytest_subprocess("-m", "perf", "-rs", "--moeperf-probe-tolerance", "0.5")
+    result.stdout.fnmatch_lines(
+        [
+            "*moeperf: tiny.default: other processes use its CPUs (* % of them: pid *): every "
+            "verdict on them will end undecided for a busy host (over 25 %) until they stop; "
+            "stop them, or pin the configuration elsewhere*"
+        ]
+    )
+
+
 @contextlib.contextmanager
 def slowdown_midway(tmp_path: Path) -> Iterator[str]:
     """The SLOWDOWN the inner run applies to itself midway; undone afterwards."""

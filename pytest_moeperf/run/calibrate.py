@@ -13,7 +13,7 @@ import datetime as dt
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from ..defaults import FIRST_LOOK, MARGIN, MAX_ROUNDS
+from ..defaults import BUDGET, FIRST_LOOK, MARGIN, MAX_ROUNDS
 from ..measure.workload import Workload
 from ..verdicts.calibration import NoiseFigure, noise_figure
 from ..verdicts.gate import GateResult, GateRow
@@ -70,7 +70,7 @@ def run_calibration(
     ends."""
     if gates < 1:
         raise ValueError(f"gates {gates!r}: run at least one A/A gate")
-    seconds = budget or session.budget(profile)
+    seconds = budget or session.budget(profile) or BUDGET  # an A/A figure names its budget
     calibration = Calibration(build.name, seconds, margin)
     for i in range(gates):
         result = run_gate(

@@ -272,7 +272,9 @@ def run_gate(
                 on_row(row)
         live.stop_servers()
     rows = holm(rows, FAMILY_ALPHA)
-    notes += _noise_notes(session, live, profile, rows, margin, budget or session.budget(profile))
+    seconds = budget or session.budget(profile)
+    if seconds is not None:  # an automatic budget is sized by each row's own pace
+        notes += _noise_notes(session, live, profile, rows, margin, seconds)
     notes.append(
         f"family: {family} row(s), each judged at {100 * FAMILY_ALPHA / family:.2g} % over its "
         f"looks; Holm's step-down holds the chance of any false slower or faster row at "

@@ -57,6 +57,8 @@ _PROFILE_KEYS = _CONFIG_KEYS | {
     "model_overrides",
     "cmake_args",
     "baseline",
+    "reference",
+    "reference_label",
     "workloads",
     "repetitions",
     "configurations",
@@ -177,9 +179,10 @@ class Profile:
     memory_bandwidth_gbs: float | None = None
     """The memory bandwidth the host is known to reach (GB/s), e.g. a STREAM figure from its
     record; decode's roofline uses it instead of the probe's own measurement."""
-    budget: float = BUDGET
+    budget: float | None = BUDGET
     """Seconds a verdict (claim, dead end, baseline check, gate row) may keep adding rounds
-    before it must say undecided."""
+    before it must say undecided; ``None`` (``budget = "auto"``): set by each verdict's first
+    round (:func:`pytest_moeperf.run.rounds.auto_budget`)."""
     cuda: bool = False
     """Build with llama.cpp's CUDA backend for this host's GPUs (``moeperf build --cuda``)."""
     sample_requests: int = 1
@@ -188,6 +191,11 @@ class Profile:
     process_block: int | None = None
     """Paired rounds a pair of server processes serves before both are restarted (0: never;
     ``None``: as many as keep restarts at about a third of the measuring time)."""
+    reference: str | None = None
+    """A baseline file whose numbers are a recorded reference (a decision record's tables),
+    shown beside each claim and dead end; never judged against as a baseline."""
+    reference_label: str | None = None
+    """What the reference is called in tables (``ADR-0042``)."""
 
     @property
     def build_label(self) -> str | None:
@@ -418,9 +426,19 @@ def _profile(name: str, table: Any, source: str, base_dir: Path | None) -> Profi
     reps = _opt(where, "repetitions", table.get("repetitions", 3), int)
     if reps < 1:
         raise ConfigError(f"{where}: repetitions must be >= 1")
-    budget = _opt(where, "budget", table.get("budget", BUDGET), (int, float))
-    if not (math.isfinite(budget) and budget > 0):
-        raise ConfigError(f"{where}: budget must be a positive number of seconds, e.g. {BUDGET:g}")
+    budget: float | None
+    if table.get("budget") == "auto":
+        budget = None
+    elif isinstance(table.get("budget"), str):
+        raise ConfigError(
+            f'{where}: budget {table["budget"]!r}: give seconds, e.g. {BUDGET:g}, or "auto"'
+        )
+    else:
+        budget = _opt(where, "budget", table.get("budget", BUDGET), (int, float))
+        if not (math.isfinite(budget) and budget > 0):
+            raise ConfigError(
+                f'{where}: budget must be a positive number of seconds, e.g. {BUDGET:g}, or "auto"'
+            )
     per_sample = _opt(where, "sample_requests", table.get("sample_requests", 1), int)
     if per_sample < 1:
         raise ConfigError(f"{where}: sample_requests must be >= 1 (timed requests per sample)")
@@ -493,10 +511,12 @@ def _profile(name: str, table: Any, source: str, base_dir: Path | None) -> Profi
         pinning=base_pin,
         env=base_env,
         baseline=_opt(where, "baseline", table.get("baseline"), str),
+        reference=_opt(where, "reference", table.get("reference"), str),
+        reference_label=_opt(where, "reference_label", table.get("reference_label"), str),
         memory_bandwidth_gbs=_bandwidth(where, table.get("memory_bandwidth_gbs")),
         workloads=workloads,
         repetitions=reps,
-        budget=float(budget),
+        budget=None if budget is None else float(budget),
         sample_requests=per_sample,
         process_block=block,
         cuda=cuda,

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from ..defaults import BUDGET
 from ..measure.measurement import Measurement
 from ..store.record import SideRounds
 from ..verdicts.judge import (
@@ -85,6 +86,34 @@ class Checked:
 
 REACH_ALLOWANCE = 1.5
 """Rounds may speed up: the looks a budget can reach are counted with this much room."""
+AUTO_ROUNDS = 40
+"""An automatic budget (a profile's ``budget = "auto"``) buys this many rounds at the pace of
+the first: looks at 6, 8, 10, 13, 16, 20, 25, 31 and 39 rounds."""
+AUTO_CAP = 1800.0
+"""The most seconds an automatic budget gives one verdict."""
+
+
+def auto_budget(pace: float) -> float:
+    """The budget of a verdict whose first round took *pace* seconds: :data:`AUTO_ROUNDS`
+    rounds, at least the default budget, at most :data:`AUTO_CAP`."""
+    return min(AUTO_CAP, max(BUDGET, AUTO_ROUNDS * pace))
+
+
+def first_look_notice(
+    label: str, pace: float, rounds: int, first_look: int, budget: float
+) -> str | None:
+    """What to say when, at *pace* seconds a round, the first look (*first_look* rounds, of
+    which *rounds* are taken) cannot fit in *budget* seconds; ``None`` when it can."""
+    needed = pace * first_look
+    if needed <= budget:
+        return None
+    enough = math.ceil(AUTO_ROUNDS * pace / 10) * 10
+    return (
+        f"{label}: a round takes {pace:.1f} s, so the first look ({first_look} rounds) needs "
+        f"about {needed:.0f} s, more than the budget of {budget:g} s: the verdict will end "
+        f"undecided after {rounds} round(s) unless the rounds speed up; give the profile "
+        f'budget = {enough} (or budget = "auto", or --moeperf-budget {enough})'
+    )
 
 
 @dataclass(frozen=True)
@@ -103,19 +132,27 @@ def until_decided(
     feed: Feed,
     judge: Callable[[list[tuple[float, ...]], bool, Plan], tuple[R, bool]],
     plan: Plan,
-    budget: float,
+    budget: float | None,
     *,
     after_round: AfterRound | None = None,
+    label: str = "",
+    notice: Callable[[str], None] | None = None,
 ) -> Ran[R]:
     """Take *feed*'s rounds and *judge* them at the looks of *plan* (rounds the feed holds
     already all at the first look) until *judge* says final, giving it whether no more rounds
     can be had (the budget of *budget* seconds of measuring is spent, or the feed has no more)
     and the plan: after the first look's rounds its looks are cut at the rounds the budget can
     reach at the pace measured so far (a stored feed brings the plan it was judged by). Time
-    the source spends starting servers or building is not measuring and is not counted."""
+    the source spends starting servers or building is not measuring and is not counted.
+
+    After the first round measured now, its pace sets a budget of ``None`` (automatic: see
+    :func:`auto_budget`), and *notice* hears at once when the first look cannot fit in the
+    budget, instead of the verdict spending it to end undecided without a word."""
     plan = feed.plan or plan
     reach_fixed = feed.plan is not None
     began, setup = time.monotonic(), feed.setup_seconds()
+    limit = math.inf if budget is None else budget
+    paced = feed.ready > 0 and feed.plan is not None  # a stored feed: nothing to pace
 
     def measuring() -> float:
         return time.monotonic() - began - (feed.setup_seconds() - setup)
@@ -134,15 +171,28 @@ def until_decided(
                 if after_round is not None and len(rounds) > feed.ready:
                     index = len(rounds) - 1
                     after_round(index, feed.first(index), feed.restarts)
-                if len(rounds) >= 2 and measuring() > budget:
+                if not paced and len(rounds) > feed.ready:
+                    paced = True
+                    pace = measuring() / (len(rounds) - feed.ready)
+                    if budget is None:
+                        limit = auto_budget(pace)
+                        if notice is not None:
+                            notice(
+                                f"{label}: a round takes {pace:.1f} s: an automatic budget of "
+                                f"{limit:.0f} s ({AUTO_ROUNDS} rounds, at most {AUTO_CAP:g} s)"
+                            )
+                    line = first_look_notice(label, pace, len(rounds), plan.first_look, limit)
+                    if line is not None and notice is not None:
+                        notice(line)
+                if len(rounds) >= 2 and measuring() > limit:
                     break
             measured = len(rounds) - feed.ready
             if not reach_fixed and measured > 0:
                 pace = measuring() / measured
-                left = max(budget - measuring(), 0.0)
+                left = max(limit - measuring(), 0.0)
                 plan = plan.within(len(rounds) + math.ceil(REACH_ALLOWANCE * left / pace))
                 reach_fixed = True
-            spent = exhausted or not feed.more(len(rounds)) or measuring() > budget
+            spent = exhausted or not feed.more(len(rounds)) or measuring() > limit
             result, final = judge(rounds, spent, plan)
             if final:
                 return Ran(result, rounds, measuring(), plan)
@@ -175,7 +225,7 @@ def decide_pair(
     *,
     label: str,
     plan: Plan,
-    budget: float,
+    budget: float | None,
     busy_limit: float,
     host_decides: bool = True,
     on_look: Callable[[Verdict, float], None] | None = None,
@@ -204,7 +254,15 @@ def decide_pair(
                 on_look(v, time.monotonic() - began)
             return v, more == 0
 
-        ran = until_decided(feed, judge, plan, budget, after_round=after_round)
+        ran = until_decided(
+            feed,
+            judge,
+            plan,
+            budget,
+            after_round=after_round,
+            label=label,
+            notice=source.notice,
+        )
         verdict, rounds, seconds, plan = ran.result, ran.rounds, ran.seconds, ran.plan
     ma, mb = feed.measurements()
     reason, moved = _overrides(source, feed, [ma, mb], busy_limit, host_decides)
@@ -231,7 +289,7 @@ def decide_baseline(
     judge_values: Callable[[list[float], float], BaselineCheck],
     *,
     plan: Plan,
-    budget: float,
+    budget: float | None,
     busy_limit: float,
 ) -> Checked:
     """Check one measurement against its stored baseline: *judge_values* (the samples, the
@@ -246,7 +304,8 @@ def decide_baseline(
         done = check.outcome != "undecided" or spent or len(taken) >= looks.max_rounds
         return check, done
 
-    check = until_decided(feed, judge, plan, budget).result
+    label = f"{side.configuration.name}.{side.workload.name}"
+    check = until_decided(feed, judge, plan, budget, label=label, notice=source.notice).result
     (m,) = feed.measurements()
     reason, _moved = _overrides(source, feed, [m], busy_limit, True)
     return Checked(overridden(check, reason), m)

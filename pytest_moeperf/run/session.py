@@ -37,6 +37,7 @@ from ..store.replay import Replay
 from ..store.sessions import session_medians
 from ..verdicts.creep import SessionSpread, session_spread
 from ..verdicts.judge import BaselineRow
+from ..verdicts.reference import DEFAULT_LABEL, Reference, ReferenceRow
 from ..verdicts.sequential import Plan
 from .live import LiveSource
 from .profiles import Profile, load_profiles
@@ -120,6 +121,9 @@ class PerfSession:
         self.last_use: dict[tuple[str, str], int] = {}
         self.verdicts: list[VerdictRecord] = []
         self.baseline_rows: list[BaselineRow] = []
+        self.reference_rows: list[ReferenceRow] = []
+        """Each claim and dead end of a profile with a ``reference``, beside its numbers."""
+        self._references: dict[str, Reference | None] = {}
         self.bench_rounds: list[BenchRound] = []
         """With ``--moeperf-bench``: each paired verdict's sides' server/bench ratios,
         llama-bench measured in the same rounds as the servers."""
@@ -163,7 +167,7 @@ class PerfSession:
         first = first_look or max(Plan.first_look, reps)
         return Plan(first_look=first, max_rounds=max(first, self.options.max_rounds))
 
-    def budget(self, profile: Profile) -> float:
+    def budget(self, profile: Profile) -> float | None:
         """Seconds a verdict of *profile* may measure."""
         return self.options.budget or profile.budget
 
@@ -193,6 +197,36 @@ class PerfSession:
                     )
             self._baselines[profile.name] = bf
         return self._baselines[profile.name]
+
+    def reference(self, profile: Profile) -> Reference | None:
+        """*profile*'s recorded reference (its ``reference`` baseline file, read once), or
+        ``None`` when it names none; a missing or invalid file is a :class:`ConfigError` naming
+        the profile's key and the file."""
+        if profile.name not in self._references:
+            ref = None
+            if profile.reference is not None:
+                key = (
+                    f"{profile.source}: profile {profile.name!r}: reference = {profile.reference!r}"
+                )
+                path = profile.path(profile.reference, self.options.rootdir)
+                if not path.is_file():
+                    raise ConfigError(
+                        f"{key}: no such baseline file {path}; point it at a baseline file "
+                        "(baselines/*.toml) or remove the key"
+                    )
+                try:
+                    bf = load_baselines(path)
+                except BaselineError as exc:
+                    raise ConfigError(f"{key}: {exc}") from None
+                ref = Reference(
+                    label=profile.reference_label or DEFAULT_LABEL,
+                    path=profile.reference,
+                    entries=bf.entries,
+                    hosts=tuple(h.id for h in bf.hosts),
+                    profile=profile.name,
+                )
+            self._references[profile.name] = ref
+        return self._references[profile.name]
 
     def session_spread(
         self, profile: Profile, host: BaselineHost, entry: BaselineEntry, cpus: str | None

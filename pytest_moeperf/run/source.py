@@ -152,6 +152,14 @@ class Source(ABC):
     def __init__(self) -> None:
         self.measurements: dict[MeasurementKey, Measurement] = {}
         """Every measurement this source gave, by (profile, configuration, build, workload)."""
+        self.notices: list[str] = []
+        """What verdicts learned before spending their budgets, in order."""
+
+    def notice(self, line: str) -> None:
+        """Keep *line*, and say it now whatever the verbosity (a live source): what a verdict
+        learns before it spends its budget (a first look that cannot fit, an automatic
+        budget)."""
+        self.notices.append(line)
 
     # -- samples -----------------------------------------------------------------------------
     @abstractmethod

@@ -136,7 +136,7 @@ def test_pyproject_tool_table(tmp_path: Path):
         ),
         (
             '[profiles.p]\nmodel = "m"\nbudget = "3 min"\n[profiles.p.configurations.c]\n',
-            "budget must be int or float",
+            "budget '3 min': give seconds, e.g. 180, or \"auto\"",
         ),
         (
             '[profiles.p]\nmodel = "m"\nsample_requests = 0\n[profiles.p.configurations.c]\n',
@@ -184,3 +184,5 @@ def test_budget_and_sample_requests():
     assert p.budget == 60.0 and p.sample_requests == 2
     d = parse('[profiles.p]\nmodel = "m"\n[profiles.p.configurations.c]\n')["p"]
     assert d.budget == 180.0 and d.sample_requests == 1
+    auto = parse('[profiles.p]\nmodel = "m"\nbudget = "auto"\n[profiles.p.configurations.c]\n')
+    assert auto["p"].budget is None  # each verdict's first round sets it

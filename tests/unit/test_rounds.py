@@ -87,6 +87,10 @@ class FakeSource:
     feed: Feed
     moved: list[str] = field(default_factory=list)
     asked: list[tuple[str, str]] = field(default_factory=list)
+    notices: list[str] = field(default_factory=list)
+
+    def notice(self, line: str) -> None:
+        self.notices.append(line)
 
     def pair(self, profile: Any, a: Side, b: Side, *, label: str, relation: str) -> Feed:
         self.asked.append((label, relation))
@@ -155,6 +159,36 @@ def test_the_budget_ends_the_rounds_undecided(clock):
     assert got.verdict.outcome in ("undecided", "slower", "small-slower")
     assert 40 <= len(got.rounds[0]) <= 41
     assert got.seconds == pytest.approx(len(got.rounds[0]), abs=1)
+
+
+def test_a_first_look_that_cannot_fit_in_the_budget_is_said_after_the_first_round(clock):
+    """At 40 s a round (a 15 tok/s host's tg128 against a cache configuration), 6 rounds
+    before the first look need 240 s: the verdict says so after its first round, before it
+    spends its 180 s to end undecided."""
+    source = FakeSource(FakeFeed(0.97, clock, step=40.0))
+    got = decide(source, Rule("change", margin=0.05), budget=180.0)
+    assert got.verdict.outcome == "undecided" and len(got.rounds[0]) <= 6
+    [line] = source.notices
+    assert line.startswith("b.pp512 / a.pp512: a round takes 40.0 s, so the first look")
+    assert "(6 rounds) needs about 240 s, more than the budget of 180 s" in line
+    assert 'budget = 1600 (or budget = "auto"' in line
+    # a budget the first look fits in says nothing
+    quiet = FakeSource(FakeFeed(0.5, clock, step=1.0))
+    decide(quiet, Rule("change"), budget=180.0)
+    assert quiet.notices == []
+
+
+def test_an_automatic_budget_is_set_by_the_first_rounds_pace(clock):
+    """``budget = "auto"``: the first round's pace buys 40 rounds (at least the default
+    budget, at most 30 minutes), said once; a change inside the margin then takes them."""
+    source = FakeSource(FakeFeed(0.97, clock, step=10.0))
+    got = decide(source, Rule("change", margin=0.05), budget=None)
+    assert source.notices == [
+        "b.pp512 / a.pp512: a round takes 10.0 s: an automatic budget of 400 s "
+        "(40 rounds, at most 1800 s)"
+    ]
+    assert 18 < len(got.rounds[0]) <= 41  # past the 180 s a fixed default would stop at
+    assert rounds_mod.auto_budget(0.5) == 180.0 and rounds_mod.auto_budget(100.0) == 1800.0
 
 
 def test_the_round_cap_ends_the_rounds(clock):

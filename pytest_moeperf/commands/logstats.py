@@ -1,5 +1,7 @@
 """``moeperf logstats``: the real-traffic table of llama-server logs (ADR-0042), the
-performance warnings each log contains, and optionally a log's request mix for replay.
+performance warnings each log contains, and optionally a log's request mix for replay; with
+``--baseline``, a production log's rows judged against a baseline file's recorded
+``kind = "traffic"`` figures, for cron: exit 0 every row holds, 1 a row fails, 3 undecided.
 
 Mounted by :func:`pytest_moeperf.commands.make_parser` through :func:`add_arguments` and
 :func:`run`; :func:`main` runs it alone (``python -m pytest_moeperf.commands.logstats``).
@@ -14,22 +16,38 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from ..errors import MoeperfError
+from ..errors import BaselineError, MoeperfError
 from ..fs import write_output
 from ..llama.logs import (
     ParsedLog,
+    RequestTiming,
     TrafficStats,
     mix_of,
     parse_log_files,
     rotated_series,
     traffic_stats,
 )
-from ..report.logstats import format_traffic_table
+from ..report.logstats import format_traffic_checks, format_traffic_table
+from ..store.baselines import TRAFFIC_METRIC, BaselineEntry, BaselineFile, load_baselines
+from ..verdicts.reference import (
+    RESAMPLES,
+    Metric,
+    Statistic,
+    TrafficCheck,
+    judge_traffic,
+    log_requests,
+    pick_entry,
+    traffic_outcome,
+)
 
 __all__ = ["add_arguments", "main", "run"]
 
 
 _PROG = "moeperf logstats"
+SEED = 0
+"""The bootstrap's seed: the same log gives the same intervals."""
+EXIT = {"holds": 0, "fails": 1, "undecided": 3}
+"""``--baseline``'s exit status by overall outcome."""
 
 
 def _non_negative(value: str) -> int:
@@ -85,6 +103,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "and arrival gaps where the log has timestamps) as a mix file a profile's traffic "
         "table can name; one log only",
     )
+    parser.add_argument(
+        "--baseline",
+        metavar="FILE",
+        help="judge the log's rows against FILE's kind = \"traffic\" entries of one "
+        "configuration (the same rows, each with a bootstrap interval over the log's requests "
+        "and a verdict against the entry's tolerance and spread); one log only; exit 0 every "
+        "row holds, 1 a row fails, 3 undecided",
+    )
+    parser.add_argument(
+        "--configuration",
+        "--column",
+        dest="configuration",
+        metavar="NAME",
+        help="with --baseline: the traffic entries' configuration (a column of the record's "
+        "table, e.g. legacy or new); needed when the file holds more than one",
+    )
 
 
 def _labels(paths: Sequence[str]) -> list[str]:
@@ -96,13 +130,99 @@ def _labels(paths: Sequence[str]) -> list[str]:
     return [f"{i + 1}:{p}" for i, p in enumerate(paths)]
 
 
+def _stored(bf: BaselineFile, configuration: str | None) -> tuple[str, list[BaselineEntry]]:
+    """The traffic configuration to judge against and its entries (the newest of each
+    metric); a one-line :class:`BaselineError` naming ``--baseline`` or ``--configuration``
+    when the file has none or more than one and none was named."""
+    traffic = [e for e in bf.entries if e.kind == "traffic"]
+    names = list(dict.fromkeys(e.configuration for e in traffic))
+    where = f"--baseline {bf.path}"
+    if not names:
+        raise BaselineError(
+            f'{where}: holds no kind = "traffic" entries; add the recorded real-traffic '
+            'figures as [[entry]] tables with kind = "traffic"'
+        )
+    if configuration is None:
+        if len(names) > 1:
+            raise BaselineError(
+                f"{where}: holds the traffic of {', '.join(names)}; name one with "
+                "--configuration (or --column)"
+            )
+        configuration = names[0]
+    elif configuration not in names:
+        raise BaselineError(
+            f"--configuration {configuration}: {bf.path} has no traffic entries of it "
+            f"(it has {', '.join(names)})"
+        )
+    metrics = dict.fromkeys(e.workload for e in traffic if e.configuration == configuration)
+    chosen = [pick_entry(traffic, configuration, w, "", kind="traffic") for w in metrics]
+    return configuration, [e for e in chosen if e is not None]
+
+
+def _row_label(what: Metric, how: Statistic, n: int, named: bool) -> str:
+    """A row as the real-traffic table names it (``decode, median`` where the entry names no
+    threshold: the table's median is over the decode rows' requests)."""
+    if how == "median" and not named:
+        return f"{what}, median"
+    new = "new tokens" if what == "prefill" else "generated"
+    return f"{what}, requests with ≥{n:,} {new}, {how}"
+
+
+def judge_log(
+    timings: Sequence[RequestTiming],
+    bf: BaselineFile,
+    entries: Sequence[BaselineEntry],
+    *,
+    prefill_min: int = 256,
+    decode_min: int = 32,
+    seed: int = SEED,
+) -> list[TrafficCheck]:
+    """Each stored traffic entry against the log's *timings*: the entry's metric
+    (``prefill-aggregate>=256``, ``decode-median``; a metric without its ``>=N`` takes
+    *prefill_min* or *decode_min*) over the log's requests, judged by
+    :func:`~pytest_moeperf.verdicts.reference.judge_traffic` against the entry's value,
+    tolerance and spread."""
+    checks = []
+    for e in entries:
+        m = TRAFFIC_METRIC.fullmatch(e.workload)
+        assert m is not None  # the file's reader checked it
+        what: Metric = "prefill" if m.group(1) == "prefill" else "decode"
+        how: Statistic = "aggregate" if m.group(2) == "aggregate" else "median"
+        n = int(m.group(3)) if m.group(3) else (prefill_min if what == "prefill" else decode_min)
+        checks.append(
+            judge_traffic(
+                log_requests(timings, what, n),
+                how,
+                e.value,
+                label=_row_label(what, how, n, m.group(3) is not None),
+                workload=e.workload,
+                tolerance=bf.tolerance_for(e),
+                rel_spread=e.rel_spread or 0.0,
+                seed=seed,
+            )
+        )
+    return checks
+
+
 def run(args: argparse.Namespace) -> int:
-    """Run ``moeperf logstats`` with parsed *args*; 0 on success, 2 on a user error."""
+    """Run ``moeperf logstats`` with parsed *args*; 0 on success, 2 on a user error; with
+    ``--baseline``, 0 every row holds, 1 a row fails, 3 undecided."""
     mix_path = args.mix
-    if mix_path and len(args.logs) != 1:
+    baseline = getattr(args, "baseline", None)
+    configuration = getattr(args, "configuration", None)
+    for flag, used in (("--mix", mix_path), ("--baseline", baseline)):
+        if used and len(args.logs) != 1:
+            what = "writes the mix of" if flag == "--mix" else "judges"
+            print(
+                f"{_PROG}: error: {flag} {what} one log; {len(args.logs)} were given "
+                "(use --rotated for a log's rotated predecessors)",
+                file=sys.stderr,
+            )
+            return 2
+    if configuration and not baseline:
         print(
-            f"{_PROG}: error: --mix writes the mix of one log; {len(args.logs)} were given "
-            "(use --rotated for a log's rotated predecessors)",
+            f"{_PROG}: error: --configuration {configuration} names a traffic column of a "
+            "--baseline file; give --baseline FILE too",
             file=sys.stderr,
         )
         return 2
@@ -123,6 +243,20 @@ def run(args: argparse.Namespace) -> int:
             label = labels[0]
             mix, mix_notes = mix_of(parsed[label].timings, str(args.logs[0]))
             write_output(Path(mix_path), json.dumps(mix.to_dict(), indent=1) + "\n", "--mix")
+        checks: list[TrafficCheck] = []
+        if baseline:
+            try:
+                bf = load_baselines(baseline)
+            except BaselineError as e:
+                raise BaselineError(f"--baseline {e}") from None
+            configuration, entries = _stored(bf, configuration)
+            checks = judge_log(
+                parsed[labels[0]].timings,
+                bf,
+                entries,
+                prefill_min=args.prefill_min,
+                decode_min=args.decode_min,
+            )
     except MoeperfError as e:
         print(f"{_PROG}: error: {e}", file=sys.stderr)
         return 2
@@ -144,9 +278,24 @@ def run(args: argparse.Namespace) -> int:
             }
             for label, p in parsed.items()
         }
+        if baseline:
+            doc[labels[0]]["baseline"] = {
+                "path": str(baseline),
+                "configuration": configuration,
+                "outcome": traffic_outcome(checks),
+                "checks": [{**asdict(c), "explain": c.explain()} for c in checks],
+            }
         print(json.dumps(doc, indent=2))
-        return 0
-    print(format_traffic_table(stats))
+        return EXIT[traffic_outcome(checks)] if baseline else 0
+    if baseline:
+        print(
+            f"{labels[0]} against {baseline}, configuration {configuration} (interval over "
+            f"the log's requests: bootstrap of {RESAMPLES:,} resamples, seed {SEED}, widened "
+            "by the stored figure's spread)"
+        )
+        print(format_traffic_checks(labels[0], str(configuration), checks))
+    else:
+        print(format_traffic_table(stats))
     extra: list[str] = []
     for label, p in parsed.items():
         if p.malformed:
@@ -160,7 +309,18 @@ def run(args: argparse.Namespace) -> int:
     if extra:
         print("\nread from the logs:")
         print("\n".join(f"- {e}" if not e.startswith(" ") else f"  {e}" for e in extra))
-    return 0
+    if not baseline:
+        return 0
+    outcome = traffic_outcome(checks)
+    failed = [c.label for c in checks if c.outcome == "fails"]
+    open_rows = [c.label for c in checks if c.outcome == "undecided"]
+    if outcome == "fails":
+        print(f"\nverdict: fails ({'; '.join(failed)})")
+    elif outcome == "undecided":
+        print(f"\nverdict: undecided ({'; '.join(open_rows)})")
+    else:
+        print("\nverdict: holds")
+    return EXIT[outcome]
 
 
 def main(argv: list[str] | None = None) -> int:

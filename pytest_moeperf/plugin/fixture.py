@@ -12,6 +12,7 @@ from ..errors import MoeperfError, StartupWarning, Unavailable
 from ..llama.server import LlamaServer
 from ..measure.measurement import Measurement
 from ..measure.workload import Workload
+from ..report.reference import reference_failure
 from ..report.tables import baseline_failure, claim_failure, measured_table
 from ..run.crosscheck import bench_in_rounds
 from ..run.profiles import Configuration, Profile
@@ -149,6 +150,8 @@ class MoePerf:
             self._touch(m)
         self._startup_warnings()
         self.verdicts.append(got.verdict)
+        if rule.kind != "change":  # a claim or a dead end: beside the profile's reference
+            self._reference_row(got.verdict, left=got.b, right=got.a)
         record = VerdictRecord(
             self.nodeid,
             got.verdict,
@@ -162,6 +165,22 @@ class MoePerf:
         )
         session.verdicts.append(record)
         return got.verdict
+
+    def _reference_row(self, verdict: Verdict, left: Measurement, right: Measurement) -> None:
+        """With the profile's ``reference``, the verdict's row beside the reference's numbers
+        (for the summary's table and this test's failure message)."""
+        ref = self.session.reference(self.profile)
+        if ref is not None:
+            self.session.reference_rows.append(ref.row(self.nodeid, verdict, left, right))
+
+    def _against_reference(self, verdict: Verdict) -> str:
+        """The failure message's part on the reference: *verdict*'s reference line and the
+        per-configuration table of this test's measurements (empty without a reference)."""
+        ref = self.session.reference(self.profile)
+        rows = [r for r in self.session.reference_rows if r.verdict is verdict]
+        if ref is None or not rows:
+            return ""
+        return "\n\n" + reference_failure(ref, rows[-1], self.touched, self.profile.workloads)
 
     def _bench_beside(
         self, a: Side, b: Side
@@ -220,18 +239,23 @@ class MoePerf:
         return self._judged(c, Rule("change", margin=margin), f"{c.left} / {c.right}")
 
     def _undecided(self, verdict: Verdict | BaselineCheck) -> None:
-        """Skip the test as undecided (fail it, with ``--moeperf-undecided=fail``)."""
+        """Skip the test as undecided (fail it with ``--moeperf-undecided=fail``, let it pass
+        with ``pass``: the verdict still shows as undecided in the summary's tables)."""
         message = f"undecided: {verdict.explain()}"
         if self.session.options.undecided == "fail":
             pytest.fail(message, pytrace=False)
-        pytest.skip(message)
+        if self.session.options.undecided != "pass":
+            pytest.skip(message)
 
     def check(self, claim: str | Claim) -> Verdict:
         """Judge *claim*; fail the test with the measured table when it fails, and skip it
         (or fail, with ``--moeperf-undecided=fail``) when the noise is too wide to tell."""
         verdict = self.judge(claim)
         if verdict.outcome == "fails":
-            pytest.fail(claim_failure(verdict, self.touched), pytrace=False)
+            pytest.fail(
+                claim_failure(verdict, self.touched) + self._against_reference(verdict),
+                pytrace=False,
+            )
         if verdict.outcome == "undecided":
             self._undecided(verdict)
         return verdict
@@ -258,7 +282,8 @@ class MoePerf:
                 f"{slower_than} in {w.name}: {verdict.explain()}\n"
                 f"Re-measure {config} against {slower_than} on the production flags and "
                 "update the decision record; then remove or change this dead end.\n\n"
-                + measured_table(self.touched),
+                + measured_table(self.touched)
+                + self._against_reference(verdict),
                 pytrace=False,
             )
         self._undecided(verdict)

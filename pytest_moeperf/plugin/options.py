@@ -113,9 +113,10 @@ def add_options(parser: pytest.Parser) -> None:
         "--moeperf-undecided",
         "--moeperf-inconclusive",
         dest="moeperf_undecided",
-        choices=("skip", "fail"),
+        choices=("skip", "pass", "fail"),
         default="skip",
-        help="what an undecided verdict does to its test (default: skip)",
+        help="what an undecided verdict does to its test: skip it (default), let it pass (the "
+        "summary still shows it undecided) or fail it, as the gate's --undecided does to a run",
     )
     group.addoption(
         "--moeperf-startup-timeout",

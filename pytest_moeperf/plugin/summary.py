@@ -1,13 +1,19 @@
 """What a perf session shows at its end: the terminal summary (the host as probed, throughput
-in the layout of the ADR's tables, traffic, claims, baseline checks, llama-bench beside the
-servers, startup warnings) and the markdown report with its PNG."""
+in the layout of the ADR's tables, traffic, claims, the claims beside a profile's recorded
+reference, baseline checks, llama-bench beside the servers, startup warnings) and the
+markdown report with its PNGs."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
 from ..fs import write_output
-from ..report.plot import baseline_marks, plot_report
+from ..measure.measurement import Measurement
+from ..measure.workload import Workload
+from ..report.plot import plot_marks, plot_reference, plot_report
+from ..report.reference import reference_markdown, reference_text
 from ..report.tables import (
     BASELINE_HEADERS,
     BENCH_ROUND_HEADERS,
@@ -27,6 +33,7 @@ from ..report.tables import (
 from ..run.crosscheck import bench_rows
 from ..run.session import PerfSession
 from ..store.history import read_history
+from ..verdicts.reference import Reference, ReferenceRow
 from .options import report_png
 
 
@@ -35,6 +42,30 @@ def _host_lines(perf: PerfSession) -> list[str]:
     return host_lines(
         perf.source.probes.values(), perf.source.host_changes, perf.measurements.values()
     ) + start_lines(perf.source.load_times(), perf.source.setup_seconds)
+
+
+def _references(
+    perf: PerfSession,
+) -> list[tuple[Reference, list[ReferenceRow], list[Measurement], tuple[Workload, ...]]]:
+    """Per profile with a recorded reference: the reference, its claims' and dead ends' rows,
+    the profile's measurements and its workloads."""
+    rows: dict[str, list[ReferenceRow]] = {}
+    for r in perf.reference_rows:
+        rows.setdefault(r.profile, []).append(r)
+    out = []
+    for name, mine in rows.items():
+        profile = perf.profile(name)
+        ref = perf.reference(profile)
+        if ref is None:
+            continue
+        ms = [m for m in perf.measurements.values() if m.conditions.profile == name]
+        out.append((ref, mine, ms, profile.workloads))
+    return out
+
+
+def _reference_png(png: Path, profile: str) -> Path:
+    """The PNG of a profile's reference against this host, beside the report's own PNG."""
+    return png.with_name(f"{png.stem}.reference-{profile}.png")
 
 
 def claims_rate_line(count: int, alpha: float = 0.05) -> str:
@@ -55,6 +86,15 @@ def write_report(perf: PerfSession) -> None:
     record = perf.record or perf.run_record()
     results = record.to_dict()
     fp = next(iter(results.get("fingerprints", {}).values()), record.fingerprint)
+    png = report_png(report)
+    sections = []
+    for ref, rows, ms, workloads in _references(perf):
+        section = reference_markdown(ref, rows, ms, workloads)
+        if ms:
+            path = plot_reference(ref, ms, _reference_png(png, ref.profile), workloads)
+            perf.report_files.append(path)
+            section += f"\n![{ref.label} beside this host]({path.name})\n"
+        sections.append(section)
     text = markdown_report(
         list(perf.measurements.values()),
         perf.baseline_rows,
@@ -64,12 +104,18 @@ def write_report(perf: PerfSession) -> None:
         bench_rows(perf) if perf.bench else None,
         host_lines=_host_lines(perf),
         traffic=results.get("traffic"),
+        sections=sections,
     )
     if perf.measurements:
-        png = report_png(report)
         history, perf.history_problems = read_history(perf.options.results_dir)
         profiles = sorted({k[0] for k in perf.measurements})
-        marks = baseline_marks(perf.baselines(perf.profile(p)) for p in profiles)
+        marks = plot_marks(
+            perf.measurements.values(),
+            {p: perf.baselines(perf.profile(p)) for p in profiles},
+            results.get("fingerprints") or {},
+            tolerance=perf.options.probe_tolerance,
+            references={p: r for p in profiles if (r := perf.reference(perf.profile(p)))},
+        )
         plot_report(results, history, png, baselines=marks)
         perf.report_files.append(png)
         text += f"\n![throughput per configuration and workload]({png.name})\n"
@@ -102,6 +148,10 @@ def terminal_summary(perf: PerfSession, reporter: pytest.TerminalReporter) -> No
         write("")
         write(text_table(*verdict_rows([(v.test, v.verdict) for v in perf.verdicts])))
         write(claims_rate_line(len(perf.verdicts)))
+    for ref, ref_rows, ms, workloads in _references(perf):
+        write("")
+        for line in reference_text(ref, ref_rows, ms, workloads):
+            write(line)
     if perf.baseline_rows:
         write("")
         write(text_table(BASELINE_HEADERS, baseline_rows(perf.baseline_rows)))

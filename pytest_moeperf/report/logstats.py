@@ -1,11 +1,15 @@
 """The real-traffic table of ADR-0042 (``moeperf logstats``): prefill and decode throughput
-of llama-server logs, one column per log, and each log's notes."""
+of llama-server logs, one column per log, and each log's notes; with ``--baseline``, one log's
+rows against a file's stored traffic figures, each with its interval and verdict."""
 
 from __future__ import annotations
 
-from ..llama.logs import TrafficStats
+from collections.abc import Sequence
 
-__all__ = ["format_traffic_table"]
+from ..llama.logs import TrafficStats
+from ..verdicts.reference import TrafficCheck
+
+__all__ = ["format_traffic_checks", "format_traffic_table"]
 
 
 def _cell(rate: float | None, n: int, digits: int) -> str:
@@ -55,13 +59,7 @@ def format_traffic_table(stats_by_label: dict[str, TrafficStats]) -> str:
             ),
         ]
     )
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-
-    def render(cells: list[str]) -> str:
-        return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
-
-    out = [render(rows[0]), "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
-    out.extend(render(r) for r in rows[1:])
+    out = _render(rows)
     notes: list[str] = []
     for label, s in stats_by_label.items():
         if (s.prefill_min, s.prefill_large_min, s.decode_min) != (
@@ -77,4 +75,65 @@ def format_traffic_table(stats_by_label: dict[str, TrafficStats]) -> str:
     if notes:
         out.append("")
         out.extend(f"- {note}" for note in notes)
+    return "\n".join(out)
+
+
+def _render(rows: Sequence[Sequence[str]]) -> list[str]:
+    """*rows* (the first is the header) as the table's lines, columns padded."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+
+    def render(cells: Sequence[str]) -> str:
+        return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
+
+    return [
+        render(rows[0]),
+        "|" + "|".join("-" * (w + 2) for w in widths) + "|",
+        *(render(r) for r in rows[1:]),
+    ]
+
+
+def _rate(value: float, decode: bool) -> str:
+    return f"{value:,.{2 if decode else 1}f}"
+
+
+def format_traffic_checks(log: str, stored: str, checks: Sequence[TrafficCheck]) -> str:
+    """One log's real-traffic rows against the stored figures of the column *stored* (a
+    baseline file's traffic configuration): metric | the log's tok/s (n) | log / stored with
+    its interval | stored ± its spread | limit | verdict, failing and undecided rows marked,
+    then one line per failing row."""
+    confidence = round(100 * checks[0].confidence) if checks else 95
+    rows = [
+        [
+            "metric",
+            f"{log} tok/s (n)",
+            f"{log} / {stored} [{confidence} % interval]",
+            f"{stored} tok/s",
+            "limit",
+            "verdict",
+        ]
+    ]
+    for c in checks:
+        decode = c.workload.startswith("decode")
+        mark = " *" if c.outcome != "holds" else ""
+        if c.value is None or c.low is None or c.high is None:
+            here, ratio = f"— (n={c.n:,})", "—"
+        else:
+            here = f"{_rate(c.value, decode)} (n={c.n:,})"
+            ratio = f"{c.value / c.stored:.2f} [{c.low:.2f}, {c.high:.2f}]"
+        spread = f" ± {100 * c.rel_spread:.0f} %" if c.rel_spread else ""
+        rows.append(
+            [
+                c.label,
+                here,
+                ratio,
+                f"{_rate(c.stored, decode)}{spread}",
+                _rate(c.limit, decode),
+                c.outcome + mark,
+            ]
+        )
+    out = _render(rows)
+    failed = [c for c in checks if c.outcome == "fails"]
+    if failed:
+        out.append("")
+        out += [f"fails: {c.explain()}" for c in failed]
     return "\n".join(out)

@@ -11,20 +11,39 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ..defaults import PROBE_TOLERANCE
 from ..errors import MoeperfError
 from ..fs import write_output
 from ..measure.measurement import Measurement
 from ..measure.workload import Workload
 from ..store.history import measurements_of, parse_date
+from ..store.hosts import host_for
+from ..verdicts.reference import Reference, ReferenceFigure, pick_figure
+from .reference import number, record_order
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
     from ..store.baselines import BaselineFile
 
-BaselineMarks = Mapping[tuple[str, str, str], float]
-"""Baseline tok/s by ``(configuration, build, workload)``, the key order of
-:attr:`Measurement.key`; workload names as :meth:`Workload.parse` writes them."""
+
+@dataclass(frozen=True)
+class PlotMark:
+    """A stored number drawn over a bar: this host's baseline (with the median's change), or
+    a reference (another host's number, or a record's), labelled as such and never turned
+    into a change."""
+
+    value: float
+    reference: str | None = None
+    """``None``: a baseline of this host; else what the number is, e.g. ``reference (host
+    adr-0042)``."""
+
+
+BaselineMarks = Mapping[tuple[str, str, str], "float | PlotMark"]
+"""Stored tok/s by ``(configuration, build, workload)``, the key order of
+:attr:`Measurement.key`; workload names as :meth:`Workload.parse` writes them. A bare number
+is a baseline of this host."""
 
 _T = TypeVar("_T")
 
@@ -35,21 +54,66 @@ MAX_WIDTH = 24.0
 MAX_SLOT_LABELS = 12
 CAPTION = "bar: median of repetitions · whiskers: min-max · dots: each repetition"
 BASELINE_CAPTION = (
-    " · dashed line: stored baseline (under each name: its value, the median's change)"
+    " · dashed line: this host's stored baseline (under each name: its value, the median's change)"
 )
+REFERENCE_CAPTION = " · dotted line: a reference (another host's or a record's number; no change)"
 
 
-def baseline_marks(files: Iterable[BaselineFile | None]) -> dict[tuple[str, str, str], float]:
-    """The ``bench`` entries of baseline files as :data:`BaselineMarks` for
-    :func:`plot_report` (``None`` entries are skipped)."""
-    marks: dict[tuple[str, str, str], float] = {}
-    for bf in files:
-        if bf is None:
+def plot_marks(
+    measurements: Iterable[Measurement],
+    baselines: Mapping[str, BaselineFile | None],
+    fingerprints: Mapping[str, Mapping[str, Any]],
+    *,
+    tolerance: float = PROBE_TOLERANCE,
+    references: Mapping[str, Reference] | None = None,
+) -> dict[tuple[str, str, str], PlotMark]:
+    """What to draw over each measurement's bar, by profile (*baselines*, *fingerprints* and
+    *references* are keyed by profile name): the baseline of this host (the baseline file's
+    host :func:`~pytest_moeperf.store.hosts.host_for` matches on the measurement's probed
+    CPUs) when it has one for the measured build; else the profile's reference; else another
+    host's number in the baseline file, as a reference of that host."""
+    marks: dict[tuple[str, str, str], PlotMark] = {}
+    for m in measurements:
+        if m.workload.is_traffic:
             continue
-        for e in bf.entries:
-            if e.kind == "bench":
-                marks[(e.configuration, e.build, _canonical(e.workload))] = e.value
+        profile = m.conditions.profile
+        bf = baselines.get(profile)
+        ref = (references or {}).get(profile)
+        mark = None
+        mine = None
+        if bf is not None:
+            host, _ = host_for(
+                bf, fingerprints.get(profile, {}), m.conditions.probe_cpus, tolerance
+            )
+            mine = host.id if host is not None else None
+            entry = bf.find(m.build, m.configuration, m.workload.name, host=mine) if mine else None
+            if entry is not None and entry.kind == "bench":
+                mark = PlotMark(entry.value)
+        if mark is None and ref is not None and (f := ref.figure(m)) is not None:
+            mark = PlotMark(f.value, _reference_label(f, f"{ref.label} reference"))
+        if mark is None and bf is not None:
+            others = [e for e in bf.entries if e.host != mine]
+            f = pick_figure(others, m.configuration, m.workload.name, m.build)
+            if f is not None:
+                mark = PlotMark(f.value, _reference_label(f, "reference"))
+        if mark is not None:
+            marks[m.key] = mark
     return marks
+
+
+def _reference_label(f: ReferenceFigure, what: str) -> str:
+    build = "" if f.matched else f", {f.build}"
+    return f"{what} (host {f.host}{build})"
+
+
+def mark_label(mark: PlotMark, median: float) -> str:
+    """The lines under a bar's name for its mark: ``baseline 189.0`` and the median's change
+    for this host's baseline, ``reference (host adr-0042) 189.0`` and no change for a
+    reference."""
+    if mark.reference is not None:
+        return f"{mark.reference}\n{mark.value:.1f}"
+    change = f"\n({100 * (median / mark.value - 1):+.1f} %)" if mark.value > 0 else ""
+    return f"baseline {mark.value:.1f}{change}"
 
 
 @dataclass(frozen=True)
@@ -68,21 +132,45 @@ def plot_report(
     *,
     baselines: BaselineMarks | None = None,
 ) -> Path:
-    """Draw *results* as a PNG at *path* and return *path*.
+    """Draw *results* as a PNG at *path* (:func:`report_figure`) and return *path*; written
+    atomically."""
+    fig = report_figure(results, history, baselines=baselines)
+    return _save(fig, Path(path), "--moeperf-report (its PNG)")
 
-    One panel per workload (``pp512``, ``tg64``, ...) shows each configuration's throughput:
-    its median, the min-max range, every repetition, and the baseline when *baselines* holds
-    one. When *history* (results dicts, oldest first, as :func:`read_history` returns them)
-    holds earlier runs of the same configurations, a second row shows each configuration's
-    median run over run, labelled with the date and build of each run. *results* itself may
-    be in *history*; it is drawn once. Written atomically."""
+
+def _figure_class() -> type[Figure]:
     try:
-        from matplotlib.figure import Figure
+        from matplotlib.figure import Figure as MplFigure
     except ImportError:  # pragma: no cover - matplotlib is a dependency
         raise MoeperfError(
             "the PNG report needs matplotlib: pip install matplotlib (or pytest-moeperf's "
             "dependencies)"
         ) from None
+    return MplFigure
+
+
+def _save(fig: Figure, path: Path, what: str) -> Path:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI)
+    write_output(path, buf.getvalue(), what)
+    return path
+
+
+def report_figure(
+    results: dict[str, Any],
+    history: list[dict[str, Any]],
+    *,
+    baselines: BaselineMarks | None = None,
+) -> Figure:
+    """*results* as a figure. One panel per workload (``pp512``, ``tg64``, ...) shows each
+    configuration's throughput: its median, the min-max range, every repetition, and its
+    mark when *baselines* holds one (a baseline of this host with the median's change, or a
+    reference labelled with its host and no change: :class:`PlotMark`). When *history*
+    (results dicts, oldest first, as :func:`read_history` returns them) holds earlier runs of
+    the same configurations, a second row shows each configuration's median run over run,
+    labelled with the date and build of each run. *results* itself may be in *history*; it is
+    drawn once."""
+    new_figure = _figure_class()
 
     current = [m for m in measurements_of(results) if m.values and not m.workload.is_traffic]
     traffic = {
@@ -90,7 +178,10 @@ def plot_report(
         for name, run in (results.get("traffic") or {}).items()
         if isinstance(run, dict) and isinstance(run.get("overall"), dict)
     }
-    marks = {(c, b, _canonical(w)): v for (c, b, w), v in (baselines or {}).items()}
+    marks = {
+        (c, b, _canonical(w)): v if isinstance(v, PlotMark) else PlotMark(float(v))
+        for (c, b, w), v in (baselines or {}).items()
+    }
     workloads = sorted({m.workload for m in current}, key=_workload_order)
     multi_profile = len({_profile(m) for m in current}) > 1
     categories = _unique((_profile(m), m.configuration, m.build) for m in current)
@@ -105,7 +196,7 @@ def plot_report(
     if has_trend:
         panel = max(panel, 0.8 * len(slots) + 2.0)
     width = min(MAX_WIDTH, max(7.0, n_cols * panel))
-    fig = Figure(figsize=(width, PANEL_HEIGHT * n_rows + 1.3), dpi=DPI, layout="constrained")
+    fig = new_figure(figsize=(width, PANEL_HEIGHT * n_rows + 1.3), dpi=DPI, layout="constrained")
     axes = fig.subplots(n_rows, n_cols, squeeze=False)
     fig.suptitle(_title(results, current), fontsize=12)
 
@@ -133,13 +224,11 @@ def plot_report(
         )
         if has_trend:
             _trend_panel(axes[1][col], workload, slots, trend, colour, multi_profile)
-    drawn = any((m.configuration, m.build, m.workload.name) in marks for m in current)
-    fig.supxlabel(CAPTION + (BASELINE_CAPTION if drawn else ""), fontsize=8, color="0.35")
-
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=DPI)
-    write_output(Path(path), buf.getvalue(), "--moeperf-report (its PNG)")
-    return Path(path)
+    drawn = [marks[m.key] for m in current if m.key in marks]
+    caption = CAPTION + (BASELINE_CAPTION if any(d.reference is None for d in drawn) else "")
+    caption += REFERENCE_CAPTION if any(d.reference is not None for d in drawn) else ""
+    fig.supxlabel(caption, fontsize=8, color="0.35")
+    return fig
 
 
 # --------------------------------------------------------------------------------------------
@@ -166,7 +255,7 @@ def _throughput_panel(
     ms: Sequence[Measurement],
     categories: Sequence[tuple[str, str, str]],
     colour: Mapping[tuple[str, str], str],
-    marks: Mapping[tuple[str, str, str], float],
+    marks: Mapping[tuple[str, str, str], PlotMark],
     multi_profile: bool,
     *,
     multi_build: bool,
@@ -214,20 +303,20 @@ def _throughput_panel(
         else:
             ax.plot(x, s.median, "o", mfc="white", mec=c, markersize=7, zorder=3)
         top = max(top, s.max)
-        base = marks.get((config, build, workload.name))
-        if base is not None:
+        mark = marks.get((config, build, workload.name))
+        base = mark.value if mark is not None else None
+        if mark is not None:
             ax.hlines(
-                base,
+                mark.value,
                 x - 0.38,
                 x + 0.38,
-                colors="black",
-                linestyles="--",
+                colors="black" if mark.reference is None else "0.4",
+                linestyles="--" if mark.reference is None else ":",
                 linewidth=1.6,
                 zorder=5,
             )
-            change = f"\n({100 * (s.median / base - 1):+.1f} %)" if base > 0 else ""
-            labels[-1] += f"\nbaseline {base:.1f}{change}"
-            top = max(top, base)
+            labels[-1] += "\n" + mark_label(mark, s.median)
+            top = max(top, mark.value)
         ax.annotate(
             f"{s.median:.1f}" + (" (stored)" if stored else ""),
             (x, max(s.max, base if base is not None else 0.0)),
@@ -466,3 +555,109 @@ def plot_sweep(points: Sequence[Mapping[str, Any]], title: str, path: Path) -> P
     fig.savefig(buf, format="png", dpi=DPI)
     write_output(Path(path), buf.getvalue(), "--plot")
     return Path(path)
+
+
+REFERENCE_PLOT_CAPTION = (
+    "hatched bar: the reference's number · coloured bar: this host's median, whiskers min-max · "
+    "a reference is another host's number: shown beside, never as a change"
+)
+
+
+def reference_figure(
+    ref: Reference, measurements: Iterable[Measurement], workloads: Iterable[Workload] = ()
+) -> Figure:
+    """A recorded reference against this host, as a figure: one panel per workload (the
+    measured ones, and *workloads*, such as the profile's), per measured (configuration,
+    build) the reference's number (hatched, grey) beside this host's median (with its
+    min-max range). No change is drawn: the reference was taken on another host."""
+    new_figure = _figure_class()
+    ms = [m for m in measurements if m.values and not m.workload.is_traffic]
+    shown = sorted(
+        {m.workload for m in ms} | {w for w in workloads if not w.is_traffic}, key=_workload_order
+    )
+    categories = sorted(
+        _unique((m.configuration, m.build) for m in ms), key=lambda cb: record_order(ref, *cb)
+    )
+    multi_build = len({b for _, b in categories}) > 1
+    by_key = {(m.configuration, m.build, m.workload.name): m for m in ms}
+    panel = max(4.6, 1.2 * len(categories) + 2.0)
+    width = min(MAX_WIDTH, max(7.0, max(1, len(shown)) * panel))
+    fig = new_figure(figsize=(width, PANEL_HEIGHT + 1.3), dpi=DPI, layout="constrained")
+    axes = fig.subplots(1, max(1, len(shown)), squeeze=False)[0]
+    hosts = ", ".join(ref.hosts) or "unknown"
+    fig.suptitle(
+        f"{ref.label} ({ref.path}; host {hosts}) beside this host — a reference, never a change",
+        fontsize=11,
+    )
+    if not shown or not categories:
+        axes[0].text(0.5, 0.5, "no measurements in this run", ha="center", va="center")
+        axes[0].set_axis_off()
+    for ax, workload in zip(axes, shown, strict=False):
+        top = 0.0
+        labels = []
+        for x, (config, build) in enumerate(categories):
+            labels.append(f"{config}\n{build}" if multi_build else config)
+            f = pick_figure(ref.entries, config, workload.name, build)
+            m = by_key.get((config, build, workload.name))
+            c = _COLOURS[x % len(_COLOURS)]
+            if f is not None:
+                ax.bar(x - 0.2, f.value, width=0.38, color="0.85", edgecolor="0.35", hatch="//")
+                note = "" if f.matched else f"\n({f.build})"
+                ax.annotate(
+                    f"{number(f.value)}{note}",
+                    (x - 0.2, f.value),
+                    textcoords="offset points",
+                    xytext=(0, 3),
+                    ha="center",
+                    fontsize=8,
+                    color="0.3",
+                )
+                top = max(top, f.value)
+            if m is not None:
+                s = m.summary
+                ax.bar(x + 0.2, s.median, width=0.38, color=c, alpha=0.5, edgecolor=c)
+                if m.samples:
+                    ax.errorbar(
+                        x + 0.2,
+                        s.median,
+                        yerr=[[s.median - s.min], [s.max - s.median]],
+                        fmt="none",
+                        ecolor="0.2",
+                        capsize=4,
+                    )
+                ax.annotate(
+                    number(s.median),
+                    (x + 0.2, s.max),
+                    textcoords="offset points",
+                    xytext=(0, 3),
+                    ha="center",
+                    fontsize=8,
+                    fontweight="bold",
+                )
+                top = max(top, s.max)
+        slanted = max((len(line) for lb in labels for line in lb.split("\n")), default=0) > 12
+        ax.set_xticks(
+            range(len(categories)),
+            labels,
+            fontsize=8,
+            rotation=30 if slanted else 0,
+            ha="right" if slanted else "center",
+        )
+        ax.set_xlim(-0.6, len(categories) - 0.4)
+        ax.set_ylim(0, top * 1.18 if top > 0 else 1.0)
+        ax.set_title(f"{workload.name}: {ref.label} | here", fontsize=11)
+        ax.set_ylabel("tok/s")
+        ax.grid(axis="y", alpha=0.3)
+        ax.set_axisbelow(True)
+    fig.supxlabel(REFERENCE_PLOT_CAPTION, fontsize=8, color="0.35")
+    return fig
+
+
+def plot_reference(
+    ref: Reference,
+    measurements: Iterable[Measurement],
+    path: Path,
+    workloads: Iterable[Workload] = (),
+) -> Path:
+    """:func:`reference_figure` as a PNG at *path* (written atomically); returns *path*."""
+    return _save(reference_figure(ref, measurements, workloads), Path(path), "--moeperf-report")

@@ -373,9 +373,11 @@ def markdown_report(
     bench: tuple[list[str], list[list[str]]] | None = None,
     host_lines: Sequence[str] = (),
     traffic: Mapping[str, Mapping[str, Any]] | None = None,
+    sections: Sequence[str] = (),
 ) -> str:
     """The run as a markdown document: the host as measured, throughput, traffic, baselines,
-    claims and the host's fingerprint."""
+    claims, *sections* (markdown of their own, such as the claims against a recorded
+    reference) and the host's fingerprint."""
     parts = ["# pytest-moeperf report", ""]
     if host_lines:
         parts += [*(f"- {line}" for line in host_lines), ""]
@@ -398,6 +400,8 @@ def markdown_report(
         ]
     if verdicts:
         parts += ["## Claims", "", markdown_table(*verdict_rows(verdicts)), ""]
+    for section in sections:
+        parts += [section.rstrip("\n"), ""]
     if bench:
         parts += [
             "## llama-bench cross-check (same model, flags, pinning)",

@@ -84,3 +84,58 @@ def test_the_adr_suite_skips_naming_what_is_missing_off_the_production_host(adr,
     result.assert_outcomes(skipped=2)
     # this host has one NUMA node, or lacks the binary: either is named
     result.stdout.re_match_lines([r".*(NUMA node \d does not exist|MOEPERF_ADR|unset).*"])
+
+
+def test_a_failure_shows_the_adrs_own_numbers_beside_the_replayed_ones(adr):
+    """lm-none-node1's prefill replayed at 300 tok/s instead of the ADR's 391.4: the claim
+    fails, and its message and the summary show the profile's reference (the unchanged file,
+    baselines/adr-0042.toml) beside the replayed numbers."""
+    text = (adr.path / "baselines" / "adr-0042.toml").read_text()
+    cell = r'(configuration = "lm-none-node1"\nworkload = "pp2048"\nvalue = )391\.4(\n[^\[]*)'
+    entry = re.search(cell, text)
+    assert entry is not None and "samples" not in entry.group(2)  # the value is all there is
+    changed = re.sub(cell, r"\g<1>300.0\g<2>", text)
+    (adr.path / "replayed.toml").write_text(changed)
+    result = adr.runpytest_subprocess(
+        "-m",
+        "perf",
+        "--moeperf-replay",
+        "replayed.toml",
+        "-p",
+        "no:randomly",
+        "-k",
+        "twice_the_prefill",
+        "--moeperf-report",
+        "report.md",
+    )
+    result.assert_outcomes(passed=1, failed=1)
+    line = (
+        "ADR-0042 391.4 / 189.0 = 2.07 | here 300.0 / 189.0 = 1.59 [1.54, 1.63] | bound >= 2.00 "
+        "| fails"
+    )
+    result.stdout.fnmatch_lines(
+        [
+            "claim fails: lm-none-node1.pp2048 / mmap.pp2048 = 1.59 [1.54, 1.63] >= 2.00: fails",
+            "against ADR-0042 (baselines/adr-0042.toml), numbers of host adr-0042: a reference "
+            "beside this host's, never a change:",
+            line,
+            "",
+            "configuration  pp2048 ADR-0042  pp2048 here  tg128 ADR-0042  tg128 here  build",
+            "*",
+            "mmap                     189.0        189.0           15.92  -           b11713",
+            "lm-none-node1            391.4        300.0           15.71  -           b11713",
+        ]
+    )
+    # the summary's table of every row, the ADR's ratio beside the replayed one
+    result.stdout.re_match_lines(
+        [
+            r"lm-none-node0.pp2048 / mmap.pp2048 +>= 2.00 +389.9 / 189.0 = 2.06 +"
+            r"389.9 / 189.0 = 2.06 \[2.01, 2.12\] +holds",
+            r"lm-none-node1.pp2048 / mmap.pp2048 +>= 2.00 +391.4 / 189.0 = 2.07 +"
+            r"300.0 / 189.0 = 1.59 \[1.54, 1.63\] +fails \*",
+        ]
+    )
+    report = (adr.path / "report.md").read_text()
+    assert "## Against the reference ADR-0042" in report
+    assert "| lm-none-node1 | 391.4 | 300.0 | 15.71 | - | b11713 |" in report
+    assert (adr.path / "report.reference-adr-0042.png").read_bytes()[:4] == b"\x89PNG"

@@ -1,4 +1,5 @@
-"""The PNG report: throughput panels per workload, the history row, baselines."""
+"""The PNG report: throughput panels per workload, the history row, baselines of this host
+(with the median's change) and references (another host's numbers, without one)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,17 @@ import pytest
 from pytest_moeperf.measure.measurement import Conditions, Measurement, Sample
 from pytest_moeperf.measure.stats import Figure
 from pytest_moeperf.measure.workload import Workload
-from pytest_moeperf.report.plot import DPI, PANEL_HEIGHT, baseline_marks, plot_report
+from pytest_moeperf.report.plot import (
+    DPI,
+    PANEL_HEIGHT,
+    PlotMark,
+    plot_marks,
+    plot_report,
+    report_figure,
+)
 from pytest_moeperf.store.baselines import BaselineEntry, BaselineFile
 from pytest_moeperf.store.history import read_history, write_history
+from pytest_moeperf.store.hosts import BaselineHost
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 FINGERPRINT = {
@@ -163,13 +172,27 @@ def test_replaces_an_existing_file(tmp_path: Path, current: dict[str, Any]) -> N
     assert path.read_bytes()[:8] == PNG_MAGIC
 
 
-def test_baseline_marks_from_baseline_files() -> None:
-    entry = BaselineEntry("b11713", "lm-none", "tg128@d8192", 16.3, "2026-10-17", "ADR-0042")
+def _measured(config: str, build: str, workload: str, value: float) -> Measurement:
+    wl = Workload.parse(workload)
+    return Measurement(config, build, wl, (Sample.of_value(wl, value),), Conditions(profile="prod"))
+
+
+def test_marks_are_baselines_only_on_this_host() -> None:
+    entry = BaselineEntry("b11713", "lm-none", "tg128 @ d8192", 16.3, "2026-10-17", "ADR-0042")
     traffic = BaselineEntry(
         "b11713", "lm-none", "prefill-median", 219.0, "2026-10-17", "logs", kind="traffic"
     )
-    bf = BaselineFile("prod", entries=(entry, traffic))
-    assert baseline_marks([bf, None]) == {("lm-none", "b11713", "tg128 @ d8192"): 16.3}
+    bf = BaselineFile(
+        "prod", hosts=(BaselineHost("host-1", dict(FINGERPRINT)),), entries=(entry, traffic)
+    )
+    ms = [_measured("lm-none", "b11713", "tg128 @ d8192", 16.0)]
+    key = ("lm-none", "b11713", "tg128 @ d8192")
+    here = plot_marks(ms, {"prod": bf, "other": None}, {"prod": FINGERPRINT})
+    assert here == {key: PlotMark(16.3)}
+    elsewhere = {**FINGERPRINT, "cpu_model": "AMD EPYC 7763", "cpus": 128}
+    assert plot_marks(ms, {"prod": bf}, {"prod": elsewhere}) == {
+        key: PlotMark(16.3, "reference (host host-1)")
+    }
 
 
 def test_traffic_gets_a_latency_panel_and_the_sweep_a_plot(
@@ -187,3 +210,22 @@ def test_traffic_gets_a_latency_panel_and_the_sweep_a_plot(
         for n in (1, 2, 4)
     ]
     assert png_size(plot_sweep(points, "sweep", tmp_path / "s.png"))[0] > 0
+
+
+def _tick_labels(fig: Any) -> list[str]:
+    return [t.get_text() for ax in fig.axes for t in ax.get_xticklabels()]
+
+
+def test_a_reference_is_labelled_with_its_host_and_never_a_change(
+    current: dict[str, Any],
+) -> None:
+    """Another host's number is drawn as a reference (dotted, its host named, no change);
+    only this host's baseline gets the median's change."""
+    marks = {
+        ("mmap", "b11713", "pp512"): PlotMark(100.0, "reference (host adr-0042)"),
+        ("lm-none", "b11713", "pp512"): 391.4,
+    }
+    labels = _tick_labels(report_figure(current, [], baselines=marks))
+    assert "mmap\nreference (host adr-0042)\n100.0" in labels
+    assert "lm-none\nbaseline 391.4\n(-0.3 %)" in labels
+    assert not any("%" in label for label in labels if "reference" in label)

@@ -1,6 +1,7 @@
 """NVIDIA GPUs of this host as ``nvidia-smi`` reports them: what the fingerprint names (driver,
-the driver's CUDA version, each GPU's model, memory and PCIe link) and what a CUDA build needs
-(the GPUs' compute capabilities)."""
+the driver's CUDA version, each GPU's model, memory and PCIe link), what a CUDA build needs
+(the GPUs' compute capabilities), and what the scheduler may still place on each GPU now
+(its memory less what other processes hold: a desktop, a production llama-server)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import functools
 import re
 import shutil
 import subprocess
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -171,3 +173,144 @@ def visible_gpus(spec: str) -> list[int]:
             break
         out.append(int(item))
     return out
+
+
+# --------------------------------------------------------------------------------------------
+# Memory in use now, and by whom
+
+
+#: ``nvidia-smi --query-gpu`` fields of :func:`parse_memory`, in its order.
+MEMORY_FIELDS = ("index", "uuid", "memory.total", "memory.used")
+#: ``nvidia-smi --query-compute-apps`` fields of :func:`parse_compute_apps`, in its order (the
+#: process name may be left out: ``pid,used_memory,gpu_uuid`` reads too).
+APP_FIELDS = ("pid", "process_name", "used_memory", "gpu_uuid")
+MIB = 2**20
+
+
+@dataclass(frozen=True)
+class GpuMemory:
+    """One GPU's memory now, as nvidia-smi counts it (MiB)."""
+
+    index: int
+    uuid: str
+    total_mib: int
+    used_mib: int
+
+
+@dataclass(frozen=True)
+class GpuApp:
+    """A process holding memory on a GPU (``--query-compute-apps``): CUDA contexts only; a
+    desktop's graphics memory is in ``memory.used`` but names no process here."""
+
+    pid: int
+    uuid: str
+    used_mib: int
+    name: str = ""
+
+
+def parse_memory(text: str) -> list[GpuMemory]:
+    """The GPUs of ``nvidia-smi --query-gpu=index,uuid,memory.total,memory.used
+    --format=csv,noheader,nounits`` output; rows that do not parse are skipped."""
+    rows = []
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) != len(MEMORY_FIELDS) or not cells[0].isdigit():
+            continue
+        rows.append(GpuMemory(int(cells[0]), _na(cells[1]), _mib(cells[2]), _mib(cells[3])))
+    return rows
+
+
+def parse_compute_apps(text: str) -> list[GpuApp]:
+    """The processes of ``nvidia-smi --query-compute-apps=pid,process_name,used_memory,
+    gpu_uuid --format=csv,noheader,nounits`` output (``pid,used_memory,gpu_uuid`` too); a
+    process on two GPUs has a row for each; rows that do not parse are skipped (the driver
+    writes ``[N/A]`` for a process it cannot measure: it counts 0 MiB)."""
+    apps = []
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) < 3 or not cells[0].isdigit():
+            continue
+        name = ",".join(cells[1:-2]).strip()
+        apps.append(GpuApp(int(cells[0]), _na(cells[-1]), _mib(cells[-2]), _na(name)))
+    return apps
+
+
+@dataclass(frozen=True)
+class GpuRoom:
+    """What one GPU has for the servers of pytest-moeperf: its memory less what everything
+    else holds now (other processes, a desktop, the driver), the servers' own memory given
+    back; and who the others are, for the message of a server that does not fit."""
+
+    index: int
+    total: int
+    """Bytes of the card (``memory.total``)."""
+    room: int
+    """Bytes the servers may hold together: ``total - used`` plus what they hold now."""
+    others: tuple[GpuApp, ...] = ()
+    """Processes that are not our servers, holding memory on it, largest first."""
+    unnamed: int = 0
+    """Bytes in use that no compute process accounts for (a desktop's graphics, the driver)."""
+
+    def describe(self) -> str:
+        """``GPU0: 5.37 of 11.00 GiB held by others: pid 4242 (llama-server) 5500 MiB, 132 MiB
+        by no compute process (a desktop, the driver)``; ``GPU0: 11.00 GiB, none held by
+        others``."""
+        held = self.total - self.room
+        if held <= 0 and not self.others:
+            return f"GPU{self.index}: {self.total / 2**30:.2f} GiB, none held by others"
+        parts = [
+            f"pid {a.pid}"
+            + (f" ({a.name.rsplit('/', 1)[-1]})" if a.name else "")
+            + f" {a.used_mib} MiB"
+            for a in self.others
+        ]
+        if self.unnamed >= MIB:
+            parts.append(f"{self.unnamed // MIB} MiB by no compute process (a desktop, the driver)")
+        return (
+            f"GPU{self.index}: {max(held, 0) / 2**30:.2f} of {self.total / 2**30:.2f} GiB held "
+            f"by others: {', '.join(parts) or 'unaccounted'}"
+        )
+
+
+def gpu_room(
+    memory: list[GpuMemory],
+    apps: list[GpuApp],
+    ours: Mapping[int, Mapping[int, int]],
+    is_ours: Callable[[int], bool] = lambda pid: False,
+) -> dict[int, GpuRoom]:
+    """Each GPU's :class:`GpuRoom` from nvidia-smi's *memory* and *apps*, where *ours* maps
+    the pid of each server of ours (any process's, from the memory ledger) to the bytes it is
+    charged on each GPU, and *is_ours* says whether another pid is one of ours too (a server
+    started a moment ago whose pid the ledger does not have yet).
+
+    What our servers hold is given back from ``memory.used`` (the scheduler charges them their
+    estimates instead): the driver's own figure where nvidia-smi lists the pid, else the
+    estimate (a server still loading, or one in another pid namespace: nvidia-smi reports
+    the host's pids, which a container does not see, or a process whose memory the driver
+    writes as ``[N/A]``)."""
+    out: dict[int, GpuRoom] = {}
+    for gpu in memory:
+        total, used = gpu.total_mib * MIB, gpu.used_mib * MIB
+        here = [a for a in apps if a.uuid == gpu.uuid]
+        mine = [a for a in here if a.pid in ours or is_ours(a.pid)]
+        others = sorted((a for a in here if a not in mine), key=lambda a: -a.used_mib)
+        back = sum(a.used_mib for a in mine) * MIB
+        # a figure of 0 is one the driver did not give ([N/A]): the estimate stands in
+        listed = {a.pid for a in mine if a.used_mib}
+        back += sum(g.get(gpu.index, 0) for pid, g in ours.items() if pid not in listed)
+        back = min(back, used)
+        unnamed = max(used - back - sum(a.used_mib for a in others) * MIB, 0)
+        out[gpu.index] = GpuRoom(gpu.index, total, total - used + back, tuple(others), unnamed)
+    return out
+
+
+def read_gpu_room(
+    ours: Mapping[int, Mapping[int, int]], is_ours: Callable[[int], bool] = lambda pid: False
+) -> dict[int, GpuRoom] | None:
+    """:func:`gpu_room` of this host now (``nvidia-smi`` asked twice); ``None`` without
+    ``nvidia-smi`` or when it fails."""
+    mem = _smi(f"--query-gpu={','.join(MEMORY_FIELDS)}", "--format=csv,noheader,nounits")
+    if mem is None:
+        return None
+    apps = _smi(f"--query-compute-apps={','.join(APP_FIELDS)}", "--format=csv,noheader,nounits")
+    return gpu_room(parse_memory(mem), parse_compute_apps(apps or ""), ours, is_ours)

@@ -19,6 +19,7 @@ __all__ = [
     "StartupFinding",
     "StartupScanner",
     "log_messages",
+    "offload_failure",
     "scan_startup",
     "without_colours",
 ]
@@ -286,3 +287,29 @@ def scan_startup(
         for message in log_messages(raw):
             scanner.feed(message, raw, line_no, None)
     return scanner.findings()
+
+
+# --------------------------------------------------------------------------------------------
+# GPU offload: a server asked to offload that put nothing on a GPU
+# --------------------------------------------------------------------------------------------
+
+_OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
+
+
+def offload_failure(text: str, flags: Sequence[str]) -> str | None:
+    """The log line of a server that offloaded no layer although *flags* ask for some
+    (``-ngl`` not 0): llama.cpp's ``load_tensors: offloaded 0/49 layers to GPU``
+    (``src/llama-model.cpp``); ``None`` when the log says layers went to a GPU, or does not
+    say (a build or verbosity that does not print the line)."""
+    ngl = None
+    for i, arg in enumerate(flags):
+        if arg in {"-ngl", "--gpu-layers", "--n-gpu-layers"} and i + 1 < len(flags):
+            ngl = flags[i + 1].strip()
+    if ngl == "0":
+        return None
+    for raw in text.splitlines():
+        for message in log_messages(raw):
+            m = _OFFLOADED.search(message)
+            if m and int(m.group(1)) == 0 and int(m.group(2)) > 0:
+                return message.strip()
+    return None

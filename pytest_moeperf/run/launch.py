@@ -10,10 +10,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ..errors import ConfigError, ServerError
 from ..llama.build import Build
-from ..llama.flags import gpus_used
+from ..llama.devices import build_backends
+from ..llama.flags import flag_value, gpus_used
 from ..llama.footprint import GIB, Footprint, estimate
 from ..llama.server import LlamaServer
+from ..llama.startup import offload_failure
 from .artifacts import Artifacts
 from .pool import ServerKey, ServerPool, ServerRecord
 from .profiles import Configuration, HostLacks, Profile
@@ -85,6 +88,7 @@ class Launcher:
         missing = build.missing_flags(configuration.server_args)
         if missing:
             raise HostLacks(f"build {label} has no {', '.join(missing)}")
+        self.require_gpu_backend(profile, configuration, label, build)
         key = (profile.name, configuration.name, label)
         rec = self.pool.running(key)
         if rec is not None:
@@ -122,6 +126,8 @@ class Launcher:
         )
         rec = ServerRecord(server, configuration, build, label, gpus=used, footprint=need)
         self.pool.start(key, server, rec)
+        if used:
+            self._check_offload(key, server, configuration, label)
         self.report(
             f"moeperf: started {server.name} [{configuration.pinning.describe()}] "
             f"pid {server.pid} on {server.url}, ready in {server.ready_seconds:.2f} s "
@@ -148,6 +154,47 @@ class Launcher:
             needs.append((self.footprint(profile, configuration, model, used), used))
         return self.pool.fits(needs)
 
+    def _check_offload(
+        self, key: ServerKey, server: LlamaServer, configuration: Configuration, label: str
+    ) -> None:
+        """A server on GPUs whose log says it offloaded no layer is stopped: a
+        :class:`ServerError` with that line (a CUDA build that found no usable GPU measures
+        the CPU)."""
+        try:
+            text = server.log_path.read_text(errors="replace")
+        except OSError:
+            return
+        line = offload_failure(text, configuration.server_args)
+        if line is not None:
+            self.pool.stop(key, "offloaded nothing")
+            raise ServerError(
+                f"{server.name} was asked to use GPUs but its log says {line!r} "
+                f"(log {server.log_path}): build {label} found no usable GPU; check "
+                "CUDA_VISIBLE_DEVICES, the driver (nvidia-smi) and the build's CUDA backend"
+            )
+
+    def require_gpu_backend(
+        self, profile: Profile, configuration: Configuration, label: str, build: Build
+    ) -> None:
+        """A configuration that offloads to GPUs needs a build with CUDA: a CPU build would
+        run everything on the CPU and every GPU verdict would measure the wrong thing. A
+        :class:`ConfigError` naming the build, what says it has no CUDA, and the fix. On a
+        host without GPUs there is nothing to offload to (``requires_gpus`` skips there)."""
+        if not self._host()["gpus"] or not self.gpus_of(profile, configuration):
+            return
+        if (
+            flag_value(configuration.server_args, "-ngl", "--gpu-layers", "--n-gpu-layers") or ""
+        ).strip() == "0" and "--no-op-offload" in configuration.server_args:
+            return  # nothing on the GPUs by design
+        backends = build_backends(build)
+        if backends.cuda is False:
+            raise ConfigError(
+                f"profile {profile.name!r}, configuration {configuration.name!r} uses GPUs "
+                f"but build {label} has no CUDA backend ({backends.evidence}): set cuda = true "
+                "in the profile to build by number with -DGGML_CUDA=ON, or point builds/"
+                "MOEPERF_*_SERVER at a CUDA llama-server"
+            )
+
     def gpus_of(self, profile: Profile, configuration: Configuration) -> frozenset[int]:
         """The GPUs a server of *configuration* uses (locked while it measures, charged with
         its VRAM): none for a profile that neither builds with CUDA nor declares or requires
@@ -172,7 +219,8 @@ class Launcher:
         ``ram_gib`` / ``vram_gib`` where given, else estimated from the model file and flags."""
         db = self.artifacts.model_bytes(model)
         if db is None:
-            est = Footprint(private=model.stat().st_size, shared=0, vram=0, model=str(model))
+            size = self.artifacts.model_size(model)
+            est = Footprint(private=size, shared=0, vram=0, model=str(model))
         else:
             est = estimate(db, str(model), configuration.server_args, gpus=len(gpus))
         if configuration.ram_gib is not None:

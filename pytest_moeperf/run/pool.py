@@ -1,11 +1,20 @@
 """The servers a session keeps alive, and the scheduler that decides which may live together.
 
 A server starts only where its memory fits beside the ones alive: the host's RAM (its
-``MemAvailable`` when the pool is made, or ``--moeperf-host-memory``) and each GPU's memory.
-Before a start that would not fit, idle servers are stopped, least recently used first;
-servers a verdict is measuring right now (:meth:`ServerPool.using`) are never stopped for
-another. Two sides that cannot live together are measured across restarts
-(:func:`pytest_moeperf.run.rounds.measure_rounds`)."""
+``MemAvailable`` when the pool first needs it, or ``--moeperf-host-memory``) and each GPU's
+memory free now (what other processes hold, read from nvidia-smi before each start, is not
+the servers'). Before a start that would not fit, idle servers are stopped, least recently
+used first; servers a verdict is measuring right now (:meth:`ServerPool.using`) are never
+stopped for another. Two sides that cannot live together are measured across restarts
+(:func:`pytest_moeperf.run.rounds.measure_rounds`).
+
+Every pytest-moeperf process on the host shares one memory ledger
+(:mod:`pytest_moeperf.host.ledger`): a server's estimate is written there before it starts
+and removed when it stops, and a start also counts the other processes' servers. Where those
+stand in the way, this process stops its own idle servers and then waits (the others stop
+their idle servers for a waiting process when their measurement ends) until the memory is
+free, at most :data:`MEMORY_WAIT` seconds. Whether two sides are measured together or across
+restarts depends on the host alone, never on what another process holds at that moment."""
 
 from __future__ import annotations
 
@@ -13,12 +22,14 @@ import contextlib
 import os
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from math import inf
 from pathlib import Path
 
 from ..errors import ServerError
-from ..host.gpus import nvidia_host
+from ..host.gpus import GpuRoom, nvidia_host, read_gpu_room
+from ..host.ledger import Charge, MemoryLedger, parent
 from ..host.machine import memory_available
 from ..host.placement import Placement, node_pages, page_cache_kib
 from ..llama.build import Build
@@ -28,8 +39,15 @@ from ..llama.startup import StartupFinding, scan_startup
 from .profiles import Configuration, HostLacks
 
 ServerKey = tuple[str, str, str]  # (profile, configuration, build label)
-GPU_MEMORY_SHARE = 0.95
-"""Share of a GPU's memory the servers on it may be estimated to fill."""
+MEMORY_WAIT = 1800.0
+"""Seconds a server may wait for memory that other processes' servers hold (another xdist
+worker, a gate beside the suite) before its test fails naming them."""
+LEDGER_POLL = 0.5
+"""Seconds between looks at the ledger while waiting."""
+GpuReader = Callable[
+    [Mapping[int, Mapping[int, int]], Callable[[int], bool]], dict[int, GpuRoom] | None
+]
+"""How the pool reads each GPU's room now (:func:`pytest_moeperf.host.gpus.read_gpu_room`)."""
 
 
 @dataclass
@@ -51,7 +69,7 @@ class ServerRecord:
     """Whether this process has served its warmup request (each new process needs one)."""
 
 
-def _last_start(log: Path) -> str:
+def last_start(log: Path) -> str:
     """The part of a server log written since its last start (each start writes a
     ``# moeperf:`` command line first; a restarted server appends to the same log)."""
     try:
@@ -67,40 +85,73 @@ class Capacity:
 
     ram: int
     gpu: dict[int, int] = field(default_factory=dict)
+    gpu_notes: dict[int, str] = field(default_factory=dict)
+    """Who else holds memory on each GPU (:meth:`GpuRoom.describe`), for the messages."""
+    ram_free_now: bool = False
+    """*ram* is the host's ``MemAvailable`` when it was read: servers running then (other
+    processes') are not in it and are given back."""
 
     def describe(self) -> str:
         parts = [f"RAM {self.ram / GIB:.2f} GiB"]
-        parts += [f"GPU{g} {b / GIB:.1f} GiB" for g, b in sorted(self.gpu.items())]
+        parts += [f"GPU{g} {b / GIB:.2f} GiB" for g, b in sorted(self.gpu.items())]
         return ", ".join(parts)
 
+    def take_rooms(self, rooms: Mapping[int, GpuRoom]) -> None:
+        """Each GPU's room now, and who else holds memory there."""
+        self.gpu = {g: r.room for g, r in rooms.items()}
+        self.gpu_notes = {g: r.describe() for g, r in rooms.items() if r.room < r.total}
 
-def held(records: Iterable[tuple[Footprint, frozenset[int]]]) -> tuple[int, dict[int, int]]:
-    """RAM and per-GPU memory that servers of these footprints hold together: private RAM
-    adds up, a mapped model file's pages count once (the largest share any server keeps),
-    VRAM is spread evenly over each server's GPUs."""
+
+def charge_of(fp: Footprint, gpus: frozenset[int]) -> Charge:
+    """The ledger's charge of a server of footprint *fp* on *gpus*."""
+    return Charge(fp.private, fp.shared, fp.model, tuple(sorted(fp.per_gpu(gpus).items())))
+
+
+def held(
+    records: Iterable[tuple[Footprint, frozenset[int]]], others: Iterable[Charge] = ()
+) -> tuple[int, dict[int, int]]:
+    """RAM and per-GPU memory that servers of these footprints (and of the other processes'
+    *others*) hold together: private RAM adds up, a mapped model file's pages count once (the
+    largest share any server keeps), VRAM as each footprint places it on its GPUs."""
     private = 0
     shared: dict[str, int] = {}
     vram: dict[int, int] = {}
-    for fp, gpus in records:
-        private += fp.private
-        shared[fp.model] = max(shared.get(fp.model, 0), fp.shared)
-        for g in gpus:
-            vram[g] = vram.get(g, 0) + fp.vram // max(len(gpus), 1)
+    for c in [*(charge_of(fp, gpus) for fp, gpus in records), *others]:
+        private += c.private
+        shared[c.model] = max(shared.get(c.model, 0), c.shared)
+        for g, b in c.vram:
+            vram[g] = vram.get(g, 0) + b
     return private + sum(shared.values()), vram
+
+
+def _ledger_key(key: ServerKey) -> str:
+    return "|".join(key)
 
 
 class ServerPool:
     """Running servers by (profile, configuration, build label), started and stopped under
-    the memory capacity, with what each printed at start and how long each start took."""
+    the memory capacity, with what each printed at start and how long each start took.
+
+    A pool that reads the host's capacity (given a callable) shares the host's memory ledger
+    and reads each GPU's room before each start; one given a fixed :class:`Capacity` does
+    neither unless given a *ledger* and a *gpu_reader*."""
 
     def __init__(
         self,
         capacity: Capacity | Callable[[], Capacity],
         *,
         report: Callable[[str], None],
+        ledger: MemoryLedger | None = None,
+        gpu_reader: GpuReader | None = None,
+        wait: float = MEMORY_WAIT,
     ) -> None:
         self._capacity = capacity
         """The capacity, or how to read it when a server first asks (``host_capacity``)."""
+        reads_host = not isinstance(capacity, Capacity)
+        self.ledger = ledger if ledger is not None or not reads_host else MemoryLedger()
+        """The memory ledger shared with the host's other pytest-moeperf processes."""
+        self._gpu_reader = gpu_reader if gpu_reader is not None or not reads_host else read_gpu_room
+        self.wait = wait
         self.report = report
         self.servers: dict[ServerKey, ServerRecord] = {}
         self.findings: dict[ServerKey, list[StartupFinding]] = {}
@@ -113,21 +164,51 @@ class ServerPool:
     @staticmethod
     def host_capacity(ram: int | None, gpu_memory: dict[int, int] | None = None) -> Capacity:
         """*ram* bytes (``None``: this host's ``MemAvailable`` now; no limit where the kernel
-        does not say) and *gpu_memory* (bytes per GPU, of which :data:`GPU_MEMORY_SHARE` is
-        usable; ``None``: the GPUs nvidia-smi lists)."""
-        if gpu_memory is None:
-            nv = nvidia_host()
-            gpu_memory = {g.index: g.memory_mib * 2**20 for g in nv.gpus} if nv else {}
-        return Capacity(
+        does not say) and *gpu_memory* (bytes each GPU may hold; ``None``: what nvidia-smi
+        says is free on each GPU now, see :func:`~pytest_moeperf.host.gpus.read_gpu_room`)."""
+        cap = Capacity(
             ram=ram if ram is not None else (memory_available() or sys.maxsize),
-            gpu={g: int(b * GPU_MEMORY_SHARE) for g, b in gpu_memory.items()},
+            ram_free_now=ram is None,
         )
+        if gpu_memory is not None:
+            cap.gpu = dict(gpu_memory)
+        elif nvidia_host() is not None:
+            rooms = read_gpu_room({})
+            if rooms:
+                cap.take_rooms(rooms)
+        return cap
 
     @property
     def capacity(self) -> Capacity:
         if not isinstance(self._capacity, Capacity):
-            self._capacity = self._capacity()
+            cap = self._capacity()
+            if cap.ram_free_now and cap.ram < sys.maxsize and self.ledger is not None:
+                # other processes' running servers are already out of MemAvailable
+                me = os.getpid()
+                cap.ram += sum(
+                    e.charge.private for e in self.ledger.entries() if e.server and e.owner != me
+                )
+            self._capacity = cap
         return self._capacity
+
+    def refresh_gpus(self) -> None:
+        """Read each GPU's room now (before a start): the card's memory less what everything
+        but pytest-moeperf's servers holds (their own memory is charged as estimated)."""
+        if self._gpu_reader is None:
+            return
+        entries = self.ledger.entries() if self.ledger is not None else []
+        ours: dict[int, dict[int, int]] = {}
+        for e in entries:
+            if e.server:
+                ours[e.server] = e.charge.vram_by_gpu()
+        for rec in self.servers.values():  # without a ledger: this pool's own
+            pid = rec.server.pid
+            if pid and rec.footprint is not None and rec.server.is_running():
+                ours.setdefault(pid, rec.footprint.per_gpu(rec.gpus))
+        owners = {e.owner for e in entries} | {os.getpid()}
+        rooms = self._gpu_reader(ours, lambda pid: parent(pid) in owners)
+        if rooms:
+            self.capacity.take_rooms(rooms)
 
     def alive(self) -> dict[ServerKey, ServerRecord]:
         return {k: r for k, r in self.servers.items() if r.server.is_running()}
@@ -139,16 +220,46 @@ class ServerPool:
             return rec
         return None
 
-    def fits(self, needs: Iterable[tuple[Footprint, frozenset[int]]]) -> bool:
-        """Whether servers of these footprints fit the capacity together."""
-        ram, vram = held(needs)
+    def fits(
+        self,
+        needs: Iterable[tuple[Footprint, frozenset[int]]],
+        others: Sequence[Charge] = (),
+    ) -> bool:
+        """Whether servers of these footprints fit the capacity together (beside the other
+        processes' *others*)."""
+        ram, vram = held(needs, others)
         if ram > self.capacity.ram:
             return False
         return all(used <= self.capacity.gpu.get(g, used) for g, used in vram.items())
 
+    def _lacks(self, name: str, need: Footprint, gpus: frozenset[int]) -> str:
+        """Why a server of *need* cannot fit even alone, and what to do."""
+        cap = self.capacity
+        short = [
+            (g, b) for g, b in sorted(need.per_gpu(gpus).items()) if g in cap.gpu and b > cap.gpu[g]
+        ]
+        if short and held([(need, gpus)])[0] <= cap.ram:
+            g, b = short[0]
+            note = cap.gpu_notes.get(g)
+            return (
+                f"{name} needs {b / GIB:.2f} GiB on GPU{g} (estimated: {need.describe()}); "
+                f"GPU{g} has {cap.gpu[g] / GIB:.2f} GiB free for servers"
+                + (f" ({note})" if note else "")
+                + ": free that GPU, give the configuration others (gpus = [...], -ts, -dev), "
+                "or set vram_gib in the configuration if the estimate is wrong"
+            )
+        return (
+            f"{name} needs {need.describe()} (estimated); this host has "
+            f"{cap.describe()} for servers: give the servers more memory "
+            "(--moeperf-host-memory, the gate's --host-memory, MOEPERF_HOST_MEMORY), or set "
+            "ram_gib / vram_gib in the configuration if the estimate is wrong"
+        )
+
     @contextlib.contextmanager
     def using(self, keys: Iterable[ServerKey]) -> Iterator[None]:
-        """The servers of *keys* are measured in this block: none is stopped to make room."""
+        """The servers of *keys* are measured in this block: none is stopped to make room.
+        When nothing is measured any more and another process waits for memory, idle servers
+        are stopped for it."""
         held_keys = list(keys)
         for k in held_keys:
             self._in_use[k] = self._in_use.get(k, 0) + 1
@@ -159,18 +270,41 @@ class ServerPool:
                 self._in_use[k] -= 1
                 if not self._in_use[k]:
                     del self._in_use[k]
+            if not self._in_use:
+                self.yield_to_waiters()
+
+    def yield_to_waiters(self, keep: Iterable[ServerKey] = ()) -> None:
+        """Stop idle servers (not those of *keep*), least recently used first, while another
+        process waits for memory that does not fit beside everything the ledger holds, and
+        stopping them lets it fit."""
+        if self.ledger is None:
+            return
+        with self.ledger.book() as book:
+            waiting = book.waiting_others()
+            charges = {e.key: e.charge for e in book.mine()}
+            others = [e.charge for e in book.others()]
+        if not waiting:
+            return
+        w = waiting[0]
+        kept = set(keep) | set(self._in_use)
+        idle = [k for k in self.alive() if k not in kept]
+        staying = [c for k, c in charges.items() if k not in {_ledger_key(i) for i in idle}]
+        if not self.fits([], [*others, *staying, w.charge]):
+            return  # it waits for more than this process could give
+        for k in sorted(idle, key=lambda k: self._touched.get(k, 0.0)):
+            if self.fits([], [*others, *charges.values(), w.charge]):
+                return
+            self.stop(k, why=f"{w.name} of pid {w.owner} waits for memory")
+            charges.pop(_ledger_key(k), None)
 
     def make_room(self, key: ServerKey, need: Footprint, gpus: frozenset[int], name: str) -> None:
         """Stop idle servers, least recently used first, until one of *need* fits beside the
-        rest. :class:`HostLacks` when it cannot fit even alone; :class:`ServerError` when
-        only servers in use stand in the way."""
+        rest, then reserve it in the ledger, waiting for other processes' servers where they
+        stand in the way. :class:`HostLacks` when it cannot fit even alone; :class:`ServerError`
+        when only servers in use stand in the way, or after :data:`MEMORY_WAIT` seconds."""
+        self.refresh_gpus()
         if not self.fits([(need, gpus)]):
-            raise HostLacks(
-                f"{name} needs {need.describe()} (estimated); this host has "
-                f"{self.capacity.describe()} for servers: give the servers more memory "
-                "(--moeperf-host-memory, the gate's --host-memory, MOEPERF_HOST_MEMORY), or set "
-                "ram_gib / vram_gib in the configuration if the estimate is wrong"
-            )
+            raise HostLacks(self._lacks(name, need, gpus))
         alive = {k: r for k, r in self.alive().items() if k != key}
         busy = {k: r for k, r in alive.items() if k in self._in_use}
         if not self.fits(
@@ -189,30 +323,112 @@ class ServerPool:
 
         for k in sorted(alive, key=lambda k: self._touched.get(k, 0.0)):
             if self.fits(together()):
-                return
+                break
             if k in self._in_use:
                 continue
             self.stop(k, why=f"to make room for {name}")
             del alive[k]
-        # every idle server is stopped now, and the ones in use leave room (checked above)
+        # every idle server that stood in the way is stopped, the ones in use leave room
+        if self.ledger is not None:
+            self._reserve(key, need, gpus, name)
+
+    def _stop_idle(self, why: str) -> bool:
+        """Stop every idle server of this pool; whether there was one."""
+        idle = [k for k in self.alive() if k not in self._in_use]
+        for k in idle:
+            self.stop(k, why=why)
+        return bool(idle)
+
+    def _reserve(self, key: ServerKey, need: Footprint, gpus: frozenset[int], name: str) -> None:
+        """Write *need* into the ledger once it fits beside this pool's servers and the other
+        processes' (a waiter that would fit now, but not beside this one, goes first); until
+        then stop this pool's idle servers, then wait."""
+        assert self.ledger is not None
+        mine = [charge_of(need, gpus)]
+        deadline = time.monotonic() + self.wait
+        waited = False
+        try:
+            while True:
+                own = [
+                    charge_of(r.footprint, r.gpus)
+                    for k, r in self.alive().items()
+                    if k != key and r.footprint is not None
+                ]
+                with self.ledger.book() as book:
+                    others = [e.charge for e in book.others()]
+                    everyone = [e.charge for e in book.entries]
+                    since = min((w.since for w in book.waiters if w.owner == book.me), default=inf)
+                    # one that waited longer and fits now, but not beside this one, goes first
+                    ahead = [
+                        w
+                        for w in book.waiting_others()
+                        if w.since < since
+                        and self.fits([], [*everyone, w.charge])
+                        and not self.fits([], [*everyone, w.charge, *mine])
+                    ]
+                    if not ahead and self.fits([], [*others, *own, *mine]):
+                        book.put(_ledger_key(key), name, mine[0])
+                        book.unwait()
+                        return
+                    if not waited:
+                        book.wait(name, mine[0])
+                    blocking = [f"{w.name} of pid {w.owner}, waiting longer" for w in ahead]
+                    blocking += [e.describe() for e in book.others()]
+                if not waited:
+                    waited = True
+                    if self._stop_idle(why=f"{name} waits for memory other processes hold"):
+                        continue
+                    self.report(
+                        f"moeperf: {name} waits for memory that other processes' servers hold: "
+                        + "; ".join(blocking)
+                    )
+                if time.monotonic() > deadline:
+                    raise ServerError(
+                        f"{name} ({need.describe()}) waited {self.wait:.0f} s for memory that "
+                        f"other processes' servers hold ({'; '.join(blocking) or 'none left'}; "
+                        f"{self.capacity.describe()} for servers): run fewer xdist workers or "
+                        "give the servers more memory (--moeperf-host-memory)"
+                    )
+                time.sleep(LEDGER_POLL)
+        finally:
+            if waited:
+                with self.ledger.book() as book:
+                    book.unwait()
+
+    def unreserve(self, key: ServerKey) -> None:
+        """Take back the ledger entry of a server that did not start."""
+        if self.ledger is not None:
+            self.ledger.release(_ledger_key(key))
 
     def start(self, key: ServerKey, server: LlamaServer, rec: ServerRecord) -> ServerRecord:
         """Start *server* as *rec* (after :meth:`make_room`), read its startup warnings and
-        record its load time."""
-        server.start()
-        self.findings[key] = scan_startup(_last_start(server.log_path))
+        record its load time; its ledger entry gets the server's pid (or goes, when the start
+        fails)."""
+        try:
+            server.start()
+        except BaseException:
+            self.unreserve(key)
+            raise
+        if self.ledger is not None and server.pid:
+            self.ledger.started(_ledger_key(key), server.pid)
+        self.findings[key] = scan_startup(last_start(server.log_path))
         self.servers[key] = rec
         self.starts.setdefault(key, []).append(server.ready_seconds or 0.0)
         self._touched[key] = time.monotonic()
         return rec
 
     def stop(self, key: ServerKey, why: str = "") -> None:
-        """Stop the server of *key* (one that died by itself is reaped and its log told)."""
+        """Stop the server of *key* (one that died by itself is reaped and its log told), and
+        take its entry out of the ledger."""
         rec = self.servers.get(key)
         if rec is None:
+            self.unreserve(key)
             return
         was_running = rec.server.is_running()
-        rec.server.stop()
+        try:
+            rec.server.stop()
+        finally:
+            self.unreserve(key)
         if was_running:
             self.report(f"moeperf: stopped {rec.server.name}" + (f" ({why})" if why else ""))
 

@@ -54,6 +54,21 @@ def die_with_parent(parent: int | None = None) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+def end_with_controller() -> None:
+    """In an xdist worker: die the moment the controller that started it dies (a SIGKILLed
+    ``pytest -n 2``), instead of measuring on, and starting servers, for a session nobody
+    reads. The kernel sends SIGKILL when the parent's thread that spawned the worker ends
+    (xdist spawns workers from the controller's main thread, which ends only with it); the
+    worker's servers die with it (:func:`die_with_parent`), and the next session clears their
+    pid files. A worker whose controller is already gone (the init process adopted it) ends
+    at once."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
 def record(pid: int, command: list[str]) -> Path:
     """Write the pid file of a started server."""
     path = servers_dir() / f"{pid}.json"

@@ -62,6 +62,8 @@ def pytest_configure(config: pytest.Config) -> None:
         config.stash[SESSION] = PerfSession(options, report=say, progress=announce)
     except MoeperfError as exc:
         raise pytest.UsageError(str(exc)) from None
+    if hasattr(config, "workerinput"):  # an xdist worker lives no longer than its controller
+        orphans.end_with_controller()
     config.stash[REAPED] = orphans.reap()  # shown in the header: no reporter here yet
     _stop_on_sigterm()
 

@@ -21,6 +21,7 @@ from _procs import (
     ALIVE,
     output,
     pid_files,
+    processes_in,
     project_fixture,  # noqa: F401 (the fixture `project`)
     server_logs,
     spawn,
@@ -273,3 +274,38 @@ def test_other_worker_measures(moeperf):
     assert GRACEFUL not in logs["embedded-tiny-default-b11434.log"]
     assert STOPPED not in logs["embedded-tiny-default-b11434.log"]
     assert STOPPED in logs["embedded-tiny-cpu0-b11434.log"]
+
+
+def test_sigkilled_xdist_controller_takes_its_workers_and_their_servers_along(project):
+    """SIGKILL of the controller of ``pytest -n 2`` alone (its workers get no signal): each
+    worker ends the moment its controller does (PDEATHSIG, set when it starts), its servers
+    die with it, and no worker starts a server for a session nobody reads. The time from the
+    kill to the last process gone is printed (the issue's note quotes it), not asserted: how
+    fast a loaded machine reaps a process is not the plugin's."""
+    project.makepyfile(
+        test_forever=MEASURES_FOREVER
+        + """
+@pytest.mark.moeperf(configurations=["cpu0"])
+def test_measures_forever_too(moeperf):
+    moeperf.measure("cpu0", "tg64", repetitions=1_000_000)
+"""
+    )
+    proc = spawn(project, "-n", "2", "-m", "perf")
+    try:
+        wait_for_measuring(project, proc, started=2)
+        before = {p.name for p in server_logs(project.path)}
+        servers = {json.loads(p.read_text())["pid"] for p in pid_files(project.path)}
+        assert len(servers) == 2 and len(processes_in(project.path)) >= 4  # + 2 workers
+        killed = time.monotonic()
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        assert wait_until(lambda: not processes_in(project.path), timeout=30)
+        print(f"every worker and server gone {time.monotonic() - killed:.2f} s after the kill")
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert survivors(project.path) == {}
+    # nothing was started after the kill: the same two servers' logs and pid files
+    assert {p.name for p in server_logs(project.path)} == before
+    assert {json.loads(p.read_text())["pid"] for p in pid_files(project.path)} == servers
+    assert not any(orphans.alive(pid) for pid in servers)

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from ..defaults import SettingError
 from ..errors import MoeperfError
-from . import baselines, bisect, build, calibrate, gate, logstats, model, sweep
+from . import baselines, bisect, build, calibrate, gate, init, logstats, model, sweep
 
 VERBS = (
     (
@@ -50,6 +50,12 @@ VERBS = (
         "throughput of all slots and of one, latencies; a table and a plot",
     ),
     ("logstats", logstats, "ADR-style real-traffic table from llama-server logs"),
+    (
+        "init",
+        init,
+        "write a first profile for this host and a GGUF model (mmap and -lm none per NUMA node, "
+        "GPUs and their nodes read from the host) into moeperf.toml",
+    ),
 )
 """Each verb: its name, its module (``add_arguments``, ``run``) and its line of help."""
 

@@ -1,0 +1,559 @@
+"""``moeperf init``: a first profile for this host and a model, in the shape of ADR-0042's.
+
+The profile compares what an ADR-0042 operator compares: the default load (``mmap``) against
+``-lm none`` (experts copied into pinned RAM) on each NUMA node, the process pinned to the
+node's CPUs with ``--numa isolate`` and ``-t`` its physical cores; with GPUs every layer is
+offloaded (``-ngl 999``) and an MoE model's experts stay in RAM (``-ncmoe <layers>``, or
+``-ot exps=CPU`` on a build without ``-ncmoe``). Workloads and the budget come from one timed
+prefill and one timed decode request on the real server when there is one, else from
+conservative figures (a model over 20 GB: ~15 tok/s decode, ADR-0042's rate). What the host
+and model cannot settle becomes a ``# could not decide: ...`` line in the file and the summary.
+
+:func:`plan_profile` is pure (topology, model facts and rates in, a :class:`ProfilePlan` out);
+:func:`timed_sample` starts a server; :func:`write_profile` appends the profile to a file
+after parsing it back with :mod:`.profiles`, atomically.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import tomllib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..defaults import BUDGET, FIRST_LOOK, REPETITIONS, STARTUP_TIMEOUT
+from ..errors import ConfigError, MoeperfError, OutputError
+from ..fs import check_output, write_output
+from ..host.machine import format_cpu_list
+from ..host.topology import GIB, Topology
+from ..llama.footprint import estimate
+from ..llama.model_bytes import DecodeBytes, split_name
+from ..llama.server import LlamaServer
+from ..measure.meter import Meter, server_vocab
+from ..measure.workload import Workload
+from .profiles import parse_profiles
+
+LARGE_MODEL_BYTES = 20 * 10**9
+"""Above this a model gets ADR-0042's workloads (pp2048, tg128) and its conservative rates."""
+ASSUMED_RATES = {True: (150.0, 15.0), False: (300.0, 30.0)}
+"""(prefill, decode) tok/s assumed without a sample, for a large model (True) or not: ADR-0042
+measured 189 / 15.9 tok/s with mmap on its 176B model; a smaller model is assumed twice as fast."""
+WORKLOADS = {True: ("pp2048", "tg128"), False: ("pp512", "tg64")}
+CONTEXT = {True: 8192, False: 4096}
+SIDES = 2
+BUDGET_SLACK = 1.5
+"""The budget is sides x first look x the slowest sample x this, so the first look fits."""
+FIT_IN_VRAM = 0.9
+_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.-]*[A-Za-z0-9_-])?")
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+_LM_FLAGS = ("-lm", "--load-mode")
+_NCMOE_FLAGS = ("-ncmoe", "--n-cpu-moe")
+
+
+@dataclass(frozen=True)
+class Rates:
+    """Prefill and decode rates (tok/s) the budget is sized from, and where they come from."""
+
+    prefill: float
+    decode: float
+    source: str
+    sampled: bool = False
+
+
+@dataclass(frozen=True)
+class ConfigurationPlan:
+    """One configuration to write: its table's keys and the comment lines above it."""
+
+    name: str
+    description: str
+    flags: tuple[str, ...]
+    numa_node: int | None = None
+    comments: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ProfilePlan:
+    """A profile ``moeperf init`` writes: its keys, comments, notes and what it left open."""
+
+    name: str
+    description: str
+    model: str
+    binary: str | None
+    build: int | None
+    cuda: bool
+    requires_gpus: int
+    flags: tuple[str, ...]
+    numa_node: int | None
+    numa: str | None
+    workloads: tuple[str, ...]
+    repetitions: int
+    budget: float
+    configurations: tuple[ConfigurationPlan, ...]
+    header: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    undecided: tuple[str, ...] = ()
+
+    def table(self) -> dict[str, Any]:
+        """The profile as the TOML table :func:`~.profiles.parse_profiles` reads."""
+        out: dict[str, Any] = {"description": self.description}
+        if self.build is not None:
+            out["build"] = self.build
+        if self.binary is not None:
+            out["binary"] = self.binary
+        out["model"] = self.model
+        if self.cuda:
+            out["cuda"] = True
+        if self.requires_gpus:
+            out["requires_gpus"] = self.requires_gpus
+        out["flags"] = list(self.flags)
+        if self.numa_node is not None:
+            out["numa_node"] = self.numa_node
+        if self.numa is not None:
+            out["numa"] = self.numa
+        out["workloads"] = list(self.workloads)
+        out["repetitions"] = self.repetitions
+        out["budget"] = self.budget
+        configs: dict[str, Any] = {}
+        for c in self.configurations:
+            ct: dict[str, Any] = {"description": c.description}
+            if c.flags:
+                ct["flags"] = list(c.flags)
+            if c.numa_node is not None:
+                ct["numa_node"] = c.numa_node
+            configs[c.name] = ct
+        out["configurations"] = configs
+        return out
+
+    def toml(self) -> str:
+        """The commented TOML text of the profile (to append to a moeperf.toml)."""
+        lines = [f"# {line}" if line else "#" for line in self.header]
+        lines += [f"# note: {n}" for n in self.notes]
+        lines += [f"# could not decide: {u}" for u in self.undecided]
+        table = self.table()
+        configs = table.pop("configurations")
+        head = f"profiles.{_key(self.name)}"
+        lines.append(f"[{head}]")
+        lines += [f"{_key(k)} = {_toml(v)}" for k, v in table.items()]
+        lines.append(
+            "# memory_bandwidth_gbs = 50.8  # one node's STREAM figure, if you have one (else "
+            "the probe measures it)"
+        )
+        for c in self.configurations:
+            lines.append("")
+            lines += [f"# {line}" for line in c.comments]
+            lines.append(f"[{head}.configurations.{_key(c.name)}]")
+            lines += [f"{_key(k)} = {_toml(v)}" for k, v in configs[c.name].items()]
+        return "\n".join(lines) + "\n"
+
+    def summary(self, output: Path) -> list[str]:
+        """Lines for the command's stdout."""
+        lines = [f"moeperf init: profile {self.name!r} written to {output}"]
+        for c in self.configurations:
+            lines.append(f"  {c.name}: {c.description} ({' '.join([*self.flags, *c.flags])})")
+        lines.append(f"  workloads {', '.join(self.workloads)}, budget {self.budget:g} s")
+        lines += [f"note: {n}" for n in self.notes]
+        lines += [f"could not decide: {u}" for u in self.undecided]
+        return lines
+
+
+def _key(name: str) -> str:
+    return name if _BARE_KEY.fullmatch(name) else json.dumps(name)
+
+
+def _toml(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return f"{value:g}" if value != int(value) else f"{int(value)}.0"
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    raise TypeError(f"no TOML for {value!r}")
+
+
+def default_name(model: Path) -> str:
+    """A profile name from the model's file name (``Qwen3-30B-A3B-Q4_K_M-00001-of-00002.gguf``
+    -> ``Qwen3-30B-A3B-Q4_K_M``)."""
+    parts = split_name(model.name)
+    stem = parts[0] if parts else model.name.removesuffix(".gguf")
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", stem).strip("-._")
+    return name or "mine"
+
+
+def check_name(name: str) -> str:
+    """*name* when it can name a profile; one line for ``--name`` otherwise."""
+    if not _NAME.fullmatch(name):
+        raise ConfigError(
+            f"--name {name!r}: a profile name is letters, digits, '-', '_' and '.', starting "
+            "with a letter or digit, e.g. --name qwen3-30b"
+        )
+    return name
+
+
+def budget_for(workloads: Sequence[str], rates: Rates) -> float:
+    """Seconds for a verdict's first look: sides x :data:`~pytest_moeperf.defaults.FIRST_LOOK`
+    rounds x the slowest workload's sample time x :data:`BUDGET_SLACK`, rounded up to 10 s and
+    never below the built-in default."""
+    slowest = 0.0
+    for name in workloads:
+        w = Workload.parse(name)
+        rate = rates.prefill if w.is_prefill else rates.decode
+        slowest = max(slowest, w.tokens / rate)
+    seconds = SIDES * FIRST_LOOK * slowest * BUDGET_SLACK
+    return float(max(BUDGET, 10 * math.ceil(seconds / 10)))
+
+
+def assumed_rates(model: DecodeBytes, why: str) -> Rates:
+    large = model.file_bytes > LARGE_MODEL_BYTES
+    prefill, decode = ASSUMED_RATES[large]
+    return Rates(prefill, decode, f"prefill {prefill:g}, decode {decode:g} tok/s assumed ({why})")
+
+
+def _gib(n: float) -> str:
+    return f"{n / GIB:.1f} GiB"
+
+
+def plan_profile(
+    name: str,
+    model_path: Path,
+    model: DecodeBytes,
+    topology: Topology,
+    *,
+    binary: Path | None = None,
+    build: int | None = None,
+    server_flags: frozenset[str] | None = None,
+    rates: Rates | None = None,
+) -> ProfilePlan:
+    """The profile for *model* (read from *model_path*) on the host *topology* describes.
+
+    *server_flags*: the flags the server's ``--help`` lists (``None``: unknown, the newest
+    spellings are written). *rates*: a timed sample's (``None``: assumed, and said so)."""
+    undecided: list[str] = []
+    notes: list[str] = []
+    large = model.file_bytes > LARGE_MODEL_BYTES
+    workloads = WORKLOADS[large]
+    if rates is None:
+        rates = assumed_rates(model, "no timed sample")
+    gpus = topology.gpus
+    multi = len(topology.nodes) > 1
+
+    # -- where the process runs ---------------------------------------------------------------
+    home = topology.nodes[0].node
+    if gpus:
+        known = [g for g in gpus if g.numa_node is not None]
+        if multi and len(known) < len(gpus):
+            missing = ", ".join(f"GPU{g.index}" for g in gpus if g.numa_node is None)
+            undecided.append(
+                f"the NUMA node of {missing} (sysfs numa_node is -1 and nvidia-smi topo -m "
+                f"says N/A): mmap runs on node {home}; see `nvidia-smi topo -m`"
+            )
+        if known and multi:
+            home = known[0].numa_node or 0
+    if multi:
+        undecided.append(
+            f"which NUMA node serves best: mmap runs on node {home}"
+            + (" (GPU0's)" if gpus and gpus[0].numa_node == home else "")
+            + "; compare the lm-none-node* configurations (ADR-0042: node 1 decoded 15.7 tok/s, "
+            "node 0 11.7, unexplained), then move mmap with numa_node"
+        )
+
+    # -- flags ---------------------------------------------------------------------------------
+    flags: list[str] = []
+    if gpus:
+        flags += ["-ngl", "999"]
+        if model.experts:
+            ncmoe = server_flags is None or any(f in server_flags for f in _NCMOE_FLAGS)
+            flags += ["-ncmoe", str(model.n_layer)] if ncmoe else ["-ot", "exps=CPU"]
+            free = topology.vram_free_mib * 2**20
+            if model.file_bytes < FIT_IN_VRAM * free:
+                undecided.append(
+                    f"whether the experts belong in VRAM: the model ({_gib(model.file_bytes)}) "
+                    f"fits in the GPUs' {_gib(free)} free; this profile keeps them in RAM as "
+                    "ADR-0042 did"
+                )
+        elif model.file_bytes > topology.vram_total_mib * 2**20:
+            undecided.append(
+                f"-ngl: the model ({_gib(model.file_bytes)}) is larger than the GPUs' "
+                f"{_gib(topology.vram_total_mib * 2**20)} and has no experts to keep in RAM; "
+                "lower -ngl in flags"
+            )
+    flags += ["-c", str(CONTEXT[large]), "-np", "1"]
+    undecided.append(
+        "-ub and -fa: llama.cpp's defaults are kept; ADR-0042 measured with -fa 1 -ub 2048 "
+        "(-b/-ub 2048 sped its prefill up 3.8x): add them to flags to compare"
+    )
+    lm = ["-lm", "none"]
+    if server_flags is not None and not any(f in server_flags for f in _LM_FLAGS):
+        lm = ["--no-mmap"]
+        notes.append("this llama-server has no -lm/--load-mode: --no-mmap stands in for -lm none")
+    if server_flags is None:
+        notes.append(
+            "flags not checked against a llama-server --help (no --server): a build without "
+            "one of them is skipped, naming the flag"
+        )
+
+    # -- configurations ------------------------------------------------------------------------
+    def threads(node: int | None) -> list[str]:
+        nodes = topology.nodes if node is None else (topology.node(node),)
+        return ["-t", str(sum(n.threads for n in nodes))]
+
+    if any(n.physical_cores is None for n in topology.nodes):
+        undecided.append("physical cores (no CPU topology in sysfs): -t is every CPU of the node")
+    configs: list[ConfigurationPlan] = []
+    base_node = home if multi else None
+    gpu_count = len(gpus)
+    mmap_flags = (*flags, *threads(base_node))
+    mmap_fp = estimate(model, str(model_path), mmap_flags, gpus=gpu_count)
+    where = f", process on node {home}" if multi else ""
+    configs.append(
+        ConfigurationPlan(
+            "mmap",
+            f"default load mode (mmap){where}",
+            tuple(threads(base_node)),
+            comments=(f"estimate: {mmap_fp.describe()}",),
+        )
+    )
+    for node in topology.nodes if multi else (None,):
+        number = node.node if node is not None else None
+        cflags = (*lm, *threads(number))
+        fp = estimate(model, str(model_path), (*flags, *cflags), gpus=gpu_count)
+        comments = [f"estimate: {fp.describe()}"]
+        if node is not None and fp.private > node.memory_free:
+            if fp.private <= node.memory_free + node.page_cache:
+                comments.append(
+                    f"node {node.node} has {_gib(node.memory_free)} free and "
+                    f"{_gib(node.page_cache)} of page cache: drop the page cache before this "
+                    "copy is made (sync; echo 3 | sudo tee /proc/sys/vm/drop_caches), as "
+                    "ADR-0042 did, or part of it lands on the other node"
+                )
+            else:
+                comments.append(
+                    f"node {node.node} holds {_gib(node.memory_total)}, "
+                    f"{_gib(node.memory_free + node.page_cache)} of it free or page cache: "
+                    "part of this copy lands on the other node whatever is dropped"
+                )
+            notes.append(f"lm-none-node{node.node}: " + comments[-1])
+        if fp.private > topology.memory_total > 0:
+            undecided.append(
+                f"-lm none: its copy ({_gib(fp.private)}) is larger than this host's "
+                f"{_gib(topology.memory_total)} of RAM; its configuration cannot start here"
+            )
+        suffix = f"-node{number}" if number is not None else ""
+        configs.append(
+            ConfigurationPlan(
+                f"lm-none{suffix}",
+                "experts copied into pinned RAM (-lm none)"
+                + (f", process on node {number}" if number is not None else ""),
+                cflags,
+                numa_node=number,
+                comments=tuple(comments),
+            )
+        )
+
+    # -- the build -----------------------------------------------------------------------------
+    if binary is None and build is None:
+        undecided.append(
+            "the llama-server build: give --server PATH or --build N, or write build = N or "
+            "binary = ... below (LLAMA_SERVER or --llama-server also work at run time)"
+        )
+    budget = budget_for(workloads, rates)
+    if not rates.sampled:
+        undecided.append(
+            f"the budget without a timed sample: {budget:g} s from {rates.source}; run "
+            "moeperf init with --server on a quiet host, or set budget by hand"
+        )
+    if topology.numa_balancing == "1" and multi:
+        notes.append(
+            "kernel.numa_balancing is 1 (llama-server warns about it); ADR-0042 measured it as "
+            "no lever once the process is pinned (14.45 -> 14.72 tok/s)"
+        )
+    if topology.governor and topology.governor != "performance":
+        notes.append(
+            f"CPU governor {topology.governor}: clocks follow load; 'performance' gives "
+            "steadier numbers"
+        )
+    shards = f", {model.shards} shards" if model.shards > 1 else ""
+    experts = f"{model.experts} experts ({model.experts_used} used)" if model.experts else "dense"
+    header = (
+        f"moeperf init: profile {name!r} for {model_path.name} on this host",
+        f"model: {model.architecture or '?'}, {model.n_layer} layers, {experts}, "
+        f"{_gib(model.file_bytes)}{shards}",
+        *(f"host: {line}" for line in topology.describe()),
+        f"rates: {rates.source}",
+        'paths are this host\'s: write $VARIABLES instead (model = "$MY_MODEL") to share the file',
+        f"run it: pytest -m perf tests/perf/test_{re.sub(r'[^A-Za-z0-9_]', '_', name)}.py "
+        f"--moeperf-profile {name}",
+    )
+    return ProfilePlan(
+        name=name,
+        description=f"{model_path.name}: mmap and -lm none"
+        + (" per NUMA node" if multi else "")
+        + (f", {gpu_count} GPUs" if gpus else ", CPU only"),
+        model=str(model_path),
+        binary=str(binary) if binary is not None else None,
+        build=build if binary is None else None,
+        cuda=bool(gpus),
+        requires_gpus=gpu_count,
+        flags=tuple(flags),
+        numa_node=base_node,
+        numa="isolate" if multi else None,
+        workloads=workloads,
+        repetitions=REPETITIONS,
+        budget=budget,
+        configurations=tuple(configs),
+        header=header,
+        notes=tuple(notes),
+        undecided=tuple(undecided),
+    )
+
+
+# -- the timed sample ---------------------------------------------------------------------------
+def timed_sample(
+    binary: Path,
+    model_path: Path,
+    model: DecodeBytes,
+    plan: ProfilePlan,
+    topology: Topology,
+    *,
+    log_path: Path,
+    startup_timeout: float = STARTUP_TIMEOUT,
+    progress: Callable[[str], None] = lambda line: None,
+) -> Rates:
+    """Start the plan's ``mmap`` server, time one prefill and one decode request of its
+    workloads (after one short warm-up request), stop it."""
+    mmap = plan.configurations[0]
+    args = [*plan.flags, *mmap.flags, *(["--numa", plan.numa] if plan.numa else [])]
+    cpus = topology.node(plan.numa_node).cpus if plan.numa_node is not None else None
+    pp = next(Workload.parse(w) for w in plan.workloads if Workload.parse(w).is_prefill)
+    tg = next(Workload.parse(w) for w in plan.workloads if not Workload.parse(w).is_prefill)
+    where = f" on CPUs {format_cpu_list(cpus)}" if cpus else ""
+    progress(f"moeperf init: starting {binary.name} on {model_path.name}{where} for a sample")
+    server = LlamaServer(
+        binary,
+        model_path,
+        args,
+        log_path=log_path,
+        cpus=cpus,
+        name="moeperf init sample",
+        startup_timeout=startup_timeout,
+    )
+    with server:
+        vocab = server_vocab(server.url) or model.n_vocab
+        with Meter(server.url, vocab=vocab) as meter:
+            meter.run_once(Workload.parse("tg8"), seed=7)  # pages in what mmap has not read yet
+            prefill = meter.run_once(pp, seed=1).tok_per_s
+            decode = meter.run_once(tg, seed=2).tok_per_s
+    return Rates(
+        prefill,
+        decode,
+        f"sampled on mmap: {pp} at {prefill:.1f} tok/s, {tg} at {decode:.1f} tok/s (one request "
+        "each)",
+        sampled=True,
+    )
+
+
+# -- writing ------------------------------------------------------------------------------------
+_HEADER = re.compile(r"\s*\[\[?\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
+
+
+def _table_path(line: str) -> tuple[str, ...] | None:
+    """The keys a table header line names (``[profiles."a.b".configurations.x]``); ``None``
+    for any other line."""
+    m = _HEADER.match(line)
+    if not m:
+        return None
+    try:
+        doc: Any = tomllib.loads(f"[{m[1]}]\n")
+    except tomllib.TOMLDecodeError:
+        return None
+    path: list[str] = []
+    while isinstance(doc, dict) and len(doc) == 1:
+        key = next(iter(doc))
+        path.append(key)
+        doc = doc[key]
+    return tuple(path)
+
+
+def without_profile(text: str, name: str) -> str:
+    """*text* without the tables of profile *name* and the comment block right above its first
+    header (what an earlier ``moeperf init`` wrote there)."""
+    keep: list[str] = []
+    inside = False
+    for line in text.splitlines(keepends=True):
+        path = _table_path(line)
+        if path is not None:
+            mine = path[:2] == ("profiles", name)
+            if mine and not inside:
+                while keep and keep[-1].lstrip().startswith("#"):
+                    keep.pop()
+            inside = mine
+        if not inside:
+            keep.append(line)
+    return "".join(keep).rstrip("\n") + "\n" if keep else ""
+
+
+def existing_profiles(output: Path, name: str, *, force: bool = False) -> str:
+    """The text of *output* to append profile *name* to: ``""`` for a new file, the file
+    without its profile *name* under *force*. Checked before any work: one line naming
+    ``-o/--output`` or ``--name`` when the file cannot take the profile."""
+    what = "-o/--output"
+    if output.name == "pyproject.toml":
+        raise OutputError(
+            f"{what} {output}: moeperf init writes a moeperf.toml of [profiles.NAME]; name "
+            "e.g. moeperf.toml (and point the moeperf_config ini option at it)"
+        )
+    check_output(output, what)
+    if not output.exists():
+        return ""
+    try:
+        existing = output.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise OutputError(f"{what} {output}: cannot read it ({exc}); name another file") from None
+    try:
+        old = tomllib.loads(existing)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(
+            f"{what} {output}: not valid TOML ({exc}); fix it or name another file"
+        ) from None
+    profiles = old.get("profiles")
+    if isinstance(profiles, Mapping) and name in profiles:
+        if not force:
+            raise ConfigError(
+                f"{what} {output}: profile {name!r} exists already; pass --force to replace "
+                "it, or choose another --name"
+            )
+        return without_profile(existing, name)
+    return existing
+
+
+def write_profile(output: Path, plan: ProfilePlan, *, force: bool = False) -> str:
+    """Append *plan*'s profile to *output* (created when missing), replacing a profile of the
+    same name only with *force* (:func:`existing_profiles`); the whole new file is parsed back
+    (TOML, then the profile with :func:`~.profiles.parse_profiles`) before it is written
+    atomically. Returns the text written; an error changes nothing."""
+    what = "-o/--output"
+    existing = existing_profiles(output, plan.name, force=force)
+    text = (existing.rstrip("\n") + "\n\n" if existing.strip() else "") + plan.toml()
+    try:
+        doc = tomllib.loads(text)
+        new = doc["profiles"][plan.name]
+        parse_profiles({"profiles": {plan.name: new}}, str(output), output.parent)
+    except (tomllib.TOMLDecodeError, KeyError, TypeError, MoeperfError) as exc:
+        raise ConfigError(
+            f"{what} {output}: the profile {plan.name!r} would not parse back ({exc}); nothing "
+            "was written: write it to a new file with -o, and report this"
+        ) from None
+    if new != plan.table():
+        raise ConfigError(
+            f"{what} {output}: profile {plan.name!r} reads back differently from what was "
+            "meant (another table of that name?); nothing was written: name another file"
+        )
+    write_output(output, text, what)
+    return text

@@ -72,6 +72,7 @@ def test_over_every_look_the_interval_misses_the_truth_at_most_5_5_percent(phi):
     for n in REACH.looks:
         low, high = intervals(d, REACH, n)
         missed |= (low > 0) | (high < 0)
+    print(f"phi {phi}: the interval missed at some look in {100 * missed.mean():.2f} % of {RUNS}")
     assert missed.mean() <= 0.055, f"missed in {100 * missed.mean():.1f} % of {RUNS} runs"
 
 
@@ -111,6 +112,7 @@ def gate_outcomes(d: np.ndarray, plan: Plan, margin: float = 0.05) -> np.ndarray
 def test_a_change_inside_the_margin_fails_the_gate_at_most_2_5_percent():
     d = rounds(np.random.default_rng(7), RUNS, REACH.max_rounds, 0.0, "coin") + math.log(0.97)
     slower = (gate_outcomes(d, REACH) == -1).mean()
+    print(f"-3 %: called slower in {100 * slower:.2f} % of {RUNS} gates")
     assert slower <= 0.025, f"-3 % called slower in {100 * slower:.1f} % of {RUNS} gates"
 
 
@@ -134,6 +136,10 @@ def test_twenty_aa_rows_fail_a_gate_at_most_5_percent_with_holm():
 
     false_fail = (decided == -1).any(axis=1) | holm_any(p_slow)
     false_faster = (decided == 1).any(axis=1) | holm_any(p_fast)
+    print(
+        f"20 A/A rows: a false FAIL in {100 * false_fail.mean():.2f} %, a false faster in "
+        f"{100 * false_faster.mean():.2f} % of {gates} gates"
+    )
     assert false_fail.mean() <= 0.05, f"a false FAIL in {100 * false_fail.mean():.1f} % of gates"
     assert false_faster.mean() <= 0.05
     assert ((decided == -1) & (p_slow > levels[0])).sum() == 0  # decided slower: Holm agrees

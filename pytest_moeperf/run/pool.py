@@ -29,7 +29,7 @@ from pathlib import Path
 
 from ..errors import ServerError
 from ..host.gpus import GpuRoom, nvidia_host, read_gpu_room
-from ..host.ledger import Charge, MemoryLedger, parent
+from ..host.ledger import Charge, Entry, MemoryLedger, parent
 from ..host.machine import memory_available
 from ..host.placement import Placement, node_pages, page_cache_kib
 from ..llama.build import Build
@@ -124,6 +124,12 @@ def held(
     return private + sum(shared.values()), vram
 
 
+def session_root() -> int:
+    """The pid that stands for this pytest session in the ledger: an xdist worker's
+    controller, else this process."""
+    return os.getppid() if os.environ.get("PYTEST_XDIST_WORKER") else os.getpid()
+
+
 def _ledger_key(key: ServerKey) -> str:
     return "|".join(key)
 
@@ -190,6 +196,22 @@ class ServerPool:
                 )
             self._capacity = cap
         return self._capacity
+
+    def counted(self, entries: Iterable[Entry]) -> list[Charge]:
+        """Other processes' ledger *entries* as this pool counts them. Against the host's free
+        memory, all of them: every server holds real memory. Against a RAM budget given by hand
+        (``--moeperf-host-memory``: what *this session's* servers may hold together), the RAM
+        of this session's own processes only (its xdist workers, children of one controller),
+        so that another session on the host (a gate beside the suite, a test's inner run) is
+        not charged to this one's budget; their VRAM counts always (the cards are shared)."""
+        if self.capacity.ram_free_now:
+            return [e.charge for e in entries]
+        root = session_root()
+        out = []
+        for e in entries:
+            ours = e.owner == root or parent(e.owner) == root
+            out.append(e.charge if ours else Charge(model=e.charge.model, vram=e.charge.vram))
+        return out
 
     def refresh_gpus(self) -> None:
         """Read each GPU's room now (before a start): the card's memory less what everything
@@ -282,7 +304,7 @@ class ServerPool:
         with self.ledger.book() as book:
             waiting = book.waiting_others()
             charges = {e.key: e.charge for e in book.mine()}
-            others = [e.charge for e in book.others()]
+            others = self.counted(book.others())
         if not waiting:
             return
         w = waiting[0]
@@ -355,8 +377,8 @@ class ServerPool:
                     if k != key and r.footprint is not None
                 ]
                 with self.ledger.book() as book:
-                    others = [e.charge for e in book.others()]
-                    everyone = [e.charge for e in book.entries]
+                    others = self.counted(book.others())
+                    everyone = [*others, *(e.charge for e in book.mine())]
                     since = min((w.since for w in book.waiters if w.owner == book.me), default=inf)
                     # one that waited longer and fits now, but not beside this one, goes first
                     ahead = [

@@ -142,3 +142,46 @@ def test_the_gate_under_a_one_server_budget_never_keeps_two_servers(
     rounds = row["verdict"]["rounds"]
     lives = assert_one_at_a_time(tmp_path / ".moeperf" / "logs", at_least=2 * rounds)
     print(f"{len(lives)} server processes, one at a time")
+
+
+TWO_WORKERS = """
+import pytest
+
+pytestmark = pytest.mark.moeperf(profile="small")
+
+
+@pytest.mark.moeperf(configurations=["a"])
+def test_a(moeperf):
+    moeperf.measure("a", "tg16", repetitions=5)
+
+
+@pytest.mark.moeperf(configurations=["b"])
+def test_b(moeperf):
+    moeperf.measure("b", "tg16", repetitions=5)
+"""
+
+
+def test_two_xdist_workers_never_overcommit_a_one_server_budget(project):
+    """Two workers, one test each, both starting a server at once under a budget that fits
+    one: the memory ledger makes one wait until the other's server is stopped for it (proven
+    from the servers' logs), and both measure."""
+    result = run_perf(
+        project,
+        CONFIG,
+        {"test_two": TWO_WORKERS},
+        "-n",
+        "2",
+        "--moeperf-host-memory",
+        ONE_SERVER,
+        "--moeperf-busy-limit",
+        "1",
+        timeout=600,
+    )
+    result.assert_outcomes(passed=2)
+    assert_one_at_a_time(project.path / ".moeperf" / "logs", at_least=2)
+    files = sorted((project.path / ".moeperf").glob("results-*.json"))
+    measured = {
+        m["configuration"]: f.name for f in files for m in json.loads(f.read_text())["measurements"]
+    }
+    assert set(measured) == {"a", "b"} and len(set(measured.values())) == 2, measured
+    assert survivors(project.path) == {}

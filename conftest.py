@@ -36,7 +36,8 @@ def llama_build():
 @pytest.fixture(scope="session")
 def tiny_model() -> Path:
     """The synthetic tiny MoE GGUF (< 1 MB)."""
-    from pytest_moeperf.llama.synthetic_model import ensure_model, model_spec
+    from pytest_moeperf.llama.synthetic_gguf import ensure_model
+    from pytest_moeperf.llama.synthetic_model import model_spec
 
     return ensure_model(model_spec("tiny"))
 

@@ -28,7 +28,8 @@ import httpx
 
 from pytest_moeperf.llama.build import build_llama
 from pytest_moeperf.llama.server import LlamaServer
-from pytest_moeperf.llama.synthetic_model import BYTE_TOKEN_IDS, ensure_model, model_spec
+from pytest_moeperf.llama.synthetic_gguf import ensure_model
+from pytest_moeperf.llama.synthetic_model import BYTE_TOKEN_IDS, model_spec
 from pytest_moeperf.measure.meter import server_vocab
 from pytest_moeperf.measure.mix import Mix
 from pytest_moeperf.measure.traffic import Traffic, run_pass

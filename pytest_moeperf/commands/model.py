@@ -11,16 +11,15 @@ from pathlib import Path
 
 from ..errors import MoeperfError
 from ..fs import check_output
+from ..llama.synthetic_gguf import ensure_model, write_model
 from ..llama.synthetic_model import (
     PRESETS,
     QUANT_TYPES,
     STRING_FIELDS,
     describe,
-    ensure_model,
     model_spec,
     shard_paths,
     summary,
-    write_model,
 )
 from .common import say
 

@@ -12,7 +12,8 @@ from ..errors import ConfigError, MoeperfError
 from ..host.machine import file_digest
 from ..llama.build import Build, binary_build, build_llama, cuda_cmake_args
 from ..llama.model_bytes import DecodeBytes, decode_bytes, model_shards
-from ..llama.synthetic_model import ensure_model, model_spec
+from ..llama.synthetic_gguf import ensure_model
+from ..llama.synthetic_model import model_spec
 from .profiles import Configuration, HostLacks, Profile
 
 SYNTHETIC = "synthetic:"

@@ -11,7 +11,8 @@ from pytest_moeperf.errors import ModelError
 from pytest_moeperf.host.machine import OtherWork, online_cpus
 from pytest_moeperf.host.probe import Probe, probe_differences, probe_moved, run_probe
 from pytest_moeperf.llama.model_bytes import KV_BYTES_PER_ELEMENT, decode_bytes
-from pytest_moeperf.llama.synthetic_model import model_spec, write_model
+from pytest_moeperf.llama.synthetic_gguf import write_model
+from pytest_moeperf.llama.synthetic_model import model_spec
 
 
 def test_a_real_probe_on_one_cpu_round_trips():

@@ -14,17 +14,21 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pytest_moeperf.errors import ModelError
+from pytest_moeperf.llama import synthetic_gguf as gguf_file
 from pytest_moeperf.llama import synthetic_model as model
+from pytest_moeperf.llama.synthetic_gguf import (
+    ensure_model,
+    expected_size,
+    validate_model,
+    write_model,
+)
 from pytest_moeperf.llama.synthetic_model import (
     DIGEST_KEY,
     PRESETS,
     ModelSpec,
     describe,
-    ensure_model,
     model_spec,
     shard_paths,
-    validate_model,
-    write_model,
 )
 
 SMALL = {"n_vocab": 300, "n_ff_exp": 32}
@@ -81,7 +85,7 @@ def test_digests_names_and_sizes_of_tiny_and_bench_are_pinned() -> None:
         assert (spec.quant, spec.split) == ("f16", 1)
         assert spec.digest() == digest
         assert model.file_name(spec) == f"{name}-{digest[:16]}.gguf"
-        assert model.expected_size(spec) == PINNED_SIZES[name]
+        assert expected_size(spec) == PINNED_SIZES[name]
 
 
 def test_default_quant_and_split_stay_out_of_the_digest() -> None:
@@ -100,10 +104,10 @@ def test_large_preset_is_several_gb_of_q4_0_in_three_files() -> None:
     large = PRESETS["large"]
     assert (large.quant, large.split) == ("q4_0", 3)
     assert (large.n_layer, large.n_embd, large.n_expert, large.n_expert_used) == (16, 2048, 64, 8)
-    size = model.expected_size(large)
+    size = expected_size(large)
     assert 3.5e9 < size < 4.2e9
     assert 2 * size < 10 * 2**30  # two private (-lm none) copies fit in 24 GB with room
-    sizes = model._expected_sizes(large)
+    sizes = gguf_file._expected_sizes(large)
     assert len(sizes) == 3 and max(sizes) < 1.2 * min(sizes)  # shards of similar size
     assert model.file_name(large) == f"large-{large.digest()[:16]}-00001-of-00003.gguf"
     assert "q4_0 in 3 files" in describe(large)
@@ -112,7 +116,7 @@ def test_large_preset_is_several_gb_of_q4_0_in_three_files() -> None:
 
 def test_estimated_bytes_is_close_to_exact_size() -> None:
     for spec in PRESETS.values():
-        exact = model.expected_size(spec)
+        exact = expected_size(spec)
         assert abs(spec.estimated_bytes() - exact) < 0.02 * exact
 
 
@@ -267,7 +271,7 @@ def test_other_seed_gives_other_bytes_of_the_same_size(tmp_path: Path, tiny_file
 def test_tiny_is_well_under_a_megabyte(tiny_file: Path) -> None:
     size = tiny_file.stat().st_size
     assert size < 500_000
-    assert size == model.expected_size(model_spec("tiny"))
+    assert size == expected_size(model_spec("tiny"))
 
 
 def test_reads_back_as_qwen3moe(tiny_file: Path) -> None:
@@ -367,7 +371,7 @@ def test_failure_mid_write_leaves_nothing(tmp_path: Path, monkeypatch: pytest.Mo
             raise RuntimeError("boom")
         return real(spec, t)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(model, "_tensor_chunks", flaky)
+    monkeypatch.setattr(gguf_file, "_tensor_chunks", flaky)
     target = tmp_path / "out" / "m.gguf"
     with pytest.raises(RuntimeError, match="boom"):
         write_model(model_spec("tiny"), target)
@@ -386,7 +390,7 @@ def test_disk_error_mid_write_is_a_model_error(
             raise OSError(28, "No space left on device")
         return real(spec, t)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(model, "_tensor_chunks", full)
+    monkeypatch.setattr(gguf_file, "_tensor_chunks", full)
     with pytest.raises(ModelError, match="No space left"):
         write_model(model_spec("tiny"), tmp_path / "m.gguf")
     assert list(tmp_path.iterdir()) == []
@@ -399,7 +403,7 @@ def test_failure_keeps_the_previous_file(tmp_path: Path, monkeypatch: pytest.Mon
     def broken(spec: ModelSpec, t: object) -> np.ndarray:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(model, "_tensor_chunks", broken)
+    monkeypatch.setattr(gguf_file, "_tensor_chunks", broken)
     with pytest.raises(RuntimeError):
         write_model(model_spec("tiny"), target)
     assert target.read_bytes() == b"old"
@@ -562,7 +566,7 @@ def test_quantized_file_reads_back(tmp_path: Path, quant: str, qtype: Q, ftype: 
     spec = model_spec("tiny", quant=quant)
     path = write_model(spec, tmp_path / f"{quant}.gguf")
     assert path == tmp_path / f"{quant}.gguf"
-    assert path.stat().st_size == model.expected_size(spec)
+    assert path.stat().st_size == expected_size(spec)
     assert validate_model(path, spec) is None
     r = gguf.GGUFReader(path)
     assert _field(r, "general.file_type") == ftype
@@ -615,7 +619,7 @@ def test_split_model_shards_add_up(tmp_path: Path) -> None:
         assert len(r.tensors) >= 1
         names += [t.name for t in r.tensors]
     assert names == model.tensor_names(spec)
-    assert sum(p.stat().st_size for p in paths) == model.expected_size(spec)
+    assert sum(p.stat().st_size for p in paths) == expected_size(spec)
     assert validate_model(first, spec) is None
     assert model.file_name(spec).endswith("-00001-of-00003.gguf")
 
@@ -692,7 +696,7 @@ def test_failure_in_a_later_shard_leaves_no_shard(
             raise RuntimeError("boom")
         return real(spec, t)
 
-    monkeypatch.setattr(model, "_tensor_chunks", flaky)
+    monkeypatch.setattr(gguf_file, "_tensor_chunks", flaky)
     with pytest.raises(RuntimeError, match="boom"):
         write_model(spec, tmp_path / "m.gguf")
     assert list(tmp_path.iterdir()) == []
@@ -704,21 +708,21 @@ def test_failure_in_the_quantizer_thread_leaves_nothing(
     def broken(chunk: np.ndarray, gtype: object) -> np.ndarray:
         raise ValueError("quantizer broke")
 
-    monkeypatch.setattr(model, "_encode", broken)
+    monkeypatch.setattr(gguf_file, "_encode", broken)
     with pytest.raises(ValueError, match="quantizer broke"):
         write_model(model_spec("tiny", quant="q8_0", split=2), tmp_path / "m.gguf")
     assert list(tmp_path.iterdir()) == []
 
 
 def test_progress_names_the_shard_and_gb(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(model, "_PROGRESS_EVERY_S", 0.0)
+    monkeypatch.setattr(gguf_file, "_PROGRESS_EVERY_S", 0.0)
     messages: list[str] = []
     spec = model_spec("tiny", quant="q4_0", split=3)
     write_model(spec, tmp_path / "m.gguf", progress=messages.append)
     assert any("shard 1 of 3" in m for m in messages)
     assert any("shard 3 of 3" in m for m in messages)
     assert all(" GB" in m and "\n" not in m for m in messages)
-    total = model.expected_size(spec) / 1e9
+    total = expected_size(spec) / 1e9
     assert messages[-1].startswith("wrote ")
     assert f"of {total:.2f} GB" in messages[-1]
 

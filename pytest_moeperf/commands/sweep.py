@@ -1,5 +1,7 @@
 """``moeperf sweep``: one configuration's traffic at ``-np 1, 2, 4, ...`` with as many clients
-as slots: throughput of all slots and of one, prefill, latencies; a table and a plot."""
+as slots (throughput of all slots and of one, prefill, latencies), or with ``--ncmoe
+0,4,8,...`` (or ``all``) its prefill and decode with the experts of the first N layers in
+system RAM (tok/s, GPU memory, PCIe traffic); a table and a plot."""
 
 from __future__ import annotations
 
@@ -8,8 +10,11 @@ from pathlib import Path
 
 from ..defaults import REPETITIONS
 from ..errors import MoeperfError
-from ..report.plot import plot_sweep
-from ..run.sweep import run_sweep
+from ..report.sweep_plot import plot_ncmoe_sweep, plot_sweep
+from ..run.live import LiveSource
+from ..run.profiles import Profile
+from ..run.session import PerfSession
+from ..run.sweep import NCMOE_POINTS, parse_ncmoe, run_ncmoe_sweep, run_sweep
 from .common import (
     add_run_arguments,
     check_run_arguments,
@@ -18,38 +23,60 @@ from .common import (
     write_reports,
 )
 
+DEFAULT_SLOTS = "1,2,4"
+
 
 def add_arguments(sw: argparse.ArgumentParser) -> None:
-    add_run_arguments(sw, configurations="the configuration to sweep (one, with a traffic table)")
+    add_run_arguments(
+        sw,
+        configurations="the configuration to sweep (one: with a traffic table for --np, "
+        "on GPUs for --ncmoe)",
+    )
     sw.add_argument(
         "--np",
-        default="1,2,4",
+        default=None,
         metavar="N,N,...",
-        help="slot counts, comma separated (default 1,2,4)",
+        help=f"slot counts, comma separated (default {DEFAULT_SLOTS})",
+    )
+    sw.add_argument(
+        "--ncmoe",
+        default=None,
+        metavar="N,N,...|all",
+        help="sweep -ncmoe instead of -np: layer counts whose experts go to system RAM, comma "
+        f"separated, or all (0 to the model's layers, at most {NCMOE_POINTS} points); "
+        "measures the profile's prefill and decode workloads at each",
     )
     sw.add_argument(
         "-r",
         "--repetitions",
         type=int,
         default=REPETITIONS,
-        help=f"passes per point (default {REPETITIONS})",
+        help="passes per point, or with --ncmoe repetitions of each workload per point "
+        f"(default {REPETITIONS})",
     )
     sw.add_argument("--plot", metavar="PNG", help="also draw the sweep here")
 
 
 def run(args: argparse.Namespace) -> int:
     check_run_arguments(args)
+    if args.np is not None and args.ncmoe is not None:
+        raise MoeperfError("--np and --ncmoe sweep different flags: give one of them")
+    ncmoe = parse_ncmoe(args.ncmoe) if args.ncmoe is not None else None  # None: all
+    spec = args.np if args.np is not None else DEFAULT_SLOTS
     try:
-        slots = [int(x) for x in args.np.split(",") if x.strip()]
+        slots = [int(x) for x in spec.split(",") if x.strip()]
     except ValueError:
-        raise MoeperfError(f"--np {args.np!r}: give slot counts, e.g. 1,2,4") from None
+        raise MoeperfError(f"--np {spec!r}: give slot counts, e.g. 1,2,4") from None
     if args.repetitions < 1:
         raise MoeperfError(f"-r/--repetitions {args.repetitions}: give at least 1 pass")
     session, live = live_session(args)
     profile = session.profile()
     names = configurations(args, profile)
     if len(names) != 1:
-        raise MoeperfError("sweep: name the one configuration to sweep with -c, e.g. -c traffic")
+        example = "experts-on-cpu" if args.ncmoe is not None else "traffic"
+        raise MoeperfError(f"sweep: name the one configuration to sweep with -c, e.g. -c {example}")
+    if args.ncmoe is not None:
+        return _run_ncmoe(args, session, live, profile, names[0], ncmoe)
     try:
         result = run_sweep(
             live, profile, profile.configuration(names[0]), slots, repetitions=args.repetitions
@@ -62,6 +89,37 @@ def run(args: argparse.Namespace) -> int:
         plot_sweep(
             [p.to_dict() for p in result.points],
             f"slots sweep: {result.configuration} ({profile.name})",
+            Path(args.plot),
+        )
+        print(f"plot: {args.plot}")
+    return 0
+
+
+def _run_ncmoe(
+    args: argparse.Namespace,
+    session: PerfSession,
+    live: LiveSource,
+    profile: Profile,
+    name: str,
+    values: tuple[int, ...] | None,
+) -> int:
+    """The ``-ncmoe`` sweep of configuration *name* at *values* (``None``: all)."""
+    try:
+        result = run_ncmoe_sweep(
+            live,
+            profile,
+            profile.configuration(name),
+            values,
+            repetitions=args.repetitions,
+        )
+    finally:
+        session.close()
+    print(result.text())
+    write_reports(args, result.markdown(), result.json_text())
+    if args.plot:
+        plot_ncmoe_sweep(
+            [p.to_dict() for p in result.points],
+            f"-ncmoe sweep: {result.configuration} ({profile.name})",
             Path(args.plot),
         )
         print(f"plot: {args.plot}")

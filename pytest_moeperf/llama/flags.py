@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from ..host.gpus import visible_gpus
 
@@ -74,3 +74,14 @@ def gpus_used(
         with contextlib.suppress(ValueError):
             visible = [g for i, g in enumerate(visible) if i >= len(shares) or float(shares[i]) > 0]
     return frozenset(visible)
+
+
+def offloads_layers(gpus: Collection[int], flags: Sequence[str]) -> bool:
+    """Whether a server with these *flags* on *gpus* keeps layers on a GPU: any GPU, and
+    ``-ngl`` anything but 0 (absent, ``auto``, ``all``, negative or a count: a CUDA build
+    offloads every layer by default). ``-ngl 0`` still runs large batches' matmuls on the
+    main GPU (op offload), but every weight lives in system RAM."""
+    if not gpus:
+        return False
+    ngl = flag_value(flags, "-ngl", "--gpu-layers", "--n-gpu-layers")
+    return ngl is None or ngl.strip() != "0"

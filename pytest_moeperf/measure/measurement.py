@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from ..errors import ConfigError
+from ..host.gpu_telemetry import GpuTelemetry
 from ..host.placement import Placement
 from .stats import Figure, Summary, summarize
 from .workload import Workload
@@ -118,6 +119,7 @@ _READERS: dict[str, Callable[[Any], Any]] = {
     "roofline": _optional(Roofline.from_dict),
     "traffic": _optional(str),
     "traffic_passes": _optional(int),
+    "gpu_telemetry": _optional(GpuTelemetry.from_dict),
 }
 
 
@@ -125,8 +127,9 @@ _READERS: dict[str, Callable[[Any], Any]] = {
 class Conditions:
     """How and where a measurement was taken: what the server ran (profile, flags, pinning,
     environment, model, its log and process), when it measured, how busy the host was on its
-    CPUs meanwhile, where its memory lay, the host probe it is judged against and decode's
-    limit. A stored figure replayed from a decision record has only its source."""
+    CPUs meanwhile, where its memory lay, the host probe it is judged against, decode's limit
+    and what its GPUs did. A stored figure replayed from a decision record has only its
+    source."""
 
     profile: str = ""
     flags: tuple[str, ...] = ()
@@ -159,6 +162,10 @@ class Conditions:
     traffic: str | None = None
     """The traffic a ``traffic.*`` metric was measured with, described."""
     traffic_passes: int | None = None
+    gpu_telemetry: GpuTelemetry | None = None
+    """What the server's GPUs did while it measured (``nvidia-smi dmon``): ``None`` for a
+    server on no GPU, on a host without ``nvidia-smi``, and in results files written before
+    it was recorded."""
 
     @property
     def host_busy(self) -> float:
@@ -183,7 +190,7 @@ class Conditions:
                 continue
             if isinstance(value, Roofline):
                 value = asdict(value)
-            elif isinstance(value, Placement):
+            elif isinstance(value, Placement | GpuTelemetry):
                 value = value.to_dict()
             elif f.name == "spans":
                 value = [list(s) for s in value]

@@ -1,7 +1,7 @@
 """What a perf session shows at its end: the terminal summary (the host as probed, throughput
-in the layout of the ADR's tables, traffic, claims, the claims beside a profile's recorded
-reference, baseline checks, llama-bench beside the servers, startup warnings) and the
-markdown report with its PNGs."""
+in the layout of the ADR's tables, what the GPUs did, traffic, claims, the claims beside a
+profile's recorded reference, baseline checks, llama-bench beside the servers, startup
+warnings) and the markdown report with its PNGs."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from ..report.tables import (
     TRAFFIC_HEADERS,
     baseline_rows,
     bench_round_rows,
+    gpu_telemetry_lines,
     host_lines,
     markdown_report,
     roofline_warnings,
@@ -138,6 +139,12 @@ def terminal_summary(perf: PerfSession, reporter: pytest.TerminalReporter) -> No
         write(text_table(headers, rows))
         for line in roofline_warnings(perf.measurements.values()):
             write(f"warning: {line}", yellow=True)
+    gpus = gpu_telemetry_lines(perf.measurements.values())
+    if gpus:
+        write("")
+        write("GPUs while measuring (nvidia-smi dmon: median sm, max memory, median PCIe):")
+        for line in gpus:
+            write(f"  {line}")
     # the record written at session finish holds every pass already: not serialised again
     traffic = traffic_rows(perf.record.traffic if perf.record else perf.source.traffic_runs())
     if traffic:

@@ -504,59 +504,6 @@ def _title(results: Mapping[str, Any], ms: Sequence[Measurement]) -> str:
     )
 
 
-def plot_sweep(points: Sequence[Mapping[str, Any]], title: str, path: Path) -> Path:
-    """The slots sweep as a PNG at *path*: throughput of all slots together and of one slot
-    against ``-np`` (left), time to first token and end-to-end latency (right). *points* are
-    :meth:`pytest_moeperf.run.sweep.SweepPoint.to_dict` dicts."""
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(11, 4.6), dpi=DPI, layout="constrained")
-    left, right = fig.subplots(1, 2)
-    fig.suptitle(title, fontsize=11)
-    slots = [int(p["np"]) for p in points]
-    for key, label, colour in (
-        ("throughput", "all slots together", _COLOURS[0]),
-        ("decode", "one slot (per request)", _COLOURS[1]),
-    ):
-        ys = [float(p["medians"][key]) for p in points]
-        left.plot(slots, ys, "o-", color=colour, label=label)
-        for x, y in zip(slots, ys, strict=True):
-            left.annotate(
-                f"{y:.1f}",
-                (x, y),
-                textcoords="offset points",
-                xytext=(0, 6),
-                ha="center",
-                fontsize=8,
-            )
-    left.set_xlabel("-np (slots = concurrent clients)")
-    left.set_ylabel("generated tok/s (median over passes)")
-    left.set_xticks(slots)
-    left.set_ylim(bottom=0)
-    left.legend(fontsize=8)
-    left.grid(alpha=0.3)
-    left.set_title("decode throughput", fontsize=10)
-    for key, label, style in (
-        ("ttft_p50", "TTFT p50", "o-"),
-        ("ttft_p99", "TTFT p99", "v--"),
-        ("e2e_p50", "end to end p50", "s-"),
-    ):
-        xs = [int(p["np"]) for p in points if p["overall"].get(key) is not None]
-        ys = [float(p["overall"][key]) for p in points if p["overall"].get(key) is not None]
-        right.plot(xs, ys, style, label=label)
-    right.set_xlabel("-np (slots = concurrent clients)")
-    right.set_ylabel("ms")
-    right.set_yscale("log")
-    right.set_xticks(slots)
-    right.legend(fontsize=8)
-    right.grid(alpha=0.3, which="both")
-    right.set_title("latency", fontsize=10)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=DPI)
-    write_output(Path(path), buf.getvalue(), "--plot")
-    return Path(path)
-
-
 REFERENCE_PLOT_CAPTION = (
     "hatched bar: the reference's number · coloured bar: this host's median, whiskers min-max · "
     "a reference is another host's number: shown beside, never as a change"

@@ -73,6 +73,17 @@ def roofline_warnings(measurements: Iterable[Measurement]) -> list[str]:
     return lines
 
 
+def gpu_telemetry_lines(measurements: Iterable[Measurement]) -> list[str]:
+    """One line per measurement that sampled its GPUs, in the order measured:
+    ``experts-on-cpu pp512 (b11434): GPU0, sm 12 %, 1.2 GiB, PCIe rx 11.8 GB/s (max 24.1),
+    tx 0.2 GB/s (max 0.2), 4 samples``."""
+    return [
+        f"{m.configuration} {m.workload} ({m.build}): {t.describe()}"
+        for m in measurements
+        if (t := m.conditions.gpu_telemetry) is not None
+    ]
+
+
 def summary_rows(measurements: Iterable[Measurement]) -> tuple[list[str], list[list[str]]]:
     """One row per (configuration, build), one column per workload, in the shape of ADR-0042's
     llama-bench table: configuration | pp tok/s | tg tok/s | spread | build."""
@@ -375,15 +386,22 @@ def markdown_report(
     traffic: Mapping[str, Mapping[str, Any]] | None = None,
     sections: Sequence[str] = (),
 ) -> str:
-    """The run as a markdown document: the host as measured, throughput, traffic, baselines,
-    claims, *sections* (markdown of their own, such as the claims against a recorded
-    reference) and the host's fingerprint."""
+    """The run as a markdown document: the host as measured, throughput, what the GPUs did
+    (where sampled), traffic, baselines, claims, *sections* (markdown of their own, such as
+    the claims against a recorded reference) and the host's fingerprint."""
     parts = ["# pytest-moeperf report", ""]
     if host_lines:
         parts += [*(f"- {line}" for line in host_lines), ""]
     headers, summary = summary_rows(measurements)
     if summary:
         parts += ["## Throughput (median of repetitions)", "", markdown_table(headers, summary), ""]
+    if gpus := gpu_telemetry_lines(measurements):
+        parts += [
+            "## GPUs while measuring (nvidia-smi dmon: median sm, max memory, median PCIe)",
+            "",
+            *(f"- {line}" for line in gpus),
+            "",
+        ]
     if traffic and (lines := traffic_rows(traffic)):
         parts += [
             "## Traffic (all passes; prefill and decode summed as logstats sums them)",

@@ -18,6 +18,7 @@ from ..llama.footprint import GIB, Footprint, estimate
 from ..llama.server import LlamaServer
 from ..llama.startup import offload_failure
 from .artifacts import Artifacts
+from .hostwatch import HostWatch
 from .pool import ServerKey, ServerPool, ServerRecord
 from .profiles import Configuration, HostLacks, Profile
 
@@ -52,8 +53,15 @@ class Launcher:
         log_dir: Path,
         startup_timeout: float,
         report: Callable[[str], None],
+        hostwatch: HostWatch | None = None,
+        busy_limit: float = 1.0,
+        notice: Callable[[str], None] | None = None,
     ) -> None:
         self.pool = pool
+        self.hostwatch = hostwatch
+        """Reads the host before a configuration's first measurement (its pre-flight)."""
+        self.busy_limit = busy_limit
+        self.notice = notice or report
         self.artifacts = artifacts
         self._host = host
         """This host's fingerprint (its GPUs)."""
@@ -90,13 +98,29 @@ class Launcher:
             raise HostLacks(f"build {label} has no {', '.join(missing)}")
         self.require_gpu_backend(profile, configuration, label, build)
         key = (profile.name, configuration.name, label)
-        rec = self.pool.running(key)
-        if rec is not None:
-            return rec
         try:
-            return self._start(profile, configuration, label, build, key, cpus)
+            rec = self.pool.running(key) or self._start(
+                profile, configuration, label, build, key, cpus
+            )
+            self.preflight(profile, configuration, rec)
+            return rec
         finally:
             self.setup_seconds += time.monotonic() - began
+
+    def preflight(self, profile: Profile, configuration: Configuration, rec: ServerRecord) -> None:
+        """Once per configuration, before its first measurement: what would make its verdicts
+        blind, said up front (setup time, outside every verdict's budget)."""
+        if self.hostwatch is None:
+            return
+        for line in self.hostwatch.preflight(
+            f"{profile.name}.{configuration.name}",
+            rec.server.cpus,
+            configuration.pinning.numa_node,
+            rec.footprint.private if rec.footprint else 0,
+            [r.server.pid or 0 for r in self.pool.servers.values()],
+            self.busy_limit,
+        ):
+            self.notice(line)
 
     def _start(
         self,

@@ -18,10 +18,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..errors import MeasurementError, MoeperfError
+from ..host.gpu_telemetry import DmonSample, GpuSampler, GpuTelemetry
 from ..host.locks import measuring
 from ..host.machine import OtherWork, host_fingerprint
 from ..host.probe import Probe
 from ..llama.bench import run_bench
+from ..llama.flags import offloads_layers
+from ..llama.model_bytes import DecodeBytes
 from ..llama.startup import StartupFinding
 from ..llama.synthetic_model import BYTE_TOKEN_IDS
 from ..measure.measurement import Conditions, Measurement, Roofline, Sample
@@ -39,6 +42,46 @@ from .source import (
     Side,
     Source,
 )
+
+
+def decode_bandwidth(
+    stated_gbs: float | None, probe: Probe | None, *, on_gpus: bool
+) -> tuple[float, str] | None:
+    """The memory bandwidth decode's roofline is computed with, and where it comes from: the
+    profile's stated figure first, else the calibration probe's of the server's CPUs. A server
+    that keeps layers on GPUs gets none: its decode reads VRAM (and, with experts in system
+    RAM, both memories at once), so neither the probe's streaming read of the CPUs nor a
+    profile's figure, which ``moeperf init`` writes as host RAM's, is its limit; a table of
+    cards' bandwidths would be a guess nvidia-smi cannot confirm."""
+    if on_gpus:
+        return None
+    if stated_gbs is not None:
+        return stated_gbs, "profile"
+    if probe is not None:
+        return probe.bandwidth_gbs, f"probe on CPUs {probe.cpus}"
+    return None
+
+
+def decode_limit(
+    db: DecodeBytes | None,
+    stated_gbs: float | None,
+    probe: Probe | None,
+    workload: Workload,
+    *,
+    on_gpus: bool = False,
+) -> Roofline | None:
+    """Decode's roofline for *workload* on a model of *db*: the bytes a step reads (mean depth
+    over the generated tokens) and the rate the memory bandwidth allows
+    (:func:`decode_bandwidth`); ``None`` for prefill, an unreadable model (*db* ``None``), or a
+    server with layers *on_gpus*."""
+    if workload.kind != "tg" or db is None:
+        return None
+    chosen = decode_bandwidth(stated_gbs, probe, on_gpus=on_gpus)
+    if chosen is None:
+        return None
+    bandwidth, source = chosen
+    depth = max(workload.depth, 1) + workload.tokens // 2
+    return Roofline(bandwidth, source, db.per_token(depth), round(db.limit(bandwidth, depth), 3))
 
 
 class LiveSettings(Protocol):
@@ -100,9 +143,14 @@ class LiveSource(Source):
             log_dir=log_dir,
             startup_timeout=options.startup_timeout,
             report=report,
+            hostwatch=self.hostwatch,
+            busy_limit=options.busy_limit,
+            notice=self.notice,
         )
         self.traffic: dict[ServerKey, TrafficRun] = {}
         """Every pass of traffic sent to each server, with its raw per-request timings."""
+        self.gpu_samples: dict[tuple[str, str, str, str], list[DmonSample]] = {}
+        """What ``nvidia-smi dmon`` saw of each measurement's GPUs, every call's samples."""
 
     # -- the host -----------------------------------------------------------------------------
     @property
@@ -158,28 +206,6 @@ class LiveSource(Source):
             return fp
         return {**self._fingerprints[profile.name], "probes": probes}
 
-    def decode_limit(
-        self, profile: Profile, model: Path, probe: Probe | None, workload: Workload
-    ) -> Roofline | None:
-        """Decode's roofline for *workload*: the bytes a step reads (mean depth over the
-        generated tokens) and the rate the memory bandwidth allows, the profile's stated
-        bandwidth first, else the probe's; ``None`` for prefill or an unreadable model."""
-        if workload.kind != "tg":
-            return None
-        db = self.artifacts.model_bytes(model)
-        if db is None:
-            return None
-        if profile.memory_bandwidth_gbs is not None:
-            bandwidth, source = profile.memory_bandwidth_gbs, "profile"
-        elif probe is not None:
-            bandwidth, source = probe.bandwidth_gbs, f"probe on CPUs {probe.cpus}"
-        else:
-            return None
-        depth = max(workload.depth, 1) + workload.tokens // 2
-        return Roofline(
-            bandwidth, source, db.per_token(depth), round(db.limit(bandwidth, depth), 3)
-        )
-
     # -- servers ------------------------------------------------------------------------------
     @property
     def servers(self) -> dict[ServerKey, ServerRecord]:
@@ -209,6 +235,8 @@ class LiveSource(Source):
             del self.measurements[key]
         for server in [k for k in self.traffic if k[0] == profile and k[2] in gone]:
             del self.traffic[server]
+        for key in [k for k in self.gpu_samples if k[0] == profile and k[2] in gone]:
+            del self.gpu_samples[key]
         self.stop_servers(keep=lambda k: not (k[0] == profile and k[2] in gone))
         self.pool.forget(lambda k: k[0] == profile and k[2] in gone)
 
@@ -259,37 +287,30 @@ class LiveSource(Source):
             return have
         start = len(have.samples) if have else 0
         sent = len(self.traffic[key[:3]].passes) if key[:3] in self.traffic else 0
-        flying = time.monotonic()  # a pre-flight is setup, outside every verdict's budget
-        for line in self.hostwatch.preflight(
-            f"{profile.name}.{configuration.name}",
-            rec.server.cpus,
-            configuration.pinning.numa_node,
-            rec.footprint.private if rec.footprint else 0,
-            [r.server.pid or 0 for r in self.pool.servers.values()],
-            self.options.busy_limit,
-        ):
-            self.notice(line)
-        self.launcher.setup_seconds += time.monotonic() - flying
         probe = self.hostwatch.probe(rec.server.cpus)
         with measuring(rec.server.cpus, rec.gpus):
             # CPU time on the server's CPUs of anything but us and the server
             other = OtherWork(rec.server.pid or 0, cpus=rec.server.cpus)
             self.report(f"moeperf: measuring {workload} x{reps - start} on {rec.server.name}")
-            began = time.time()
-            try:
-                if workload.is_traffic:
-                    taken = self._traffic_samples(profile, configuration, rec, workload, reps)
-                else:
-                    taken = self._request_samples(
-                        profile, rec, workload, reps - start, start, have is None
-                    )
-                rec.warmed = True
-            except MeasurementError as exc:  # a hung server is stopped; its log tail shown
-                raise rec.server.request_failed(exc) from None
-            except BaseException as exc:  # Ctrl-C, SIGTERM, pytest-timeout: stop, say where
-                rec.server.interrupted(exc, f"measuring {workload} on {rec.server.name}")
-                raise
-            ended = time.time()
+            # a server on GPUs only, on a host with nvidia-smi: else no process starts
+            with GpuSampler.start(rec.gpus) as sampler:
+                began = time.time()
+                try:
+                    if workload.is_traffic:
+                        taken = self._traffic_samples(profile, configuration, rec, workload, reps)
+                    else:
+                        taken = self._request_samples(
+                            profile, rec, workload, reps - start, start, have is None
+                        )
+                    rec.warmed = True
+                except MeasurementError as exc:  # a hung server is stopped; its log tail shown
+                    raise rec.server.request_failed(exc) from None
+                except BaseException as exc:  # Ctrl-C, SIGTERM, pytest-timeout: stop, say where
+                    rec.server.interrupted(exc, f"measuring {workload} on {rec.server.name}")
+                    raise
+                ended = time.time()
+            if sampler is not None:  # stopped when the block ended, however it ended
+                self.gpu_samples.setdefault(key, []).extend(sampler.samples)
             rec.server.verify_threads()  # after warmup: every thread still on its CPUs
             if rec.placement is None and configuration.pinning.numa_node is not None:
                 rec.placement = self.pool.placement(
@@ -343,6 +364,7 @@ class LiveSource(Source):
                 "intervals, undecided verdicts)"
             )
         run = self.traffic.get(key[:3]) if workload.is_traffic else None
+        gpu_samples = self.gpu_samples.get(key)
         return Conditions(
             profile=profile.name,
             flags=tuple(configuration.server_args),
@@ -360,9 +382,18 @@ class LiveSource(Source):
             steal_s=old.steal_s + steal * seconds,
             probe_cpus=self.hostwatch.probe_key(rec.server.cpus),
             placement=rec.placement,
-            roofline=self.decode_limit(profile, rec.server.model, probe, workload),
+            roofline=decode_limit(
+                self.artifacts.model_bytes(rec.server.model) if workload.kind == "tg" else None,
+                profile.memory_bandwidth_gbs,
+                probe,
+                workload,
+                on_gpus=offloads_layers(rec.gpus, configuration.server_args),
+            ),
             traffic=run.traffic.describe() if run else None,
             traffic_passes=len(run.passes) if run else None,
+            gpu_telemetry=(
+                GpuTelemetry.of(gpu_samples, rec.gpus) if gpu_samples is not None else None
+            ),
         )
 
     def _request_samples(

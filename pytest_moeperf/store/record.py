@@ -27,7 +27,12 @@ from ..verdicts.judge import Verdict
 RESULTS_VERSION = 2
 """The version of the results file this module writes (``moeperf_results``)."""
 READABLE_VERSIONS = (1, 2)
-"""Versions it reads: 1 named the measurement conditions ``extra`` and kept no rounds."""
+"""Versions it reads: 1 named the measurement conditions ``extra`` and kept no rounds.
+
+The version changes when a field is renamed, moved or read differently, not when an optional
+field is added that older files lack and older readers ignore: version 2 files written before
+``conditions.gpu_telemetry`` (the GPUs' memory, utilisation and PCIe traffic while measuring)
+read as measurements without it."""
 
 
 def version_problem(data: Any) -> str | None:

@@ -198,7 +198,7 @@ def test_marks_are_baselines_only_on_this_host() -> None:
 def test_traffic_gets_a_latency_panel_and_the_sweep_a_plot(
     tmp_path: Path, current: dict[str, Any]
 ) -> None:
-    from pytest_moeperf.report.plot import plot_sweep
+    from pytest_moeperf.report.sweep_plot import plot_sweep
 
     figures = {f"{w}_p{q}": 10.0 * q for w in ("ttft", "itl", "e2e") for q in (50, 90, 99)}
     current["traffic"] = {"traffic (b11434)": {"overall": figures, "passes": []}}

@@ -1,0 +1,128 @@
+"""The sweeps' plots: the slots sweep (throughput and latency against ``-np``) and the
+``-ncmoe`` sweep (prefill, decode and GPU memory against the layers whose experts are in
+system RAM), as PNGs in the style of :mod:`.plot`."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..fs import write_output
+from .plot import _COLOURS, DPI
+
+
+def plot_sweep(points: Sequence[Mapping[str, Any]], title: str, path: Path) -> Path:
+    """The slots sweep as a PNG at *path*: throughput of all slots together and of one slot
+    against ``-np`` (left), time to first token and end-to-end latency (right). *points* are
+    :meth:`pytest_moeperf.run.sweep.SweepPoint.to_dict` dicts."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(11, 4.6), dpi=DPI, layout="constrained")
+    left, right = fig.subplots(1, 2)
+    fig.suptitle(title, fontsize=11)
+    slots = [int(p["np"]) for p in points]
+    for key, label, colour in (
+        ("throughput", "all slots together", _COLOURS[0]),
+        ("decode", "one slot (per request)", _COLOURS[1]),
+    ):
+        ys = [float(p["medians"][key]) for p in points]
+        left.plot(slots, ys, "o-", color=colour, label=label)
+        for x, y in zip(slots, ys, strict=True):
+            left.annotate(
+                f"{y:.1f}",
+                (x, y),
+                textcoords="offset points",
+                xytext=(0, 6),
+                ha="center",
+                fontsize=8,
+            )
+    left.set_xlabel("-np (slots = concurrent clients)")
+    left.set_ylabel("generated tok/s (median over passes)")
+    left.set_xticks(slots)
+    left.set_ylim(bottom=0)
+    left.legend(fontsize=8)
+    left.grid(alpha=0.3)
+    left.set_title("decode throughput", fontsize=10)
+    for key, label, style in (
+        ("ttft_p50", "TTFT p50", "o-"),
+        ("ttft_p99", "TTFT p99", "v--"),
+        ("e2e_p50", "end to end p50", "s-"),
+    ):
+        xs = [int(p["np"]) for p in points if p["overall"].get(key) is not None]
+        ys = [float(p["overall"][key]) for p in points if p["overall"].get(key) is not None]
+        right.plot(xs, ys, style, label=label)
+    right.set_xlabel("-np (slots = concurrent clients)")
+    right.set_ylabel("ms")
+    right.set_yscale("log")
+    right.set_xticks(slots)
+    right.legend(fontsize=8)
+    right.grid(alpha=0.3, which="both")
+    right.set_title("latency", fontsize=10)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI)
+    write_output(Path(path), buf.getvalue(), "--plot")
+    return Path(path)
+
+
+def plot_ncmoe_sweep(points: Sequence[Mapping[str, Any]], title: str, path: Path) -> Path:
+    """The ``-ncmoe`` sweep as a PNG at *path*: prefill (left) and decode (middle) tok/s
+    against the number of layers whose experts are in system RAM, and the GPU memory held
+    (right, where the GPUs were sampled). *points* are
+    :meth:`pytest_moeperf.report.sweep.NcmoePoint.to_dict` dicts."""
+    from matplotlib.figure import Figure
+
+    memory = [p for p in points if p.get("gpu_memory_mib") is not None]
+    fig = Figure(figsize=(15 if memory else 11, 4.6), dpi=DPI, layout="constrained")
+    axes = fig.subplots(1, 3 if memory else 2)
+    fig.suptitle(title, fontsize=11)
+    xs = [int(p["ncmoe"]) for p in points]
+    workloads: list[str] = []
+    for p in points:
+        workloads += [w for w in p["medians"] if w not in workloads]
+    for ax, kind, what in ((axes[0], "pp", "prefill"), (axes[1], "tg", "decode")):
+        for i, w in enumerate(x for x in workloads if x.startswith(kind)):
+            here = [(int(p["ncmoe"]), float(p["medians"][w])) for p in points if w in p["medians"]]
+            ax.plot(
+                [x for x, _ in here],
+                [y for _, y in here],
+                "o-",
+                color=_COLOURS[i % len(_COLOURS)],
+                label=w,
+            )
+            for x, y in here:
+                ax.annotate(
+                    f"{y:.0f}",
+                    (x, y),
+                    textcoords="offset points",
+                    xytext=(0, 6),
+                    ha="center",
+                    fontsize=8,
+                )
+        ax.set_xlabel("-ncmoe (layers with their experts in system RAM)")
+        ax.set_ylabel("tok/s (median over repetitions)")
+        ax.set_xticks(xs)
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        ax.set_title(what, fontsize=10)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
+    if memory:
+        ax = axes[2]
+        ax.plot(
+            [int(p["ncmoe"]) for p in memory],
+            [float(p["gpu_memory_mib"]) / 1024 for p in memory],
+            "s-",
+            color=_COLOURS[2],
+        )
+        ax.set_xlabel("-ncmoe (layers with their experts in system RAM)")
+        ax.set_ylabel("GiB (most held, all its GPUs)")
+        ax.set_xticks(xs)
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        ax.set_title("GPU memory", fontsize=10)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI)
+    write_output(Path(path), buf.getvalue(), "--plot")
+    return Path(path)

@@ -173,6 +173,11 @@ def estimate(
     ubatch = flag_int(flag_value(flags, "-ub", "--ubatch-size"), DEFAULT_UBATCH)
     compute = 4 * ubatch * (ACTIVATIONS_PER_EMBD * model.n_embd + model.n_vocab)
     private_copy = flag_value(flags, "-lm", "--load-mode") == "none" or "--no-mmap" in flags
+    # a CPU server repacks Q4_0/Q4_K/IQ4_NL matrices into anonymous memory, mmap or not (with
+    # GPUs, which host buffer the CPU-resident weights get is not modelled: none counted)
+    repacked = 0
+    if not devices and "--no-repack" not in flags:
+        repacked = model.repacked_dense + int(model.repacked_experts * experts_in_ram)
     # the pinned host buffer holds what the GPUs read from RAM; lookup tables are read a row
     # at a time on the CPU and stay in a plain buffer (ADR-0042's 74 GB is its experts alone)
     pinned = dense_in_ram + experts_ram if private_copy and devices else 0
@@ -189,7 +194,7 @@ def estimate(
         main = layer_shares([*flags, "-sm", "none"], devices)
         split = dict.fromkeys(main, compute + CUDA_CONTEXT_BYTES)
     return Footprint(
-        private=(in_ram if private_copy else 0) + (kv - kv_on_gpu) + compute + PROCESS_BYTES,
+        private=(in_ram if private_copy else repacked) + (kv - kv_on_gpu) + compute + PROCESS_BYTES,
         shared=0 if private_copy else in_ram,
         vram=sum(split.values()),
         model=model_path,

@@ -30,6 +30,12 @@ _EXPERT_MARK = "_exps."
 """Routed-expert tensors: ``blk.N.ffn_{gate,up,down}_exps.weight`` (shared experts are
 ``_shexp`` and count as dense)."""
 _LOOKUP_SUFFIX = "token_embd.weight"
+REPACKED_TYPES = frozenset({2, 12, 20})
+"""GGML types whose weight matrices llama.cpp's CPU backend repacks into its own interleaved
+layout (``ggml-cpu/repack.cpp``: Q4_0, Q4_K and IQ4_NL, on x86 with AVX2 and on ARM): such a
+tensor cannot stay a page of the mapped file, so a CPU server holds it in anonymous memory
+even under mmap (measured: a 3.8 GB q4_0 model mapped by a CPU-only b11434 server held 3.71
+GiB of anonymous memory; ``--no-repack`` turns it off)."""
 """Lookup tables: one row read per token (``token_embd``, ``per_layer_token_embd``)."""
 KV_BYTES_PER_ELEMENT = 2  # f16, llama.cpp's default cache type
 _SPLIT_NAME = re.compile(r"(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf")
@@ -55,6 +61,10 @@ class DecodeBytes:
     experts: int
     experts_total: int = 0
     """All routed-expert bytes (what a server holds, not what a token reads)."""
+    repacked_dense: int = 0
+    """Of the dense weights, the bytes of matrices of :data:`REPACKED_TYPES`."""
+    repacked_experts: int = 0
+    """Of the routed experts, the bytes of matrices of :data:`REPACKED_TYPES`."""
     lookup_total: int = 0
     """All bytes of the lookup tables."""
     n_layer: int = 0
@@ -207,6 +217,7 @@ def decode_bytes(model: Path) -> DecodeBytes:
     n_experts = int(_value(fields, f"{arch}.expert_count") or 0)
     n_used = int(_value(fields, f"{arch}.expert_used_count") or 0)
     dense = experts = lookup = 0
+    repacked_dense = repacked_experts = 0
     has_output = False
     embd_bytes = lookup_total = stored = 0
     n_vocab = 0
@@ -223,8 +234,12 @@ def decode_bytes(model: Path) -> DecodeBytes:
                 embd_bytes = size
         elif _EXPERT_MARK in t.name:
             experts += size
+            if int(t.tensor_type) in REPACKED_TYPES and len(t.shape) >= 2:
+                repacked_experts += size
         else:
             dense += size
+            if int(t.tensor_type) in REPACKED_TYPES and len(t.shape) >= 2:
+                repacked_dense += size
             has_output = has_output or t.name == "output.weight"
     if not has_output:  # tied embeddings: the output projection reads token_embd in full
         dense += embd_bytes
@@ -252,6 +267,8 @@ def decode_bytes(model: Path) -> DecodeBytes:
         experts_used=n_used,
         experts=n_experts,
         experts_total=experts,
+        repacked_dense=repacked_dense,
+        repacked_experts=repacked_experts,
         lookup_total=lookup_total,
         n_layer=n_layer,
         n_embd=embd,

@@ -189,3 +189,20 @@ def test_minus_one_gpu_layers_and_context_zero():
     big = estimate(with_train_ctx, "/m.gguf", ["-c", "0"], gpus=0)
     small = estimate(with_train_ctx, "/m.gguf", ["-c", "4096"], gpus=0)
     assert big.private - small.private == ADR.kv_per_token_of_depth * (32768 - 4096)
+
+
+def test_a_cpu_server_holds_its_repacked_q4_matrices_privately_even_under_mmap():
+    """llama.cpp's CPU backend repacks Q4_0/Q4_K/IQ4_NL matrices into anonymous memory: the
+    large preset (3.8 GB q4_0) mapped by a CPU-only server held 3.71 GiB of it (smaps)."""
+    q4 = DecodeBytes(**{**ADR.__dict__, "repacked_dense": 2 * GIB, "repacked_experts": 90 * GIB})
+    mapped = estimate(q4, "/m.gguf", ["-c", "8192"], gpus=0)
+    plain = estimate(ADR, "/m.gguf", ["-c", "8192"], gpus=0)
+    assert mapped.private - plain.private == 92 * GIB
+    assert mapped.shared == plain.shared  # the file is still mapped (and read) whole
+    assert estimate(q4, "/m.gguf", ["-c", "8192", "--no-repack"], gpus=0).private == plain.private
+    # a private copy is repacked in place: not counted twice
+    copy = estimate(q4, "/m.gguf", ["-lm", "none"], gpus=0)
+    assert copy.private == estimate(ADR, "/m.gguf", ["-lm", "none"], gpus=0).private
+    # without GPUs -ncmoe moves nothing: every expert is in RAM, repacked
+    half = estimate(q4, "/m.gguf", ["-ncmoe", "24"], gpus=0)
+    assert half.private - estimate(ADR, "/m.gguf", ["-ncmoe", "24"], gpus=0).private == 92 * GIB

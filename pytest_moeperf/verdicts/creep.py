@@ -183,7 +183,7 @@ class SessionSpread:
         seen = f"{self.sessions} session{'s' * (self.sessions != 1)}"
         return (
             f"between sessions {100 * math.expm1(self.log_sd):.1f} % (from {seen} and a prior "
-            f"of {100 * math.expm1(self.prior):.0f} % worth {self.prior_sessions:g})"
+            f"of {100 * math.expm1(self.prior):.1f} % worth {self.prior_sessions:g})"
         )
 
 

@@ -134,7 +134,7 @@ def test_the_session_spread_starts_at_the_prior_and_follows_many_sessions():
     assert 0.018 < many.log_sd < 0.035  # the prior's 4 sessions weigh little against 60
     few = session_spread(steady[:3])
     assert few.log_sd > 0.07  # three steady sessions do not yet overrule the prior
-    assert "from 3 sessions and a prior of 11 % worth 4" in few.describe()
+    assert "from 3 sessions and a prior of 10.5 % worth 4" in few.describe()
 
 
 def test_the_session_term_widens_a_baseline_check_that_more_samples_cannot_narrow():

@@ -209,20 +209,39 @@ def _read_for(path: Path, profile: str) -> BaselineFile:
 
 
 def _this_host(
-    old: BaselineFile, fingerprint: Mapping[str, Any], probe_tolerance: float
+    old: BaselineFile,
+    fingerprint: Mapping[str, Any],
+    probe_tolerance: float,
+    *,
+    refresh: bool = True,
 ) -> tuple[list[BaselineHost], str]:
     """*old*'s hosts with this one's fingerprint brought up to date (or added as a new
-    ``[[host]]`` when the file holds none that is the same), and this host's id."""
+    ``[[host]]`` when the file holds none that is the same), and this host's id. Up to date:
+    this run's facts, its probes merged over the stored ones (a CPU set this run did not probe
+    keeps the probe its numbers were taken with); with *refresh* false the stored fingerprint
+    stays as it is (figures stored beside numbers of another day)."""
     hosts = list(old.hosts)
     same = [h for h in hosts if not host_differences(h, fingerprint, None, probe_tolerance)]
     if same:
         host_id = same[0].id
-        hosts = [replace(h, fingerprint=dict(fingerprint)) if h.id == host_id else h for h in hosts]
+        if refresh:
+            hosts = [
+                replace(h, fingerprint=_merged(h.fingerprint, fingerprint))
+                if h.id == host_id
+                else h
+                for h in hosts
+            ]
         return hosts, host_id
     taken = {h.id for h in hosts}
     host_id = next(f"host-{n}" for n in range(1, len(taken) + 2) if f"host-{n}" not in taken)
     hosts.append(BaselineHost(host_id, dict(fingerprint)))
     return hosts, host_id
+
+
+def _merged(stored: Mapping[str, Any], now: Mapping[str, Any]) -> dict[str, Any]:
+    """*now*'s fingerprint with the probes of *stored* that *now* did not take kept."""
+    probes = {**dict(stored.get("probes") or {}), **dict(now.get("probes") or {})}
+    return {**dict(now), "probes": probes} if probes else dict(now)
 
 
 def _write(path: Path, bf: BaselineFile) -> BaselineFile:
@@ -252,6 +271,6 @@ def accept_noise(
     path = Path(path)
     with baseline_lock(path):
         old = _read_for(path, profile)
-        hosts, host_id = _this_host(old, fingerprint, probe_tolerance)
+        hosts, host_id = _this_host(old, fingerprint, probe_tolerance, refresh=False)
         hosts = [replace(h, noise={**h.noise, **figures}) if h.id == host_id else h for h in hosts]
         return _write(path, replace(old, hosts=tuple(hosts), path=path)), host_id

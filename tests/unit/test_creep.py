@@ -241,6 +241,32 @@ def test_noise_figures_are_stored_with_the_host_and_read_back(tmp_path):
     assert "round spread 6.1 %, lag-1 +0.03, MDE 4.2 % at 180 s" in figure.describe()
 
 
+def test_storing_noise_keeps_the_fingerprint_the_numbers_were_taken_with(tmp_path):
+    """A calibration of today must not rewrite the probes yesterday's entries are held
+    against, nor drop the probe of a CPU set it did not measure (here: CPU 0 of one-core)."""
+    rest = {"bandwidth_cv": 0.05, "compute_cv": 0.02, "samples": 7, "seconds": 2.0}
+    probes = {
+        "0": {"cpus": "0", "bandwidth_gbs": 13.4, "compute_gops": 2.34, **rest},
+        "0-1": {"cpus": "0-1", "bandwidth_gbs": 22.5, "compute_gops": 4.14, **rest},
+    }
+    path = tmp_path / "p.toml"
+    accept_measurements(
+        path, "p", [_m("b1", 100.0)], {**FP, "probes": probes}, source="perf", date="d1"
+    )
+    today = {**FP, "kernel": "new", "probes": {"0-1": {**probes["0-1"], "bandwidth_gbs": 21.0}}}
+    figure = NoiseFigure("b1", "2026-12-01", 4, 220, 0.061, 0.03, 0.042, 180.0, 0, 1, 0)
+    accept_noise(path, "p", today, {"mmap.pp512": figure})
+    (host,) = load_baselines(path).hosts
+    assert host.fingerprint["probes"]["0-1"]["bandwidth_gbs"] == 22.5
+    assert "kernel" not in host.fingerprint and host.noise == {"mmap.pp512": figure}
+    # accepting numbers brings the facts up to date and keeps the probes it did not take
+    accept_measurements(path, "p", [_m("b2", 101.0)], today, source="perf", date="d2")
+    (host,) = load_baselines(path).hosts
+    assert host.fingerprint["kernel"] == "new"
+    assert host.fingerprint["probes"]["0-1"]["bandwidth_gbs"] == 21.0
+    assert host.fingerprint["probes"]["0"]["bandwidth_gbs"] == 13.4
+
+
 def test_a_bad_noise_figure_names_the_file_and_says_what_to_do(tmp_path):
     path = _file_with_chain(tmp_path)
     text = path.read_text().replace(

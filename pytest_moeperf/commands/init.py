@@ -17,6 +17,7 @@ from ..host.topology import Topology, read_topology
 from ..llama.build import Build, binary_build, build_llama, cuda_cmake_args
 from ..llama.model_bytes import decode_bytes
 from ..run.init import (
+    ProfilePlan,
     Rates,
     assumed_rates,
     check_name,
@@ -100,15 +101,20 @@ def run(args: argparse.Namespace, *, topology: Topology | None = None) -> int:
     else:
         flags = None
     host = topology if topology is not None else read_topology()
-    plan = plan_profile(
-        name,
-        model_path,
-        model,
-        host,
-        binary=binary.server if binary else None,
-        build=args.build,
-        server_flags=flags,
-    )
+
+    def plan_with(rates: Rates | None = None) -> ProfilePlan:
+        return plan_profile(
+            name,
+            model_path,
+            model,
+            host,
+            binary=binary.server if binary else None,
+            build=args.build,
+            server_flags=flags,
+            rates=rates,
+        )
+
+    plan = plan_with()
     rates: Rates | None = None
     if args.no_sample:
         rates = assumed_rates(model, "--no-sample")
@@ -120,7 +126,7 @@ def run(args: argparse.Namespace, *, topology: Topology | None = None) -> int:
             cmake = cuda_cmake_args() if host.gpus else []
             sampled = build_llama(args.build, cmake, progress=say)
             flags = sampled.flags()
-            plan = plan_profile(name, model_path, model, host, build=args.build, server_flags=flags)
+            plan = plan_with()
         log = cache_dir() / "init" / f"{name}.log"
         try:
             rates = timed_sample(
@@ -137,16 +143,7 @@ def run(args: argparse.Namespace, *, topology: Topology | None = None) -> int:
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             rates = assumed_rates(model, f"the timed sample failed: {first}; log {log}")
             say(f"moeperf init: the timed sample failed, conservative figures used: {first}")
-    plan = plan_profile(
-        name,
-        model_path,
-        model,
-        host,
-        binary=binary.server if binary else None,
-        build=args.build,
-        server_flags=flags,
-        rates=rates,
-    )
+    plan = plan_with(rates)
     write_profile(output, plan, force=args.force)
     for line in plan.summary(output):
         print(line)

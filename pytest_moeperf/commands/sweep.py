@@ -6,10 +6,13 @@ system RAM (tok/s, GPU memory, PCIe traffic); a table and a plot."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from ..defaults import REPETITIONS
 from ..errors import MoeperfError
+from ..report.sweep import NcmoeSweepResult, SweepResult
 from ..report.sweep_plot import plot_ncmoe_sweep, plot_sweep
 from ..run.live import LiveSource
 from ..run.profiles import Profile
@@ -83,16 +86,9 @@ def run(args: argparse.Namespace) -> int:
         )
     finally:
         session.close()
-    print(result.text())
-    write_reports(args, result.markdown(), result.json_text())
-    if args.plot:
-        plot_sweep(
-            [p.to_dict() for p in result.points],
-            f"slots sweep: {result.configuration} ({profile.name})",
-            Path(args.plot),
-        )
-        print(f"plot: {args.plot}")
-    return 0
+    return _report(
+        args, result, plot_sweep, f"slots sweep: {result.configuration} ({profile.name})"
+    )
 
 
 def _run_ncmoe(
@@ -114,13 +110,20 @@ def _run_ncmoe(
         )
     finally:
         session.close()
+    title = f"-ncmoe sweep: {result.configuration} ({profile.name})"
+    return _report(args, result, plot_ncmoe_sweep, title)
+
+
+def _report(
+    args: argparse.Namespace,
+    result: SweepResult | NcmoeSweepResult,
+    plot: Callable[[Sequence[Mapping[str, Any]], str, Path], Path],
+    title: str,
+) -> int:
+    """A sweep's table on stdout, its ``--markdown``/``--json`` files and its ``--plot``."""
     print(result.text())
     write_reports(args, result.markdown(), result.json_text())
     if args.plot:
-        plot_ncmoe_sweep(
-            [p.to_dict() for p in result.points],
-            f"-ncmoe sweep: {result.configuration} ({profile.name})",
-            Path(args.plot),
-        )
+        plot([p.to_dict() for p in result.points], title, Path(args.plot))
         print(f"plot: {args.plot}")
     return 0

@@ -29,15 +29,7 @@ def plot_sweep(points: Sequence[Mapping[str, Any]], title: str, path: Path) -> P
     ):
         ys = [float(p["medians"][key]) for p in points]
         left.plot(slots, ys, "o-", color=colour, label=label)
-        for x, y in zip(slots, ys, strict=True):
-            left.annotate(
-                f"{y:.1f}",
-                (x, y),
-                textcoords="offset points",
-                xytext=(0, 6),
-                ha="center",
-                fontsize=8,
-            )
+        _label_points(left, list(zip(slots, ys, strict=True)), "{:.1f}")
     left.set_xlabel("-np (slots = concurrent clients)")
     left.set_ylabel("generated tok/s (median over passes)")
     left.set_xticks(slots)
@@ -91,15 +83,7 @@ def plot_ncmoe_sweep(points: Sequence[Mapping[str, Any]], title: str, path: Path
                 color=_COLOURS[i % len(_COLOURS)],
                 label=w,
             )
-            for x, y in here:
-                ax.annotate(
-                    f"{y:.0f}",
-                    (x, y),
-                    textcoords="offset points",
-                    xytext=(0, 6),
-                    ha="center",
-                    fontsize=8,
-                )
+            _label_points(ax, here, "{:.0f}")
         ax.set_xlabel("-ncmoe (layers with their experts in system RAM)")
         ax.set_ylabel("tok/s (median over repetitions)")
         ax.set_xticks(xs)
@@ -126,3 +110,16 @@ def plot_ncmoe_sweep(points: Sequence[Mapping[str, Any]], title: str, path: Path
     fig.savefig(buf, format="png", dpi=DPI)
     write_output(Path(path), buf.getvalue(), "--plot")
     return Path(path)
+
+
+def _label_points(ax: Any, points: Sequence[tuple[float, float]], fmt: str) -> None:
+    """Each point's value written just above it."""
+    for x, y in points:
+        ax.annotate(
+            fmt.format(y),
+            (x, y),
+            textcoords="offset points",
+            xytext=(0, 6),
+            ha="center",
+            fontsize=8,
+        )

@@ -98,6 +98,17 @@ def test_interrupting_pytest_mid_measurement_stops_the_server(project, sig):
     assert pid_files(project.path) == []
 
 
+TWO_MEASURE_FOREVER = (
+    MEASURES_FOREVER
+    + """
+@pytest.mark.moeperf(configurations=["cpu0"])
+def test_measures_forever_too(moeperf):
+    moeperf.measure("cpu0", "tg64", repetitions=1_000_000)
+"""
+)
+"""Two tests measuring until stopped: one per xdist worker (the second on CPU 0)."""
+
+
 @pytest.mark.parametrize(
     ("sig", "group"),
     [(signal.SIGINT, True), (signal.SIGTERM, False)],
@@ -109,14 +120,7 @@ def test_interrupting_an_xdist_run_stops_every_worker_s_server(project, sig, gro
     (a CI runner cancelling the job). Every worker's server is stopped, with SIGTERM: the
     one measuring, and the one whose worker waits for the CPU lock the other holds (the
     unpinned "default" locks every CPU, "cpu0" CPU 0)."""
-    project.makepyfile(
-        test_forever=MEASURES_FOREVER
-        + """
-@pytest.mark.moeperf(configurations=["cpu0"])
-def test_measures_forever_too(moeperf):
-    moeperf.measure("cpu0", "tg64", repetitions=1_000_000)
-"""
-    )
+    project.makepyfile(test_forever=TWO_MEASURE_FOREVER)
     proc = spawn(project, "-n", "2", "-m", "perf")
     try:
         wait_for_measuring(project, proc, started=2)
@@ -282,14 +286,7 @@ def test_sigkilled_xdist_controller_takes_its_workers_and_their_servers_along(pr
     die with it, and no worker starts a server for a session nobody reads. The time from the
     kill to the last process gone is printed (the issue's note quotes it), not asserted: how
     fast a loaded machine reaps a process is not the plugin's."""
-    project.makepyfile(
-        test_forever=MEASURES_FOREVER
-        + """
-@pytest.mark.moeperf(configurations=["cpu0"])
-def test_measures_forever_too(moeperf):
-    moeperf.measure("cpu0", "tg64", repetitions=1_000_000)
-"""
-    )
+    project.makepyfile(test_forever=TWO_MEASURE_FOREVER)
     proc = spawn(project, "-n", "2", "-m", "perf")
     try:
         wait_for_measuring(project, proc, started=2)

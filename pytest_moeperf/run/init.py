@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..defaults import BUDGET, FIRST_LOOK, REPETITIONS, STARTUP_TIMEOUT
+from ..defaults import BUDGET, FIRST_LOOK, MARGIN, REPETITIONS, STARTUP_TIMEOUT
 from ..errors import ConfigError, MoeperfError, OutputError
 from ..fs import check_output, write_output
 from ..host.machine import format_cpu_list
@@ -45,8 +45,15 @@ measured 189 / 15.9 tok/s with mmap on its 176B model; a smaller model is assume
 WORKLOADS = {True: ("pp2048", "tg128"), False: ("pp512", "tg64")}
 CONTEXT = {True: 8192, False: 4096}
 SIDES = 2
-BUDGET_SLACK = 1.5
-"""The budget is sides x first look x the slowest sample x this, so the first look fits."""
+RESTART_SLACK = 1.3
+"""A round's time over its two samples: warmups and the process blocks' restarts (measured on
+the large preset here: 18.7 s a pp512 round of two ~8 s samples, ~25 s with restarts)."""
+ROUND_SPREAD = 0.09
+"""The per-round log-ratio spread a budget is sized for: this project's 2-core VM's
+(``moeperf calibrate``: 7-9 %); a host's own calibration replaces it in the operator's hands."""
+Z_DECIDE = 2.24 + 0.84
+"""The per-look level of a 5 % error over the looks (about z 2.24 at 30-40 rounds) plus 80 %
+power (z 0.84)."""
 FIT_IN_VRAM = 0.9
 _NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.-]*[A-Za-z0-9_-])?")
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
@@ -197,16 +204,25 @@ def check_name(name: str) -> str:
     return name
 
 
+def rounds_to_decide(margin: float = MARGIN, spread: float = ROUND_SPREAD) -> int:
+    """Paired rounds a verdict needs to tell a change of *margin* from none at a per-round
+    log-ratio *spread* (80 % power, the per-look level), never fewer than the first look:
+    32 at a 5 % margin and 9 %."""
+    n = (Z_DECIDE * spread / math.log1p(margin)) ** 2
+    return max(FIRST_LOOK, math.ceil(n))
+
+
 def budget_for(workloads: Sequence[str], rates: Rates) -> float:
-    """Seconds for a verdict's first look: sides x :data:`~pytest_moeperf.defaults.FIRST_LOOK`
-    rounds x the slowest workload's sample time x :data:`BUDGET_SLACK`, rounded up to 10 s and
-    never below the built-in default."""
+    """Seconds for a verdict to decide a 5 % margin: :func:`rounds_to_decide` rounds of the
+    slowest workload (sides x its sample time x :data:`RESTART_SLACK`), rounded up to 10 s and
+    never below the built-in default. Sized from the first look alone, the large preset's
+    pp512 gate here was still undecided at 190 s (8 rounds); it decided at 28 rounds (649 s)."""
     slowest = 0.0
     for name in workloads:
         w = Workload.parse(name)
         rate = rates.prefill if w.is_prefill else rates.decode
         slowest = max(slowest, w.tokens / rate)
-    seconds = SIDES * FIRST_LOOK * slowest * BUDGET_SLACK
+    seconds = rounds_to_decide() * SIDES * slowest * RESTART_SLACK
     return float(max(BUDGET, 10 * math.ceil(seconds / 10)))
 
 

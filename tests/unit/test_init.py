@@ -18,11 +18,12 @@ import pytest
 
 from pytest_moeperf.commands import init as init_command
 from pytest_moeperf.commands import main, make_parser
+from pytest_moeperf.defaults import FIRST_LOOK
 from pytest_moeperf.errors import ConfigError, ModelError
 from pytest_moeperf.host.topology import recorded_topology
 from pytest_moeperf.llama.model_bytes import decode_bytes, model_shards, model_size
 from pytest_moeperf.run.artifacts import Artifacts
-from pytest_moeperf.run.init import Rates, budget_for, default_name, plan_profile
+from pytest_moeperf.run.init import Rates, budget_for, default_name, plan_profile, rounds_to_decide
 from pytest_moeperf.run.profiles import load_profiles
 
 DATA = Path(__file__).parent / "data"
@@ -211,10 +212,14 @@ def test_a_bad_name_or_output_is_refused_before_any_work(tmp_path, split_model):
         )
 
 
-def test_budget_fits_the_first_look_of_a_large_model():
+def test_budget_reaches_the_margin_for_a_large_model():
     rates = Rates(150.0, 15.0, "assumed")
-    # pp2048 at 150 tok/s is 13.7 s a sample: 2 sides x 6 rounds x 13.7 s x 1.5 = 246 s
-    assert budget_for(["pp2048", "tg128"], rates) == 250.0
+    # a 5 % margin at a 9 % round spread takes 33 rounds (80 % power, the per-look level)
+    assert rounds_to_decide() == 33 and rounds_to_decide(0.10) == FIRST_LOOK + 3
+    # pp2048 at 150 tok/s is 13.7 s a sample: 33 rounds x 2 sides x 13.7 s x 1.3 = 1172 s
+    assert budget_for(["pp2048", "tg128"], rates) == 1180.0
+    # the large preset's sample here (pp512 at 49.8 tok/s): 890 s; its gate decided in 649 s
+    assert budget_for(["pp512", "tg64"], Rates(49.8, 27.9, "sampled")) == 890.0
     assert budget_for(["pp64"], Rates(1e4, 1e4, "fast")) == 180.0  # never below the default
     assert default_name(Path("/m/Qwen3.8-Flash-Next-UD-Q4_K_XL-00001-of-00003.gguf")) == (
         "Qwen3.8-Flash-Next-UD-Q4_K_XL"
@@ -225,9 +230,9 @@ def test_a_large_model_without_sample_gets_adr_workloads(split_model):
     model = decode_bytes(split_model[0])
     big = replace(model, file_bytes=105 * 2**30, stored=105 * 2**30)
     plan = plan_profile("big", split_model[0], big, ADR, server_flags=frozenset({"-ngl"}))
-    assert plan.workloads == ("pp2048", "tg128") and plan.budget == 250.0
+    assert plan.workloads == ("pp2048", "tg128") and plan.budget == 1180.0
     assert ("-ot", "exps=CPU") == plan.flags[2:4]  # a build without -ncmoe
     assert plan.configurations[1].flags[:1] == ("--no-mmap",)  # ... and without -lm
     text = plan.toml()
     assert "# could not decide: which NUMA node serves best" in text
-    assert tomllib.loads(text)["profiles"]["big"]["budget"] == 250.0
+    assert tomllib.loads(text)["profiles"]["big"]["budget"] == 1180.0

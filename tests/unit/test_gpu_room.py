@@ -205,3 +205,25 @@ def test_our_server_whose_memory_the_driver_does_not_give_is_charged_its_estimat
     room = gpu_room(memory, apps, {4242: {0: 8 * 1024 * MIB}})[0]
     assert room.room == (16384 - 10240 + 8 * 1024) * MIB
     assert room.others == ()
+
+
+def test_the_scheduler_counts_a_process_holding_half_a_gpu() -> None:
+    """A production llama-server holds 5.5 of an 11 GiB card (a recorded nvidia-smi): a
+    server of ours needing 7 GiB there does not fit and is skipped naming the other process,
+    one needing 4 GiB does."""
+    from pytest_moeperf.llama.footprint import Footprint
+    from pytest_moeperf.run.pool import ServerPool
+    from pytest_moeperf.run.profiles import HostLacks
+
+    memory = parse_memory(f"0, {UUID0}, 11264, 5632\n")
+    apps = parse_compute_apps(f"777, /opt/llama/bin/llama-server, 5632, {UUID0}\n")
+    pool = ServerPool(
+        Capacity(ram=64 * 2**30),
+        report=lambda _line: None,
+        gpu_reader=lambda ours, is_ours: gpu_room(memory, apps, ours, is_ours),
+    )
+    big = Footprint(private=2**30, shared=0, vram=7 * 2**30, model="/m")
+    with pytest.raises(HostLacks, match=r"GPU0 has 5\.50 GiB free .*pid 777 \(llama-server\)"):
+        pool.make_room(("p", "big", "b1"), big, frozenset({0}), "big")
+    small = Footprint(private=2**30, shared=0, vram=4 * 2**30, model="/m")
+    pool.make_room(("p", "small", "b1"), small, frozenset({0}), "small")  # fits: no error

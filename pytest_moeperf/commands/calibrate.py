@@ -23,6 +23,7 @@ from ..run.gate import CANDIDATE
 from ..store.accept import accept_noise
 from .common import (
     add_run_arguments,
+    add_workload_argument,
     check_run_arguments,
     configurations,
     live_session,
@@ -34,13 +35,7 @@ from .gate import side
 
 def add_arguments(g: argparse.ArgumentParser) -> None:
     add_run_arguments(g, configurations="configuration(s) to calibrate, comma separated")
-    g.add_argument(
-        "-w",
-        "--workload",
-        action="append",
-        default=[],
-        help="workload(s), e.g. pp512 (default: the profile's)",
-    )
+    add_workload_argument(g)
     g.add_argument(
         "--gates",
         type=int,

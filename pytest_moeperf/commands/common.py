@@ -31,6 +31,17 @@ def say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
+def add_workload_argument(p: argparse.ArgumentParser) -> None:
+    """``-w/--workload``, repeatable: the workloads a gate or a calibration measures."""
+    p.add_argument(
+        "-w",
+        "--workload",
+        action="append",
+        default=[],
+        help="workload(s), e.g. pp512 (default: the profile's)",
+    )
+
+
 def add_run_arguments(p: argparse.ArgumentParser, *, configurations: str) -> None:
     """The arguments of a command that measures builds or configurations (gate, bisect,
     sweep)."""

@@ -19,6 +19,7 @@ from ..store.accept import accept_measurements, refusals, refuse
 from ..verdicts.gate import UNDECIDED_POLICIES
 from .common import (
     add_run_arguments,
+    add_workload_argument,
     check_run_arguments,
     configurations,
     live_session,
@@ -31,13 +32,7 @@ def add_arguments(g: argparse.ArgumentParser) -> None:
     g.add_argument("--baseline", required=True, help="build number (e.g. 11053) or binary path")
     g.add_argument("--candidate", required=True, help="build number (e.g. 11434) or binary path")
     add_run_arguments(g, configurations="configuration(s) to gate, comma separated (default: all)")
-    g.add_argument(
-        "-w",
-        "--workload",
-        action="append",
-        default=[],
-        help="workload(s), e.g. pp512 (default: the profile's)",
-    )
+    add_workload_argument(g)
     g.add_argument(
         "-r",
         "--repetitions",

@@ -95,12 +95,7 @@ _guard = threading.Lock()
 
 def build_backends(build: Build) -> BuildBackends:
     """Whether *build* has CUDA: from its cache entry's ``build.json`` (a build by number),
-    else from ``llama-server --list-devices`` (asked once per binary, path, mtime and size)."""
-    record = build.server.parent.parent / "build.json"
-    if build.server.parent.name == "bin" and record.is_file():
-        known = backends_of_record(record)
-        if known is not None:
-            return known
+    else from ``llama-server --list-devices``; found once per binary (path, mtime and size)."""
     try:
         st = build.server.stat()
     except OSError as e:
@@ -109,6 +104,12 @@ def build_backends(build: Build) -> BuildBackends:
     with _guard:
         if key in _cache:
             return _cache[key]
+    record = build.server.parent.parent / "build.json"
+    known = backends_of_record(record) if build.server.parent.name == "bin" else None
+    if known is not None:
+        with _guard:
+            _cache[key] = known
+        return known
     try:
         proc = subprocess.run(
             [str(build.server), "--list-devices"],

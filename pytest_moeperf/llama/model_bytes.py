@@ -224,6 +224,7 @@ def decode_bytes(model: Path) -> DecodeBytes:
     for t in (t for r in readers for t in r.tensors):
         size = int(t.n_bytes)
         stored += size
+        repacked = size if int(t.tensor_type) in REPACKED_TYPES and len(t.shape) >= 2 else 0
         if t.name.endswith(_LOOKUP_SUFFIX):
             rows = int(t.shape[-1]) if len(t.shape) > 1 else 1
             lookup += size // max(rows, 1)
@@ -234,12 +235,10 @@ def decode_bytes(model: Path) -> DecodeBytes:
                 embd_bytes = size
         elif _EXPERT_MARK in t.name:
             experts += size
-            if int(t.tensor_type) in REPACKED_TYPES and len(t.shape) >= 2:
-                repacked_experts += size
+            repacked_experts += repacked
         else:
             dense += size
-            if int(t.tensor_type) in REPACKED_TYPES and len(t.shape) >= 2:
-                repacked_dense += size
+            repacked_dense += repacked
             has_output = has_output or t.name == "output.weight"
     if not has_output:  # tied embeddings: the output projection reads token_embd in full
         dense += embd_bytes

@@ -13,6 +13,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from .flags import flag_value
+
 __all__ = [
     "STARTUP_WARNINGS",
     "KnownWarning",
@@ -301,11 +303,7 @@ def offload_failure(text: str, flags: Sequence[str]) -> str | None:
     (``-ngl`` not 0): llama.cpp's ``load_tensors: offloaded 0/49 layers to GPU``
     (``src/llama-model.cpp``); ``None`` when the log says layers went to a GPU, or does not
     say (a build or verbosity that does not print the line)."""
-    ngl = None
-    for i, arg in enumerate(flags):
-        if arg in {"-ngl", "--gpu-layers", "--n-gpu-layers"} and i + 1 < len(flags):
-            ngl = flags[i + 1].strip()
-    if ngl == "0":
+    if (flag_value(flags, "-ngl", "--gpu-layers", "--n-gpu-layers") or "").strip() == "0":
         return None
     for raw in text.splitlines():
         for message in log_messages(raw):

@@ -19,7 +19,7 @@ from ..llama.server import LlamaServer
 from ..llama.startup import offload_failure
 from .artifacts import Artifacts
 from .hostwatch import HostWatch
-from .pool import ServerKey, ServerPool, ServerRecord
+from .pool import ServerKey, ServerPool, ServerRecord, last_start
 from .profiles import Configuration, HostLacks, Profile
 
 
@@ -181,14 +181,10 @@ class Launcher:
     def _check_offload(
         self, key: ServerKey, server: LlamaServer, configuration: Configuration, label: str
     ) -> None:
-        """A server on GPUs whose log says it offloaded no layer is stopped: a
-        :class:`ServerError` with that line (a CUDA build that found no usable GPU measures
-        the CPU)."""
-        try:
-            text = server.log_path.read_text(errors="replace")
-        except OSError:
-            return
-        line = offload_failure(text, configuration.server_args)
+        """A server on GPUs whose log says, since this start, that it offloaded no layer is
+        stopped: a :class:`ServerError` with that line (a CUDA build that found no usable GPU
+        measures the CPU). An earlier start's lines in the same log do not count."""
+        line = offload_failure(last_start(server.log_path), configuration.server_args)
         if line is not None:
             self.pool.stop(key, "offloaded nothing")
             raise ServerError(

@@ -10,7 +10,9 @@ the candidate's really slowed by one of two mechanisms:
   uncapped cgroup beside a server in the root group is not an A/A (measured: -2.4 % and twice
   the spread). Slowdown 0 is the A/A case.
 - ``pause``: the candidate's server stopped (SIGSTOP, every thread) for ``slowdown`` of each
-  50 ms and resumed (SIGCONT) for the rest, by ``benchmarks/pauser.py``.
+  50 ms and resumed (SIGCONT) for the rest, by ``benchmarks/pauser.py``; it too runs in an
+  uncapped sibling cgroup of its own, so that only the pauses differ from the baseline (until
+  2026-12-01 it ran in the root group, beside the baseline's cgroup: see the README).
 
 The scenarios take turns, so that a slow phase of the host falls on all of them; within a
 scenario, run *i* gates the *i*-th configuration of ``-c`` (and workload of ``-w``) in turn,
@@ -93,9 +95,9 @@ def scenario_name(scenario: Scenario) -> str:
 def slowed_servers(
     server: Path, scenarios: list[Scenario], cpus: int, out: Path
 ) -> Iterator[dict[Scenario | None, Path]]:
-    """A wrapper llama-server per scenario (joins its cgroup, or starts a pauser of itself,
-    then execs *server*: the server keeps the wrapper's pid), and the baseline's under the key
-    ``None`` (a cgroup of its own, uncapped)."""
+    """A wrapper llama-server per scenario (joins its cgroup, and for a pause starts a pauser
+    of itself, then execs *server*: the server keeps the wrapper's pid), and the baseline's
+    under the key ``None`` (a cgroup of its own, uncapped)."""
     groups: list[Path] = []
     wrappers: dict[Scenario | None, Path] = {}
     pauser = Path(__file__).with_name("pauser.py").resolve()
@@ -103,13 +105,13 @@ def slowed_servers(
         for scenario in [None, *scenarios]:
             mechanism, f = scenario or ("cgroup", 0.0)
             tag = "baseline" if scenario is None else f"{mechanism}-{round(100 * f)}pct"
-            if mechanism == "cgroup":
-                share = (1 - f) * cpus if f else None
-                group = _cgroup(f"moeperf-gate-power-{os.getpid()}-{tag}", share)
-                groups.append(group)
-                join = f"echo $$ > {group / 'cgroup.procs'}"
-            else:
-                join = f"{sys.executable} {pauser} $$ {f} </dev/null >/dev/null 2>&1 &"
+            # every side in a sibling cgroup of its own, capped or not, paused or not
+            share = (1 - f) * cpus if mechanism == "cgroup" and f else None
+            group = _cgroup(f"moeperf-gate-power-{os.getpid()}-{tag}", share)
+            groups.append(group)
+            join = f"echo $$ > {group / 'cgroup.procs'}"
+            if mechanism == "pause":
+                join += f"\n{sys.executable} {pauser} $$ {f} </dev/null >/dev/null 2>&1 &"
             wrapper = out / f"llama-server-{tag}"
             wrapper.write_text(f'#!/bin/sh\n{join}\nexec {server} "$@"\n')
             wrapper.chmod(0o755)
@@ -179,8 +181,10 @@ def summarize(out: Path) -> str:
         codes[rec["scenario"]][rec["rc"]] += 1
         for row in rec["rows"]:
             by[(rec["scenario"], f"{row['configuration']}.{row['workload']}")].append(row)
+    sw = max([len("scenario"), *(len(sc) for sc in walls)])
+    mw = max([len("metric"), *(len(m) for _, m in by)])
     lines = [
-        f"{'scenario':<10} {'metric':<12} {'gates':>5}  {'median ratio':>12}  "
+        f"{'scenario':<{sw}} {'metric':<{mw}} {'gates':>5}  {'median ratio':>12}  "
         f"{'median rounds':>13}  verdicts"
     ]
     for (scenario, metric), rows in sorted(by.items()):
@@ -189,22 +193,24 @@ def summarize(out: Path) -> str:
         rounds = statistics.median(r["verdict"].get("rounds") or 0 for r in rows)
         verdicts = ", ".join(f"{k} {v}" for k, v in counts.most_common())
         lines.append(
-            f"{scenario:<10} {metric:<12} {len(rows):>5}  {ratio:>12.3f}  {rounds:>13.0f}  "
-            + verdicts
+            f"{scenario:<{sw}} {metric:<{mw}} {len(rows):>5}  {ratio:>12.3f}  "
+            f"{rounds:>13.0f}  {verdicts}"
         )
     lines.append("")
-    lines.append(f"{'scenario':<10} {'rows':>5}  verdicts of every row")
+    lines.append(f"{'scenario':<{sw}} {'rows':>5}  {'ratios':>11}  verdicts of every row")
     for scenario in sorted(walls):
         rows = [r for (sc, _), rs in by.items() if sc == scenario for r in rs]
         counts = Counter(r["verdict"]["outcome"] for r in rows)
         verdicts = ", ".join(f"{k} {v}" for k, v in counts.most_common())
-        lines.append(f"{scenario:<10} {len(rows):>5}  {verdicts}")
+        ratios = [r["verdict"]["ratio"] for r in rows]
+        span = f"{min(ratios):.3f}-{max(ratios):.3f}" if ratios else "-"
+        lines.append(f"{scenario:<{sw}} {len(rows):>5}  {span:>11}  {verdicts}")
     lines.append("")
     for scenario in sorted(walls):
         w = walls[scenario]
         exit_codes = ", ".join(f"{k}: {v}" for k, v in sorted(codes[scenario].items()))
         lines.append(
-            f"{scenario:<10} median wall of one gate {statistics.median(w):.0f} s "
+            f"{scenario:<{sw}} median wall of one gate {statistics.median(w):.0f} s "
             f"(min {min(w):.0f}, max {max(w):.0f}); exit codes {exit_codes}"
         )
     return "\n".join(lines)

@@ -365,7 +365,11 @@ def plan_profile(
         configs.append(
             ConfigurationPlan(
                 f"lm-none{suffix}",
-                "experts copied into pinned RAM (-lm none)"
+                (
+                    "experts copied into pinned RAM (-lm none)"
+                    if gpus
+                    else "weights copied into RAM (-lm none)"
+                )
                 + (f", process on node {number}" if number is not None else ""),
                 cflags,
                 numa_node=number,

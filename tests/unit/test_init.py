@@ -143,6 +143,7 @@ def test_the_adr_host_gets_cuda_two_gpus_and_lm_none_pinned_per_node(tmp_path, s
     assert profile.configuration("mmap").server_args[-2:] == ["--numa", "isolate"]
     assert [w.name for w in profile.workloads] == ["pp512", "tg64"]  # a tiny model
     assert profile.model == str(split_model[0])
+    assert "experts copied into pinned RAM (-lm none)" in text
 
 
 def test_the_vm_gets_a_cpu_only_profile(tmp_path, split_model, capsys):
@@ -157,6 +158,8 @@ def test_the_vm_gets_a_cpu_only_profile(tmp_path, split_model, capsys):
     assert profile.pinning.numa is None and profile.pinning.numa_node is None
     assert set(profile.configurations) == {"mmap", "lm-none"}
     assert profile.configuration("lm-none").flags[-4:] == ("-lm", "none", "-t", "2")
+    text = out.read_text()
+    assert "weights copied into RAM (-lm none)" in text and "pinned" not in text  # no GPU
     said = capsys.readouterr().out
     assert "could not decide: the llama-server build" in said
     assert "pytest -m perf tests/perf/test_vm.py --moeperf-profile vm" in said

@@ -362,14 +362,11 @@ def plan_profile(
                 f"{_gib(topology.memory_total)} of RAM; its configuration cannot start here"
             )
         suffix = f"-node{number}" if number is not None else ""
+        copied = "experts copied into pinned RAM" if gpus else "weights copied into RAM"
         configs.append(
             ConfigurationPlan(
                 f"lm-none{suffix}",
-                (
-                    "experts copied into pinned RAM (-lm none)"
-                    if gpus
-                    else "weights copied into RAM (-lm none)"
-                )
+                f"{copied} (-lm none)"
                 + (f", process on node {number}" if number is not None else ""),
                 cflags,
                 numa_node=number,

@@ -10,16 +10,15 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, ServerError
+from ..errors import ConfigError
 from ..llama.build import Build
 from ..llama.devices import build_backends
 from ..llama.flags import flag_value, gpus_used
 from ..llama.footprint import GIB, Footprint, estimate
 from ..llama.server import LlamaServer
-from ..llama.startup import offload_failure
 from .artifacts import Artifacts
 from .hostwatch import HostWatch
-from .pool import ServerKey, ServerPool, ServerRecord, last_start
+from .pool import ServerKey, ServerPool, ServerRecord
 from .profiles import Configuration, HostLacks, Profile
 
 
@@ -149,9 +148,7 @@ class Launcher:
             startup_timeout=self.startup_timeout,
         )
         rec = ServerRecord(server, configuration, build, label, gpus=used, footprint=need)
-        self.pool.start(key, server, rec)
-        if used:
-            self._check_offload(key, server, configuration, label)
+        self.pool.start(key, server, rec)  # stops a server on GPUs that offloaded nothing
         self.report(
             f"moeperf: started {server.name} [{configuration.pinning.describe()}] "
             f"pid {server.pid} on {server.url}, ready in {server.ready_seconds:.2f} s "
@@ -177,21 +174,6 @@ class Launcher:
             used = self.gpus_of(profile, configuration)
             needs.append((self.footprint(profile, configuration, model, used), used))
         return self.pool.fits(needs)
-
-    def _check_offload(
-        self, key: ServerKey, server: LlamaServer, configuration: Configuration, label: str
-    ) -> None:
-        """A server on GPUs whose log says, since this start, that it offloaded no layer is
-        stopped: a :class:`ServerError` with that line (a CUDA build that found no usable GPU
-        measures the CPU). An earlier start's lines in the same log do not count."""
-        line = offload_failure(last_start(server.log_path), configuration.server_args)
-        if line is not None:
-            self.pool.stop(key, "offloaded nothing")
-            raise ServerError(
-                f"{server.name} was asked to use GPUs but its log says {line!r} "
-                f"(log {server.log_path}): build {label} found no usable GPU; check "
-                "CUDA_VISIBLE_DEVICES, the driver (nvidia-smi) and the build's CUDA backend"
-            )
 
     def require_gpu_backend(
         self, profile: Profile, configuration: Configuration, label: str, build: Build

@@ -35,7 +35,7 @@ from ..host.placement import Placement, node_pages, page_cache_kib
 from ..llama.build import Build
 from ..llama.footprint import GIB, Footprint
 from ..llama.server import LlamaServer
-from ..llama.startup import StartupFinding, scan_startup
+from ..llama.startup import StartupFinding, offload_failure, scan_startup
 from .profiles import Configuration, HostLacks
 
 ServerKey = tuple[str, str, str]  # (profile, configuration, build label)
@@ -425,7 +425,9 @@ class ServerPool:
     def start(self, key: ServerKey, server: LlamaServer, rec: ServerRecord) -> ServerRecord:
         """Start *server* as *rec* (after :meth:`make_room`), read its startup warnings and
         record its load time; its ledger entry gets the server's pid (or goes, when the start
-        fails)."""
+        fails). A server on GPUs whose log says, since this start, that it offloaded no layer
+        is stopped: a :class:`ServerError` with that line (a CUDA build that found no usable
+        GPU measures the CPU); an earlier start's lines in the same log do not count."""
         try:
             server.start()
         except BaseException:
@@ -433,10 +435,19 @@ class ServerPool:
             raise
         if self.ledger is not None and server.pid:
             self.ledger.started(_ledger_key(key), server.pid)
-        self.findings[key] = scan_startup(last_start(server.log_path))
+        startup = last_start(server.log_path)
+        self.findings[key] = scan_startup(startup)
         self.servers[key] = rec
         self.starts.setdefault(key, []).append(server.ready_seconds or 0.0)
         self._touched[key] = time.monotonic()
+        line = offload_failure(startup, rec.configuration.server_args) if rec.gpus else None
+        if line is not None:
+            self.stop(key, "offloaded nothing")
+            raise ServerError(
+                f"{server.name} was asked to use GPUs but its log says {line!r} "
+                f"(log {server.log_path}): build {rec.label} found no usable GPU; check "
+                "CUDA_VISIBLE_DEVICES, the driver (nvidia-smi) and the build's CUDA backend"
+            )
         return rec
 
     def stop(self, key: ServerKey, why: str = "") -> None:

@@ -113,6 +113,30 @@ def test_a_mapped_model_counts_once_for_all_its_servers():
     assert ram == (30 + 400 + 300) * MIB
 
 
+def test_a_server_on_gpus_that_offloaded_nothing_is_stopped_at_its_start(tmp_path):
+    """The pool reads a start's log once, for its warnings and for the offload line; an
+    earlier start's lines in the same log do not count (fake server: the log is written
+    here, as a CUDA build without a usable GPU writes it)."""
+    from types import SimpleNamespace
+
+    log = tmp_path / "server.log"
+    said: list[str] = []
+    pool = ServerPool(Capacity(ram=GIB), report=said.append)
+    server = FakeServer("gpu-side")
+    server.log_path = log  # type: ignore[assignment]
+    cfg = SimpleNamespace(server_args=["-ngl", "999"])
+    rec = ServerRecord(server, cfg, None, "b1", gpus=frozenset({0}))  # type: ignore[arg-type]
+    log.write_text("# moeperf: spawned\nload_tensors: offloaded 0/49 layers to GPU\n")
+    with pytest.raises(ServerError, match=r"offloaded 0/49 layers to GPU.*build b1"):
+        pool.start(("p", "gpu", "b1"), server, rec)  # type: ignore[arg-type]
+    assert not server.is_running() and said == ["moeperf: stopped gpu-side (offloaded nothing)"]
+    log.write_text(
+        log.read_text() + "# moeperf: spawned\nload_tensors: offloaded 49/49 layers to GPU\n"
+    )
+    pool.start(("p", "gpu", "b1"), server, rec)  # type: ignore[arg-type]
+    assert server.is_running()
+
+
 def test_idle_servers_are_stopped_least_recently_used_first():
     pool, said = _pool(1000 * MIB, {"old": fp(400), "new": fp(400)})
     pool.make_room(("p", "next", "b1"), fp(300), frozenset(), "next (b1)")

@@ -145,7 +145,8 @@ def run(args: argparse.Namespace) -> int:
             different=[c.configuration for c in result.different]
             if not args.allow_different_output
             else [],
-            undecided=[] if args.undecided == "pass" else [r.name for r in result.undecided],
+            undecided=([] if args.undecided == "pass" else [r.name for r in result.undecided])
+            + [f"{c} (not measured)" for c, _ in result.skipped],
             crept=[] if args.allow_creep else [r.name for r in result.crept],
             host_changes=live.host_changes,
         )

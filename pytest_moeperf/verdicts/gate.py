@@ -16,6 +16,9 @@ from .judge import Verdict
 
 UNDECIDED_POLICIES = ("exit-3", "pass", "fail")
 """What undecided rows make of a gate: exit status 3, a pass (0) or a failure (1)."""
+OUTCOMES = ("passed", "slower", "undecided", "different-output")
+"""What a gate found: every row measured and none slower, a metric slower, rows undecided
+or configurations not measured, the candidate's greedy output different."""
 
 
 @dataclass(frozen=True)
@@ -104,17 +107,33 @@ class GateResult:
         ]
 
     @property
+    def outcome(self) -> str:
+        """One of :data:`OUTCOMES`: ``different-output`` (unless allowed), ``slower``,
+        ``undecided`` (undecided rows, or a configuration skipped: never measured), else
+        ``passed``. The undecided policy does not change it; it changes the exit code."""
+        if self.different and not self.allow_different:
+            return "different-output"
+        if self.slower:
+            return "slower"
+        if self.undecided or self.skipped or not self.rows:
+            return "undecided"
+        return "passed"
+
+    @property
     def passed(self) -> bool:
-        """No metric is slower beyond the margin."""
-        return not self.slower
+        """What the exit code says: 0, and nothing else, is a pass."""
+        return self.exit_code() == 0
 
     def exit_code(self, undecided: str | None = None) -> int:
-        """0 pass, 1 a regression, 3 undecided rows; *undecided* (default: the gate's
-        :attr:`undecided_policy`) ``pass`` makes those 0, ``fail`` 1."""
+        """0 pass, 1 a regression or different output, 3 undecided rows or a configuration
+        not measured; *undecided* (default: the gate's :attr:`undecided_policy`) ``pass``
+        makes undecided rows 0 and ``fail`` 1. A skipped configuration is never a pass: 3,
+        or 1 under ``fail``."""
         policy = undecided or self.undecided_policy
-        if self.slower or (self.different and not self.allow_different):
+        if self.outcome in ("different-output", "slower"):
             return 1
-        if self.undecided and policy != "pass":
+        unmeasured = bool(self.skipped) or not self.rows
+        if unmeasured or (self.undecided and policy != "pass"):
             return 1 if policy == "fail" else 3
         return 0
 
@@ -128,12 +147,23 @@ class GateResult:
             )
         if self.slower:
             return f"FAIL: {len(self.slower)} metric(s) slower"
-        if not self.undecided:
+        parts = []
+        if self.skipped:
+            names = ", ".join(c for c, _ in self.skipped)
+            parts.append(
+                f"{len(self.skipped)} configuration(s) not measured ({names}; never a pass: "
+                "gate the configurations both builds can run with -c)"
+            )
+        elif not self.rows:
+            parts.append("no row measured")
+        if self.undecided:
+            parts.append(f"{len(self.undecided)} metric(s) undecided (budget spent)")
+        if not parts:
             return "pass"
-        what = f"{len(self.undecided)} metric(s) undecided (budget spent)"
-        if self.undecided_policy == "pass":
+        what = "; ".join(parts)
+        if self.passed:
             return f"pass ({what}, --undecided pass)"
-        if self.undecided_policy == "fail":
+        if self.exit_code() == 1:
             return f"FAIL: {what}"
         return f"UNDECIDED: {what}"
 

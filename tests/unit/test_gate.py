@@ -44,11 +44,34 @@ def test_noise_is_undecided_not_slower():
     assert v.outcome == "undecided" and more == 0 and v.mde is not None
     b, c = _m("baseline", base), _m("candidate", cand)
     r = GateResult("b1", "b2", 0.05, [GateRow("mmap", W, b, c, v)], 0.0, (0.0, 0.0, 0.0), [])
-    assert r.passed and r.undecided and r.exit_code() == 3
+    assert r.undecided and r.exit_code() == 3
+    assert not r.passed and r.outcome == "undecided"  # what the exit code says: not a pass
     assert r.exit_code("pass") == 0 and r.exit_code("fail") == 1
     assert f"/+{100 * v.mde:.1f} %)" in gate_text(r) and "undecided, leaning" in gate_text(r)
     assert "UNDECIDED: 1 metric(s) undecided (budget spent)" in gate_text(r)
-    assert gate_json(r)["exit_code"] == 3 and gate_json(r)["rows"][0]["verdict"]["mde"] == v.mde
+    data = gate_json(r)
+    assert data["exit_code"] == 3 and data["rows"][0]["verdict"]["mde"] == v.mde
+    assert data["passed"] is False and data["outcome"] == "undecided"
+    passing = replace(r, undecided_policy="pass")  # --undecided pass: exit 0, and says so
+    assert passing.passed and gate_json(passing)["passed"] is True
+    assert gate_json(passing)["outcome"] == "undecided" and "--undecided pass" in passing.summary()
+
+
+def test_a_configuration_not_measured_is_never_a_pass():
+    """A configuration a build or this host cannot run is a skipped row: every other row
+    unchanged, the gate still exits 3 (1 under --undecided fail), and --undecided pass does
+    not make it a pass; a gate that measured no row at all is no pass either."""
+    r = replace(_result([600, 605, 598, 602, 601], [601, 603, 599, 600, 604]),
+                skipped=[("moe-cache", "build b11434 has no --moe-cache-mib")])  # fmt: skip
+    assert r.rows[0].verdict.outcome == "unchanged"
+    assert r.exit_code() == 3 and r.exit_code("pass") == 3 and r.exit_code("fail") == 1
+    assert not r.passed and r.outcome == "undecided"
+    assert "1 configuration(s) not measured (moe-cache;" in r.summary()
+    assert r.summary().startswith("UNDECIDED")
+    data = gate_json(r)
+    assert data["passed"] is False and data["exit_code"] == 3 and data["outcome"] == "undecided"
+    empty = GateResult("b1", "b2", 0.05, [], 0.0, (0.0, 0.0, 0.0), [])
+    assert empty.exit_code() == 3 and not empty.passed and "no row measured" in empty.summary()
 
 
 def test_a_small_real_change_passes_and_says_its_size():
@@ -114,16 +137,16 @@ def test_different_output_fails_the_gate_and_says_where_it_parts():
         parted.describe("b1", "b2")
     )
     assert OutputCheck("x", (1, 2), (1,)).first_difference == 1
-    ok = GateResult("b1", "b2", 0.05, [], 0.0, (0.0, 0.0, 0.0), [], outputs=[same])
-    assert ok.exit_code() == 0 and ok.summary() == "pass"
-    bad = GateResult("b1", "b2", 0.05, [], 0.0, (0.0, 0.0, 0.0), [], outputs=[same, parted])
+    measured = _result([600, 605, 598, 602, 601], [601, 603, 599, 600, 604])
+    ok = replace(measured, outputs=[same])
+    assert ok.exit_code() == 0 and ok.summary() == "pass" and ok.outcome == "passed"
+    bad = replace(measured, outputs=[same, parted])
     assert bad.exit_code() == 1 and "output differs on 1 configuration(s)" in bad.summary()
+    assert not bad.passed and gate_json(bad)["outcome"] == "different-output"
     assert "output: lm-none: DIFFERENT output" in gate_text(bad)
     assert gate_json(bad)["outputs"][1]["first_difference"] == 1
-    allowed = GateResult(
-        "b1", "b2", 0.05, [], 0.0, (0.0, 0.0, 0.0), [], outputs=[parted], allow_different=True
-    )
-    assert allowed.exit_code() == 0
+    allowed = replace(measured, outputs=[parted], allow_different=True)
+    assert allowed.exit_code() == 0 and allowed.passed
 
 
 def test_token_ids_from_streamed_events():

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -164,6 +165,16 @@ def test_sampler_stops_dmon_with_ctrl_c_first_and_keeps_what_it_flushed(tmp_path
         while not (tmp_path / "ready").exists() and time.monotonic() < deadline:
             time.sleep(0.02)  # until the trap is set
     assert len(sampler.samples) == 1
+
+
+def test_sampler_stops_dmon_with_ctrl_c_when_pytest_itself_ignores_ctrl_c(tmp_path, monkeypatch):
+    """pytest started in the background of a shell (``pytest &``, nohup, a CI runner) ignores
+    SIGINT, and its children inherit that: dmon must still hear the Ctrl-C that flushes it."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        test_sampler_stops_dmon_with_ctrl_c_first_and_keeps_what_it_flushed(tmp_path, monkeypatch)
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def test_sampler_is_stopped_when_the_block_fails(tmp_path, monkeypatch):

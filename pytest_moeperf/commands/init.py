@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import argparse
 import re
+from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from ..defaults import STARTUP_TIMEOUT, check_seconds
 from ..errors import BuildError, ModelError, MoeperfError
 from ..fs import cache_dir
+from ..host.machine import host_fingerprint, host_identity
 from ..host.topology import Topology, read_topology
 from ..llama.build import Build, binary_build, build_llama, cuda_cmake_args
 from ..llama.model_bytes import decode_bytes
@@ -78,8 +82,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def run(args: argparse.Namespace, *, topology: Topology | None = None) -> int:
-    """Write the profile; *topology* replaces this host's (a recorded host, in tests)."""
+def run(
+    args: argparse.Namespace,
+    *,
+    topology: Topology | None = None,
+    identity: Mapping[str, Any] | None = None,
+) -> int:
+    """Write the profile; *topology* and *identity* (the facts naming the host) replace this
+    host's (a recorded host, in tests)."""
     check_seconds(
         args.startup_timeout, "--startup-timeout", "the startup timeout", example=STARTUP_TIMEOUT
     )
@@ -143,7 +153,9 @@ def run(args: argparse.Namespace, *, topology: Topology | None = None) -> int:
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             rates = assumed_rates(model, f"the timed sample failed: {first}; log {log}")
             say(f"moeperf init: the timed sample failed, conservative figures used: {first}")
-    plan = plan_with(rates)
+    if identity is None:
+        identity = host_identity(host_fingerprint()) if topology is None else {}
+    plan = replace(plan_with(rates), host=identity)
     write_profile(output, plan, force=args.force)
     for line in plan.summary(output):
         print(line)

@@ -6,7 +6,7 @@ import hashlib
 import os
 import platform
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -153,6 +153,41 @@ def host_fingerprint() -> dict[str, Any]:
         "numa_balancing": _read("/proc/sys/kernel/numa_balancing") or "",
         "kernel": platform.release(),
     }
+
+
+HOST_KEYS: dict[str, type | tuple[type, ...]] = {
+    "hostname": str,
+    "cpu_model": str,
+    "cpus": int,
+    "numa_nodes": int,
+    "gpus": list,
+}
+"""The facts of :func:`host_fingerprint` that name a host (a profile's ``host`` table holds
+some of them; ``numa_nodes`` is their count)."""
+
+
+def host_identity(fingerprint: Mapping[str, Any]) -> dict[str, Any]:
+    """The facts of *fingerprint* that name its host (:data:`HOST_KEYS`), as a profile's
+    ``host`` table writes them; those the fingerprint lacks are left out."""
+    out: dict[str, Any] = {}
+    for key in HOST_KEYS:
+        value = fingerprint.get(key)
+        if key == "numa_nodes" and isinstance(value, Mapping):
+            value = len(value)
+        if value not in (None, "", [], 0):
+            out[key] = list(value) if isinstance(value, tuple) else value
+    return out
+
+
+def identity_differences(wanted: Mapping[str, Any], fingerprint: Mapping[str, Any]) -> list[str]:
+    """One line per fact of *wanted* (a profile's ``host`` table) this host does not have:
+    ``hostname: 'prod-01' asked, this host 'ci-7'``; empty when it is that host."""
+    here = host_identity(fingerprint)
+    return [
+        f"{key}: {value!r} asked, this host {here.get(key)!r}"
+        for key, value in wanted.items()
+        if here.get(key) != value
+    ]
 
 
 def _cpu_times(cpus: Iterable[int] | None = None) -> tuple[int, int, int]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
+from typing import NoReturn
 
 import pytest
 
@@ -15,7 +16,7 @@ from ..measure.workload import Workload
 from ..report.reference import reference_failure
 from ..report.tables import baseline_failure, claim_failure, measured_table
 from ..run.crosscheck import bench_in_rounds
-from ..run.profiles import Configuration, Profile
+from ..run.profiles import Configuration, HostLacks, Profile, host_owns
 from ..run.rounds import Decided, decide_baseline, decide_pair
 from ..run.session import PerfSession
 from ..run.source import Side
@@ -52,6 +53,12 @@ class MoePerf:
         self._warned: set[tuple[str, str, str, str]] = set()
         self._used: set[tuple[str, str]] = set()
 
+    def outcomes(self) -> list[tuple[str, str | None]]:
+        """(outcome, reason) of every verdict and baseline check this test judged."""
+        return [(v.outcome, v.reason) for v in self.verdicts] + [
+            (row.check.outcome, row.check.reason) for row in self.checks
+        ]
+
     @property
     def profile(self) -> Profile:
         return self.session.profile(self.profile_name)
@@ -59,12 +66,27 @@ class MoePerf:
     def configuration(self, name: str) -> Configuration:
         return self.profile.configuration(name)
 
+    def _unavailable(self, exc: Unavailable) -> NoReturn:
+        """Skip the test naming what is missing; on the profile's own host (its ``host``
+        table matches, or ``required = true``) a key asking for what is not here fails it."""
+        key = exc.key if isinstance(exc, HostLacks) else ""
+        owner = host_owns(self.profile, self.session.source.host) if key else None
+        try:
+            if owner is None:
+                pytest.skip(str(exc))
+            pytest.fail(
+                f"{key}: {exc} ({owner}, so this is an error, not a skip: fix {key} or the host)",
+                pytrace=False,
+            )
+        except (pytest.skip.Exception, pytest.fail.Exception) as outcome:
+            raise outcome from None  # one line, not "during handling of the above exception"
+
     def server(self, configuration: str, build: str | None = None) -> LlamaServer:
         """The running llama-server of *configuration* (started on first use)."""
         try:
             rec = self.session.source.server(self.profile, self.configuration(configuration), build)
         except Unavailable as exc:
-            pytest.skip(str(exc))
+            self._unavailable(exc)
         self._used.add((configuration, rec.label))
         self._startup_warnings()
         return rec.server
@@ -84,7 +106,7 @@ class MoePerf:
                 self.profile, self.configuration(configuration), w, repetitions, build
             )
         except Unavailable as exc:
-            pytest.skip(str(exc))
+            self._unavailable(exc)
         self._touch(m)
         self._startup_warnings()
         return m
@@ -143,7 +165,7 @@ class MoePerf:
                 after_round=beside,
             )
         except Unavailable as exc:
-            pytest.skip(str(exc))
+            self._unavailable(exc)
         if beside is not None:
             self._bench_ratios(got, bench, (right, left))
         for m in (got.b, got.a):

@@ -15,15 +15,17 @@ from ..llama import orphans
 from ..run.crosscheck import cross_check
 from ..run.session import PerfSession
 from .fixture import MoePerf
+from .judged import NOTHING_JUDGED, Judged, verdict_property
 from .markers import Declared, check_configurations, read_markers
 from .options import add_options, options_of
-from .summary import terminal_summary, write_report
+from .summary import judged_summary, terminal_summary, write_report
 
 SESSION = pytest.StashKey[PerfSession]()
 ITEM_INDEX = pytest.StashKey[int]()
 REAPED = pytest.StashKey[list[int]]()
 MARKER_ERROR = pytest.StashKey[str]()
 DECLARED = pytest.StashKey[Declared]()
+JUDGED = pytest.StashKey[Judged]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -59,13 +61,43 @@ def pytest_configure(config: pytest.Config) -> None:
 
     options = options_of(config)
     try:
-        config.stash[SESSION] = PerfSession(options, report=say, progress=announce)
+        config.stash[SESSION] = perf = PerfSession(options, report=say, progress=announce)
+        given = options.profile_given
+        if given and given.startswith("--") and options.profile not in perf.profiles:
+            known = ", ".join(perf.profiles)
+            raise pytest.UsageError(
+                f"{given}: no such profile; known: {known} (add [profiles.{options.profile}] "
+                "to your moeperf config, or name one of those)"
+            )
     except MoeperfError as exc:
         raise pytest.UsageError(str(exc)) from None
     if hasattr(config, "workerinput"):  # an xdist worker lives no longer than its controller
         orphans.end_with_controller()
     config.stash[REAPED] = orphans.reap()  # shown in the header: no reporter here yet
+    config.stash[JUDGED] = judged = Judged()
+    config.pluginmanager.register(_Counter(judged), "moeperf-judged")
     _stop_on_sigterm()
+
+
+class _Counter:
+    """Counts what each perf test judged, as its reports arrive (on the xdist controller:
+    every worker's)."""
+
+    def __init__(self, judged: Judged) -> None:
+        self.judged = judged
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.judged.add(report)
+
+
+def _nothing_judged(session: pytest.Session, perf: PerfSession) -> None:
+    """A perf session that decided no verdict exits :data:`NOTHING_JUDGED`, not 0 (unless
+    ``--moeperf-allow-empty``); an xdist worker leaves that to the controller."""
+    judged = session.config.stash[JUDGED]
+    if hasattr(session.config, "workerinput") or not judged.nothing_judged:
+        return
+    if session.exitstatus == pytest.ExitCode.OK and not perf.options.allow_empty:
+        session.exitstatus = judged.exit_status = NOTHING_JUDGED
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -132,11 +164,42 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             items[:] = keep
 
 
+def _unused_profile(items: list[pytest.Item], perf: PerfSession) -> str | None:
+    """Why the profile named by hand (``--moeperf-profile``) is used by no collected test
+    (their markers name profiles of their own), or ``None``."""
+    given, name = perf.options.profile_given, perf.options.profile
+    if given is None or not given.startswith("--"):  # the ini's is the project's default
+        return None
+    named = set()
+    for item in items:
+        uses = item.get_closest_marker("moeperf") or item.get_closest_marker("dead_end")
+        if not uses and "moeperf" not in getattr(item, "fixturenames", ()):
+            continue
+        try:
+            profile = _declared(item).profile
+        except MoeperfError:
+            continue  # the item fails at setup with its own line
+        if profile in (None, name):
+            return None
+        named.add(profile)
+    theirs = f"the tests name {', '.join(sorted(named))}" if named else "no test measures"
+    return (
+        f"{given}: no collected test uses that profile ({theirs}); select tests that do, "
+        "or drop the option"
+    )
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_finish(session: pytest.Session) -> None:
     perf = session.config.stash[SESSION]
     default = perf.options.profile
+    unused = _unused_profile(session.items, perf)
+    if unused is not None and not hasattr(session.config, "workerinput"):
+        raise pytest.UsageError(unused)
     for index, item in enumerate(session.items):
+        if unused is not None:  # under xdist a worker's usage error is a crash: fail each test
+            item.stash[MARKER_ERROR] = unused
+            continue
         item.stash[ITEM_INDEX] = index
         error = _marker_error(item, perf)
         if error is not None:
@@ -204,6 +267,9 @@ def pytest_runtest_makereport(
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     """A MoeperfError shows as its one line, not a traceback; server logs are listed."""
     report = yield
+    fixture = getattr(item, "funcargs", {}).get("moeperf")
+    if report.when == "call" and isinstance(fixture, MoePerf):  # counted where reports meet
+        report.user_properties.append(verdict_property(fixture.outcomes()))
     if call.excinfo is not None and isinstance(call.excinfo.value, MoeperfError):
         report.longrepr = f"{type(call.excinfo.value).__name__}: {call.excinfo.value}"
     logs = [str(v) for k, v in item.user_properties if k == "moeperf_log"]
@@ -216,6 +282,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     perf = session.config.stash.get(SESSION, None)
     if perf is None:
         return
+    _nothing_judged(session, perf)
     perf.close()
     interrupted = session.exitstatus == pytest.ExitCode.INTERRUPTED
     steps: list[Callable[[], object]] = []
@@ -242,6 +309,10 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    perf = terminalreporter.config.stash.get(SESSION, None)
+    config = terminalreporter.config
+    perf = config.stash.get(SESSION, None)
     if perf is not None:
         terminal_summary(perf, terminalreporter)
+        judged = config.stash.get(JUDGED, None)
+        if judged is not None and judged.tests and not hasattr(config, "workerinput"):
+            judged_summary(judged, perf.options.allow_empty, terminalreporter)

@@ -119,6 +119,14 @@ def add_options(parser: pytest.Parser) -> None:
         "summary still shows it undecided) or fail it, as the gate's --undecided does to a run",
     )
     group.addoption(
+        "--moeperf-allow-empty",
+        action="store_true",
+        default=None,
+        help="exit 0 from a perf session that decided no verdict (every perf test skipped or "
+        "undecided); by default such a session exits 5, as pytest does when no test ran "
+        "(ini moeperf_allow_empty)",
+    )
+    group.addoption(
         "--moeperf-startup-timeout",
         type=float,
         metavar="S",
@@ -199,6 +207,12 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("moeperf_profile", "default profile for perf tests", default="embedded")
     parser.addini("moeperf_config", "TOML file of profiles and configurations", default="")
     parser.addini("llama_server", "llama-server binary to use instead of building one", default="")
+    parser.addini(
+        "moeperf_allow_empty",
+        "exit 0 from a perf session that decided no verdict (default: exit 5)",
+        type="bool",
+        default=False,
+    )
 
 
 def report_png(report: Path) -> Path:
@@ -219,12 +233,23 @@ def options_of(config: pytest.Config) -> Options:
         raise pytest.UsageError(str(exc)) from None
 
 
+def _profile_given(config: pytest.Config) -> str | None:
+    """Where the session's profile was named (``--moeperf-profile``, the ini key), or
+    ``None`` for the built-in default."""
+    if config.getoption("moeperf_profile"):
+        return f"--moeperf-profile {config.getoption('moeperf_profile')!r}"
+    if config.getini("moeperf_profile") != "embedded":
+        return f"ini moeperf_profile = {config.getini('moeperf_profile')!r}"
+    return None
+
+
 def _options(config: pytest.Config) -> Options:
     root = Path(config.rootpath)
     cfg = config.getoption("moeperf_config") or config.getini("moeperf_config")
     get = config.getoption
     opts = Options(
         profile=get("moeperf_profile") or config.getini("moeperf_profile"),
+        profile_given=_profile_given(config),
         config_file=(root / cfg) if cfg else None,
         pyproject=root / "pyproject.toml",
         llama_server=resolve_server_binary(
@@ -234,6 +259,11 @@ def _options(config: pytest.Config) -> Options:
         max_rounds=get("moeperf_max_rounds"),
         budget=get("moeperf_budget"),
         undecided=get("moeperf_undecided"),
+        allow_empty=bool(
+            get("moeperf_allow_empty")
+            if get("moeperf_allow_empty") is not None
+            else config.getini("moeperf_allow_empty")
+        ),
         startup_timeout=get("moeperf_startup_timeout"),
         request_timeout=get("moeperf_request_timeout"),
         configuration_timeout=get("moeperf_configuration_timeout"),

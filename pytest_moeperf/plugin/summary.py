@@ -35,6 +35,7 @@ from ..run.crosscheck import bench_rows
 from ..run.session import PerfSession
 from ..store.history import read_history
 from ..verdicts.reference import Reference, ReferenceRow
+from .judged import Judged
 from .options import report_png
 
 
@@ -186,3 +187,20 @@ def terminal_summary(perf: PerfSession, reporter: pytest.TerminalReporter) -> No
         write(f"report: {path}")
     if perf.results_path is not None:
         write(f"results: {perf.results_path}")
+
+
+def judged_summary(judged: Judged, allow_empty: bool, reporter: pytest.TerminalReporter) -> None:
+    """The session's last line of its own: what its perf tests judged; in red, with the exit
+    status, when they decided nothing."""
+    if judged.exit_status is not None:
+        reporter.write_line(
+            f"moeperf: nothing judged, exit {judged.exit_status}: {judged.line()} "
+            "(--moeperf-allow-empty to exit 0)",
+            red=True,
+        )
+    elif judged.nothing_judged and allow_empty and not judged.failed:
+        reporter.write_line(
+            f"moeperf: nothing judged (--moeperf-allow-empty): {judged.line()}", yellow=True
+        )
+    else:
+        reporter.write_line(f"moeperf: judged: {judged.line()}")

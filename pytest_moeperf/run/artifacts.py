@@ -104,7 +104,8 @@ class Artifacts:
                 if not path.is_file():
                     raise HostLacks(
                         f"profile {profile.name!r} ({profile.source}): model file {path} "
-                        "is not on this host"
+                        "is not on this host",
+                        "model",
                     )
                 self._models[ref] = path
         return self._models[ref]

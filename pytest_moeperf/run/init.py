@@ -21,7 +21,7 @@ import math
 import re
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -103,10 +103,15 @@ class ProfilePlan:
     header: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     undecided: tuple[str, ...] = ()
+    host: Mapping[str, Any] = field(default_factory=dict)
+    """The facts naming the host it is written for (its ``host`` key): there, a configuration
+    that cannot run is an error, not a skip."""
 
     def table(self) -> dict[str, Any]:
         """The profile as the TOML table :func:`~.profiles.parse_profiles` reads."""
         out: dict[str, Any] = {"description": self.description}
+        if self.host:
+            out["host"] = dict(self.host)
         if self.build is not None:
             out["build"] = self.build
         if self.binary is not None:
@@ -182,6 +187,8 @@ def _toml(value: Any) -> str:
         return json.dumps(value)
     if isinstance(value, list):
         return "[" + ", ".join(_toml(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_key(k)} = {_toml(v)}" for k, v in value.items()) + "}"
     raise TypeError(f"no TOML for {value!r}")
 
 

@@ -84,17 +84,21 @@ class Launcher:
         if configuration.requires_gpus > gpus:
             raise HostLacks(
                 f"configuration {configuration.name!r} needs {configuration.requires_gpus} "
-                f"GPU(s); this host has {gpus}"
+                f"GPU(s); this host has {gpus}",
+                "requires_gpus",
             )
         if profile.cuda and not gpus:
             raise HostLacks(
                 f"profile {profile.name!r} builds llama.cpp with CUDA (cuda = true); "
-                "nvidia-smi finds no NVIDIA GPU on this host"
+                "nvidia-smi finds no NVIDIA GPU on this host",
+                "cuda",
             )
         label, build = self.artifacts.build_for(profile, configuration, label)
         missing = build.missing_flags(configuration.server_args)
         if missing:
-            raise HostLacks(f"build {label} has no {', '.join(missing)}")
+            raise HostLacks(
+                f"build {label} has no {', '.join(missing)}"
+            )  # the build's, not the host's
         self.require_gpu_backend(profile, configuration, label, build)
         key = (profile.name, configuration.name, label)
         try:

@@ -326,7 +326,7 @@ class ServerPool:
         when only servers in use stand in the way, or after :data:`MEMORY_WAIT` seconds."""
         self.refresh_gpus()
         if not self.fits([(need, gpus)]):
-            raise HostLacks(self._lacks(name, need, gpus))
+            raise HostLacks(self._lacks(name, need, gpus), "ram_gib / vram_gib (free memory)")
         alive = {k: r for k, r in self.alive().items() if k != key}
         busy = {k: r for k, r in alive.items() if k in self._in_use}
         if not self.fits(

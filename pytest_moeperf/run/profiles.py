@@ -21,7 +21,7 @@ from typing import Any
 
 from ..defaults import BUDGET
 from ..errors import ConfigError, Unavailable
-from ..host.machine import numa_nodes, online_cpus, parse_cpu_list
+from ..host.machine import HOST_KEYS, identity_differences, numa_nodes, online_cpus, parse_cpu_list
 from ..measure.mix import Mix, Shape
 from ..measure.traffic import Traffic
 from ..measure.workload import Workload
@@ -67,12 +67,20 @@ _PROFILE_KEYS = _CONFIG_KEYS | {
     "sample_requests",
     "process_block",
     "cuda",
+    "host",
+    "required",
 }
 
 
 class HostLacks(ConfigError, Unavailable):
     """The host has no such CPU, NUMA node, GPU, model or build flag: the test is skipped
-    with this reason."""
+    with this reason, or fails where the profile is this host's own (:func:`host_owns`)."""
+
+    def __init__(self, message: str, key: str = "") -> None:
+        super().__init__(message)
+        self.key = key
+        """The profile or configuration key that asks for what is not here (``numa_node``,
+        ``model``, ``$MOEPERF_ADR_MODEL``); empty when none names it."""
 
 
 @dataclass(frozen=True)
@@ -91,7 +99,8 @@ class Pinning:
             if self.numa_node not in nodes:
                 raise HostLacks(
                     f"NUMA node {self.numa_node} does not exist on this host "
-                    f"(nodes: {', '.join(map(str, nodes))})"
+                    f"(nodes: {', '.join(map(str, nodes))})",
+                    "numa_node",
                 )
             wanted = nodes[self.numa_node]
         elif self.cpus is not None:
@@ -102,7 +111,8 @@ class Pinning:
         if missing:
             raise HostLacks(
                 f"CPU {','.join(map(str, sorted(missing)))} asked by pinning "
-                f"{self.describe()} is not available on this host"
+                f"{self.describe()} is not available on this host",
+                "numa_node" if self.numa_node is not None else "cpus",
             )
         return wanted
 
@@ -196,6 +206,12 @@ class Profile:
     shown beside each claim and dead end; never judged against as a baseline."""
     reference_label: str | None = None
     """What the reference is called in tables (``ADR-0042``)."""
+    host: Mapping[str, Any] = field(default_factory=dict)
+    """The host the profile is written for (``moeperf init`` records it): facts of its
+    fingerprint (:data:`~pytest_moeperf.host.machine.HOST_KEYS`). On that host a
+    configuration that cannot run is an error, not a skip."""
+    required: bool = False
+    """Every host that runs the profile must be able to: what cannot run is an error."""
 
     @property
     def build_label(self) -> str | None:
@@ -208,9 +224,11 @@ class Profile:
         profile is not configured on this host."""
         expanded = os.path.expandvars(value)
         if "$" in expanded:
+            unset = re.findall(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)", expanded)
             raise HostLacks(
                 f"profile {self.name!r} ({self.source}): {value!r} names an unset environment "
-                "variable; set it to run this profile here"
+                "variable; set it to run this profile here",
+                " ".join(f"${v}" for v in unset),
             )
         p = Path(expanded).expanduser()
         return p if p.is_absolute() else (self.base_dir or rootdir) / p
@@ -224,6 +242,49 @@ class Profile:
                 f"profile {self.name!r} ({self.source}) has no configuration {name!r}; "
                 f"known: {known}"
             ) from None
+
+
+def host_owns(profile: Profile, fingerprint: Mapping[str, Any]) -> str | None:
+    """Why *profile* is this host's own (what it asks must be here: a configuration that
+    cannot run is an error, not a skip), or ``None`` when it is another host's."""
+    if profile.required:
+        return f"{profile.source}: profile {profile.name!r} has required = true"
+    if profile.host and not identity_differences(profile.host, fingerprint):
+        return (
+            f"{profile.source}: profile {profile.name!r} is written for this host (its host table)"
+        )
+    return None
+
+
+_HOST_VALUES: dict[Any, tuple[str, str]] = {
+    str: ("a string", '"prod-01"'),
+    int: ("a whole number", "2"),
+    list: ("a list of GPU names", '["NVIDIA GeForce RTX 2080 Ti"]'),
+}
+
+
+def _host_table(where: str, value: Any) -> dict[str, Any]:
+    """A profile's ``host`` table, checked: known facts of the right types."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not value:
+        raise ConfigError(
+            f"{where}: host must be a table of this host's facts, e.g. host = {{hostname = "
+            '"prod-01", numa_nodes = 2}} (moeperf init writes it)'
+        )
+    _check_keys(f"{where}, host", value, set(HOST_KEYS))
+    for key, v in value.items():
+        kind = HOST_KEYS[key]
+        if (
+            isinstance(v, bool)
+            or not isinstance(v, kind)
+            or (isinstance(v, list) and not all(isinstance(g, str) for g in v))
+        ):
+            what, example = _HOST_VALUES[kind]
+            raise ConfigError(
+                f"{where}, host: {key} must be {what}, e.g. {key} = {example}; got {v!r}"
+            )
+    return dict(value)
 
 
 def _check_keys(where: str, table: Mapping[str, Any], allowed: set[str]) -> None:
@@ -458,6 +519,12 @@ def _profile(name: str, table: Any, source: str, base_dir: Path | None) -> Profi
     cuda = table.get("cuda", False)
     if not isinstance(cuda, bool):
         raise ConfigError(f"{where}: cuda must be true or false, got {cuda!r}")
+    required = table.get("required", False)
+    if not isinstance(required, bool):
+        raise ConfigError(
+            f"{where}: required must be true or false (true: what the profile asks must be on "
+            f"every host that runs it), got {required!r}"
+        )
     builds_table = table.get("builds") or {}
     if not isinstance(builds_table, dict) or not all(
         isinstance(k, str)
@@ -525,6 +592,8 @@ def _profile(name: str, table: Any, source: str, base_dir: Path | None) -> Profi
         requires_gpus=gpus,
         base_dir=base_dir,
         builds=dict(builds_table),
+        host=_host_table(where, table.get("host")),
+        required=required,
     )
 
 

@@ -50,6 +50,10 @@ class Options:
     """The session's settings, from command-line and ini options."""
 
     profile: str = "embedded"
+    profile_given: str | None = None
+    """Where :attr:`profile` was named (``--moeperf-profile 'x'``, the ini key), ``None`` for
+    the default: a named profile must exist, and one named on the command line must be used
+    by a collected test."""
     config_file: Path | None = None
     pyproject: Path | None = None
     llama_server: tuple[Path, str] | None = None
@@ -59,6 +63,8 @@ class Options:
     budget: float | None = None
     """Seconds a verdict may keep measuring; ``None``: the profile's ``budget``."""
     undecided: str = "skip"
+    allow_empty: bool = False
+    """Exit 0 from a perf session that decided no verdict (else exit 5)."""
     startup_timeout: float = STARTUP_TIMEOUT
     request_timeout: float = REQUEST_TIMEOUT
     stream: bool = False

@@ -8,10 +8,12 @@ from pathlib import Path
 import pytest
 
 from pytest_moeperf.errors import ConfigError
+from pytest_moeperf.host.machine import host_identity, identity_differences
 from pytest_moeperf.run.profiles import (
     HostLacks,
     Pinning,
     builtin_profiles,
+    host_owns,
     load_profiles,
     parse_profiles,
 )
@@ -143,6 +145,22 @@ def test_pyproject_tool_table(tmp_path: Path):
             "sample_requests must be >= 1",
         ),
         ("[profile.p]\n", "unknown key(s) profile"),
+        (
+            '[profiles.p]\nmodel = "m"\nrequired = "yes"\n[profiles.p.configurations.c]\n',
+            "required must be true or false",
+        ),
+        (
+            '[profiles.p]\nmodel = "m"\nhost = "prod-01"\n[profiles.p.configurations.c]\n',
+            "host must be a table of this host's facts",
+        ),
+        (
+            '[profiles.p]\nmodel = "m"\nhost = {name = "x"}\n[profiles.p.configurations.c]\n',
+            "profile 'p', host: unknown key(s) name; allowed: cpu_model, cpus, gpus, hostname",
+        ),
+        (
+            '[profiles.p]\nmodel = "m"\nhost = {cpus = "40"}\n[profiles.p.configurations.c]\n',
+            "host: cpus must be a whole number, e.g. cpus = 2; got '40'",
+        ),
     ],
 )
 def test_bad_configuration_names_file_entry_and_problem(text, message):
@@ -167,10 +185,12 @@ def test_invalid_toml_names_the_file(tmp_path: Path):
 
 
 def test_missing_node_and_cpu_are_host_lacks():
-    with pytest.raises(HostLacks, match="NUMA node 99 does not exist"):
+    with pytest.raises(HostLacks, match="NUMA node 99 does not exist") as err:
         Pinning(numa_node=99).resolve()
-    with pytest.raises(HostLacks, match="CPU 4095 asked by pinning cpus 4095"):
+    assert err.value.key == "numa_node"  # the key an error on the profile's own host names
+    with pytest.raises(HostLacks, match="CPU 4095 asked by pinning cpus 4095") as err:
         Pinning(cpus="4095").resolve()
+    assert err.value.key == "cpus"
     assert Pinning().resolve() is None
     assert Pinning(cpus="0").resolve() == frozenset({0})
 
@@ -186,3 +206,51 @@ def test_budget_and_sample_requests():
     assert d.budget == 180.0 and d.sample_requests == 1
     auto = parse('[profiles.p]\nmodel = "m"\nbudget = "auto"\n[profiles.p.configurations.c]\n')
     assert auto["p"].budget is None  # each verdict's first round sets it
+
+
+HOSTED = """
+[profiles.p]
+model = "m"
+host = {hostname = "prod-01", numa_nodes = 2, gpus = ["NVIDIA GeForce RTX 2080 Ti"]}
+[profiles.p.configurations.c]
+[profiles.q]
+model = "$MOEPERF_TEST_UNSET_MODEL"
+required = true
+[profiles.q.configurations.c]
+[profiles.r]
+model = "m"
+[profiles.r.configurations.c]
+"""
+PROD = {
+    "hostname": "prod-01",
+    "cpu_model": "Intel(R) Xeon(R) Silver 4210",
+    "cpus": 40,
+    "numa_nodes": {"0": "0-9,20-29", "1": "10-19,30-39"},
+    "gpus": ["NVIDIA GeForce RTX 2080 Ti"],
+}
+
+
+def test_a_profile_is_its_hosts_own_by_its_host_table_or_required():
+    """On the host its ``host`` table names (every fact it gives), or anywhere with
+    ``required = true``, a profile is this host's own; elsewhere, and without either, not."""
+    profiles = parse(HOSTED)
+    assert profiles["p"].host["numa_nodes"] == 2 and not profiles["p"].required
+    assert "is written for this host" in (host_owns(profiles["p"], PROD) or "")
+    assert host_owns(profiles["p"], {**PROD, "hostname": "ci-7"}) is None
+    two_cards = {**PROD, "gpus": ["NVIDIA GeForce RTX 2080 Ti"] * 2}
+    assert host_owns(profiles["p"], two_cards) is None
+    assert identity_differences(profiles["p"].host, two_cards) == [
+        "gpus: ['NVIDIA GeForce RTX 2080 Ti'] asked, this host "
+        "['NVIDIA GeForce RTX 2080 Ti', 'NVIDIA GeForce RTX 2080 Ti']"
+    ]
+    assert "has required = true" in (host_owns(profiles["q"], {}) or "")
+    assert host_owns(profiles["r"], PROD) is None
+    assert host_identity(PROD) == {**PROD, "numa_nodes": 2}  # what moeperf init writes
+
+
+def test_an_unset_variable_names_itself_as_the_key(monkeypatch):
+    monkeypatch.delenv("MOEPERF_TEST_UNSET_MODEL", raising=False)
+    q = parse(HOSTED)["q"]
+    with pytest.raises(HostLacks, match="names an unset environment variable") as err:
+        q.path(q.model, Path("."))
+    assert err.value.key == "$MOEPERF_TEST_UNSET_MODEL"

@@ -20,11 +20,12 @@ from pytest_moeperf.commands import init as init_command
 from pytest_moeperf.commands import main, make_parser
 from pytest_moeperf.defaults import FIRST_LOOK
 from pytest_moeperf.errors import ConfigError, ModelError
+from pytest_moeperf.host.machine import host_fingerprint, host_identity
 from pytest_moeperf.host.topology import recorded_topology
 from pytest_moeperf.llama.model_bytes import decode_bytes, model_shards, model_size
 from pytest_moeperf.run.artifacts import Artifacts
 from pytest_moeperf.run.init import Rates, budget_for, default_name, plan_profile, rounds_to_decide
-from pytest_moeperf.run.profiles import load_profiles
+from pytest_moeperf.run.profiles import host_owns, load_profiles
 
 DATA = Path(__file__).parent / "data"
 ADR = recorded_topology(DATA / "host-adr")
@@ -123,12 +124,17 @@ def test_shards_that_disagree_with_their_names(tmp_path):
 # -- the profile ----------------------------------------------------------------------------------
 def test_the_adr_host_gets_cuda_two_gpus_and_lm_none_pinned_per_node(tmp_path, split_model):
     out = tmp_path / "moeperf.toml"
+    prod = {"hostname": "prod-01", "numa_nodes": 2, "gpus": ["NVIDIA GeForce RTX 2080 Ti"] * 2}
     code = init_command.run(
         args("--model", str(split_model[0]), "--no-sample", "--build", "11713", "-o", str(out)),
         topology=ADR,
+        identity=prod,
     )
     assert code == 0
     text = out.read_text()
+    # written for that host: there a configuration that cannot run is an error, not a skip
+    assert load_profiles(out)["Qwen3-Tiny-Q4"].host == prod
+    assert host_owns(load_profiles(out)["Qwen3-Tiny-Q4"], {**prod, "cpus": 40}) is not None
     assert "# could not decide: the budget without a timed sample" in text
     profile = load_profiles(out)["Qwen3-Tiny-Q4"]
     assert profile.cuda is True and profile.requires_gpus == 2 and profile.build == 11713
@@ -163,6 +169,17 @@ def test_the_vm_gets_a_cpu_only_profile(tmp_path, split_model, capsys):
     said = capsys.readouterr().out
     assert "could not decide: the llama-server build" in said
     assert "pytest -m perf tests/perf/test_vm.py --moeperf-profile vm" in said
+
+
+def test_init_on_this_host_writes_this_hosts_facts(tmp_path, split_model):
+    """Without a recorded host, init reads this one: the profile's host table names it, so
+    the profile is this host's own (an error, not a skip, for what cannot run here)."""
+    out = tmp_path / "moeperf.toml"
+    run = ("init", "--model", str(split_model[0]), "--no-sample", "--name", "here", "-o", str(out))
+    assert main(list(run)) == 0
+    profile = load_profiles(out)["here"]
+    assert profile.host == host_identity(host_fingerprint()) and profile.host["hostname"]
+    assert host_owns(profile, host_fingerprint()) is not None
 
 
 def test_a_second_profile_is_appended_and_a_taken_name_refused(tmp_path, split_model, capsys):

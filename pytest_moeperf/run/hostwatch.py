@@ -15,6 +15,11 @@ from ..host.machine import format_cpu_list, online_cpus, parse_cpu_list
 from ..host.preflight import neighbours, node_memory, numa_balancing, preflight_lines
 from ..host.probe import Probe, probe_moved, run_probe
 
+FIRST_PROBES = 4
+"""The most probes a CPU set's first reading takes: probes until two in a row agree (within
+the probe tolerance), so that one slow reading at the start (a neighbour finishing, a cold
+cache) does not become the run's reference and make every later verdict "host changed"."""
+
 
 class ProbeSettings(Protocol):
     probe_tolerance: float
@@ -76,14 +81,32 @@ class HostWatch:
 
     def probe(self, cpus: frozenset[int] | None) -> Probe | None:
         """The calibration probe of the CPU set *cpus*, taken once per run under the CPUs'
-        lock."""
+        lock: probes until two in a row agree (at most :data:`FIRST_PROBES`), the later of
+        them kept."""
         key = self.probe_key(cpus)
         if key not in self.probes:
+            tolerance = self.settings.probe_tolerance
             with measuring(cpus):
-                probe = run_probe(cpus)
+                taken = [run_probe(cpus), run_probe(cpus)]
+                while len(taken) < FIRST_PROBES and probe_moved(
+                    taken[-2], taken[-1], tolerance=tolerance
+                ):
+                    taken.append(run_probe(cpus))
+            probe = taken[-1]
             self.probes[key] = probe
             self._probed_at[key] = time.time()
             self.report(f"moeperf: host probe: {probe.describe()} in {probe.seconds:.1f} s")
+            if probe_moved(taken[-2], probe, tolerance=tolerance):
+                self.report(
+                    f"moeperf: host probe of CPUs {key} unsteady: {len(taken)} probes and no two "
+                    "in a row agree; the last is the reference"
+                )
+            elif len(taken) > 2:
+                first = "; ".join(probe_moved(taken[0], probe, tolerance=tolerance))
+                self.report(
+                    f"moeperf: host probe of CPUs {key}: the first reading was off ({first}); "
+                    f"{len(taken)} probes before two agreed"
+                )
         return self.probes[key]
 
     def host_moved(self, keys: set[str] | list[str], *, force: bool = False) -> list[str]:

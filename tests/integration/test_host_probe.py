@@ -170,11 +170,20 @@ def slowdown_midway(tmp_path: Path) -> Iterator[str]:
 
 
 def test_a_host_that_slows_midway_ends_undecided_not_failed(perf_project, tmp_path, monkeypatch):
+    """The default server starts at full speed (test 1) and, with process blocks off, keeps
+    its process; the host then slows (test 2), and cpu0's server starts slowed. The claim
+    after it ends undecided, naming the host's change, never failed. Its point, that the claim
+    would have failed without the probe, needs the slowed side under half the other: a
+    cgroup's cap gives that on any host; the busy loops used where no cgroup can be written may
+    not, and then the test says so and skips."""
     inner = perf_project(config=CONFIG, tests=MIDWAY_TESTS)
     with slowdown_midway(tmp_path) as how:
         monkeypatch.setenv("SLOWDOWN", how)
-        result = inner.runpytest_subprocess("-m", "perf", "-rs", "--moeperf-reprobe-seconds", "0")
+        result = inner.runpytest_subprocess(
+            "-m", "perf", "-rs", "--moeperf-reprobe-seconds", "0", "--moeperf-process-block", "0"
+        )
     result.assert_outcomes(passed=2, skipped=1)  # nothing failed
+    assert result.ret == 5  # nor green: the one verdict is undecided
     out = result.stdout.str()
     skip = re.search(
         r"undecided: cpu0\.tg64 / default\.tg64 \(.*host changed under the run: .*compute "
@@ -182,6 +191,10 @@ def test_a_host_that_slows_midway_ends_undecided_not_failed(perf_project, tmp_pa
         out,
     )
     assert skip is not None, out
-    # without the probe this claim would have failed: the slowed side lost most of its speed
-    assert float(skip.group(1)) < 0.5, out
     assert "host changed under the run (later verdicts undecided)" in out
+    slowed = float(skip.group(1))
+    if slowed >= 0.5:
+        pytest.skip(
+            f"premise unmet: the slowed side measured {slowed:.2f} of the other ({how}), not "
+            "under half, so this claim would not have failed without the probe either"
+        )

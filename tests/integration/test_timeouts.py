@@ -105,10 +105,17 @@ def test_sleeps_after_starting(moeperf):
     Path("sleeper.pid").write_text(str(moeperf.server("default").pid))
     time.sleep(60)
 
+@pytest.fixture
+def cpu0_probed(moeperf):
+    # its server and the host's probe before the test's clock starts (timeout_func_only)
+    moeperf.measure("cpu0", "tg64", repetitions=1)
+    return moeperf
+
 @pytest.mark.moeperf(configurations=["cpu0"])
-def test_measures_forever(moeperf):
+def test_measures_forever(cpu0_probed):
+    moeperf = cpu0_probed
     Path("measurer.pid").write_text(str(moeperf.server("cpu0").pid))
-    moeperf.measure("cpu0", "tg64", repetitions=1_000_000)
+    moeperf.measure("cpu0", "tg64@d16", repetitions=1_000_000)
 
 @pytest.mark.perf
 def test_both_servers_are_gone_before_the_next_test():
@@ -123,13 +130,19 @@ def test_pytest_timeout_signal_method_stops_the_server_and_says_where(project):
     measurement's failure says what it was measuring on which server, with the log tail."""
     project.makepyfile(test_slow=SLEEPS_AND_MEASURES)
     result = project.runpytest_subprocess(
-        "-m", "perf", "--timeout=3", "--timeout-method=signal", timeout=120
+        "-m",
+        "perf",
+        "--timeout=3",
+        "--timeout-method=signal",
+        "-o",
+        "timeout_func_only=true",
+        timeout=120,
     )
     result.assert_outcomes(failed=2, passed=1)
     result.stdout.fnmatch_lines(
         [
             "*Timeout (>3.0s) from pytest-timeout*",
-            "*moeperf: interrupted while measuring tg64 on cpu0 (*); server stopped; log *",
+            "*moeperf: interrupted while measuring tg64 @ d16 on cpu0 (*); server stopped; log *",
         ]
     )
     assert survivors(project.path) == {}
@@ -141,7 +154,13 @@ def test_pytest_timeout_thread_method_exit_takes_the_server_along(project):
     server dies with its parent."""
     project.makepyfile(test_slow=SLEEPS_AND_MEASURES)
     result = project.runpytest_subprocess(
-        "-m", "perf", "--timeout=3", "--timeout-method=thread", timeout=120
+        "-m",
+        "perf",
+        "--timeout=3",
+        "--timeout-method=thread",
+        "-o",
+        "timeout_func_only=true",
+        timeout=120,
     )
     assert result.ret != 0
     result.stdout.fnmatch_lines(["*Timeout*"])

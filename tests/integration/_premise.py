@@ -1,0 +1,28 @@
+"""Premises of the tests that need something of the host: a decided verdict, a side slowed
+enough to show. A test checks what must hold on any machine first (a slowed side is never
+"faster" or "unchanged"; an undecided verdict says so and exits 3), then skips naming the
+premise the host could not give, instead of failing because the machine was busy."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+NEVER_FOR_A_SLOWDOWN = ("faster", "small-faster", "unchanged", "small-slower")
+"""What a verdict of a side slowed to a fraction of its speed may never say."""
+
+
+def slower_or_skip(verdict: dict[str, Any], what: str) -> None:
+    """*verdict* (a gate row's, as its JSON holds it) of a side slowed far beyond the margin:
+    never a pass of any kind; undecided skips the test naming the premise."""
+    outcome = verdict["outcome"]
+    assert outcome not in NEVER_FOR_A_SLOWDOWN, verdict
+    if outcome == "undecided":
+        pytest.skip(
+            f"premise unmet: {what} ended undecided on this host (ratio {verdict['ratio']:.3f} "
+            f"[{verdict['low']:.3f}, {verdict['high']:.3f}] after {verdict.get('rounds')} rounds"
+            f"{'; ' + verdict['reason'] if verdict.get('reason') else ''}): nothing wrong was "
+            "said, but the test's point needs a decided verdict"
+        )
+    assert outcome == "slower", verdict

@@ -62,12 +62,11 @@ def pytest_configure(config: pytest.Config) -> None:
     options = options_of(config)
     try:
         config.stash[SESSION] = perf = PerfSession(options, report=say, progress=announce)
-        given = options.profile_given
-        if given and given.startswith("--") and options.profile not in perf.profiles:
-            known = ", ".join(perf.profiles)
+        if options.profile_named and options.profile not in perf.profiles:
             raise pytest.UsageError(
-                f"{given}: no such profile; known: {known} (add [profiles.{options.profile}] "
-                "to your moeperf config, or name one of those)"
+                f"--moeperf-profile {options.profile!r}: no such profile; known: "
+                f"{', '.join(perf.profiles)} (add [profiles.{options.profile}] to your moeperf "
+                "config, or name one of those)"
             )
     except MoeperfError as exc:
         raise pytest.UsageError(str(exc)) from None
@@ -165,10 +164,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def _unused_profile(items: list[pytest.Item], perf: PerfSession) -> str | None:
-    """Why the profile named by hand (``--moeperf-profile``) is used by no collected test
-    (their markers name profiles of their own), or ``None``."""
-    given, name = perf.options.profile_given, perf.options.profile
-    if given is None or not given.startswith("--"):  # the ini's is the project's default
+    """Why the profile named by ``--moeperf-profile`` is used by no collected test (their
+    markers name profiles of their own), or ``None`` (the ini's is the project's default: a
+    run of some of its tests may well not use it)."""
+    name = perf.options.profile
+    if not perf.options.profile_named:
         return None
     named = set()
     for item in items:
@@ -184,8 +184,8 @@ def _unused_profile(items: list[pytest.Item], perf: PerfSession) -> str | None:
         named.add(profile)
     theirs = f"the tests name {', '.join(sorted(named))}" if named else "no test measures"
     return (
-        f"{given}: no collected test uses that profile ({theirs}); select tests that do, "
-        "or drop the option"
+        f"--moeperf-profile {name!r}: no collected test uses that profile ({theirs}); select "
+        "tests that do, or drop the option"
     )
 
 

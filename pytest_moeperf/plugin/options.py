@@ -233,23 +233,13 @@ def options_of(config: pytest.Config) -> Options:
         raise pytest.UsageError(str(exc)) from None
 
 
-def _profile_given(config: pytest.Config) -> str | None:
-    """Where the session's profile was named (``--moeperf-profile``, the ini key), or
-    ``None`` for the built-in default."""
-    if config.getoption("moeperf_profile"):
-        return f"--moeperf-profile {config.getoption('moeperf_profile')!r}"
-    if config.getini("moeperf_profile") != "embedded":
-        return f"ini moeperf_profile = {config.getini('moeperf_profile')!r}"
-    return None
-
-
 def _options(config: pytest.Config) -> Options:
     root = Path(config.rootpath)
     cfg = config.getoption("moeperf_config") or config.getini("moeperf_config")
     get = config.getoption
     opts = Options(
         profile=get("moeperf_profile") or config.getini("moeperf_profile"),
-        profile_given=_profile_given(config),
+        profile_named=bool(get("moeperf_profile")),
         config_file=(root / cfg) if cfg else None,
         pyproject=root / "pyproject.toml",
         llama_server=resolve_server_binary(

@@ -50,10 +50,10 @@ class Options:
     """The session's settings, from command-line and ini options."""
 
     profile: str = "embedded"
-    profile_given: str | None = None
-    """Where :attr:`profile` was named (``--moeperf-profile 'x'``, the ini key), ``None`` for
-    the default: a named profile must exist, and one named on the command line must be used
-    by a collected test."""
+    profile_named: bool = False
+    """:attr:`profile` was named by ``--moeperf-profile``: it must exist and be used by a
+    collected test (the ini's is the project's default, which a run of some tests may not
+    use)."""
     config_file: Path | None = None
     pyproject: Path | None = None
     llama_server: tuple[Path, str] | None = None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from _premise import baseline_applies_or_skip
 from _profiles import TINY_PROFILE
 
 CONFIG = TINY_PROFILE
@@ -53,11 +54,13 @@ def test_accept_then_check_then_fail_with_the_table(tiny):
     # and its load is no reason to leave a check undecided here (--moeperf-busy-limit 1)
     same_host = ("-m", "perf", "--moeperf-probe-tolerance", "0.5", "--moeperf-busy-limit", "1")
     baseline.write_text(with_value("1.0"))
-    result = tiny.runpytest_subprocess(*same_host)
+    result = tiny.runpytest_subprocess(*same_host, "-rs")
+    baseline_applies_or_skip(result.stdout.str())
     result.assert_outcomes(passed=1)
 
     baseline.write_text(with_value("1e9"))
-    result = tiny.runpytest_subprocess(*same_host)
+    result = tiny.runpytest_subprocess(*same_host, "-rs")
+    baseline_applies_or_skip(result.stdout.str())
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
         [

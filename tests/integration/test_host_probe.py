@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from _premise import baseline_applies_or_skip
 from _procs import cgroup_for_throttling
 from _profiles import TINY_PROFILE
 
@@ -118,6 +119,7 @@ def test_baselines_apply_on_the_recording_host_and_skip_on_a_slowed_one(tiny):
 
     same = ("-m", "perf", "-rs", "--moeperf-probe-tolerance", "0.5", "--moeperf-busy-limit", "1")
     result = tiny.runpytest_subprocess(*same)
+    baseline_applies_or_skip(result.stdout.str())
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*host probe: * GB/s * Gop/s * on CPUs 0-1*"])
 

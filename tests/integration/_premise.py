@@ -36,3 +36,12 @@ def baseline_applies_or_skip(stdout: str) -> None:
     for line in stdout.splitlines():
         if "holds no numbers of this host" in line:
             pytest.skip(f"premise unmet: the probe moved between accept and check: {line.strip()}")
+
+
+def accepted_or_skip(stdout: str) -> None:
+    """An inner ``--moeperf-accept`` run needs a host that stayed as its first probe found
+    it; one whose probe moved beyond the tolerance by the end is rightly refused (nothing
+    written), and the test skips naming that premise."""
+    for line in stdout.splitlines():
+        if "--moeperf-accept refused" in line and "host changed under the run" in line:
+            pytest.skip(f"premise unmet: the host moved under the accepting run: {line.strip()}")

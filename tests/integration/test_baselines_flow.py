@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from _premise import baseline_applies_or_skip
+from _premise import accepted_or_skip, baseline_applies_or_skip
 from _profiles import TINY_PROFILE
 
 CONFIG = TINY_PROFILE
@@ -33,11 +33,13 @@ def test_accept_then_check_then_fail_with_the_table(tiny):
     assert not baseline.exists()
 
     # another xdist worker shares these 2 cores: accept what is measured beside its load, which
-    # also moves the probe (as on the runs below)
+    # also moves the probe (3.5 and 5.5 Gop/s within one run, seen in CI: here and below the
+    # probe tolerance is wide, 0.9, and a host that moved further still skips the test)
     result = tiny.runpytest_subprocess(
         "-m", "perf", "--moeperf-accept", "--moeperf-busy-limit", "1",
-        "--moeperf-probe-tolerance", "0.5",
+        "--moeperf-probe-tolerance", "0.9",
     )  # fmt: skip
+    accepted_or_skip(result.stdout.str())
     result.stdout.fnmatch_lines(["*accepted as new baselines: *tiny.toml"])
     text = baseline.read_text()
     assert 'configuration = "default"' in text and 'workload = "pp64"' in text
@@ -52,7 +54,7 @@ def test_accept_then_check_then_fail_with_the_table(tiny):
     # the baseline applies where the probe matches; another xdist worker on these 2 cores
     # moves the probe, so the match is made wider than the default
     # and its load is no reason to leave a check undecided here (--moeperf-busy-limit 1)
-    same_host = ("-m", "perf", "--moeperf-probe-tolerance", "0.5", "--moeperf-busy-limit", "1")
+    same_host = ("-m", "perf", "--moeperf-probe-tolerance", "0.9", "--moeperf-busy-limit", "1")
     baseline.write_text(with_value("1.0"))
     result = tiny.runpytest_subprocess(*same_host, "-rs")
     baseline_applies_or_skip(result.stdout.str())

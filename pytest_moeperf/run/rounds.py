@@ -86,6 +86,8 @@ class Checked:
 
 REACH_ALLOWANCE = 1.5
 """Rounds may speed up: the looks a budget can reach are counted with this much room."""
+MIN_ROUNDS = 2
+"""The rounds every verdict measures, budget or not: one round has no spread to judge."""
 AUTO_ROUNDS = 40
 """An automatic budget (a profile's ``budget = "auto"``) buys this many rounds at the pace of
 the first: looks at 6, 8, 10, 13, 16, 20, 25, 31 and 39 rounds."""
@@ -103,15 +105,18 @@ def first_look_notice(
     label: str, pace: float, rounds: int, first_look: int, budget: float
 ) -> str | None:
     """What to say when, at *pace* seconds a round, the first look (*first_look* rounds, of
-    which *rounds* are taken) cannot fit in *budget* seconds; ``None`` when it can."""
+    which *rounds* are taken) cannot fit in *budget* seconds; ``None`` when it can. The
+    rounds it names are those :func:`until_decided` takes at that pace: until the budget is
+    spent, and never fewer than :data:`MIN_ROUNDS`."""
     needed = pace * first_look
     if needed <= budget:
         return None
+    ends = max(rounds, MIN_ROUNDS, math.floor(budget / pace) + 1)
     enough = math.ceil(AUTO_ROUNDS * pace / 10) * 10
     return (
         f"{label}: a round takes {pace:.1f} s, so the first look ({first_look} rounds) needs "
         f"about {needed:.0f} s, more than the budget of {budget:g} s: the verdict will end "
-        f"undecided after {rounds} round(s) unless the rounds speed up; give the profile "
+        f"undecided after about {ends} round(s) unless the rounds speed up; give the profile "
         f'budget = {enough} (or budget = "auto", or --moeperf-budget {enough})'
     )
 
@@ -184,7 +189,7 @@ def until_decided(
                     line = first_look_notice(label, pace, len(rounds), plan.first_look, limit)
                     if line is not None and notice is not None:
                         notice(line)
-                if len(rounds) >= 2 and measuring() > limit:
+                if len(rounds) >= MIN_ROUNDS and measuring() > limit:
                     break
             measured = len(rounds) - feed.ready
             if not reach_fixed and measured > 0:

@@ -172,6 +172,12 @@ def test_a_first_look_that_cannot_fit_in_the_budget_is_said_after_the_first_roun
     assert line.startswith("b.pp512 / a.pp512: a round takes 40.0 s, so the first look")
     assert "(6 rounds) needs about 240 s, more than the budget of 180 s" in line
     assert 'budget = 1600 (or budget = "auto"' in line
+    assert f"undecided after about {len(got.rounds[0])} round(s)" in line  # 5: the rounds taken
+    # a budget below one round still takes the 2 rounds every verdict measures, and says 2
+    tiny = FakeSource(FakeFeed(0.97, clock, step=1.0))
+    got = decide(tiny, Rule("change", margin=0.05), budget=0.001)
+    assert len(got.rounds[0]) == rounds_mod.MIN_ROUNDS == 2
+    assert "undecided after about 2 round(s)" in tiny.notices[0]
     # a budget the first look fits in says nothing
     quiet = FakeSource(FakeFeed(0.5, clock, step=1.0))
     decide(quiet, Rule("change"), budget=180.0)

@@ -20,7 +20,7 @@ from ..run.profiles import Configuration, HostLacks, Profile, host_owns
 from ..run.rounds import Decided, decide_baseline, decide_pair
 from ..run.session import PerfSession
 from ..run.source import Side
-from ..store.hosts import host_for
+from ..store.accepted import host_for
 from ..store.record import BenchRound, VerdictRecord
 from ..verdicts.attribution import server_over_bench
 from ..verdicts.judge import (

@@ -16,8 +16,8 @@ from ..errors import MoeperfError
 from ..fs import write_output
 from ..measure.measurement import Measurement
 from ..measure.workload import Workload
-from ..store.history import measurements_of, parse_date
-from ..store.hosts import host_for
+from ..store.accepted import host_for
+from ..store.record import measurements_of, parse_date
 from ..verdicts.reference import Reference, ReferenceFigure, pick_figure
 from .reference import number, record_order
 
@@ -69,7 +69,7 @@ def plot_marks(
 ) -> dict[tuple[str, str, str], PlotMark]:
     """What to draw over each measurement's bar, by profile (*baselines*, *fingerprints* and
     *references* are keyed by profile name): the baseline of this host (the baseline file's
-    host :func:`~pytest_moeperf.store.hosts.host_for` matches on the measurement's probed
+    host :func:`~pytest_moeperf.store.accepted.host_for` matches on the measurement's probed
     CPUs) when it has one for the measured build; else the profile's reference; else another
     host's number in the baseline file, as a reference of that host."""
     marks: dict[tuple[str, str, str], PlotMark] = {}

@@ -26,7 +26,7 @@ from ..measure.output import OutputCheck, greedy_tokens
 from ..measure.stats import log_sigma, paired_interval
 from ..measure.workload import Workload
 from ..report.tables import start_lines
-from ..store.hosts import accepted_chain, host_for
+from ..store.accepted import accepted_chain, host_for
 from ..verdicts.attribution import attribute
 from ..verdicts.creep import ChainedChange, PairedChange, judge_chain
 from ..verdicts.gate import GateResult, GateRow, holm

@@ -29,9 +29,10 @@ from ..fs import write_output
 from ..llama.bench import BenchResult
 from ..measure.measurement import Measurement
 from ..store.accept import accept_measurements, refusals, refuse
+from ..store.accepted import accepted_history
 from ..store.baselines import BaselineEntry, BaselineFile, load_baselines
 from ..store.history import read_history, write_history
-from ..store.hosts import BaselineHost, accepted_history
+from ..store.hosts import BaselineHost
 from ..store.record import BenchRound, RunRecord, VerdictRecord
 from ..store.replay import Replay
 from ..store.sessions import session_medians

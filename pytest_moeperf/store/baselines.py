@@ -65,7 +65,7 @@ from ..measure.workload import Workload
 from ..verdicts.calibration import NoiseFigure
 from ..verdicts.creep import PairedChange
 from ..verdicts.judge import CONFIGURATION_NAME
-from .hosts import BaselineHost, _canonical_workload, _number
+from .hosts import BaselineHost, canonical_workload, is_number
 
 SCHEMA = 2
 READABLE_SCHEMAS = (1, 2)
@@ -176,7 +176,7 @@ class BaselineFile:
         """The entry for (build, configuration, workload) of *host* (of the first host that
         has one, without *host*), or ``None``; *workload* may be written in any form
         :meth:`Workload.parse` accepts."""
-        wanted = (build, configuration, _canonical_workload(workload))
+        wanted = (build, configuration, canonical_workload(workload))
         for entry in self.entries:
             if entry.key == wanted and (host is None or entry.host == host):
                 return entry
@@ -284,7 +284,7 @@ def _parse_entry(
         value = raw.get(name)
         if value is None:
             return None
-        if not _number(value):
+        if not is_number(value):
             bad(f"{name} {_show(value)} is not a number")
         value = float(value)
         if not math.isfinite(value):
@@ -346,7 +346,7 @@ def _parse_entry(
         if not isinstance(raw_samples, list) or not raw_samples:
             bad(f"samples {_show(raw_samples)} must be a non-empty list of numbers")
         for s in raw_samples:
-            if not _number(s) or not math.isfinite(s) or s <= 0:
+            if not is_number(s) or not math.isfinite(s) or s <= 0:
                 bad(f"sample {_show(s)} is not a positive finite number")
         samples = tuple(float(s) for s in raw_samples)
     value = number("value", 0.0, None, low_open=True)
@@ -471,7 +471,7 @@ def parse_baselines(
     if not isinstance(profile, str) or not profile.strip():
         where.fail(f"profile {_show(profile)} must be a non-empty string (the profile's name)")
     tolerance = doc.get("tolerance", TOLERANCE)
-    if not _number(tolerance) or not math.isfinite(tolerance) or not 0 <= tolerance < 1:
+    if not is_number(tolerance) or not math.isfinite(tolerance) or not 0 <= tolerance < 1:
         where.fail(f"tolerance {_show(tolerance)} must be a number in [0, 1), e.g. {TOLERANCE}")
     note = doc.get("note")
     if note is not None and not isinstance(note, str):

@@ -27,7 +27,7 @@ from .. import __version__
 from ..host.machine import parse_cpu_list
 from ..llama.flags import flag_int
 from ..measure.measurement import Measurement
-from .history import measurements_of, parse_date
+from .record import measurements_of, parse_date
 
 SETTING_FIELDS: tuple[str, ...] = (
     "n_batch",

@@ -24,7 +24,6 @@ skipped by :func:`read_history`, never fatal.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import os
 import re
@@ -36,8 +35,8 @@ from typing import Any
 from pytest_benchmark.utils import get_machine_id
 
 from ..fs import atomic_write_text, file_lock
-from ..measure.measurement import Measurement
-from .record import RunRecord
+from .exports import benchmark_json, llama_bench_rows
+from .record import RunRecord, parse_date
 
 RESULTS_GLOB = "results-*.json"
 BENCHMARKS_DIR = "benchmarks"
@@ -62,8 +61,6 @@ def write_history(results: dict[str, Any], folder: Path, *, stamp: str | None = 
     and those rows appended to the folder's cumulative JSONL. Returns the paths written, the
     results file first. Each file is replaced atomically; concurrent writers (xdist workers)
     take turns."""
-    from .exports import benchmark_json, llama_bench_rows  # exports.py imports our readers
-
     stamp = stamp or default_stamp()
     if not re.fullmatch(r"[A-Za-z0-9._-]+", stamp):
         raise ValueError(f"history stamp {stamp!r}: use letters, digits, '.', '_' and '-'")
@@ -167,40 +164,8 @@ def _when(data: Mapping[str, Any], path: Path) -> float:
         return 0.0
 
 
-def parse_date(value: object) -> dt.datetime | None:
-    """A results file's ``date`` (``2026-10-17T09:30:00+0200``) as an aware datetime (UTC when
-    it names no zone); ``None`` when missing or unreadable."""
-    if not isinstance(value, str) or not value:
-        return None
-    for fmt in ("%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%dT%H:%M:%S"):
-        try:
-            parsed = dt.datetime.strptime(value, fmt)
-            break
-        except ValueError:
-            continue
-    else:
-        try:
-            parsed = dt.datetime.fromisoformat(value)
-        except ValueError:
-            return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
-
-
-def measurements_of(results: Mapping[str, Any]) -> list[Measurement]:
-    """The measurements of one results dict (those that cannot be read are left out)."""
-    out = []
-    for m in results.get("measurements") or []:
-        try:
-            out.append(Measurement.from_dict(m))
-        except Exception:
-            continue
-    return out
-
-
 __all__ = [
     "default_stamp",
-    "measurements_of",
-    "parse_date",
     "read_history",
     "write_history",
 ]

@@ -2,26 +2,21 @@
 
 A host is its fingerprint *and* its calibration probe's figures: two machines that look the
 same to ``/proc/cpuinfo`` can differ by 2.7x, so numbers are only ever held against the host
-that recorded them. :func:`host_for` picks the ``[[host]]`` whose numbers apply to this run,
-:func:`host_differences` says why a host is not this one, and :func:`accepted_history` lists
-what one host accepted over time.
+that recorded them. :func:`host_differences` says why a host is not this one;
+:mod:`pytest_moeperf.store.accepted` picks the ``[[host]]`` whose numbers apply to a run.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..defaults import PROBE_TOLERANCE
 from ..errors import ConfigError
 from ..host.probe import probe_differences, probes_of
 from ..measure.workload import Workload
 from ..verdicts.calibration import NoiseFigure
-
-if TYPE_CHECKING:
-    from ..verdicts.creep import PairedChange
-    from .baselines import BaselineEntry, BaselineFile
 
 IDENTITY_FIELDS = (
     "cpu_model",
@@ -69,14 +64,14 @@ class BaselineHost:
         return f"{self.id}: " + ", ".join(parts)
 
 
-def _canonical_workload(name: str) -> str:
+def canonical_workload(name: str) -> str:
     try:
         return Workload.parse(name).name
     except ConfigError:
         return name.strip()
 
 
-def _number(value: Any) -> bool:
+def is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
@@ -98,7 +93,7 @@ def fingerprint_mismatch(
 
 
 def _same(a: Any, b: Any) -> bool:
-    if _number(a) and _number(b):
+    if is_number(a) and is_number(b):
         return bool(abs(a - b) <= 0.02 * max(abs(a), abs(b)))
     if isinstance(a, list | tuple) and isinstance(b, list | tuple):
         return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
@@ -147,57 +142,3 @@ def host_differences(
         for c in common
         for line in probe_differences(here[c], there[c], tolerance)
     ]
-
-
-def accepted_history(
-    bf: BaselineFile, host: str, configuration: str, workload: str
-) -> list[BaselineEntry]:
-    """Every baseline of (*configuration*, *workload*) on *host* the file holds, current
-    entries and replaced ones of any build, oldest first (by date, then file order)."""
-    wanted = _canonical_workload(workload)
-    found = [
-        e
-        for e in (*bf.history, *bf.entries)
-        if e.host == host and e.configuration == configuration and e.workload == wanted
-    ]
-    return sorted(found, key=lambda e: e.date)
-
-
-def accepted_chain(
-    bf: BaselineFile, host: str, configuration: str, workload: str, build: str
-) -> list[tuple[str, PairedChange]] | None:
-    """The accepted chain that ends at *build* on *host*: each ``(build, its paired change)``
-    oldest first, followed back from *build*'s newest entry through the builds each was gated
-    against, as far as the links go (an entry accepted without a gate, or one whose older end
-    the file does not hold, starts the chain). ``None`` when *host* never accepted *build*."""
-    history = accepted_history(bf, host, configuration, workload)
-    ends = [e for e in history if e.build == build]
-    if not ends:
-        return None
-    links: list[tuple[str, PairedChange]] = []
-    entry, seen = ends[-1], {build}
-    while entry.change is not None:
-        older = [e for e in history if e.build == entry.change.against and e.date <= entry.date]
-        links.append((entry.build, entry.change))
-        if not older or entry.change.against in seen:
-            break
-        seen.add(entry.change.against)
-        entry = older[-1]
-    return links[::-1]
-
-
-def host_for(
-    bf: BaselineFile,
-    fingerprint: Mapping[str, Any],
-    cpus: str | None,
-    tolerance: float = PROBE_TOLERANCE,
-) -> tuple[BaselineHost | None, list[str]]:
-    """The host of *bf* whose numbers apply to the host *fingerprint* describes on the CPU set
-    *cpus*, and, when none does, every reason why not (one line per host)."""
-    reasons: list[str] = []
-    for host in bf.hosts:
-        why = host_differences(host, fingerprint, cpus, tolerance)
-        if not why:
-            return host, []
-        reasons += why
-    return None, reasons or ["the file holds no host"]

@@ -10,6 +10,7 @@ the traffic passes and the servers' load times.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import statistics
 import time
@@ -300,3 +301,33 @@ def matching(
         if [s.key for s in r.sides] == [tuple(k) for k in keys]:
             return i
     return None
+
+
+def parse_date(value: object) -> dt.datetime | None:
+    """A results file's ``date`` (``2026-10-17T09:30:00+0200``) as an aware datetime (UTC when
+    it names no zone); ``None`` when missing or unreadable."""
+    if not isinstance(value, str) or not value:
+        return None
+    for fmt in ("%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%dT%H:%M:%S"):
+        try:
+            parsed = dt.datetime.strptime(value, fmt)
+            break
+        except ValueError:
+            continue
+    else:
+        try:
+            parsed = dt.datetime.fromisoformat(value)
+        except ValueError:
+            return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
+
+
+def measurements_of(results: Mapping[str, Any]) -> list[Measurement]:
+    """The measurements of one results dict (those that cannot be read are left out)."""
+    out = []
+    for m in results.get("measurements") or []:
+        try:
+            out.append(Measurement.from_dict(m))
+        except Exception:
+            continue
+    return out

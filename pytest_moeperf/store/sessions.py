@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..defaults import PROBE_TOLERANCE
-from .hosts import BaselineHost, _canonical_workload, host_differences
+from .hosts import BaselineHost, canonical_workload, host_differences
 from .record import RunRecord
 
 SAME_MEDIAN = 1e-4
@@ -37,7 +37,7 @@ def session_medians(
     """The medians of (*build*, *configuration*, *workload*) of *profile* in each results
     document of *results* measured on *host*, one per session, then each *stored* value (the
     baseline file's entries of that build) that no session already holds."""
-    wanted = _canonical_workload(workload)
+    wanted = canonical_workload(workload)
     medians: list[float] = []
     for data in results:
         try:

@@ -17,6 +17,7 @@ from pytest_moeperf.measure.measurement import Conditions, Measurement, Sample
 from pytest_moeperf.measure.stats import Figure
 from pytest_moeperf.measure.workload import Workload
 from pytest_moeperf.store.accept import accept_measurements as accept
+from pytest_moeperf.store.accepted import accepted_history, host_for
 from pytest_moeperf.store.baselines import (
     TRAFFIC_METRIC,
     BaselineEntry,
@@ -25,13 +26,7 @@ from pytest_moeperf.store.baselines import (
     load_baselines,
     parse_baselines,
 )
-from pytest_moeperf.store.hosts import (
-    BaselineHost,
-    accepted_history,
-    fingerprint_mismatch,
-    host_differences,
-    host_for,
-)
+from pytest_moeperf.store.hosts import BaselineHost, fingerprint_mismatch, host_differences
 from pytest_moeperf.verdicts.judge import CONFIGURATION_NAME
 
 ADR = Path(__file__).resolve().parents[2] / "baselines" / "adr-0042.toml"

@@ -14,8 +14,9 @@ from pytest_moeperf.measure.measurement import Conditions, Measurement, Sample
 from pytest_moeperf.measure.stats import RatioInterval, with_session_term
 from pytest_moeperf.measure.workload import Workload
 from pytest_moeperf.store.accept import accept_measurements, accept_noise
+from pytest_moeperf.store.accepted import accepted_chain
 from pytest_moeperf.store.baselines import load_baselines, parse_baselines
-from pytest_moeperf.store.hosts import BaselineHost, accepted_chain
+from pytest_moeperf.store.hosts import BaselineHost
 from pytest_moeperf.store.record import RunRecord
 from pytest_moeperf.store.sessions import session_medians
 from pytest_moeperf.verdicts.calibration import NoiseFigure, lag1, noise_figure

@@ -101,6 +101,34 @@ def test_no_import_runs_up_a_layer(path):
     assert not upward, f"{module} (layer {mine}) imports from above: {upward}"
 
 
+def mutual_imports() -> list[tuple[str, str]]:
+    """Pairs of modules that import each other (inside functions and ``TYPE_CHECKING`` too).
+    A package's ``__init__`` importing its own modules is no pair: ``from . import common``
+    names the package only as where ``common`` lies."""
+    graph = {module_name(path): {n for n in imports_of(path) if is_module(n)} for path in sources()}
+    for name, wanted in graph.items():
+        wanted.discard(name.rpartition(".")[0])
+    return sorted(
+        (a, b) for a, wanted in graph.items() for b in wanted if a < b and a in graph.get(b, ())
+    )
+
+
+def test_no_two_modules_import_each_other():
+    """Inside a layer too: a pair that imports each other is one module, or a third below both."""
+    assert mutual_imports() == []
+
+
+def test_the_check_sees_two_modules_importing_each_other(tmp_path, monkeypatch):
+    fake = tmp_path / "pytest_moeperf"
+    (fake / "store").mkdir(parents=True)
+    (fake / "__init__.py").write_text("")
+    (fake / "store" / "__init__.py").write_text("")
+    (fake / "store" / "a.py").write_text("from .b import x\n")
+    (fake / "store" / "b.py").write_text("def f():\n    from .a import y\n")
+    monkeypatch.setattr(__import__(__name__, fromlist=["x"]), "PACKAGE", fake)
+    assert mutual_imports() == [("pytest_moeperf.store.a", "pytest_moeperf.store.b")]
+
+
 @pytest.mark.parametrize("path", sources(), ids=lambda p: module_name(p))
 def test_only_the_pytest_facing_modules_import_pytest(path):
     module = module_name(path)

@@ -1,0 +1,69 @@
+"""What a baseline file's hosts accepted, and whose numbers apply to a run:
+:func:`host_for` picks the ``[[host]]`` whose numbers apply to this run (by
+:func:`~pytest_moeperf.store.hosts.host_differences`), :func:`accepted_history` lists what one
+host accepted over time and :func:`accepted_chain` follows its gated builds back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..defaults import PROBE_TOLERANCE
+from ..verdicts.creep import PairedChange
+from .baselines import BaselineEntry, BaselineFile
+from .hosts import BaselineHost, canonical_workload, host_differences
+
+
+def accepted_history(
+    bf: BaselineFile, host: str, configuration: str, workload: str
+) -> list[BaselineEntry]:
+    """Every baseline of (*configuration*, *workload*) on *host* the file holds, current
+    entries and replaced ones of any build, oldest first (by date, then file order)."""
+    wanted = canonical_workload(workload)
+    found = [
+        e
+        for e in (*bf.history, *bf.entries)
+        if e.host == host and e.configuration == configuration and e.workload == wanted
+    ]
+    return sorted(found, key=lambda e: e.date)
+
+
+def accepted_chain(
+    bf: BaselineFile, host: str, configuration: str, workload: str, build: str
+) -> list[tuple[str, PairedChange]] | None:
+    """The accepted chain that ends at *build* on *host*: each ``(build, its paired change)``
+    oldest first, followed back from *build*'s newest entry through the builds each was gated
+    against, as far as the links go (an entry accepted without a gate, or one whose older end
+    the file does not hold, starts the chain). ``None`` when *host* never accepted *build*."""
+    history = accepted_history(bf, host, configuration, workload)
+    ends = [e for e in history if e.build == build]
+    if not ends:
+        return None
+    links: list[tuple[str, PairedChange]] = []
+    entry, seen = ends[-1], {build}
+    while entry.change is not None:
+        older = [e for e in history if e.build == entry.change.against and e.date <= entry.date]
+        links.append((entry.build, entry.change))
+        if not older or entry.change.against in seen:
+            break
+        seen.add(entry.change.against)
+        entry = older[-1]
+    return links[::-1]
+
+
+def host_for(
+    bf: BaselineFile,
+    fingerprint: Mapping[str, Any],
+    cpus: str | None,
+    tolerance: float = PROBE_TOLERANCE,
+) -> tuple[BaselineHost | None, list[str]]:
+    """The host of *bf* whose numbers apply to the host *fingerprint* describes on the CPU set
+    *cpus*, and, when none does, every reason why not (one line per host)."""
+    reasons: list[str] = []
+    for host in bf.hosts:
+        why = host_differences(host, fingerprint, cpus, tolerance)
+        if not why:
+            return host, []
+        reasons += why
+    return None, reasons or ["the file holds no host"]

@@ -26,6 +26,15 @@ MARGIN = 0.05
 FAMILY_ALPHA = 0.05
 """The chance a gate calls any row slower (or faster) beyond the margin when none is: each
 row of a family of k is judged at FAMILY_ALPHA / k, and Holm's step-down decides the rest."""
+PROCESS_TERM = 0.015
+"""The log standard deviation of a process pair's offset of a verdict's log-ratio that a host
+is taken to have until ``moeperf calibrate`` measures its own: process pairs of one
+configuration differ by about 1.5 % on this project's hosts (where pages and threads landed).
+A verdict's interval carries it over the rounds each pair served."""
+LINK_TERM = 0.01
+"""The log standard deviation a gate's paired change has between sessions (the change of one
+build pair is not quite the same on another day), per link of an accepted chain, until the
+host's accepted history measures it: 1 % a link."""
 MIN_REL_SPREAD = 0.01
 """The least relative spread a side's samples are taken to have (a few that happen to agree
 say little about the next ones)."""

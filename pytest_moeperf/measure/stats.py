@@ -10,6 +10,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .dependence import DEFAULT_DEPENDENCE, Dependence, robust_rows
 from .student import t_quantile, trimmed_t_rows
 
 
@@ -247,8 +248,8 @@ class PairedInterval:
     critical: float
     """The t multiplier the interval used (wider than 1.96 where looks are corrected)."""
     design_effect: float = 1.0
-    """How much the rounds' shared process blocks widened the standard error's square (1: no
-    blocks, or no spread between them beyond their rounds')."""
+    """How much the rounds' dependence (process blocks, drift) widened the standard error's
+    square over Yuen's (1: not at all)."""
 
     def mde(self, power: float = 0.8) -> float:
         """The smallest relative change these rounds would have detected with *power*: the
@@ -269,38 +270,13 @@ def paired_log_ratios(a: Sequence[float], b: Sequence[float]) -> list[float]:
 def trimmed_mean_se(values: Sequence[float], trim: float = 0.2) -> tuple[float, float, int]:
     """The *trim*-trimmed mean of *values*, its standard error after Yuen (from the winsorized
     values' spread, over ``h (h - 1)`` with *h* the values kept) and the degrees of freedom of
-    its t interval (``h - 1``): the statistic the per-look level is calibrated on."""
+    its t interval (``h - 1``)."""
     if len(values) < 2:
         raise ValueError("a trimmed mean's spread needs at least 2 values")
     if not 0 <= trim < 0.5:
         raise ValueError(f"trim {trim!r} must be in [0, 0.5)")
     mean, se, df = trimmed_t_rows(np.asarray([values], dtype=np.float64), trim)
     return float(mean[0]), float(se[0]), df
-
-
-def design_effect(log_ratios: Sequence[float], blocks: Sequence[int]) -> float:
-    """The variance factor of a mean over rounds that come in blocks sharing an effect (a
-    process pair's): ``1 + (m - 1) rho`` with *m* the mean block size and *rho* the share of
-    the rounds' variance between blocks, from a one-way analysis of variance (the ANOVA
-    estimate, 0 when the blocks spread no more than their rounds explain). 1 with fewer than
-    two blocks of two rounds."""
-    groups: dict[int, list[float]] = {}
-    for d, blk in zip(log_ratios, blocks, strict=False):
-        groups.setdefault(blk, []).append(d)
-    sizes = [len(g) for g in groups.values()]
-    n, k = sum(sizes), len(groups)
-    if k < 2 or n - k < 1 or min(sizes) < 2:
-        return 1.0
-    grand = statistics.fmean(log_ratios[:n])
-    means = {b: statistics.fmean(g) for b, g in groups.items()}
-    within = sum((d - means[b]) ** 2 for b, g in groups.items() for d in g) / (n - k)
-    between = sum(len(g) * (means[b] - grand) ** 2 for b, g in groups.items()) / (k - 1)
-    n0 = (n - sum(x * x for x in sizes) / n) / (k - 1)
-    tau2 = max(0.0, (between - within) / n0)
-    if tau2 == 0.0:
-        return 1.0
-    rho = tau2 / (tau2 + within)
-    return 1.0 + (n / k - 1.0) * rho
 
 
 def paired_interval(
@@ -311,24 +287,33 @@ def paired_interval(
     trim: float = 0.2,
     min_rel_spread: float = 0.01,
     blocks: Sequence[int] | None = None,
+    dependence: Dependence = DEFAULT_DEPENDENCE,
 ) -> PairedInterval:
     """Two-sided ``1 - alpha`` interval of ``b / a`` from rounds (``a[i]``, ``b[i]`` measured
     back to back), at least 2 of them: a t interval on the *trim*-trimmed mean of the per-round
     log-ratios. Trimming keeps the interval honest on this kind of host, where now and then one
     sample of a round is hit by a stall (a -50 % decode sample beside a normal one) and a plain
     t interval would be driven by those few rounds. The per-round spread is raised to at least
-    *min_rel_spread*: a few rounds that happen to agree say little about the next ones. With
-    *blocks* (the process block of each round), the standard error carries the blocks' design
-    effect: what belongs to a process pair is not taken for a difference of the sides."""
+    *min_rel_spread*: a few rounds that happen to agree say little about the next ones. The
+    standard error carries the rounds' dependence (:mod:`.dependence`): the process term of
+    *dependence* over the rounds' *blocks* (the process block of each round; ``None``: one
+    pair), and drift between rounds."""
     d = paired_log_ratios(a, b)
     n = len(d)
     if n < 2:
         raise ValueError("a paired interval needs at least 2 rounds")
     if not 0 < alpha < 1:
         raise ValueError(f"alpha {alpha!r} must be between 0 and 1")
-    centre, se, df = trimmed_mean_se(d, trim)
-    deff = design_effect(d, blocks) if blocks is not None else 1.0
-    se = max(se * math.sqrt(deff), log_sigma(min_rel_spread) / math.sqrt(n))
+    if not 0 <= trim < 0.5:
+        raise ValueError(f"trim {trim!r} must be in [0, 0.5)")
+    got = robust_rows(
+        np.asarray([d]),
+        trim=trim,
+        blocks=blocks,
+        dependence=dependence,
+        floor=log_sigma(min_rel_spread),
+    )
+    centre, se, df = float(got.mean[0]), float(got.se[0]), got.df
     crit = t_quantile(1 - alpha / 2, df)
     half = crit * se
     return PairedInterval(
@@ -338,5 +323,5 @@ def paired_interval(
         rounds=n,
         se=se,
         critical=crit,
-        design_effect=deff,
+        design_effect=float(got.inflation[0]),
     )

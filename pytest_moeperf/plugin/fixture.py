@@ -146,10 +146,11 @@ class MoePerf:
         """Judge ``left / right`` of *c* by *rule* in the one decision loop: paired rounds until
         the verdict is final or the budget is spent (stored figures judged once)."""
         session, profile = self.session, self.profile
-        left, right = (
+        sides = [
             Side(self.configuration(op.configuration), op.workload, op.build)
             for op in (c.left, c.right)
-        )
+        ]
+        left, right = sides
         beside, bench = self._bench_beside(right, left)
         try:
             got = decide_pair(
@@ -159,7 +160,9 @@ class MoePerf:
                 right,
                 left,
                 label=label,
-                plan=session.plan(profile),
+                plan=session.plan(
+                    profile, metrics=[f"{s.configuration.name}.{s.workload.name}" for s in sides]
+                ),
                 budget=session.budget(profile),
                 busy_limit=session.options.busy_limit,
                 after_round=beside,

@@ -27,6 +27,7 @@ HEADERS = [
     "rounds (median)",
     "round spread",
     "lag-1",
+    "process term",
     "MDE at budget",
 ]
 
@@ -53,6 +54,7 @@ def calibration_rows(
                 f"{rounds:.0f}",
                 f"{100 * f.round_spread:.1f} %",
                 f"{f.lag1:+.2f}",
+                "-" if f.process is None else f"{100 * f.process:.1f} %",
                 f"{100 * f.mde:.1f} % at {f.budget:g} s",
             ]
         )
@@ -64,10 +66,12 @@ def _notes(figures: Mapping[str, NoiseFigure], margin: float) -> list[str]:
         "false alarms: rows called slower or faster beyond the margin where nothing changed "
         "(the gate keeps their chance at 5 % per gate across its rows); small-*: a change "
         "within the margin where there is none",
-        "round spread: the standard deviation of one round's log-ratio around its gate's mean; "
-        "lag-1: the autocorrelation of consecutive rounds (the coin and the process blocks "
-        "assume it small: above about 0.2 the rounds are not independent and the intervals "
-        "are too narrow)",
+        "round spread: the standard deviation of one round's log-ratio around its process "
+        "block's mean; lag-1: the autocorrelation of consecutive rounds of a block (drift the "
+        "coin does not break); process term: how far process pairs' offsets spread (-: the "
+        "gates had too few blocks to show it). Stored with the host, the largest lag-1 and "
+        "process term go into every verdict's error on this host (the per-look level is "
+        "calibrated at that lag-1)",
     ]
     for metric, f in figures.items():
         if f.mde > margin:
@@ -76,10 +80,11 @@ def _notes(figures: Mapping[str, NoiseFigure], margin: float) -> list[str]:
                 f"above the margin of {100 * margin:.0f} %: expect undecided rows; give "
                 "--budget more seconds"
             )
-        if abs(f.lag1) > 0.2:
+        if f.lag1 > 0.2:
             notes.append(
                 f"{metric}: lag-1 autocorrelation {f.lag1:+.2f}: consecutive rounds move "
-                "together on this host; use shorter process blocks (--process-block)"
+                f"together on this host; its verdicts' errors widen by about "
+                f"{100 * (math.sqrt((1 + f.lag1) / (1 - f.lag1)) - 1):.0f} % for it once stored"
             )
     gates = max((f.gates for f in figures.values()), default=0)
     if gates and gates < 20:

@@ -47,6 +47,8 @@ class Calibration:
                 build=self.build,
                 date=day,
                 budget=self.budget,
+                blocks=[r.blocks for r in rows],
+                seconds=[r.seconds for r in rows],
             )
             for metric, rows in self.rows.items()
         }

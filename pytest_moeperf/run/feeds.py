@@ -4,11 +4,12 @@ A paired verdict's rounds are two samples back to back, in the order a seeded co
 each round. Both servers are restarted after every *process block* of rounds, so that what
 belongs to a process (where its pages and huge pages landed, which cores its threads got, its
 private copy of the weights under ``-lm none``) is not read as a difference between the sides:
-the interval then also carries the spread between process pairs (the design effect of the
-blocks, measured from them). The block's length is chosen so that restarting costs about a
-third of the measuring time, unless a profile or the gate sets it. Sides whose servers do not
-fit in memory together are measured across restarts instead: each round is two blocks of a
-fresh process each, a block's median the side's value.
+the interval then also carries the spread between process pairs (the host's process term
+over the blocks, raised to what the blocks show). The block's length is chosen so that
+restarting costs about a third of the measuring time, unless a profile or the gate sets it.
+Sides whose servers do not fit in memory together are measured across restarts instead: each
+round is two blocks of a fresh process each, a block's median the side's value (each round a
+process block of its own).
 """
 
 from __future__ import annotations
@@ -103,7 +104,8 @@ class LivePairing(Feed):
         if self.block and index and index % self.block == 0:  # a fresh process pair
             for side in self._sides:
                 self.source.launcher.restart(self.profile, side.configuration, side.build)
-        self.blocks.append(index // self.block if self.block else 0)
+        # across restarts every round is a fresh pair: a block of its own
+        self.blocks.append(index if self.restarts else index // self.block if self.block else 0)
         values = [0.0, 0.0]
         for i in (0, 1) if self.first(index) == "a" else (1, 0):
             side = self._sides[i]

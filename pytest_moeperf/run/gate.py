@@ -21,17 +21,17 @@ from dataclasses import dataclass, replace
 from ..defaults import FAMILY_ALPHA, FIRST_LOOK, MARGIN, MAX_ROUNDS, MIN_REL_SPREAD
 from ..errors import ConfigError, Unavailable
 from ..host.machine import busy_fraction
+from ..measure.dependence import DEFAULT_DEPENDENCE
 from ..measure.measurement import Measurement
 from ..measure.output import OutputCheck, greedy_tokens
-from ..measure.stats import log_sigma, paired_interval
+from ..measure.stats import paired_interval
 from ..measure.workload import Workload
 from ..report.tables import start_lines
 from ..store.accepted import accepted_chain, host_for
 from ..verdicts.attribution import attribute
 from ..verdicts.creep import ChainedChange, PairedChange, judge_chain
-from ..verdicts.gate import GateResult, GateRow, holm
+from ..verdicts.gate import GateResult, GateRow, holm, row_p_values
 from ..verdicts.judge import Verdict
-from ..verdicts.levels import direction_p
 from ..verdicts.sequential import Plan, Rule
 from .crosscheck import bench_in_rounds
 from .live import LiveSource
@@ -101,46 +101,13 @@ def _chained(
 
 def _paired_change(got: Decided, against: str) -> PairedChange:
     """The row's paired change: the trimmed mean of its rounds' log-ratios and its standard
-    error, widened by the process blocks' design effect, as its verdict's interval has it."""
+    error with the rounds' dependence (process term, drift), as its verdict's interval has it."""
     a, b = got.rounds
-    iv = paired_interval(a, b, blocks=got.blocks or None, min_rel_spread=MIN_REL_SPREAD)
+    dependence = got.plan.dependence if got.plan else DEFAULT_DEPENDENCE
+    iv = paired_interval(
+        a, b, blocks=got.blocks or None, min_rel_spread=MIN_REL_SPREAD, dependence=dependence
+    )
     return PairedChange(against, math.log(iv.ratio), iv.se, iv.rounds)
-
-
-def _noise_notes(
-    session: PerfSession,
-    live: LiveSource,
-    profile: Profile,
-    rows: Sequence[GateRow],
-    margin: float,
-    budget: float,
-) -> list[str]:
-    """A note per row whose host's calibrated noise (``moeperf calibrate``) reaches an MDE wider
-    than *margin* at *budget* seconds, with the budget that would reach the margin (the MDE
-    shrinks as the root of the rounds, and the rounds grow with the seconds)."""
-    bf = session.baselines(profile)
-    if bf is None:
-        return []
-    notes = []
-    for r in rows:
-        host, _ = host_for(
-            bf,
-            live.fingerprint(profile, label=CANDIDATE),
-            r.candidate.conditions.probe_cpus,
-            session.options.probe_tolerance,
-        )
-        figure = host.noise.get(r.name) if host else None
-        if figure is None or figure.mde <= 0:
-            continue
-        mde = figure.mde * math.sqrt(figure.budget / budget)
-        if mde > margin:
-            needed = budget * (mde / margin) ** 2
-            notes.append(
-                f"{r.name}: this host's calibrated noise ({figure.describe()}) reaches an MDE "
-                f"of about {100 * mde:.1f} % in {budget:g} s, wider than the margin: expect "
-                f"undecided; --budget {math.ceil(needed / 10) * 10:.0f} would reach it"
-            )
-    return notes
 
 
 def run_gate(
@@ -184,7 +151,12 @@ def run_gate(
     live.forget(gated.name, (BASELINE, CANDIDATE))  # an earlier gate's sides, other builds
     family = len(names) * len(loads)
     # each row at the family's share (Bonferroni); Holm at the end may decide more of them
-    plan = Plan(first_look=first_look, max_rounds=max_rounds, alpha=FAMILY_ALPHA / family)
+    plan = Plan(
+        first_look=first_look,
+        max_rounds=max_rounds,
+        alpha=FAMILY_ALPHA / family,
+        dependence=session.dependence(profile),
+    )
     rule = Rule("change", margin=margin)
     limit = session.options.busy_limit
     busy = busy_fraction(1.0)
@@ -195,6 +167,7 @@ def run_gate(
             f"the host was {100 * busy:.0f} % busy with other work before the gate: "
             "expect wide intervals and undecided verdicts"
         )
+    row_budget = budget or session.budget(profile)
     rows: list[GateRow] = []
     outputs: list[OutputCheck] = []
     skipped: list[tuple[str, str]] = []
@@ -221,6 +194,10 @@ def run_gate(
             )
             # both builds run the same configuration in the same rounds, so a host that speeds
             # up or slows down moves both sides alike and the per-round ratios stand
+            row_plan = replace(plan, noise=session.noise(profile, [f"{name}.{w.name}"]))
+            resolution = row_plan.resolution()
+            if resolution is not None:
+                notes.append(resolution.describe(f"{name}.{w.name}", margin, row_budget))
             got = decide_pair(
                 live,
                 gated,
@@ -228,8 +205,8 @@ def run_gate(
                 a,
                 b,
                 label=label,
-                plan=plan,
-                budget=budget or session.budget(profile),
+                plan=row_plan,
+                budget=row_budget,
                 busy_limit=limit,
                 host_decides=False,
                 on_look=functools.partial(on_look, name) if on_look else None,
@@ -247,8 +224,7 @@ def run_gate(
                 else None
             )
             d = [math.log(y / x) for x, y in zip(*got.rounds, strict=True)]
-            looks = (got.plan or plan).looks
-            floor = log_sigma(MIN_REL_SPREAD)
+            p_slower, p_faster = row_p_values(d, got.blocks, got.plan or plan, margin)
             row = GateRow(
                 name,
                 w,
@@ -259,26 +235,30 @@ def run_gate(
                 oldest,
                 change,
                 where,
-                p_slower=float(direction_p(d, looks, 1 - margin, True, floor=floor)[0])
-                if len(d) >= 2
-                else 1.0,
-                p_faster=float(direction_p(d, looks, 1 + margin, False, floor=floor)[0])
-                if len(d) >= 2
-                else 1.0,
+                p_slower=p_slower,
+                p_faster=p_faster,
                 log_ratios=tuple(d),
+                blocks=tuple(got.blocks),
             )
             rows.append(row)
             if on_row:
                 on_row(row)
         live.stop_servers()
     rows = holm(rows, FAMILY_ALPHA)
-    seconds = budget or session.budget(profile)
-    if seconds is not None:  # an automatic budget is sized by each row's own pace
-        notes += _noise_notes(session, live, profile, rows, margin, seconds)
     notes.append(
         f"family: {family} row(s), each judged at {100 * FAMILY_ALPHA / family:.2g} % over its "
-        f"looks; Holm's step-down holds the chance of any false slower or faster row at "
-        f"{100 * FAMILY_ALPHA:.0f} %"
+        f"looks, so the chance of any false slower or faster row is at most "
+        f"{100 * FAMILY_ALPHA:.0f} %; Holm's step-down only notes rows that lean (it never "
+        "decides a row its own interval left undecided)"
+    )
+    calibrated = plan.dependence != DEFAULT_DEPENDENCE
+    notes.append(
+        f"dependence: every row's error carries {plan.dependence.describe()} "
+        + (
+            "(this host's, from moeperf calibrate)"
+            if calibrated
+            else "(the defaults: moeperf calibrate measures this host's)"
+        )
     )
     after = busy_fraction(0.5)
     if after > limit:

@@ -15,6 +15,7 @@ from typing import Any
 
 from ..errors import ConfigError, ResultsError
 from ..host.probe import Probe
+from ..measure.dependence import Dependence
 from ..measure.measurement import Measurement
 from ..measure.workload import Workload
 from ..store.record import matching, rounds_of
@@ -33,6 +34,8 @@ def stored_plan(stored: Mapping[str, float]) -> Plan:
         growth=float(stored["growth"]),
         alpha=float(stored["alpha"]),
         trim=float(stored["trim"]),
+        # a record of before the dependence was stored: judged with no process term, as then
+        dependence=Dependence(float(stored.get("process", 0.0)), float(stored.get("lag1", 0.0))),
     )
 
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from ..defaults import BUDGET
+from ..defaults import BUDGET, MARGIN
 from ..measure.measurement import Measurement
 from ..store.record import SideRounds
 from ..verdicts.judge import (
@@ -95,10 +95,11 @@ AUTO_CAP = 1800.0
 """The most seconds an automatic budget gives one verdict."""
 
 
-def auto_budget(pace: float) -> float:
-    """The budget of a verdict whose first round took *pace* seconds: :data:`AUTO_ROUNDS`
-    rounds, at least the default budget, at most :data:`AUTO_CAP`."""
-    return min(AUTO_CAP, max(BUDGET, AUTO_ROUNDS * pace))
+def auto_budget(pace: float, rounds: int | None = None) -> float:
+    """The budget of a verdict whose first round took *pace* seconds: *rounds* rounds (those
+    the host's calibrated noise needs to resolve the margin; :data:`AUTO_ROUNDS` when it was
+    not calibrated), at least the default budget, at most :data:`AUTO_CAP`."""
+    return min(AUTO_CAP, max(BUDGET, (rounds or AUTO_ROUNDS) * pace))
 
 
 def first_look_notice(
@@ -142,6 +143,7 @@ def until_decided(
     after_round: AfterRound | None = None,
     label: str = "",
     notice: Callable[[str], None] | None = None,
+    auto_rounds: int | None = None,
 ) -> Ran[R]:
     """Take *feed*'s rounds and *judge* them at the looks of *plan* (rounds the feed holds
     already all at the first look) until *judge* says final, giving it whether no more rounds
@@ -151,8 +153,9 @@ def until_decided(
     the source spends starting servers or building is not measuring and is not counted.
 
     After the first round measured now, its pace sets a budget of ``None`` (automatic: see
-    :func:`auto_budget`), and *notice* hears at once when the first look cannot fit in the
-    budget, instead of the verdict spending it to end undecided without a word."""
+    :func:`auto_budget`, *auto_rounds* of them), and *notice* hears at once when the first
+    look cannot fit in the budget, instead of the verdict spending it to end undecided
+    without a word."""
     plan = feed.plan or plan
     reach_fixed = feed.plan is not None
     began, setup = time.monotonic(), feed.setup_seconds()
@@ -180,11 +183,12 @@ def until_decided(
                     paced = True
                     pace = measuring() / (len(rounds) - feed.ready)
                     if budget is None:
-                        limit = auto_budget(pace)
+                        limit = auto_budget(pace, auto_rounds)
                         if notice is not None:
                             notice(
                                 f"{label}: a round takes {pace:.1f} s: an automatic budget of "
-                                f"{limit:.0f} s ({AUTO_ROUNDS} rounds, at most {AUTO_CAP:g} s)"
+                                f"{limit:.0f} s ({auto_rounds or AUTO_ROUNDS} rounds, at most "
+                                f"{AUTO_CAP:g} s)"
                             )
                     line = first_look_notice(label, pace, len(rounds), plan.first_look, limit)
                     if line is not None and notice is not None:
@@ -248,6 +252,12 @@ def decide_pair(
         rounds: list[tuple[float, ...]] = []
         seconds = 0.0
     else:
+        resolution = plan.resolution()
+        auto_rounds = None
+        if resolution is not None:  # a calibrated host: what it can resolve, said first
+            margin = rule.margin if rule.kind != "claim" else MARGIN
+            auto_rounds = resolution.rounds_for(margin)
+            source.notice(resolution.describe(label, margin, budget))
 
         def judge(taken: list[tuple[float, ...]], spent: bool, looks: Plan) -> tuple[Verdict, bool]:
             va, vb = [r[0] for r in taken], [r[1] for r in taken]
@@ -267,6 +277,7 @@ def decide_pair(
             after_round=after_round,
             label=label,
             notice=source.notice,
+            auto_rounds=auto_rounds,
         )
         verdict, rounds, seconds, plan = ran.result, ran.rounds, ran.seconds, ran.plan
     ma, mb = feed.measurements()

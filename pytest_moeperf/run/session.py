@@ -9,7 +9,7 @@ One :class:`PerfSession` lives for a pytest session (one per xdist worker), or f
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,15 +27,17 @@ from ..defaults import (
 from ..errors import BaselineError, ConfigError
 from ..fs import write_output
 from ..llama.bench import BenchResult
+from ..measure.dependence import Dependence
 from ..measure.measurement import Measurement
 from ..store.accept import accept_measurements, refusals, refuse
-from ..store.accepted import accepted_history
+from ..store.accepted import accepted_history, dependence_for, noise_for
 from ..store.baselines import BaselineEntry, BaselineFile, load_baselines
 from ..store.history import read_history, write_history
 from ..store.hosts import BaselineHost
 from ..store.record import BenchRound, RunRecord, VerdictRecord
 from ..store.replay import Replay
 from ..store.sessions import session_medians
+from ..verdicts.calibration import NoiseFigure
 from ..verdicts.creep import SessionSpread, session_spread
 from ..verdicts.judge import BaselineRow
 from ..verdicts.reference import DEFAULT_LABEL, Reference, ReferenceRow
@@ -117,6 +119,7 @@ class PerfSession:
         """Lines of long work shown always (building llama.cpp, writing the model)."""
         self._profiles: dict[str, Profile] | None = None
         self._baselines: dict[str, BaselineFile | None] = {}
+        self._dependence: dict[str, Dependence] = {}
         self._history: list[dict[str, Any]] | None = None
         if source is None:
             if options.replay is not None:
@@ -167,12 +170,34 @@ class PerfSession:
         """Every measurement the session's source gave."""
         return self.source.measurements
 
-    def plan(self, profile: Profile, first_look: int | None = None) -> Plan:
+    def plan(
+        self, profile: Profile, first_look: int | None = None, metrics: Sequence[str] = ()
+    ) -> Plan:
         """The look schedule of a verdict: the first look after ``max(6, repetitions)`` rounds
-        (or *first_look*), the round cap of the session's options."""
+        (or *first_look*), the round cap of the session's options, this host's dependence,
+        and the calibrated noise of the noisiest of the verdict's *metrics* (``mmap.pp512``)
+        where this host has one."""
         reps = self.options.repetitions or profile.repetitions
         first = first_look or max(Plan.first_look, reps)
-        return Plan(first_look=first, max_rounds=max(first, self.options.max_rounds))
+        return Plan(
+            first_look=first,
+            max_rounds=max(first, self.options.max_rounds),
+            dependence=self.dependence(profile),
+            noise=self.noise(profile, metrics) if metrics else None,
+        )
+
+    def noise(self, profile: Profile, metrics: Sequence[str]) -> NoiseFigure | None:
+        """This host's calibrated noise of the noisiest of *metrics* (``None``: none)."""
+        return noise_for(self.baselines(profile), self.source.fingerprint(profile), metrics)
+
+    def dependence(self, profile: Profile) -> Dependence:
+        """How this host's rounds depend on each other (its calibrated process term and
+        lag-1, stored with its ``[[host]]`` in *profile*'s baseline file; the default where
+        none was): every verdict's error carries it."""
+        if profile.name not in self._dependence:
+            found = dependence_for(self.baselines(profile), self.source.fingerprint(profile))
+            self._dependence[profile.name] = found
+        return self._dependence[profile.name]
 
     def budget(self, profile: Profile) -> float | None:
         """Seconds a verdict of *profile* may measure."""

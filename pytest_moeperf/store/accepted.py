@@ -6,13 +6,15 @@ host accepted over time and :func:`accepted_chain` follows its gated builds back
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..defaults import PROBE_TOLERANCE
+from ..measure.dependence import DEFAULT_DEPENDENCE, Dependence
+from ..verdicts.calibration import NoiseFigure, host_dependence
 from ..verdicts.creep import PairedChange
 from .baselines import BaselineEntry, BaselineFile
-from .hosts import BaselineHost, canonical_workload, host_differences
+from .hosts import BaselineHost, canonical_workload, fingerprint_mismatch, host_differences
 
 
 def accepted_history(
@@ -67,3 +69,37 @@ def host_for(
             return host, []
         reasons += why
     return None, reasons or ["the file holds no host"]
+
+
+def calibrated_figures(
+    bf: BaselineFile | None, fingerprint: Mapping[str, Any]
+) -> list[tuple[str, NoiseFigure]]:
+    """Every noise figure ``moeperf calibrate`` stored with a ``[[host]]`` of *bf* whose
+    identity (hostname, CPU model, ...) is this host's, as (metric, figure). Identity alone
+    decides: the figures are wanted before any server has started (and probed the CPUs)."""
+    if bf is None:
+        return []
+    return [
+        (metric, f)
+        for host in bf.hosts
+        if host.noise and not fingerprint_mismatch(host.fingerprint, fingerprint)
+        for metric, f in host.noise.items()
+    ]
+
+
+def dependence_for(bf: BaselineFile | None, fingerprint: Mapping[str, Any]) -> Dependence:
+    """How this host's rounds depend on each other: the largest terms of its calibrated
+    figures (:func:`calibrated_figures`); the default (:data:`DEFAULT_DEPENDENCE`) where none
+    was calibrated."""
+    figures = [f for _, f in calibrated_figures(bf, fingerprint)]
+    return host_dependence(figures) if figures else DEFAULT_DEPENDENCE
+
+
+def noise_for(
+    bf: BaselineFile | None, fingerprint: Mapping[str, Any], metrics: Sequence[str]
+) -> NoiseFigure | None:
+    """The calibrated figure of the noisiest of *metrics* (``mmap.pp512``) on this host
+    (``None``: none of them was calibrated here)."""
+    wanted = set(metrics)
+    found = [f for m, f in calibrated_figures(bf, fingerprint) if m in wanted]
+    return max(found, key=lambda f: f.round_spread, default=None)

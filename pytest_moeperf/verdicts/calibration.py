@@ -3,9 +3,11 @@ both sides), and the figures a baseline file keeps with its ``[[host]]``.
 
 Per metric: how many A/A gates said what (a false alarm is a slower or faster row; undecided is
 the budget spent), the spread of one round's log-ratio, the lag-1 autocorrelation of
-consecutive rounds' log-ratios (the paired design assumes rounds independent given their
-block; a correlation the coin does not break would show here), and the smallest change the
-budget can see (the MDE at the rounds a gate reached).
+consecutive rounds' log-ratios within a process block (drift the coin does not break), the
+process term (how far process pairs' offsets spread, from the blocks of every gate), and the
+smallest change the budget can see (the MDE at the rounds a gate reached). The process term
+and the lag-1 are the host's :class:`~pytest_moeperf.measure.dependence.Dependence`
+(:func:`host_dependence`): every verdict on this host carries them in its error.
 """
 
 from __future__ import annotations
@@ -16,6 +18,9 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any
+
+from ..defaults import PROCESS_TERM
+from ..measure.dependence import Dependence, between_blocks
 
 FALSE_ALARMS = ("slower", "faster")
 """A/A outcomes that are false alarms: beyond the margin, where nothing changed."""
@@ -50,7 +55,8 @@ class NoiseFigure:
     round_spread: float
     """Standard deviation of one round's ``log(b / a)`` (0.05: about 5 %)."""
     lag1: float
-    """Lag-1 autocorrelation of consecutive rounds' log-ratios (within each gate, pooled)."""
+    """Lag-1 autocorrelation of consecutive rounds' log-ratios (within each process block of
+    each gate, pooled)."""
     mde: float
     """The median MDE the gates reached within their budget (0.05 = 5 %)."""
     budget: float
@@ -58,12 +64,18 @@ class NoiseFigure:
     false_alarms: int = 0
     undecided: int = 0
     spurious: int = 0
+    process: float | None = None
+    """Log standard deviation of a process pair's offset, from the gates' blocks (``None``:
+    not measured, the default term applies)."""
+    pace: float | None = None
+    """Seconds a round took (median over the gates; ``None``: not recorded)."""
 
     def describe(self) -> str:
-        """``round spread 6.1 %, lag-1 +0.04, MDE 4.2 % at 180 s (8 A/A gates, 0 false
-        alarms, 1 undecided; b11434, 2026-12-01)``."""
+        """``round spread 6.1 %, lag-1 +0.04, process term 1.2 %, MDE 4.2 % at 180 s (8 A/A
+        gates, 0 false alarms, 1 undecided; b11434, 2026-12-01)``."""
+        term = "" if self.process is None else f", process term {100 * self.process:.1f} %"
         return (
-            f"round spread {100 * self.round_spread:.1f} %, lag-1 {self.lag1:+.2f}, MDE "
+            f"round spread {100 * self.round_spread:.1f} %, lag-1 {self.lag1:+.2f}{term}, MDE "
             f"{100 * self.mde:.1f} % at {self.budget:g} s ({self.gates} A/A gate(s), "
             f"{self.false_alarms} false alarm(s), {self.undecided} undecided; {self.build}, "
             f"{self.date})"
@@ -76,7 +88,8 @@ class NoiseFigure:
         return math.expm1(self.round_spread / math.sqrt(2.0))
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """Every field; ``process`` only when measured (TOML has no null)."""
+        return {k: v for k, v in asdict(self).items() if v is not None}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> NoiseFigure:
@@ -96,6 +109,8 @@ class NoiseFigure:
             if name in ("build", "date"):
                 if not isinstance(v, str) or not v:
                     raise ValueError(f"{name} {v!r} must be a non-empty string")
+            elif name == "process" and v is None:
+                pass
             elif name in ("gates", "rounds", "false_alarms", "undecided", "spurious"):
                 if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                     raise ValueError(f"{name} {v!r} must be a whole number >= 0")
@@ -120,24 +135,38 @@ def noise_figure(
     build: str,
     date: str,
     budget: float,
+    blocks: Sequence[Sequence[int]] = (),
+    seconds: Sequence[float] = (),
 ) -> NoiseFigure:
     """The noise figure of one metric from its A/A gates: each gate's outcome, its rounds'
-    log-ratios in order, and the MDE it reached. The spread pools each gate's rounds around
-    its own mean (so that a process pair's offset is not counted as round noise); the lag-1
-    autocorrelation pools the gates' products the same way."""
+    log-ratios in order, the MDE it reached, its rounds' process *blocks* (none: one pair
+    a gate) and the *seconds* its rounds took. The spread pools each block's rounds around
+    the block's own mean (so that a process pair's offset is not counted as round noise); the
+    lag-1 autocorrelation pools the products of consecutive rounds of one block the same way;
+    the process term pools each gate's variance between its blocks beyond what their rounds
+    explain."""
     if not outcomes:
         raise ValueError("a noise figure needs at least one A/A gate")
     squares = 0.0
     df = 0
     cross = 0.0
-    for d in round_log_ratios:
-        if len(d) < 2:
-            continue
-        mean = statistics.fmean(d)
-        dev = [x - mean for x in d]
-        squares += sum(x * x for x in dev)
-        cross += sum(a * b for a, b in itertools.pairwise(dev))
-        df += len(d) - 1
+    between: list[float] = []
+    for i, d in enumerate(round_log_ratios):
+        gate_blocks = list(blocks[i]) if i < len(blocks) and blocks[i] else [0] * len(d)
+        groups: dict[int, list[float]] = {}
+        for x, b in zip(d, gate_blocks, strict=False):
+            groups.setdefault(b, []).append(x)
+        for g in groups.values():
+            if len(g) < 2:
+                continue
+            mean = statistics.fmean(g)
+            dev = [x - mean for x in g]
+            squares += sum(x * x for x in dev)
+            cross += sum(a * b for a, b in itertools.pairwise(dev))
+            df += len(g) - 1
+        tau2 = between_blocks(d, gate_blocks)
+        if tau2 is not None:
+            between.append(tau2)
     spread = math.sqrt(squares / df) if df else 0.0
     return NoiseFigure(
         build=build,
@@ -151,4 +180,81 @@ def noise_figure(
         false_alarms=sum(o in FALSE_ALARMS for o in outcomes),
         undecided=sum(o == "undecided" for o in outcomes),
         spurious=sum(o in SPURIOUS for o in outcomes),
+        process=math.sqrt(statistics.fmean(between)) if between else None,
+        pace=_pace(seconds, round_log_ratios),
+    )
+
+
+def _pace(seconds: Sequence[float], rounds: Sequence[Sequence[float]]) -> float | None:
+    paces = [s / len(d) for s, d in zip(seconds, rounds, strict=False) if s > 0 and d]
+    return statistics.median(paces) if paces else None
+
+
+BLOCK_GUESS = 10
+"""Rounds a process pair is taken to serve when a verdict's resolution is stated before it
+runs (its real blocks are set by the servers' start time, known only once they start)."""
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """What a verdict on a calibrated host can resolve, stated before it measures: from the
+    host's round spread and dependence, the rounds a margin needs at the verdict's per-look
+    level with 80 % power, and the change its budget reaches."""
+
+    figure: NoiseFigure
+    dependence: Dependence
+    per_look_alpha: float
+    power: float = 0.8
+
+    def _units(self) -> float:
+        """The variance of one round's share of the mean: the round spread scaled for drift,
+        and the process term over a block of :data:`BLOCK_GUESS` rounds."""
+        d = self.dependence
+        return self.figure.round_spread**2 * d.ar_factor + d.process**2 * BLOCK_GUESS
+
+    def _z(self) -> float:
+        normal = statistics.NormalDist()
+        return normal.inv_cdf(1 - self.per_look_alpha / 2) + normal.inv_cdf(self.power)
+
+    def rounds_for(self, margin: float) -> int:
+        """Rounds until a change of *margin* (0.05: 5 %) is resolved (at least 2)."""
+        if not 0 < margin < 1:
+            raise ValueError(f"margin {margin!r} must be in (0, 1)")
+        return max(2, math.ceil(self._z() ** 2 * self._units() / math.log1p(margin) ** 2))
+
+    def mde(self, rounds: int) -> float:
+        """The smallest change *rounds* rounds resolve (0.05: 5 %)."""
+        return math.expm1(self._z() * math.sqrt(self._units() / max(rounds, 1)))
+
+    def describe(self, label: str, margin: float, budget: float | None) -> str:
+        """``mmap.pp512: this host's noise (...) resolves 5 % in about 40 rounds (about
+        100 s at 2.5 s a round); the budget of 180 s reaches about 72 rounds: MDE 3.7 %``."""
+        needed = self.rounds_for(margin)
+        head = (
+            f"{label}: this host's calibrated noise ({self.figure.describe()}) resolves "
+            f"{100 * margin:g} % in about {needed} rounds"
+        )
+        pace = self.figure.pace
+        if pace is None:
+            return head + " (no pace recorded: recalibrate to have the budget sized from it)"
+        head += f" (about {needed * pace:.0f} s at {pace:.1f} s a round)"
+        if budget is None:
+            return head + ": the automatic budget buys them"
+        reach = max(2, math.floor(budget / pace))
+        mde = self.mde(reach)
+        verdict = "" if mde <= margin else ", wider than the margin: expect undecided"
+        return (
+            f"{head}; the budget of {budget:g} s reaches about {reach}: MDE about "
+            f"{100 * mde:.1f} %{verdict}"
+        )
+
+
+def host_dependence(figures: Sequence[NoiseFigure]) -> Dependence:
+    """The dependence every verdict on a host with these noise *figures* carries: the largest
+    process term they measured (the default where none did) and the largest lag-1 (0 with no
+    figures): one host, its noisiest metric's terms."""
+    measured = [f.process for f in figures if f.process is not None]
+    return Dependence(
+        process=max(measured) if measured else PROCESS_TERM,
+        lag1=min(0.9, max([0.0, *(f.lag1 for f in figures)])),
     )

@@ -7,12 +7,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
+from ..defaults import MIN_REL_SPREAD
 from ..measure.measurement import Measurement
 from ..measure.output import OutputCheck
+from ..measure.stats import log_sigma
 from ..measure.workload import Workload
 from .attribution import Attribution
 from .creep import ChainedChange, PairedChange
 from .judge import Verdict
+from .levels import direction_p
+from .sequential import Plan
 
 UNDECIDED_POLICIES = ("exit-3", "pass", "fail")
 """What undecided rows make of a gate: exit status 3, a pass (0) or a failure (1)."""
@@ -51,6 +55,8 @@ class GateRow:
     """How the family of rows decided this row beyond its own interval (Holm), when it did."""
     log_ratios: tuple[float, ...] = ()
     """Each round's ``log(candidate / baseline)``, in round order."""
+    blocks: tuple[int, ...] = ()
+    """The process block of each round (empty: one process pair)."""
 
     @property
     def name(self) -> str:
@@ -185,13 +191,39 @@ def versus(v: ChainedChange | None) -> str:
     )
 
 
+def row_p_values(
+    log_ratios: Sequence[float], blocks: Sequence[int], plan: Plan, margin: float
+) -> tuple[float, float]:
+    """A row's sequential p-values against "no slowdown beyond *margin*" and "no speedup
+    beyond it", from its rounds' log-ratios with the interval's own error (the plan's
+    dependence over the rounds' process *blocks*, the spread floor); 1.0 with under 2 rounds."""
+    if len(log_ratios) < 2:
+        return 1.0, 1.0
+    floor, within = log_sigma(MIN_REL_SPREAD), list(blocks) or None
+
+    def p(bound: float, below: bool) -> float:
+        got = direction_p(
+            log_ratios,
+            plan.looks,
+            bound,
+            below,
+            trim=plan.trim,
+            floor=floor,
+            blocks=within,
+            dependence=plan.dependence,
+        )
+        return float(got[0])
+
+    return p(1 - margin, True), p(1 + margin, False)
+
+
 def holm(rows: Sequence[GateRow], alpha: float) -> list[GateRow]:
-    """The gate's rows with the family's false-alarm rate held at *alpha* by Holm's
-    step-down: each direction (slower, faster) on its own, rows in order of their sequential
-    p-values, the j-th of k tested at alpha / (k - j + 1) until the first that is not
-    rejected. A row its own interval decided beyond the margin (at alpha / k, Bonferroni) is
-    always among those rejected; a row left undecided (not by a busy or moved host) whose
-    p-value passes Holm's looser level is decided too, and says so."""
+    """The gate's rows with the family's false-alarm rate held at *alpha*: each row's own
+    interval is judged at alpha / k over its looks (Bonferroni), and Holm's step-down over
+    the rows' sequential p-values (each direction on its own, the j-th smallest of k tested at
+    alpha / (k - j + 1)) says which rows the family would reject. Holm never decides a row
+    whose own interval is undecided: such a row stays undecided, with a note of how it
+    leans; a row its interval decided is always among those Holm rejects (the same error)."""
     out = list(rows)
     k = len(out)
     for way in ("slower", "faster"):
@@ -202,7 +234,9 @@ def holm(rows: Sequence[GateRow], alpha: float) -> list[GateRow]:
             if p > level:
                 break
             if row.verdict.outcome == "undecided" and row.verdict.reason is None:
-                decided = replace(row.verdict, outcome=way, interim=False)  # type: ignore[arg-type]
-                note = f"{way} by Holm across {k} rows (p {p:.4f} <= {level:.4f})"
-                out[i] = replace(row, verdict=decided, family=note)
+                note = (
+                    f"leans {way}: Holm across {k} rows would reject at p {p:.4f} <= "
+                    f"{level:.4f}, but its own interval holds a decision point: undecided"
+                )
+                out[i] = replace(row, family=note)
     return out

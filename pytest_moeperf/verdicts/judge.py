@@ -625,7 +625,7 @@ def judge_rounds(
     """The verdict of paired rounds (``a[i]``, ``b[i]`` back to back; the ratio is
     ``b / a``) under *rule* at this look, and how many more rounds to take before the next
     look (0: final). *spent*: the budget is over, so the verdict must be final now. *blocks*:
-    each round's process block (their design effect widens the interval); *taken* says how
+    each round's process block (the process term over them widens the interval); *taken* says how
     the rounds were taken, for the verdict's method."""
     st = look(rule, a, b, plan, spent=spent, min_rel_spread=min_rel_spread, blocks=blocks)
     iv = st.interval
@@ -649,7 +649,7 @@ def judge_rounds(
 
 
 def _design(effect: float) -> str:
-    return f" (process design effect {effect:.2f})" if effect > 1.0 else ""
+    return f" (dependence: error variance x{effect:.2f})" if effect > 1.005 else ""
 
 
 def busy_reason(measurements: Sequence[Measurement], busy_limit: float = BUSY_LIMIT) -> str | None:

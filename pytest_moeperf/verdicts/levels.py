@@ -1,10 +1,14 @@
 """The per-look level of a sequential verdict, calibrated by simulation on the statistic each
-look computes: the trimmed t interval (Yuen's standard error, ``h - 1`` degrees of freedom)
-of the per-round log-ratios, at the round counts of the plan's looks.
+look computes: the trimmed t interval of the per-round log-ratios with its dependence-robust
+standard error (:mod:`..measure.dependence`: Yuen's, scaled for drift by the larger of the
+host's AR(1) factor and the rounds' own Newey-West ratio; ``h - 1`` degrees of freedom), at the
+round counts of the plan's looks.
 
-Under no change the rounds' log-ratios are exchangeable noise (their order is randomised by a
-coin each round), so simulated standard normal rounds give the distribution of the smallest
-nominal p-value over all looks. Its *alpha* quantile is the level at which every look may
+Under no change the rounds' log-ratios are noise whose order the coin randomises within a
+round; between rounds the host may drift, so the simulated rounds are AR(1) at the host's
+calibrated lag-1 (0: independent), which gives the distribution of the smallest nominal
+p-value over all looks. (The process term is a variance known from calibration, added to the
+error, not simulated.) Its *alpha* quantile is the level at which every look may
 judge so that all looks together miss the true ratio with probability *alpha*; the whole
 distribution turns a verdict's smallest p-value into a p-value of the sequential design (what
 a gate's family of rows is corrected with). A simulation takes a few seconds; its result is
@@ -25,44 +29,76 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ..fs import atomic_write_bytes, cache_dir
-from ..measure.student import t_sf, trimmed_t_rows
+from ..measure.dependence import NO_DEPENDENCE, Dependence, robust_rows
+from ..measure.student import t_sf
 
 PATHS = 40_000
 """Simulated verdicts behind each level: its own sampling error is about 1 % of it."""
 SEED = 20261201
-VERSION = 1
+VERSION = 2
 """Bumped when the statistic or the simulation changes (old cached levels are not read)."""
 
 
-def _key(looks: tuple[int, ...], trim: float) -> str:
-    text = json.dumps({"looks": looks, "trim": trim, "paths": PATHS, "seed": SEED, "v": VERSION})
+LAG1_STEP = 0.05
+"""A host's lag-1 is calibrated at the next multiple of this at or above it (few levels to
+simulate, never a smaller one than the host's)."""
+
+
+def lag1_grid(lag1: float) -> float:
+    """The lag-1 a level is calibrated at for a host of *lag1*: 0 for none or a negative one,
+    else the next multiple of :data:`LAG1_STEP` (at most 0.9)."""
+    if lag1 <= 0:
+        return 0.0
+    return min(0.9, math.ceil(round(lag1 / LAG1_STEP, 9)) * LAG1_STEP)
+
+
+def _key(looks: tuple[int, ...], trim: float, lag1: float) -> str:
+    text = json.dumps(
+        {"looks": looks, "trim": trim, "lag1": lag1, "paths": PATHS, "seed": SEED, "v": VERSION}
+    )
     return hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
-def _simulate(looks: tuple[int, ...], trim: float) -> NDArray[np.float64]:
+def ar1_rounds(rng: np.random.Generator, paths: int, n: int, lag1: float) -> NDArray[np.float64]:
+    """*paths* series of *n* standard normal AR(1) rounds at *lag1* (independent at 0)."""
+    e = rng.standard_normal((paths, n))
+    if lag1 == 0:
+        return e
+    out = np.empty_like(e)
+    out[:, 0] = e[:, 0]
+    c = math.sqrt(1 - lag1 * lag1)
+    for i in range(1, n):
+        out[:, i] = lag1 * out[:, i - 1] + c * e[:, i]
+    return out
+
+
+def _simulate(looks: tuple[int, ...], trim: float, lag1: float) -> NDArray[np.float64]:
     """The smallest two-sided nominal p-value over *looks* of each simulated verdict, sorted."""
-    rng = np.random.default_rng(SEED)
-    rounds = rng.standard_normal((PATHS, looks[-1]))
+    rounds = ar1_rounds(np.random.default_rng(SEED), PATHS, looks[-1], lag1)
+    host = Dependence(process=0.0, lag1=lag1)
     smallest = np.ones(PATHS)
     for n in looks:
-        mean, se, df = trimmed_t_rows(rounds[:, :n], trim)
-        p = 2.0 * t_sf(np.abs(mean) / se, df)
+        got = robust_rows(rounds[:, :n], trim=trim, dependence=host)
+        p = 2.0 * t_sf(np.abs(got.mean) / got.se, got.df)
         np.minimum(smallest, p, out=smallest)
     return np.sort(smallest)
 
 
 @functools.lru_cache(maxsize=64)
-def null_smallest_p(looks: tuple[int, ...], trim: float = 0.2) -> NDArray[np.float64]:
-    """The sorted smallest nominal p-values over *looks* under no change (simulated once per
-    host and kept under the cache directory)."""
-    path = cache_dir() / "levels" / f"looks-{_key(looks, trim)}.npy"
+def null_smallest_p(
+    looks: tuple[int, ...], trim: float = 0.2, lag1: float = 0.0
+) -> NDArray[np.float64]:
+    """The sorted smallest nominal p-values over *looks* under no change, for a host of lag-1
+    *lag1* (simulated once per host and kept under the cache directory)."""
+    lag1 = lag1_grid(lag1)
+    path = cache_dir() / "levels" / f"looks-{_key(looks, trim, lag1)}.npy"
     try:
         stored = np.load(path)
         if stored.shape == (PATHS,):
             return np.asarray(stored, dtype=np.float64)
     except (OSError, ValueError):
         pass
-    values = _simulate(looks, trim)
+    values = _simulate(looks, trim, lag1)
     buffer = io.BytesIO()
     np.save(buffer, values)
     try:
@@ -72,17 +108,13 @@ def null_smallest_p(looks: tuple[int, ...], trim: float = 0.2) -> NDArray[np.flo
     return values
 
 
-def per_look_alpha(looks: tuple[int, ...], alpha: float, trim: float = 0.2) -> float:
+@functools.lru_cache(maxsize=256)
+def per_look_alpha(
+    looks: tuple[int, ...], alpha: float, trim: float = 0.2, lag1: float = 0.0
+) -> float:
     """The two-sided level every look uses so that over all *looks* the interval misses the
-    true ratio with probability *alpha*."""
-    return float(np.quantile(null_smallest_p(looks, trim), alpha))
-
-
-def sequential_p(smallest: float, looks: tuple[int, ...], trim: float = 0.2) -> float:
-    """The p-value of the sequential design for a verdict whose smallest two-sided nominal
-    p-value over its looks was *smallest*: the chance of a smaller one under no change."""
-    null = null_smallest_p(looks, trim)
-    return float(np.searchsorted(null, smallest, side="right")) / len(null)
+    true ratio with probability *alpha* (on a host of lag-1 *lag1*)."""
+    return float(np.quantile(null_smallest_p(looks, trim, lag1), alpha))
 
 
 def direction_p(
@@ -93,22 +125,25 @@ def direction_p(
     *,
     trim: float = 0.2,
     floor: float = 0.0,
+    blocks: Sequence[int] | None = None,
+    dependence: Dependence = NO_DEPENDENCE,
 ) -> NDArray[np.float64]:
     """The sequential p-value against "the ratio is not past *bound*": for *below*, that the
     ratio is at or above *bound* (a slowdown beyond a margin); else at or below it; one value
-    for each row of *log_ratios* (a verdict's rounds; one row, or many). Each look of *looks*
-    the rounds reached gives a one-sided nominal p-value of the trimmed t (its standard error
-    at least *floor* / sqrt(n), as the interval's); the smallest, doubled, is read against the
-    simulated two-sided distribution of the smallest p over all of *looks* (the design's,
-    reached or not): a conservative p-value of the whole design."""
+    for each row of *log_ratios* (a verdict's rounds; one row, or many, with the same
+    *blocks*). Each look of *looks* the rounds reached gives a one-sided nominal p-value of the
+    trimmed t with the interval's own standard error (its *dependence* over *blocks*, at least
+    *floor* / sqrt(n)); the smallest, doubled, is read against the simulated two-sided
+    distribution of the smallest p over all of *looks* (the design's, reached or not): a
+    conservative p-value of the whole design."""
     d = np.atleast_2d(np.asarray(log_ratios, dtype=np.float64))
     reached = tuple(n for n in looks if n <= d.shape[1]) or (d.shape[1],)
     shift = math.log(bound)
     smallest = np.ones(d.shape[0])
     for n in reached:
-        mean, se, df = trimmed_t_rows(d[:, :n], trim)
-        t = (mean - shift) / np.maximum(se, max(floor / math.sqrt(n), 1e-300))
-        np.minimum(smallest, t_sf(-t if below else t, df), out=smallest)
-    null = null_smallest_p(looks, trim)
+        got = robust_rows(d[:, :n], trim=trim, blocks=blocks, dependence=dependence, floor=floor)
+        t = (got.mean - shift) / np.maximum(got.se, 1e-300)
+        np.minimum(smallest, t_sf(-t if below else t, got.df), out=smallest)
+    null = null_smallest_p(looks, trim, dependence.lag1)
     doubled = np.minimum(1.0, 2.0 * smallest)
     return np.searchsorted(null, doubled, side="right") / len(null)

@@ -33,7 +33,9 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from ..defaults import FIRST_LOOK, MARGIN, MAX_ROUNDS
+from ..measure.dependence import DEFAULT_DEPENDENCE, Dependence
 from ..measure.stats import PairedInterval, paired_interval
+from .calibration import NoiseFigure, Resolution
 from .levels import per_look_alpha
 
 Decision = Literal[
@@ -60,6 +62,13 @@ class Plan:
     alpha: float = 0.05
     trim: float = 0.2
     """Share of the rounds' log-ratios trimmed from each end (stalls cannot drive it)."""
+    dependence: Dependence = DEFAULT_DEPENDENCE
+    """How the host's rounds depend on each other (its calibrated process term and lag-1):
+    the interval's error carries it and the per-look level is calibrated at its lag-1."""
+    noise: NoiseFigure | None = field(default=None, compare=False)
+    """The host's calibrated noise of the verdict's metric, when ``moeperf calibrate`` measured
+    it: what the verdict can resolve is said before it measures, and an automatic budget is
+    sized from it (not stored with the plan)."""
 
     def __post_init__(self) -> None:
         if self.first_look < 2:
@@ -87,8 +96,14 @@ class Plan:
 
     def nominal_alpha(self) -> float:
         """The two-sided level each look uses, so that all looks together err with *alpha*:
-        calibrated on the trimmed t at these looks."""
-        return per_look_alpha(self.looks, self.alpha, self.trim)
+        calibrated on the trimmed t at these looks, at the host's lag-1."""
+        return per_look_alpha(self.looks, self.alpha, self.trim, self.dependence.lag1)
+
+    def resolution(self) -> Resolution | None:
+        """What a verdict of this plan can resolve on this host (``None``: not calibrated)."""
+        if self.noise is None:
+            return None
+        return Resolution(self.noise, self.dependence, self.nominal_alpha())
 
     def within(self, rounds: int) -> Plan:
         """This plan with no look beyond *rounds* (the rounds a budget can reach; the first
@@ -102,6 +117,8 @@ class Plan:
             "growth": self.growth,
             "alpha": self.alpha,
             "trim": self.trim,
+            "process": self.dependence.process,
+            "lag1": self.dependence.lag1,
         }
 
 
@@ -192,6 +209,7 @@ def look(
         trim=plan.trim,
         min_rel_spread=min_rel_spread,
         blocks=blocks[:n] if blocks else None,
+        dependence=plan.dependence,
     )
     final = spent or n >= plan.max_rounds
     decision = rule.outcome(iv.ratio, iv.low, iv.high, final=final)

@@ -53,7 +53,8 @@ def test_the_chain_sums_its_links_and_adds_their_errors_in_quadrature():
         ("b3", PairedChange("b2", -0.025, 0.004, 50)),
     ]
     today = PairedChange("b3", -0.025, 0.012, 20)
-    chained = judge_chain(links, today, margin=0.05, label="mmap.pp512")
+    # a host whose history measured no between-session term: the links' own errors alone
+    chained = judge_chain(links, today, margin=0.05, label="mmap.pp512", link_term=0.0)
     se = math.sqrt(0.003**2 + 0.004**2 + 0.012**2)
     assert chained.ratio == pytest.approx(math.exp(-0.075))
     assert chained.low == pytest.approx(math.exp(-0.075 - 1.959964 * se), rel=1e-6)
@@ -62,10 +63,28 @@ def test_the_chain_sums_its_links_and_adds_their_errors_in_quadrature():
     assert chained.outcome == "undecided"
     assert "[0.904, 0.952] (-7.2 %): undecided" in chained.explain()
     # each link alone is within the margin; the same links with small errors add up to slower
-    sharp = judge_chain(links, PairedChange("b3", -0.025, 0.003, 80), margin=0.05)
+    sharp = judge_chain(links, PairedChange("b3", -0.025, 0.003, 80), margin=0.05, link_term=0)
     assert sharp.outcome == "slower" and "since b1 (3 paired gates)" in sharp.explain()
-    alone = judge_chain([], PairedChange("b3", -0.025, 0.003, 80), margin=0.05)
+    alone = judge_chain([], PairedChange("b3", -0.025, 0.003, 80), margin=0.05, link_term=0)
     assert alone.outcome == "small-slower" and alone.since == "b3"
+
+
+def test_every_link_carries_a_between_session_term_by_default():
+    """A build pair's change moves between sessions (1 % a link by default): the chain's
+    error holds it for every link, the same sharp links no longer add up to a decided
+    slowdown, and a term that is not a number >= 0 is refused."""
+    links = [
+        ("b2", PairedChange("b1", -0.025, 0.003, 50)),
+        ("b3", PairedChange("b2", -0.025, 0.004, 50)),
+    ]
+    today = PairedChange("b3", -0.025, 0.003, 80)
+    chained = judge_chain(links, today, margin=0.05)
+    se = math.sqrt(0.003**2 + 0.004**2 + 0.003**2 + 3 * 0.01**2)
+    assert chained.link_term == 0.01 and chained.to_dict()["link_term"] == 0.01
+    assert chained.low == pytest.approx(math.exp(-0.075 - 1.959964 * se), rel=1e-6)
+    assert chained.outcome == "undecided"
+    with pytest.raises(ValueError, match="link term"):
+        judge_chain(links, today, link_term=-0.01)
 
 
 def _file_with_chain(tmp_path):

@@ -442,7 +442,8 @@ def test_a_stored_verdict_keeps_the_host_moves_it_saw_not_those_of_the_whole_run
 
 
 def test_process_blocks_restart_both_servers_and_their_spread_widens_the_interval():
-    from pytest_moeperf.measure.stats import design_effect, paired_interval
+    from pytest_moeperf.measure.dependence import NO_DEPENDENCE, Dependence, between_blocks
+    from pytest_moeperf.measure.stats import paired_interval
 
     live = StubLive(fit=True)
     side_a, side_b = Side(config("a"), W), Side(config("b"), W)
@@ -459,11 +460,18 @@ def test_process_blocks_restart_both_servers_and_their_spread_widens_the_interva
         shift = rng.gauss(0, 0.05)  # a process pair's own term
         d += [shift + rng.gauss(0, 0.01) for _ in range(5)]
         blocks += [j] * 5
-    assert design_effect(d, blocks) > 3
-    assert design_effect(d, [0] * len(d)) == 1.0  # one pair: nothing to tell it by
+    shown = between_blocks(d, blocks)
+    assert shown is not None and shown > 0.03**2
+    assert between_blocks(d, [0] * len(d)) is None  # one pair: nothing to tell it by
     a = [100.0] * len(d)
     b = [100.0 * math.exp(x) for x in d]
-    plain = paired_interval(a, b)
-    blocked = paired_interval(a, b, blocks=blocks)
-    assert blocked.high - blocked.low > 1.5 * (plain.high - plain.low)
-    assert blocked.design_effect == pytest.approx(design_effect(d, blocks))
+    fresh = paired_interval(a, b, blocks=range(len(d)), dependence=NO_DEPENDENCE)
+    blocked = paired_interval(a, b, blocks=blocks, dependence=NO_DEPENDENCE)
+    assert blocked.high - blocked.low > 1.5 * (fresh.high - fresh.low)
+    assert blocked.design_effect > 3
+    # one pair for every round: its offset is one draw of the host's process term, and no
+    # number of rounds narrows the interval below it
+    term = Dependence(process=0.02)
+    steady = [100.0 * math.exp(0.001 * (i % 3)) for i in range(200)]
+    one = paired_interval([100.0] * 200, steady, dependence=term, min_rel_spread=0.0)
+    assert one.se >= 0.02 * math.sqrt(1 - 1 / 200)

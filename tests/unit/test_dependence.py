@@ -1,0 +1,250 @@
+"""The rounds' dependence: the standard error that carries a process term and drift, the level
+calibrated at a host's lag-1, what ``moeperf calibrate`` measures of both and stores with the
+host, and how a calibrated host says what a verdict can resolve before it measures."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Iterable
+
+import numpy as np
+import pytest
+
+from pytest_moeperf.measure.dependence import (
+    DEFAULT_DEPENDENCE,
+    NO_DEPENDENCE,
+    Dependence,
+    between_blocks,
+    robust_rows,
+)
+from pytest_moeperf.measure.measurement import Conditions, Measurement, Sample
+from pytest_moeperf.measure.stats import paired_interval
+from pytest_moeperf.measure.workload import Workload
+from pytest_moeperf.run import rounds as rounds_mod
+from pytest_moeperf.run.profiles import Configuration, Pinning
+from pytest_moeperf.run.rounds import decide_pair
+from pytest_moeperf.run.source import Feed, Side
+from pytest_moeperf.store.accept import accept_noise
+from pytest_moeperf.store.accepted import dependence_for, noise_for
+from pytest_moeperf.store.baselines import load_baselines
+from pytest_moeperf.store.record import SideRounds
+from pytest_moeperf.verdicts.calibration import (
+    NoiseFigure,
+    Resolution,
+    host_dependence,
+    noise_figure,
+)
+from pytest_moeperf.verdicts.levels import lag1_grid, per_look_alpha
+from pytest_moeperf.verdicts.sequential import Plan, Rule
+
+W = Workload.parse("pp512")
+FP = {"cpu_model": "test cpu", "cpus": 2}
+
+
+def test_a_dependence_is_checked_and_only_a_positive_lag_widens():
+    assert Dependence(lag1=0.25).ar_factor == pytest.approx(1.25 / 0.75)
+    assert Dependence(lag1=-0.3).ar_factor == 1.0
+    assert DEFAULT_DEPENDENCE.process == 0.015 and DEFAULT_DEPENDENCE.lag1 == 0.0
+    assert DEFAULT_DEPENDENCE.describe() == "process term 1.5 %, lag-1 +0.00"
+    for bad in ({"process": -0.01}, {"process": math.nan}, {"lag1": 1.0}, {"lag1": -1.5}):
+        with pytest.raises(ValueError):
+            Dependence(**bad)  # type: ignore[arg-type]
+
+
+def test_the_error_of_many_rows_is_the_error_of_each():
+    rng = np.random.default_rng(1)
+    d = rng.normal(0, 0.05, (5, 23))
+    blocks = [i // 7 for i in range(23)]
+    many = robust_rows(d, blocks=blocks, dependence=DEFAULT_DEPENDENCE, floor=0.01)
+    for i, row in enumerate(d):
+        one = robust_rows(row, blocks=blocks, dependence=DEFAULT_DEPENDENCE, floor=0.01)
+        assert one.mean[0] == pytest.approx(many.mean[i]) and one.se[0] == pytest.approx(many.se[i])
+    iv = paired_interval([100.0] * 23, [100 * math.exp(x) for x in d[0]], blocks=blocks)
+    assert iv.se == pytest.approx(float(many.se[0]))  # the interval's error is this one
+
+
+def test_drift_between_rounds_widens_the_error_and_independent_rounds_keep_yuens():
+    """Strongly drifting rounds (AR(1) 0.8) get a Newey-West ratio well above 1; independent
+    ones stay near Yuen's error (the ratio never narrows it)."""
+    rng = np.random.default_rng(2)
+    e = rng.normal(0, 1, (400, 60))
+    drift = np.empty_like(e)
+    drift[:, 0] = e[:, 0]
+    for i in range(1, 60):
+        drift[:, i] = 0.8 * drift[:, i - 1] + 0.6 * e[:, i]
+    assert np.median(robust_rows(drift, dependence=NO_DEPENDENCE).inflation) > 2.5
+    plain = robust_rows(e, dependence=NO_DEPENDENCE).inflation
+    assert plain.min() >= 1.0 and np.median(plain) < 1.3
+    # the host's calibrated lag-1 is a floor under the data's own ratio
+    floor = robust_rows(e, dependence=Dependence(process=0.0, lag1=0.5)).inflation
+    assert floor.min() >= 3.0 - 1e-9
+
+
+def test_the_process_term_is_what_the_blocks_do_not_hold_already():
+    """One pair for all rounds carries the whole term; a fresh pair every round none of it
+    (their spread holds it); blocks of 10 about a tenth."""
+    d = np.array([[0.01 * (-1) ** i for i in range(40)]])  # no drift, no blocks shown
+    term = Dependence(process=0.02, lag1=0.0)
+    one = robust_rows(d, dependence=term).se[0] ** 2
+    fresh = robust_rows(d, blocks=range(40), dependence=term).se[0] ** 2
+    tens = robust_rows(d, blocks=[i // 10 for i in range(40)], dependence=term).se[0] ** 2
+    yuen = robust_rows(d, blocks=range(40), dependence=NO_DEPENDENCE).se[0] ** 2
+    assert fresh == pytest.approx(yuen)
+    assert one - yuen == pytest.approx(0.02**2 * (1 - 1 / 40), rel=1e-6)
+    assert tens - yuen == pytest.approx(0.02**2 * (0.25 - 1 / 40), rel=0.3)
+    assert between_blocks([0.1, 0.1, -0.1, -0.1], [0, 0, 1, 1]) == pytest.approx(0.02)
+    assert between_blocks([0.1, 0.2, 0.3], [0, 1, 2]) is None  # blocks of one round
+
+
+def test_the_level_is_calibrated_at_the_hosts_lag1():
+    looks = Plan(first_look=6, max_rounds=40).looks
+    assert lag1_grid(-0.2) == 0.0 and lag1_grid(0.0) == 0.0
+    assert lag1_grid(0.12) == pytest.approx(0.15) and lag1_grid(0.15) == pytest.approx(0.15)
+    assert lag1_grid(0.97) == 0.9
+    independent = per_look_alpha(looks, 0.05)
+    assert 0.005 < independent < 0.05
+    assert per_look_alpha(looks, 0.05, lag1=0.3) != independent
+
+
+def _gates(rng: random.Random, offsets: float) -> tuple[list[list[float]], list[list[int]]]:
+    gates, blocks = [], []
+    for _ in range(6):
+        d, b = [], []
+        for j in range(8):
+            shift, x = rng.gauss(0, offsets), 0.0
+            for _ in range(10):
+                x = 0.3 * x + rng.gauss(0, 0.04)
+                d.append(shift + x)
+                b.append(j)
+        gates.append(d)
+        blocks.append(b)
+    return gates, blocks
+
+
+def test_calibrate_measures_the_process_term_and_lag1_within_blocks():
+    rng = random.Random(4)
+    gates, blocks = _gates(rng, 0.03)
+    f = noise_figure(
+        ["unchanged"] * 6, gates, [0.04], build="b1", date="d", budget=180.0,
+        blocks=blocks, seconds=[240.0] * 6,
+    )  # fmt: skip
+    assert f.process is not None and 0.015 < f.process < 0.05
+    assert 0.1 < f.lag1 < 0.5  # within blocks: the offsets are not counted as drift
+    assert f.pace == pytest.approx(3.0)
+    assert "process term" in f.describe() and f.to_dict()["process"] == f.process
+    quiet = noise_figure(["unchanged"], gates[:1], [0.04], build="b", date="d", budget=1.0)
+    assert quiet.process is None and "process" not in quiet.to_dict()  # one pair: not measured
+    assert NoiseFigure.from_dict(f.to_dict()) == f
+    assert NoiseFigure.from_dict(quiet.to_dict()) == quiet
+    # the host's dependence: its noisiest figure's terms; the default term where unmeasured
+    dep = host_dependence([f, quiet])
+    assert dep.process == f.process and dep.lag1 == pytest.approx(max(f.lag1, quiet.lag1))
+    assert host_dependence([quiet]).process == DEFAULT_DEPENDENCE.process
+
+
+def test_a_calibrated_host_is_found_by_its_identity_before_any_probe(tmp_path):
+    path = tmp_path / "p.toml"
+    figure = NoiseFigure("b1", "d", 4, 220, 0.061, 0.2, 0.042, 180.0, process=0.004, pace=2.5)
+    noisy = NoiseFigure("b1", "d", 4, 220, 0.09, 0.1, 0.06, 180.0, process=0.01, pace=3.0)
+    accept_noise(path, "p", FP, {"mmap.pp512": figure, "mmap.tg64": noisy})
+    bf = load_baselines(path)
+    here = {**FP, "probes": {}}  # no server started yet: no probe figures
+    assert dependence_for(bf, here) == Dependence(process=0.01, lag1=0.2)
+    assert noise_for(bf, here, ["mmap.pp512"]) == figure
+    assert noise_for(bf, here, ["mmap.pp512", "mmap.tg64"]) == noisy
+    assert noise_for(bf, here, ["lm-none.pp512"]) is None
+    other = {"cpu_model": "other cpu", "cpus": 2}
+    assert dependence_for(bf, other) == DEFAULT_DEPENDENCE and noise_for(bf, other, ["x"]) is None
+    assert dependence_for(None, here) == DEFAULT_DEPENDENCE
+
+
+def test_the_resolution_says_the_rounds_a_margin_needs_and_the_mde_the_budget_reaches():
+    figure = NoiseFigure("b1", "d", 4, 220, 0.05, 0.0, 0.04, 180.0, pace=2.5)
+    res = Resolution(figure, NO_DEPENDENCE, 0.0068)
+    n = res.rounds_for(0.05)
+    assert res.mde(n) <= 0.05 < res.mde(n - 1)
+    assert res.mde(4 * n) == pytest.approx(math.expm1(math.log1p(res.mde(n)) / 2), rel=0.05)
+    # a process term and drift cost rounds
+    assert Resolution(figure, Dependence(process=0.015, lag1=0.25), 0.0068).rounds_for(0.05) > n
+    line = res.describe("mmap.pp512", 0.05, 180.0)
+    assert line.startswith("mmap.pp512: this host's calibrated noise (round spread 5.0 %")
+    assert f"resolves 5 % in about {n} rounds (about {n * 2.5:.0f} s at 2.5 s a round)" in line
+    assert "the budget of 180 s reaches about 72: MDE about" in line
+    short = res.describe("mmap.pp512", 0.05, 10.0)
+    assert short.endswith("wider than the margin: expect undecided")
+    with pytest.raises(ValueError, match="margin"):
+        res.rounds_for(0.0)
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class _Feed(Feed):
+    def __init__(self, clock: _Clock) -> None:
+        self.clock, self.rng, self.values = clock, random.Random(5), [[], []]  # type: ignore[var-annotated]
+
+    def take(self, index: int) -> tuple[float, ...] | None:
+        self.clock.now += 6.0
+        a, b = 100.0, 100.0 * math.exp(self.rng.gauss(0, 0.05))
+        self.values[0].append(a)
+        self.values[1].append(b)
+        return (a, b)
+
+    def measurements(self) -> tuple[Measurement, ...]:
+        told = Conditions(profile="p", measured_s=1.0)
+        return tuple(
+            Measurement(n, "b", W, tuple(Sample(512, 512 / v) for v in vs), told)
+            for n, vs in zip("ab", self.values, strict=True)
+        )
+
+    def sides(self) -> tuple[SideRounds, ...]:
+        return (SideRounds("p", "a", "b", "pp512", 0), SideRounds("p", "b", "b", "pp512", 0))
+
+
+class _Source:
+    def __init__(self, feed: Feed) -> None:
+        self.feed, self.notices = feed, []  # type: ignore[var-annotated]
+
+    def pair(self, *args: object, **kw: object) -> Feed:
+        self.notices.append("pair")
+        return self.feed
+
+    def notice(self, line: str) -> None:
+        self.notices.append(line)
+
+    def host_moved(self, measurements: Iterable[Measurement], *, force: bool = False) -> list[str]:
+        return []
+
+
+def test_a_calibrated_verdict_says_what_it_can_resolve_before_it_measures(monkeypatch):
+    """The line comes before the first round; an automatic budget buys the rounds the host's
+    noise needs for the margin instead of a fixed 40."""
+    clock = _Clock()
+    monkeypatch.setattr(rounds_mod.time, "monotonic", clock)
+    figure = NoiseFigure("b1", "d", 4, 220, 0.09, 0.0, 0.06, 180.0, pace=6.0)
+    plan = Plan(dependence=NO_DEPENDENCE, noise=figure)
+    source = _Source(_Feed(clock))
+    config = Configuration(name="c", profile="p", flags=(), pinning=Pinning())
+    got = decide_pair(
+        source,  # type: ignore[arg-type]
+        type("P", (), {"name": "p"})(),  # type: ignore[arg-type]
+        Rule("change"),
+        Side(config, W),
+        Side(config, W, "b2"),
+        label="c.pp512",
+        plan=plan,
+        budget=None,
+        busy_limit=1.0,
+    )
+    needed = plan.resolution().rounds_for(0.05)  # type: ignore[union-attr]
+    said = [n for n in source.notices if n != "pair"]
+    assert said[0].startswith("c.pp512: this host's calibrated noise") and needed > 40
+    assert said[0].endswith("the automatic budget buys them")
+    assert f"an automatic budget of {needed * 6.0:.0f} s ({needed} rounds" in said[1]
+    assert needed * 6.0 > 180 and got.seconds <= needed * 6.0 + 6.0

@@ -153,6 +153,8 @@ def run_gate(
         cmd += ["-w", workload]
     if args.budget:
         cmd += ["--budget", str(args.budget)]
+    if args.process_block is not None:
+        cmd += ["--process-block", str(args.process_block)]
     began = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
     wall = time.monotonic() - began
@@ -257,6 +259,12 @@ def main() -> int:
         help="workloads the gates take in turn (default: every workload of the profile)",
     )
     p.add_argument("--budget", type=float, help="--budget of each gate (default: profile's)")
+    p.add_argument(
+        "--process-block",
+        type=int,
+        help="rounds between restarts of both servers (the gate's --process-block; default: "
+        "as many as keep restarts at a third of the measuring time, 0: never)",
+    )
     p.add_argument("--cpus", type=int, help="CPUs the server runs on (default: all of ours)")
     p.add_argument("--timeout", type=float, default=1800, help="seconds per gate (default 1800)")
     p.add_argument("--out", default=".moeperf/gate-power", help="where the gates' JSON go")

@@ -156,6 +156,11 @@ def terminal_summary(perf: PerfSession, reporter: pytest.TerminalReporter) -> No
         write("")
         write(text_table(*verdict_rows([(v.test, v.verdict) for v in perf.verdicts])))
         write(claims_rate_line(len(perf.verdicts)))
+    if perf.source.notices:  # what verdicts said before measuring (or after their first round)
+        write("")
+        write("said before deciding (resolution, budgets):")
+        for line in perf.source.notices:
+            write(f"  {line}")
     for ref, ref_rows, ms, workloads in _references(perf):
         write("")
         for line in reference_text(ref, ref_rows, ms, workloads):

@@ -150,7 +150,7 @@ def run_gate(
         )
     live.forget(gated.name, (BASELINE, CANDIDATE))  # an earlier gate's sides, other builds
     family = len(names) * len(loads)
-    # each row at the family's share (Bonferroni); Holm at the end may decide more of them
+    # each row at the family's share (Bonferroni); Holm at the end only notes rows that lean
     plan = Plan(
         first_look=first_look,
         max_rounds=max_rounds,

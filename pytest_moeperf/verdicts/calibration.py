@@ -242,7 +242,12 @@ class Resolution:
             return head + ": the automatic budget buys them"
         reach = max(2, math.floor(budget / pace))
         mde = self.mde(reach)
-        verdict = "" if mde <= margin else ", wider than the margin: expect undecided"
+        seconds = math.ceil(needed * pace / 10) * 10
+        verdict = (
+            ""
+            if mde <= margin
+            else f", wider than the margin: expect undecided (a budget of {seconds} s reaches it)"
+        )
         return (
             f"{head}; the budget of {budget:g} s reaches about {reach}: MDE about "
             f"{100 * mde:.1f} %{verdict}"

@@ -12,11 +12,11 @@ Each rate is measured over a few hundred seeded runs (the script runs 2,000 a ce
 table must meet the bounds outright). A seeded subset is a sample of the rate: each assertion
 allows the bound its sampling error at this many runs (one-sided 99 %, :func:`_allowed`), so a
 rate the code truly keeps never fails here by the luck of a seed, and a rate well above the
-bound always does. On the code before the dependence-robust error (run with adapters for the
-new names) they failed: the interval missed 8.8 % over blocks of 20 rounds, 8.8 % under AR(1)
-0.25 and 9.6 % over blocks of 10 at SD 0.05; at -5 % under AR(1) "slower" came out 5.3 %;
-chains of 3 and 10 links missed 12.7 and 14 %; Holm decided rows whose own interval was
-undecided."""
+bound always does. On the code before the dependence-robust error (``cf87daf``, run with
+adapters for the new names) 7 of these 11 failed: the interval missed 8.8 % over blocks of 20
+rounds, 8.8 % under AR(1) 0.25 and 9.6 % over blocks of 10 at SD 0.05; at -5 % under AR(1)
+"slower" came out 4.7 %; chains of 3 and 10 links missed 10.7 and 12.0 %; Holm decided a row
+whose own interval was undecided."""
 
 from __future__ import annotations
 

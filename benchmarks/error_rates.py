@@ -51,7 +51,7 @@ from typing import Any
 import numpy as np
 
 from pytest_moeperf.defaults import BUDGET, FAMILY_ALPHA, MARGIN, MIN_REL_SPREAD
-from pytest_moeperf.measure.dependence import DEFAULT_DEPENDENCE, Dependence
+from pytest_moeperf.measure.dependence import DEFAULT_DEPENDENCE
 from pytest_moeperf.measure.measurement import Conditions, Measurement, Sample
 from pytest_moeperf.measure.stats import paired_interval
 from pytest_moeperf.measure.workload import Workload
@@ -212,7 +212,7 @@ def verdict(
             Side(_config("a"), W),
             Side(_config("b"), W),
             label="b / a",
-            plan=plan or Plan(dependence=DEFAULT_DEPENDENCE),
+            plan=plan or Plan(),  # the defaults: a host not calibrated
             budget=budget,
             busy_limit=1.0,
         )
@@ -241,7 +241,7 @@ def aa_gates(host: Host, gates: int, seed: int, rows: int = GATE_ROWS) -> dict[s
     """Share of *gates* A/A gates of *rows* rows with any row slower or faster after Holm, and
     with any row Holm alone would have rejected (its note)."""
     rule = Rule("change", margin=MARGIN)
-    plan = Plan(alpha=FAMILY_ALPHA / rows, dependence=DEFAULT_DEPENDENCE)
+    plan = Plan(alpha=FAMILY_ALPHA / rows)
     false, leaning = 0, 0
     for g in range(gates):
         gate = []
@@ -398,7 +398,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{PACE} s a round in a {BUDGET:g} s budget",
         file=sys.stderr,
     )
-    Plan(dependence=DEFAULT_DEPENDENCE).nominal_alpha()  # the levels, simulated once
+    Plan().nominal_alpha()  # the levels, simulated once
     cells: list[dict[str, Any]] = []
     with multiprocessing.Pool(args.jobs) as pool:
         for got in pool.imap_unordered(cell, todo):
@@ -407,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
     order = {(k, h.name): i for i, (k, h, _, _) in enumerate(todo)}
     cells.sort(key=lambda c: order[(c["kind"], c["name"])])
     print(table(cells))
-    print(f"\n{time.monotonic() - began:.0f} s; {Dependence().describe()} (the default)")
+    print(f"\n{time.monotonic() - began:.0f} s; {DEFAULT_DEPENDENCE.describe()} (the default)")
     if args.out:
         args.out.write_text(json.dumps(cells, indent=1) + "\n")
     return 0

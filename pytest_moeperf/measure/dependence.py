@@ -38,7 +38,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ..defaults import PROCESS_TERM
-from .student import trim_count
+from .student import trim_count, trimmed_t_rows
 
 MAX_INFLATION = 4.0
 """The most the drift term may scale the rounds' variance (a Newey-West estimate of a few
@@ -71,9 +71,6 @@ class Dependence:
         """``process term 1.5 %, lag-1 +0.00``."""
         return f"process term {100 * self.process:.1f} %, lag-1 {self.lag1:+.2f}"
 
-    def to_dict(self) -> dict[str, float]:
-        return {"process": self.process, "lag1": self.lag1}
-
 
 DEFAULT_DEPENDENCE = Dependence()
 """A host not calibrated: the default process term, no lag-1 beyond what its rounds show."""
@@ -91,16 +88,6 @@ class RobustRows:
     """Degrees of freedom of the t multiplier (Yuen's ``h - 1``)."""
     inflation: NDArray[np.float64]
     """How much the dependence widened each row's variance over Yuen's (1: not at all)."""
-
-
-def block_sizes(n: int, blocks: Sequence[int] | None) -> list[int]:
-    """The rounds of each process block among the first *n* (``None``: one block)."""
-    if not blocks:
-        return [n]
-    counts: dict[int, int] = {}
-    for b in blocks[:n]:
-        counts[b] = counts.get(b, 0) + 1
-    return list(counts.values())
 
 
 def _block_index(n: int, blocks: Sequence[int] | None) -> NDArray[np.intp]:
@@ -174,15 +161,13 @@ def robust_rows(
     rounds' own Newey-West ratio), plus the process blocks' term (the rounds' *blocks*, the
     same for every row; ``None``: one process pair), at least *floor* / sqrt(n)."""
     d = np.atleast_2d(np.asarray(d, dtype=np.float64))
-    n = d.shape[1]
-    if n < 2:
-        raise ValueError("a trimmed mean's spread needs at least 2 values")
-    g = trim_count(n, trim)
-    h = n - 2 * g
-    s = np.sort(d, axis=1)
-    mean = s[:, g : n - g].mean(axis=1)
-    w = np.clip(d, s[:, [g]], s[:, [n - g - 1]])  # winsorized, in round order
-    yuen2 = ((w - w.mean(axis=1, keepdims=True)) ** 2).sum(axis=1) / (h * (h - 1))
+    if not 0 <= trim < 0.5:
+        raise ValueError(f"trim {trim!r} must be in [0, 0.5)")
+    mean, yuen, df = trimmed_t_rows(d, trim)
+    n, g = d.shape[1], trim_count(d.shape[1], trim)
+    bounds = np.partition(d, [g, n - g - 1], axis=1)
+    w = np.clip(d, bounds[:, [g]], bounds[:, [n - g - 1]])  # winsorized, in round order
+    yuen2 = yuen**2
     index = _block_index(n, blocks)
     sizes = np.bincount(index)
     k = len(sizes)
@@ -193,4 +178,4 @@ def robust_rows(
     se = np.maximum(np.sqrt(var), floor / math.sqrt(n))
     safe = np.where(yuen2 > 0, yuen2, 1.0)
     inflation = np.where(yuen2 > 0, var / safe, 1.0)
-    return RobustRows(mean, se, h - 1, inflation)
+    return RobustRows(mean, se, df, inflation)

@@ -304,8 +304,6 @@ def paired_interval(
         raise ValueError("a paired interval needs at least 2 rounds")
     if not 0 < alpha < 1:
         raise ValueError(f"alpha {alpha!r} must be between 0 and 1")
-    if not 0 <= trim < 0.5:
-        raise ValueError(f"trim {trim!r} must be in [0, 0.5)")
     got = robust_rows(
         np.asarray([d]),
         trim=trim,

@@ -195,9 +195,6 @@ def run_gate(
             # both builds run the same configuration in the same rounds, so a host that speeds
             # up or slows down moves both sides alike and the per-round ratios stand
             row_plan = replace(plan, noise=session.noise(profile, [f"{name}.{w.name}"]))
-            resolution = row_plan.resolution()
-            if resolution is not None:
-                notes.append(resolution.describe(f"{name}.{w.name}", margin, row_budget))
             got = decide_pair(
                 live,
                 gated,
@@ -212,6 +209,8 @@ def run_gate(
                 on_look=functools.partial(on_look, name) if on_look else None,
                 after_round=beside,
             )
+            if got.resolution:  # said before the row measured; kept with the gate
+                notes.append(got.resolution)
             change = _paired_change(got, baseline.name) if len(got.rounds[0]) >= 2 else None
             oldest = (
                 _chained(session, live, profile, got.b, baseline.name, change, margin)

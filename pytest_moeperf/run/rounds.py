@@ -62,6 +62,9 @@ class Decided:
     """The process block of each round (empty: one process pair)."""
     taken: str = ""
     """How the rounds were taken (the feed's method)."""
+    resolution: str = ""
+    """What the verdict said it could resolve before it measured (a calibrated host; empty
+    otherwise)."""
 
     @property
     def first(self) -> tuple[int, ...]:
@@ -246,6 +249,7 @@ def decide_pair(
     changed under the rounds."""
     feed = source.pair(profile, a, b, label=label, relation=_relation(rule))
     began = time.monotonic()
+    said = ""
     if feed.unpaired is not None:
         pa, pb = feed.unpaired
         verdict = judge_unpaired(rule, pb, pa, label=label)
@@ -257,7 +261,8 @@ def decide_pair(
         if resolution is not None:  # a calibrated host: what it can resolve, said first
             margin = rule.margin if rule.kind != "claim" else MARGIN
             auto_rounds = resolution.rounds_for(margin)
-            source.notice(resolution.describe(label, margin, budget))
+            said = resolution.describe(label, margin, budget)
+            source.notice(said)
 
         def judge(taken: list[tuple[float, ...]], spent: bool, looks: Plan) -> tuple[Verdict, bool]:
             va, vb = [r[0] for r in taken], [r[1] for r in taken]
@@ -295,6 +300,7 @@ def decide_pair(
         feed.coin,
         tuple(feed.blocks[: len(rounds)]),
         feed.method,
+        said,
     )
 
 

@@ -15,7 +15,7 @@ from ..measure.workload import Workload
 from .attribution import Attribution
 from .creep import ChainedChange, PairedChange
 from .judge import Verdict
-from .levels import direction_p
+from .levels import margin_p
 from .sequential import Plan
 
 UNDECIDED_POLICIES = ("exit-3", "pass", "fail")
@@ -199,22 +199,16 @@ def row_p_values(
     dependence over the rounds' process *blocks*, the spread floor); 1.0 with under 2 rounds."""
     if len(log_ratios) < 2:
         return 1.0, 1.0
-    floor, within = log_sigma(MIN_REL_SPREAD), list(blocks) or None
-
-    def p(bound: float, below: bool) -> float:
-        got = direction_p(
-            log_ratios,
-            plan.looks,
-            bound,
-            below,
-            trim=plan.trim,
-            floor=floor,
-            blocks=within,
-            dependence=plan.dependence,
-        )
-        return float(got[0])
-
-    return p(1 - margin, True), p(1 + margin, False)
+    slower, faster = margin_p(
+        log_ratios,
+        plan.looks,
+        margin,
+        trim=plan.trim,
+        floor=log_sigma(MIN_REL_SPREAD),
+        blocks=list(blocks) or None,
+        dependence=plan.dependence,
+    )
+    return float(slower[0]), float(faster[0])
 
 
 def holm(rows: Sequence[GateRow], alpha: float) -> list[GateRow]:

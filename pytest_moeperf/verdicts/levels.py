@@ -117,33 +117,37 @@ def per_look_alpha(
     return float(np.quantile(null_smallest_p(looks, trim, lag1), alpha))
 
 
-def direction_p(
+def margin_p(
     log_ratios: Sequence[float] | NDArray[np.float64],
     looks: tuple[int, ...],
-    bound: float,
-    below: bool,
+    margin: float,
     *,
     trim: float = 0.2,
     floor: float = 0.0,
     blocks: Sequence[int] | None = None,
     dependence: Dependence = NO_DEPENDENCE,
-) -> NDArray[np.float64]:
-    """The sequential p-value against "the ratio is not past *bound*": for *below*, that the
-    ratio is at or above *bound* (a slowdown beyond a margin); else at or below it; one value
-    for each row of *log_ratios* (a verdict's rounds; one row, or many, with the same
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """The sequential p-values against "no slowdown beyond *margin*" (the ratio at or above
+    ``1 - margin``) and against "no speedup beyond it" (at or below ``1 + margin``), one value
+    each for each row of *log_ratios* (a verdict's rounds; one row, or many, with the same
     *blocks*). Each look of *looks* the rounds reached gives a one-sided nominal p-value of the
     trimmed t with the interval's own standard error (its *dependence* over *blocks*, at least
-    *floor* / sqrt(n)); the smallest, doubled, is read against the simulated two-sided
-    distribution of the smallest p over all of *looks* (the design's, reached or not): a
-    conservative p-value of the whole design."""
+    *floor* / sqrt(n)), computed once a look for both directions; each direction's smallest,
+    doubled, is read against the simulated two-sided distribution of the smallest p over all
+    of *looks* (the design's, reached or not): a conservative p-value of the whole design."""
     d = np.atleast_2d(np.asarray(log_ratios, dtype=np.float64))
     reached = tuple(n for n in looks if n <= d.shape[1]) or (d.shape[1],)
-    shift = math.log(bound)
-    smallest = np.ones(d.shape[0])
+    low, high = math.log(1 - margin), math.log(1 + margin)
+    slower, faster = np.ones(d.shape[0]), np.ones(d.shape[0])
     for n in reached:
         got = robust_rows(d[:, :n], trim=trim, blocks=blocks, dependence=dependence, floor=floor)
-        t = (got.mean - shift) / np.maximum(got.se, 1e-300)
-        np.minimum(smallest, t_sf(-t if below else t, got.df), out=smallest)
+        se = np.maximum(got.se, 1e-300)
+        np.minimum(slower, t_sf((low - got.mean) / se, got.df), out=slower)
+        np.minimum(faster, t_sf((got.mean - high) / se, got.df), out=faster)
     null = null_smallest_p(looks, trim, dependence.lag1)
-    doubled = np.minimum(1.0, 2.0 * smallest)
-    return np.searchsorted(null, doubled, side="right") / len(null)
+
+    def design(smallest: NDArray[np.float64]) -> NDArray[np.float64]:
+        doubled = np.minimum(1.0, 2.0 * smallest)
+        return np.searchsorted(null, doubled, side="right") / len(null)
+
+    return design(slower), design(faster)

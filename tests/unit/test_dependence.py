@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Iterable
 
 import numpy as np
 import pytest
+from _fakes import Clock, FakeFeed, FakeSource, Profile, W, config
 
 from pytest_moeperf.measure.dependence import (
     DEFAULT_DEPENDENCE,
@@ -18,17 +18,13 @@ from pytest_moeperf.measure.dependence import (
     between_blocks,
     robust_rows,
 )
-from pytest_moeperf.measure.measurement import Conditions, Measurement, Sample
 from pytest_moeperf.measure.stats import paired_interval
-from pytest_moeperf.measure.workload import Workload
 from pytest_moeperf.run import rounds as rounds_mod
-from pytest_moeperf.run.profiles import Configuration, Pinning
 from pytest_moeperf.run.rounds import decide_pair
-from pytest_moeperf.run.source import Feed, Side
+from pytest_moeperf.run.source import Side
 from pytest_moeperf.store.accept import accept_noise
 from pytest_moeperf.store.accepted import dependence_for, noise_for
 from pytest_moeperf.store.baselines import load_baselines
-from pytest_moeperf.store.record import SideRounds
 from pytest_moeperf.verdicts.calibration import (
     NoiseFigure,
     Resolution,
@@ -38,7 +34,6 @@ from pytest_moeperf.verdicts.calibration import (
 from pytest_moeperf.verdicts.levels import lag1_grid, per_look_alpha
 from pytest_moeperf.verdicts.sequential import Plan, Rule
 
-W = Workload.parse("pp512")
 FP = {"cpu_model": "test cpu", "cpus": 2}
 
 
@@ -180,74 +175,29 @@ def test_the_resolution_says_the_rounds_a_margin_needs_and_the_mde_the_budget_re
         res.rounds_for(0.0)
 
 
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-class _Feed(Feed):
-    def __init__(self, clock: _Clock) -> None:
-        self.clock, self.rng, self.values = clock, random.Random(5), [[], []]  # type: ignore[var-annotated]
-
-    def take(self, index: int) -> tuple[float, ...] | None:
-        self.clock.now += 6.0
-        a, b = 100.0, 100.0 * math.exp(self.rng.gauss(0, 0.05))
-        self.values[0].append(a)
-        self.values[1].append(b)
-        return (a, b)
-
-    def measurements(self) -> tuple[Measurement, ...]:
-        told = Conditions(profile="p", measured_s=1.0)
-        return tuple(
-            Measurement(n, "b", W, tuple(Sample(512, 512 / v) for v in vs), told)
-            for n, vs in zip("ab", self.values, strict=True)
-        )
-
-    def sides(self) -> tuple[SideRounds, ...]:
-        return (SideRounds("p", "a", "b", "pp512", 0), SideRounds("p", "b", "b", "pp512", 0))
-
-
-class _Source:
-    def __init__(self, feed: Feed) -> None:
-        self.feed, self.notices = feed, []  # type: ignore[var-annotated]
-
-    def pair(self, *args: object, **kw: object) -> Feed:
-        self.notices.append("pair")
-        return self.feed
-
-    def notice(self, line: str) -> None:
-        self.notices.append(line)
-
-    def host_moved(self, measurements: Iterable[Measurement], *, force: bool = False) -> list[str]:
-        return []
-
-
 def test_a_calibrated_verdict_says_what_it_can_resolve_before_it_measures(monkeypatch):
     """The line comes before the first round; an automatic budget buys the rounds the host's
     noise needs for the margin instead of a fixed 40."""
-    clock = _Clock()
+    clock = Clock()
     monkeypatch.setattr(rounds_mod.time, "monotonic", clock)
     figure = NoiseFigure("b1", "d", 4, 220, 0.09, 0.0, 0.06, 180.0, pace=6.0)
     plan = Plan(dependence=NO_DEPENDENCE, noise=figure)
-    source = _Source(_Feed(clock))
-    config = Configuration(name="c", profile="p", flags=(), pinning=Pinning())
+    source = FakeSource(FakeFeed(1.0, clock, step=6.0))
     got = decide_pair(
         source,  # type: ignore[arg-type]
-        type("P", (), {"name": "p"})(),  # type: ignore[arg-type]
+        Profile(),  # type: ignore[arg-type]
         Rule("change"),
-        Side(config, W),
-        Side(config, W, "b2"),
+        Side(config("c"), W),
+        Side(config("c"), W, "b2"),
         label="c.pp512",
         plan=plan,
         budget=None,
         busy_limit=1.0,
     )
     needed = plan.resolution().rounds_for(0.05)  # type: ignore[union-attr]
-    said = [n for n in source.notices if n != "pair"]
+    said = source.notices
     assert said[0].startswith("c.pp512: this host's calibrated noise") and needed > 40
     assert said[0].endswith("the automatic budget buys them")
+    assert got.resolution == said[0]  # what the gate keeps in its notes
     assert f"an automatic budget of {needed * 6.0:.0f} s ({needed} rounds" in said[1]
     assert needed * 6.0 > 180 and got.seconds <= needed * 6.0 + 6.0

@@ -7,100 +7,23 @@ from __future__ import annotations
 import math
 import random
 import statistics
-from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
+from _fakes import Clock, FakeFeed, FakeSource, Profile, W, config, measurement
 
-from pytest_moeperf.measure.measurement import Conditions, Measurement, Sample
+from pytest_moeperf.measure.measurement import Measurement
 from pytest_moeperf.measure.stats import Figure
-from pytest_moeperf.measure.workload import Workload
 from pytest_moeperf.run import rounds as rounds_mod
 from pytest_moeperf.run.feeds import LivePairing
-from pytest_moeperf.run.profiles import Configuration, Pinning
+from pytest_moeperf.run.profiles import Configuration
 from pytest_moeperf.run.rounds import decide_baseline, decide_pair, until_decided
 from pytest_moeperf.run.source import BLOCK_SAMPLES, RESTART_METHOD, Feed, Side, StoredFeed
 from pytest_moeperf.store.record import RunRecord, SideRounds, VerdictRecord, rounds_of
 from pytest_moeperf.verdicts.judge import judge_baseline
 from pytest_moeperf.verdicts.sequential import Coin, Plan, Rule
-
-W = Workload.parse("pp512")
-
-
-@dataclass
-class Profile:
-    name: str = "p"
-
-
-def config(name: str) -> Configuration:
-    return Configuration(name=name, profile="p", flags=(), pinning=Pinning())
-
-
-def measurement(name: str, values: Sequence[float], busy: float = 0.0) -> Measurement:
-    samples = tuple(Sample(512, 512_000 / v) for v in values)
-    told = Conditions(profile="p", measured_s=10.0, busy_s=10.0 * busy, probe_cpus="0-1")
-    return Measurement(name, "b1", W, samples, told)
-
-
-class Clock:
-    """time.monotonic for the loop: each round costs *step* seconds."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-class FakeFeed(Feed):
-    """Side b runs at *ratio* of side a, with multiplicative noise; each round costs time."""
-
-    def __init__(self, ratio: float, clock: Clock, *, step: float = 1.0, seed: int = 1) -> None:
-        self.ratio = ratio
-        self.clock = clock
-        self.step = step
-        self.rng = random.Random(seed)
-        self.values: list[list[float]] = [[], []]
-
-    def take(self, index: int) -> tuple[float, ...] | None:
-        self.clock.now += self.step
-        host = 500.0 * (1 + 0.3 * self.rng.random())  # a phase both sides of a round share
-        a = host * (1 + self.rng.gauss(0, 0.02))
-        b = host * self.ratio * (1 + self.rng.gauss(0, 0.02))
-        self.values[0].append(a)
-        self.values[1].append(b)
-        return (a, b)
-
-    def measurements(self) -> tuple[Measurement, ...]:
-        return (measurement("a", self.values[0]), measurement("b", self.values[1]))
-
-    def sides(self) -> tuple[SideRounds, ...]:
-        return (SideRounds("p", "a", "b1", "pp512", 0), SideRounds("p", "b", "b1", "pp512", 0))
-
-
-@dataclass
-class FakeSource:
-    """A source whose pairs are :class:`FakeFeed`s (or a given feed), whose host moved or not."""
-
-    feed: Feed
-    moved: list[str] = field(default_factory=list)
-    asked: list[tuple[str, str]] = field(default_factory=list)
-    notices: list[str] = field(default_factory=list)
-
-    def notice(self, line: str) -> None:
-        self.notices.append(line)
-
-    def pair(self, profile: Any, a: Side, b: Side, *, label: str, relation: str) -> Feed:
-        self.asked.append((label, relation))
-        return self.feed
-
-    def series(self, profile: Any, configuration: Any, workload: Any) -> Feed:
-        return self.feed
-
-    def host_moved(self, measurements: Iterable[Measurement], *, force: bool = False) -> list[str]:
-        return list(self.moved)
 
 
 @pytest.fixture

@@ -35,6 +35,9 @@ LINK_TERM = 0.01
 """The log standard deviation a gate's paired change has between sessions (the change of one
 build pair is not quite the same on another day), per link of an accepted chain, until the
 host's accepted history measures it: 1 % a link."""
+LINK_PRIOR_LINKS = 4.0
+"""How many repeated links' worth of evidence :data:`LINK_TERM` counts as, pooled with the
+build pairs a host accepted more than once: with few repeats the term stays near 1 %."""
 MIN_REL_SPREAD = 0.01
 """The least relative spread a side's samples are taken to have (a few that happen to agree
 say little about the next ones)."""
@@ -47,7 +50,6 @@ configuration drifted -13 % in 40 minutes and -20 % in an hour."""
 SESSION_PRIOR_SESSIONS = 4.0
 """How many sessions' worth of evidence :data:`SESSION_SPREAD` counts as, pooled with the
 host's session medians: with few sessions the check stays near it (conservative)."""
-"""A baseline file's default tolerance: 5 % worse than the baseline still passes."""
 
 BUSY_LIMIT = 0.25
 """Share of a server's CPUs other work may take while it is measured for the numbers to

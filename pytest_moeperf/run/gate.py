@@ -27,9 +27,9 @@ from ..measure.output import OutputCheck, greedy_tokens
 from ..measure.stats import paired_interval
 from ..measure.workload import Workload
 from ..report.tables import start_lines
-from ..store.accepted import accepted_chain, host_for
+from ..store.accepted import accepted_chain, host_for, repeated_links
 from ..verdicts.attribution import attribute
-from ..verdicts.creep import ChainedChange, PairedChange, judge_chain
+from ..verdicts.creep import ChainedChange, PairedChange, judge_chain, link_spread
 from ..verdicts.gate import GateResult, GateRow, holm, row_p_values
 from ..verdicts.judge import Verdict
 from ..verdicts.sequential import Plan, Rule
@@ -80,7 +80,8 @@ def _chained(
     """The candidate's change since the oldest build of the accepted chain that ends at the
     *baseline* build on this host: the chain's paired links plus this row's *change*, never
     the candidate against numbers of another day (``None`` when the file holds no numbers of
-    this host, or this host never accepted *baseline*)."""
+    this host, or this host never accepted *baseline*). Each link carries the between-session
+    term this host's repeated acceptances measure (:func:`link_spread`)."""
     bf = session.baselines(profile)
     if bf is None:
         return None
@@ -96,7 +97,8 @@ def _chained(
     if links is None:
         return None
     label = f"{candidate.configuration}.{candidate.workload.name}"
-    return judge_chain(links, change, margin=margin, label=label)
+    spread = link_spread(repeated_links(bf, host.id))
+    return judge_chain(links, change, margin=margin, label=label, link_term=spread)
 
 
 def _paired_change(got: Decided, against: str) -> PairedChange:
@@ -250,6 +252,10 @@ def run_gate(
         f"{100 * FAMILY_ALPHA:.0f} %; Holm's step-down only notes rows that lean (it never "
         "decides a row its own interval left undecided)"
     )
+    notes += [
+        f"creep: every link of an accepted chain carries {basis}"
+        for basis in sorted({r.oldest.link_basis for r in rows if r.oldest})
+    ]
     calibrated = plan.dependence != DEFAULT_DEPENDENCE
     notes.append(
         f"dependence: every row's error carries {plan.dependence.describe()} "

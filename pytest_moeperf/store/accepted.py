@@ -1,7 +1,9 @@
 """What a baseline file's hosts accepted, and whose numbers apply to a run:
 :func:`host_for` picks the ``[[host]]`` whose numbers apply to this run (by
 :func:`~pytest_moeperf.store.hosts.host_differences`), :func:`accepted_history` lists what one
-host accepted over time and :func:`accepted_chain` follows its gated builds back.
+host accepted over time, :func:`accepted_chain` follows its gated builds back and
+:func:`repeated_links` finds the build pairs it accepted more than once (what a link's
+between-session term is measured from).
 """
 
 from __future__ import annotations
@@ -52,6 +54,20 @@ def accepted_chain(
         seen.add(entry.change.against)
         entry = older[-1]
     return links[::-1]
+
+
+def repeated_links(bf: BaselineFile, host: str) -> list[list[PairedChange]]:
+    """The paired changes *host* accepted more than once for one build pair, configuration and
+    workload, grouped (each group oldest first; an entry the file holds twice, as current and
+    as history of the same date, counts once)."""
+    groups: dict[tuple[str, ...], dict[tuple[str, float, float], PairedChange]] = {}
+    for e in sorted((*bf.history, *bf.entries), key=lambda e: e.date):
+        if e.host != host or e.change is None:
+            continue
+        key = (e.configuration, e.workload, e.build, e.change.against)
+        once = (e.date, e.change.log_ratio, e.change.se)
+        groups.setdefault(key, {})[once] = e.change
+    return [list(g.values()) for g in groups.values() if len(g) >= 2]
 
 
 def host_for(

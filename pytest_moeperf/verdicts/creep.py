@@ -12,8 +12,11 @@ across days:
   gate's own, with the standard errors added in quadrature (:func:`judge_chain`): every link
   was measured in rounds of its own day, and no day's level enters. A build pair's change is
   not quite the same on another day either, so every link also carries a between-session
-  term (:data:`~pytest_moeperf.defaults.LINK_TERM`, 1 % a link, until a host measures its
-  own): without it a chain's stated 95 % covered about 88 % at 1 % a link.
+  term: without it a chain's stated 95 % covered about 88 % at 1 % a link. A host measures
+  its own from the build pairs it accepted more than once (:func:`link_spread`: how far the
+  repeats of one pair stand apart beyond their own errors), pooled with the prior
+  (:data:`~pytest_moeperf.defaults.LINK_TERM`, 1 % a link) so that a few repeats move it
+  little and many decide it, down to zero where the repeats agree within their errors.
 - **Baseline checks.** An absolute check does compare two sessions: the stored median and
   today's. Its interval gains a between-session term (:func:`session_spread`), estimated per
   host, configuration and workload from the session medians of the same build, and held at a
@@ -28,7 +31,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..defaults import LINK_TERM, MARGIN, SESSION_PRIOR_SESSIONS, SESSION_SPREAD
+from ..defaults import (
+    LINK_PRIOR_LINKS,
+    LINK_TERM,
+    MARGIN,
+    SESSION_PRIOR_SESSIONS,
+    SESSION_SPREAD,
+)
 from .sequential import Rule
 
 CHAIN_CONFIDENCE = 0.95
@@ -106,6 +115,8 @@ class ChainedChange:
     label: str = ""
     link_term: float = LINK_TERM
     """The between-session term each link carried (log standard deviation)."""
+    link_basis: str = ""
+    """Where :attr:`link_term` came from (:meth:`LinkSpread.describe`)."""
 
     def explain(self) -> str:
         """``mmap.pp512 since b11400 (3 gates) = 0.93 [0.90, 0.96] (-7.0 %): slower``."""
@@ -127,6 +138,7 @@ class ChainedChange:
             "margin": self.margin,
             "confidence": self.confidence,
             "link_term": self.link_term,
+            "link_basis": self.link_basis,
             "explain": self.explain(),
         }
 
@@ -138,14 +150,18 @@ def judge_chain(
     margin: float = MARGIN,
     label: str = "",
     confidence: float = CHAIN_CONFIDENCE,
-    link_term: float = LINK_TERM,
+    link_term: float | LinkSpread = LINK_TERM,
 ) -> ChainedChange:
     """The candidate's change since the oldest build of *links* (each ``(build, its accepted
     change)``, oldest first; every link's ``against`` is the build before it, the first's is
     the chain's start) plus *current* (this gate's paired change over the newest link's
     build): the sum of the log-ratios, its standard error the root of the sum of squares (each
     change's own, and *link_term* for each: a build pair's change moves between sessions), a
-    normal interval at *confidence*, judged by the ``change`` rule at its end."""
+    normal interval at *confidence*, judged by the ``change`` rule at its end. *link_term* is
+    a log standard deviation, or the host's measured :class:`LinkSpread`."""
+    basis = link_term.describe() if isinstance(link_term, LinkSpread) else ""
+    if isinstance(link_term, LinkSpread):
+        link_term = link_term.log_sd
     if not (math.isfinite(link_term) and link_term >= 0):
         raise ValueError(f"link term {link_term!r} must be a finite number >= 0")
     changes = [c for _, c in links] + [current]
@@ -167,6 +183,70 @@ def judge_chain(
         confidence=confidence,
         label=label,
         link_term=link_term,
+        link_basis=basis,
+    )
+
+
+@dataclass(frozen=True)
+class LinkSpread:
+    """How much one build pair's paired change moves between sessions on a host (log scale):
+    the between-session term each link of a chain carries."""
+
+    log_sd: float
+    pairs: int
+    """Build pairs (of a configuration and workload) the host accepted more than once."""
+    repeats: int
+    """Degrees of freedom those repeats gave: each pair's acceptances less one."""
+    prior: float = LINK_TERM
+    prior_links: float = LINK_PRIOR_LINKS
+
+    def describe(self) -> str:
+        """``between sessions 0.6 % a link (from 3 repeats of 2 build pairs and a prior of
+        1.0 % worth 4)``; the prior alone says how to measure the host's own."""
+        if not self.repeats:
+            return (
+                f"between sessions {100 * self.log_sd:.1f} % a link (the prior: this host has "
+                "accepted no build pair twice; a pair gated and accepted again on another day "
+                "measures it)"
+            )
+        return (
+            f"between sessions {100 * self.log_sd:.1f} % a link (from {self.repeats} "
+            f"repeat{'s' * (self.repeats != 1)} of {self.pairs} build pair"
+            f"{'s' * (self.pairs != 1)} and a prior of {100 * self.prior:.1f} % worth "
+            f"{self.prior_links:g})"
+        )
+
+
+def link_spread(
+    repeated: Sequence[Sequence[PairedChange]],
+    *,
+    prior: float = LINK_TERM,
+    prior_links: float = LINK_PRIOR_LINKS,
+) -> LinkSpread:
+    """The between-session term of a link from *repeated*: groups of paired changes of one
+    build pair (and configuration and workload), each accepted in a session of its own. A
+    group's variance of log-ratios holds the term and the changes' own errors, so each group
+    gives ``variance - mean(se^2)`` with ``k - 1`` degrees of freedom; these are pooled with
+    the *prior* (log standard deviation) counted as *prior_links* degrees of freedom, and the
+    sum floored at zero: a host whose repeats agree within their own errors drives it to zero,
+    one with few repeats stays near the prior."""
+    if not (math.isfinite(prior) and prior >= 0) or prior_links <= 0:
+        raise ValueError(f"prior {prior!r} and prior_links {prior_links!r} must be >= 0, > 0")
+    pooled, df, pairs = prior**2 * prior_links, 0, 0
+    for group in repeated:
+        if len(group) < 2:
+            continue
+        own = statistics.fmean(c.se**2 for c in group)
+        k = len(group) - 1
+        pooled += (statistics.variance([c.log_ratio for c in group]) - own) * k
+        df += k
+        pairs += 1
+    return LinkSpread(
+        log_sd=math.sqrt(max(pooled, 0.0) / (prior_links + df)),
+        pairs=pairs,
+        repeats=df,
+        prior=prior,
+        prior_links=prior_links,
     )
 
 

@@ -14,13 +14,18 @@ from pytest_moeperf.measure.measurement import Conditions, Measurement, Sample
 from pytest_moeperf.measure.stats import RatioInterval, with_session_term
 from pytest_moeperf.measure.workload import Workload
 from pytest_moeperf.store.accept import accept_measurements, accept_noise
-from pytest_moeperf.store.accepted import accepted_chain
+from pytest_moeperf.store.accepted import accepted_chain, repeated_links
 from pytest_moeperf.store.baselines import load_baselines, parse_baselines
 from pytest_moeperf.store.hosts import BaselineHost
 from pytest_moeperf.store.record import RunRecord
 from pytest_moeperf.store.sessions import session_medians
 from pytest_moeperf.verdicts.calibration import NoiseFigure, lag1, noise_figure
-from pytest_moeperf.verdicts.creep import PairedChange, judge_chain, session_spread
+from pytest_moeperf.verdicts.creep import (
+    PairedChange,
+    judge_chain,
+    link_spread,
+    session_spread,
+)
 from pytest_moeperf.verdicts.judge import judge_baseline
 
 W = Workload.parse("pp512")
@@ -85,6 +90,68 @@ def test_every_link_carries_a_between_session_term_by_default():
     assert chained.outcome == "undecided"
     with pytest.raises(ValueError, match="link term"):
         judge_chain(links, today, link_term=-0.01)
+
+
+def test_the_link_term_is_measured_from_repeated_pairs_and_pooled_with_the_prior():
+    """Build pairs accepted again on other days say how far a pair's change moves between
+    sessions beyond the changes' own errors: with none the term is the prior, a few repeats
+    move it a little, many decide it (to 3 % where they scatter by 3 %, to zero where they
+    agree within their errors), and the chain's interval widens or narrows with it."""
+    none = link_spread([])
+    assert none.log_sd == pytest.approx(0.01) and none.repeats == 0
+    assert "the prior" in none.describe() and "accepted again" in none.describe()
+    rng = random.Random(7)
+
+    def pairs(n_pairs, k, term, se=0.004):
+        return [
+            [
+                PairedChange("b1", rng.gauss(-0.01, term) + rng.gauss(0, se), se, 40)
+                for _ in range(k)
+            ]
+            for _ in range(n_pairs)
+        ]
+
+    few = link_spread(pairs(1, 2, 0.03))
+    assert few.repeats == 1 and few.pairs == 1
+    assert 0.0 <= few.log_sd < 0.03  # one repeat worth 1 against the prior's 4
+    many = link_spread(pairs(200, 3, 0.03))
+    assert many.log_sd == pytest.approx(0.03, rel=0.1)
+    assert "from 400 repeats of 200 build pairs" in many.describe()
+    agreeing = link_spread(pairs(400, 3, 0.0))
+    assert agreeing.log_sd < 0.002  # their own errors explain the scatter: no term left
+    links = [("b2", PairedChange("b1", -0.02, 0.004, 40))]
+    today = PairedChange("b2", -0.02, 0.004, 40)
+    wide = judge_chain(links, today, link_term=many)
+    narrow = judge_chain(links, today, link_term=agreeing)
+    assert wide.low < narrow.low and wide.link_term == many.log_sd
+    assert wide.to_dict()["link_basis"] == many.describe()
+    single = [[PairedChange("b1", -0.01, 0.004, 40)]]  # a pair accepted once says nothing
+    assert link_spread(single) == none
+    with pytest.raises(ValueError, match="prior"):
+        link_spread([], prior=-0.01)
+
+
+def test_repeated_links_are_one_hosts_pairs_accepted_on_other_days(tmp_path):
+    """Accepting b2 against b1 again moves the first acceptance to history: the pair has two
+    links; b3's single link and another host's acceptances are no repeats."""
+    path = _file_with_chain(tmp_path)
+    again = PairedChange("b1", -0.03, 0.005, 40)
+    accept_measurements(
+        path,
+        "p",
+        [_m("b2", 98.0)],
+        FP,
+        source="gate",
+        date="2026-11-09",
+        changes={("mmap", "pp512"): again},
+    )
+    bf = load_baselines(path)
+    host = bf.hosts[0].id
+    assert repeated_links(bf, host) == [[PairedChange("b1", -0.01, 0.005, 40), again]]
+    assert repeated_links(bf, "no-such-host") == []
+    spread = link_spread(repeated_links(bf, host))
+    # (0.02^2 / 2 - 0.005^2) with 1 degree of freedom, beside 4 of the 1 % prior
+    assert spread.log_sd == pytest.approx(math.sqrt((4e-4 + 2e-4 - 2.5e-5) / 5))
 
 
 def _file_with_chain(tmp_path):

@@ -15,7 +15,8 @@ from ..errors import ResultsError, Unavailable
 from ..measure.measurement import Conditions, Measurement, Sample
 from ..measure.stats import Figure
 from ..measure.workload import Workload
-from .baselines import load_baselines
+from ..verdicts.reference import stand_in
+from .baselines import BaselineFile, load_baselines
 from .record import VerdictRecord, read_record
 
 DEFAULT_REL_SPREAD = 0.01
@@ -60,7 +61,7 @@ class Replay:
                 f"--moeperf-replay {path}: holds the numbers of {len(bf.hosts)} hosts "
                 f"({', '.join(h.id for h in bf.hosts)}); replay a results file of one run instead"
             )
-        ms = []
+        ms = _traffic_stand_ins(bf)
         for e in bf.entries:
             if e.kind != "bench":
                 continue
@@ -108,3 +109,26 @@ class Replay:
                 return m
         on = f" on build {build}" if build else ""
         raise Unavailable(f"replay file {self.path} has no {configuration} {workload}{on}")
+
+
+def _traffic_stand_ins(bf: BaselineFile) -> list[Measurement]:
+    """The file's traffic rows as the profile's ``traffic.prefill`` and ``traffic.decode`` of
+    each configuration and build (:func:`~pytest_moeperf.verdicts.reference.stand_in`: a
+    record's aggregate row is what a pass's metric computes), figures with their spread."""
+    traffic = [e for e in bf.entries if e.kind == "traffic"]
+    ms = []
+    for configuration, build in dict.fromkeys((e.configuration, e.build) for e in traffic):
+        own = [e for e in traffic if e.build == build]
+        for rate in ("prefill", "decode"):
+            w = Workload.traffic(rate)
+            e = stand_in(own, configuration, w.name, build)
+            if e is None:
+                continue
+            told = Conditions(
+                profile=bf.profile,
+                source=f"{e.source or ''} (stands for {w.name})".strip(),
+                flags=tuple((e.flags or "").split()),
+            )
+            fig = Figure(e.value, e.rel_spread or DEFAULT_REL_SPREAD)
+            ms.append(Measurement(configuration, build, w, (), told, figure=fig))
+    return ms

@@ -14,6 +14,7 @@ entry (:class:`StoredFigure`), so this module reads no file.
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -40,6 +41,7 @@ __all__ = [
     "log_requests",
     "pick_entry",
     "pick_figure",
+    "stand_in",
     "traffic_outcome",
 ]
 
@@ -115,6 +117,31 @@ def pick_entry(
     return pool[max(range(len(pool)), key=lambda i: (pool[i].date, i))]
 
 
+_AGGREGATE = re.compile(r"^(prefill|decode)-aggregate(?:>=(\d+))?$")
+
+
+def stand_in(entries: Iterable[E], configuration: str, workload: str, build: str) -> E | None:
+    """The record's traffic row that stands for a profile's traffic metric (``traffic.prefill``
+    or ``traffic.decode``) of *configuration*: its aggregate row of that rate (the sum of tokens
+    over the sum of time, what a pass's metric computes), of the lowest request threshold where
+    the record gives several (``prefill-aggregate>=256`` before ``>=4000``: the most requests),
+    of *build* else the newest (:func:`pick_entry`). ``None`` for other workloads or when the
+    record has no such row."""
+    rate = workload.removeprefix("traffic.")
+    if rate == workload or rate not in ("prefill", "decode"):
+        return None
+    rows: list[tuple[int, E]] = []
+    for e in entries:
+        m = _AGGREGATE.match(e.workload)
+        if e.kind == "traffic" and e.configuration == configuration and m and m[1] == rate:
+            rows.append((int(m[2] or 0), e))
+    if not rows:
+        return None
+    lowest = min(t for t, _ in rows)
+    chosen = [e for t, e in rows if t == lowest]
+    return pick_entry(chosen, configuration, chosen[0].workload, build, kind="traffic")
+
+
 def pick_figure(
     entries: Iterable[StoredFigure],
     configuration: str,
@@ -123,8 +150,11 @@ def pick_figure(
     *,
     kind: str = "bench",
 ) -> ReferenceFigure | None:
-    """:func:`pick_entry`'s number, and which entry it is, for a measurement on *build*."""
-    e = pick_entry(entries, configuration, workload, build, kind=kind)
+    """:func:`pick_entry`'s number, and which entry it is, for a measurement on *build*; for a
+    traffic metric, the record's row that stands for it (:func:`stand_in`)."""
+    e = stand_in(entries, configuration, workload, build) or pick_entry(
+        entries, configuration, workload, build, kind=kind
+    )
     return None if e is None else ReferenceFigure(e.value, e.build, e.date, e.host, build)
 
 

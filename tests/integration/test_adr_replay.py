@@ -40,13 +40,20 @@ def test_replaying_the_adr_gives_the_adrs_verdicts(adr):
         "--moeperf-report",
         "report.md",
     )
-    result.assert_outcomes(passed=7, xfailed=5, skipped=1)  # the real-traffic claim: no mix here
+    result.assert_outcomes(passed=8, xfailed=5)
     out = result.stdout.str()
     assert re.search(r"lm-none-node1.pp2048 / mmap.pp2048 >= 2.00 +2.071 .* holds", out)
     assert re.search(r"cache-2gib.tg128 / mmap.tg128 < 1 \(dead end\) +0.295 .* holds", out)
     assert re.search(r"cache-6gib.tg128 / mmap.tg128 <= 0.70 +0.640 .* holds", out)
     assert re.search(r"mmap\[b11713\].tg128 / mmap\[b11053\].tg128 ~ 1 +1.387 .* faster", out)
     assert re.search(r"mmap\[b11713\].pp2048 / mmap\[b11053\].pp2048 ~ 1 +1.068 .* faster", out)
+    # the real-traffic table: the aggregate rows stand for the profile's traffic metrics
+    assert re.search(
+        r"serve-new.traffic.prefill / serve-legacy.traffic.prefill >= 1.90 +2.255 .* holds", out
+    )
+    assert re.search(
+        r"serve-new.traffic.decode / serve-legacy.traffic.decode >= 0.90 +1.070 .* holds", out
+    )
     report = (adr.path / "report.md").read_text()
     assert "| cache-6gib.tg128 / mmap.tg128 <= 0.70 | 0.640 |" in report
 
@@ -139,3 +146,24 @@ def test_a_failure_shows_the_adrs_own_numbers_beside_the_replayed_ones(adr):
     assert "## Against the reference ADR-0042" in report
     assert "| lm-none-node1 | 391.4 | 300.0 | 15.71 | - | b11713 |" in report
     assert (adr.path / "report.reference-adr-0042.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_changed_traffic_figure_fails_with_the_adrs_own_beside_it(adr):
+    """serve-new's real-traffic prefill replayed at 150 tok/s instead of the ADR's 218.5: the
+    claim fails, and the line beside it shows the record's 218.5 (the profile's reference)."""
+    text = (adr.path / "baselines" / "adr-0042.toml").read_text()
+    cell = r'(configuration = "serve-new"\nworkload = "prefill-aggregate>=256"\nvalue = )218\.5'
+    changed = re.sub(cell, r"\g<1>150.0", text)
+    assert changed != text
+    (adr.path / "replayed.toml").write_text(changed)
+    result = adr.runpytest_subprocess(
+        "-m", "perf", "--moeperf-replay", "replayed.toml", "-p", "no:randomly", "-k", "traffic"
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "claim fails: serve-new.traffic.prefill / serve-legacy.traffic.prefill = 1.55 *"
+            ">= 1.90: fails",
+            "ADR-0042 218.5 / 96.90 = 2.25 | here 150.0 / 96.90 = 1.55 * | bound >= 1.90 | fails",
+        ]
+    )

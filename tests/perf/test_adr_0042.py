@@ -87,6 +87,10 @@ def test_prefill_is_equal_across_nodes(moeperf):
 @pytest.mark.moeperf(configurations=["serve-legacy", "serve-new"])
 def test_real_traffic_prefill_doubles_with_load_mode_none(moeperf):
     """The real-traffic table: prefill 96.9 -> 218.5 tok/s aggregate over requests of >= 256
-    new tokens, decode 13.64 -> 14.60 (unchanged in practice), on the production mix."""
-    moeperf.check("serve-new.traffic.prefill >= 2.0 * serve-legacy.traffic.prefill")
-    moeperf.check("serve-new.traffic.decode >= 0.95 * serve-legacy.traffic.decode")
+    new tokens ("2.2x faster on real traffic"), decode 13.64 -> 14.60 ("unchanged in practice,
+    within the spread of the old log"), on the production mix. The record's traffic figures
+    carry 5 % a side (baselines/adr-0042.toml), so its own ratios read 2.25 [1.96, 2.59] and
+    1.07 [0.93, 1.23]: the claims ask what those numbers can show, prefill at least 1.9x and
+    decode no more than 10 % slower."""
+    moeperf.check("serve-new.traffic.prefill >= 1.9 * serve-legacy.traffic.prefill")
+    moeperf.check("serve-new.traffic.decode >= 0.9 * serve-legacy.traffic.decode")

@@ -66,9 +66,9 @@ def test_adr_file_holds_every_table_cell():
             assert e.repetitions == 3 and e.date == "2026-10-17"
             assert f"row {row}," in e.source
             assert e.flags and "-ncmoe 48" in e.flags
-    for conf, build in (("legacy", "b11053"), ("new", "b11713")):
+    for conf, build in (("serve-legacy", "b11053"), ("serve-new", "b11713")):
         for metric, legacy, new in TRAFFIC_TABLE:
-            value, n = legacy if conf == "legacy" else new
+            value, n = legacy if conf == "serve-legacy" else new
             e = bf.find(build, conf, metric)
             assert e is not None and e.kind == "traffic"
             assert (e.value, e.requests) == (value, n)

@@ -373,8 +373,8 @@ def test_adr_cache_socket_does_not_matter(adr):
 
 def test_adr_traffic(adr):
     def pair(metric: str) -> Verdict:
-        new = adr.find("b11713", "new", metric)
-        old = adr.find("b11053", "legacy", metric)
+        new = adr.find("b11713", "serve-new", metric)
+        old = adr.find("b11053", "serve-legacy", metric)
         assert new is not None and old is not None
         assert new.kind == old.kind == "traffic"
         return judge_change(new.operand, old.operand, label=metric)

@@ -25,6 +25,7 @@ from pytest_moeperf.report.reference import (
 from pytest_moeperf.report.tables import text_table
 from pytest_moeperf.run.session import Options, PerfSession
 from pytest_moeperf.store.baselines import BaselineEntry, load_baselines
+from pytest_moeperf.store.replay import Replay
 from pytest_moeperf.verdicts.judge import Claim, judge_claim, judge_dead_end
 from pytest_moeperf.verdicts.reference import (
     Reference,
@@ -68,7 +69,28 @@ def test_the_measured_builds_entry_else_the_newest_saying_which():
     assert f is not None and (f.value, f.build, f.host) == (201.0, "b11800", "x")
     assert f.note == "b11800 of 2026-11-02, the newest (measured b11900)"
     assert pick_figure(ADR.entries, "mmap", "tg128 @ d8192", "b11713") is None
-    assert pick_figure(ADR.entries, "new", "decode-median", "b11713") is None  # traffic: not bench
+    assert pick_figure(ADR.entries, "serve-new", "decode-median", "b11713") is None  # not bench
+
+
+def test_a_records_aggregate_traffic_row_stands_for_the_profiles_traffic_metric():
+    """traffic.prefill of serve-new is the ADR's "prefill, requests with >= 256 new tokens,
+    aggregate" (218.5, the lowest threshold of two), traffic.decode its ">= 32 generated"
+    aggregate; a metric the record has no row for has no figure, and replay gives the same
+    numbers as figures with their spread."""
+    prefill = pick_figure(ADR.entries, "serve-new", "traffic.prefill", "b11713")
+    assert prefill is not None and (prefill.value, prefill.matched) == (218.5, True)
+    legacy = pick_figure(ADR.entries, "serve-legacy", "traffic.prefill", "b11053")
+    assert legacy is not None and legacy.value == 96.9
+    decode = pick_figure(ADR.entries, "serve-new", "traffic.decode", "b11900")
+    assert decode is not None and (decode.value, decode.build) == (14.6, "b11713")
+    assert pick_figure(ADR.entries, "serve-new", "traffic.ttft_p99", "b11713") is None
+    assert pick_figure(ADR.entries, "mmap", "traffic.prefill", "b11713") is None
+    replay = Replay.load(ADR_FILE)
+    new = replay.find("adr-0042", "serve-new", Workload.traffic("prefill"), None)
+    assert new.figure == Figure(218.5, 0.05) and new.build == "b11713"
+    assert "stands for traffic.prefill" in new.conditions.source
+    old = replay.find("adr-0042", "serve-legacy", Workload.traffic("decode"), None)
+    assert old.figure == Figure(13.64, 0.05) and old.build == "b11053"
 
 
 # --- the row and its tables ------------------------------------------------------------------
@@ -256,12 +278,12 @@ def adr_log(path: Path, prefill: float = 1.0, decode: float = 1.0) -> Path:
 
 def test_a_log_at_half_the_adrs_prefill_fails_naming_the_row(tmp_path, capsys):
     log = adr_log(tmp_path / "prod.log", prefill=0.5)
-    rc = logstats.main([str(log), "--baseline", str(ADR_FILE), "--column", "new"])
+    rc = logstats.main([str(log), "--baseline", str(ADR_FILE), "--column", "serve-new"])
     out = capsys.readouterr().out
     assert rc == 1
     assert re.search(
         r"\| prefill, requests with ≥256 new tokens, aggregate +\| 109\.3 \(n=22\) +\| "
-        r"0\.50 \[0\.\d\d, 0\.\d\d\] +\| 218\.5 ± 5 % \| 207\.6 \| fails \* +\|",
+        r"0\.50 \[0\.\d\d, 0\.\d\d\] +\| 218\.5 ± 5 % +\| 207\.6 +\| fails \* +\|",
         out,
     )
     assert "verdict: fails (prefill, requests with ≥256 new tokens, aggregate; prefill, " in out
@@ -271,10 +293,13 @@ def test_a_log_above_the_adrs_level_holds_and_one_at_it_is_undecided(tmp_path, c
     """The file's traffic figures carry rel_spread 0.05 beside a 5 % tolerance: a log must be
     about 5 % above a figure to show that it holds; one exactly at it cannot tell."""
     above = adr_log(tmp_path / "above.log", prefill=1.1, decode=1.1)
-    assert logstats.main([str(above), "--baseline", str(ADR_FILE), "--configuration", "new"]) == 0
+    assert (
+        logstats.main([str(above), "--baseline", str(ADR_FILE), "--configuration", "serve-new"])
+        == 0
+    )
     assert capsys.readouterr().out.rstrip().endswith("verdict: holds")
     level = adr_log(tmp_path / "level.log")
-    assert logstats.main([str(level), "--baseline", str(ADR_FILE), "--column", "new"]) == 3
+    assert logstats.main([str(level), "--baseline", str(ADR_FILE), "--column", "serve-new"]) == 3
     out = capsys.readouterr().out
     assert "| 218.5 (n=22)" in out and "verdict: undecided" in out
 
@@ -283,12 +308,12 @@ def test_logstats_baseline_errors_are_one_line_and_exit_2(tmp_path, capsys):
     log = adr_log(tmp_path / "prod.log")
     assert logstats.main([str(log), "--baseline", str(ADR_FILE)]) == 2
     assert capsys.readouterr().err == (
-        f"moeperf logstats: error: --baseline {ADR_FILE}: holds the traffic of legacy, new; "
-        "name one with --configuration (or --column)\n"
+        f"moeperf logstats: error: --baseline {ADR_FILE}: holds the traffic of serve-legacy, "
+        "serve-new; name one with --configuration (or --column)\n"
     )
     assert logstats.main([str(log), "--baseline", str(ADR_FILE), "--column", "old"]) == 2
     assert "--configuration old: " in capsys.readouterr().err
-    assert logstats.main([str(log), "--column", "new"]) == 2
+    assert logstats.main([str(log), "--column", "serve-new"]) == 2
     assert "give --baseline FILE too" in capsys.readouterr().err
     assert logstats.main([str(log), "--baseline", str(tmp_path / "nope.toml")]) == 2
     assert capsys.readouterr().err == (

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .machine import format_cpu_list, parse_cpu_list
+from .machine import format_cpu_list, node_meminfo, parse_cpu_list
 
 
 @dataclass(frozen=True)
@@ -178,13 +178,9 @@ def node_pages(pid: int, model: str | None, proc: Path = Path("/proc")) -> NodeP
     return parse_numa_maps(text, model)
 
 
-def page_cache_kib(node: int, sys_root: Path = Path("/sys/devices/system/node")) -> tuple[int, int]:
-    """(``FilePages``, ``MemTotal``) of *node* in KiB, ``(0, 0)`` where unknown: page cache
+def page_cache_kib(node: int, root: Path = Path("/")) -> tuple[int, int]:
+    """(``FilePages``, ``MemTotal``) of *node* in KiB
+    (:func:`~pytest_moeperf.host.machine.node_meminfo`), ``(0, 0)`` where unknown: page cache
     that fills a node leaves a freshly loaded model less room there."""
-    values: dict[str, int] = {}
-    with contextlib.suppress(OSError):
-        for line in (sys_root / f"node{node}" / "meminfo").read_text().splitlines():
-            m = re.match(r"Node\s+\d+\s+(\w+):\s+(\d+)\s*kB", line)
-            if m:
-                values[m[1]] = int(m[2])
-    return values.get("FilePages", 0), values.get("MemTotal", 0)
+    values = node_meminfo(node, root)
+    return values.get("FilePages", 0) // 1024, values.get("MemTotal", 0) // 1024

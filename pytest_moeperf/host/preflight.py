@@ -23,6 +23,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from .machine import node_meminfo
+
 GIB = 2**30
 BUSY_SHARE = 0.05
 """A process using more than this share of one CPU on the pinned CPUs is named."""
@@ -101,7 +103,7 @@ def numa_balancing(proc: Path = Path("/proc")) -> bool:
 
 @dataclass(frozen=True)
 class NodeMemory:
-    """A NUMA node's memory, from ``/sys/devices/system/node/nodeN/meminfo``."""
+    """A NUMA node's memory (its ``meminfo``, or the host's where it is the only node)."""
 
     total: int
     free: int
@@ -109,24 +111,14 @@ class NodeMemory:
     """Page cache on the node (bytes): reclaimable, but a pinned allocation does not wait."""
 
 
-def node_memory(node: int, sys: Path = Path("/sys")) -> NodeMemory | None:
-    """The memory of NUMA node *node*; ``None`` where the kernel shows none."""
-    path = sys / "devices" / "system" / "node" / f"node{node}" / "meminfo"
-    try:
-        text = path.read_text()
-    except OSError:
-        return None
-    kib: dict[str, int] = {}
-    for line in text.splitlines():
-        parts = line.split()  # "Node 1 MemFree:   123456 kB"
-        if len(parts) >= 4 and parts[-1] == "kB":
-            kib[parts[2].rstrip(":")] = int(parts[3])
+def node_memory(node: int, root: Path = Path("/")) -> NodeMemory | None:
+    """The memory of NUMA node *node* (:func:`~pytest_moeperf.host.machine.node_meminfo`);
+    ``None`` where the kernel shows none."""
+    kib = node_meminfo(node, root)
     if "MemTotal" not in kib:
         return None
     return NodeMemory(
-        total=kib["MemTotal"] * 1024,
-        free=kib.get("MemFree", 0) * 1024,
-        file_pages=kib.get("FilePages", 0) * 1024,
+        total=kib["MemTotal"], free=kib.get("MemFree", 0), file_pages=kib.get("FilePages", 0)
     )
 
 

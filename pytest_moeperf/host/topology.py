@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ..errors import ConfigError
 from .gpus import _mib, _smi
-from .machine import format_cpu_list, parse_cpu_list
+from .machine import format_cpu_list, node_meminfo, parse_cpu_list
 
 GPU_QUERY = ("index", "name", "memory.total", "memory.used", "pci.bus_id")
 """``nvidia-smi --query-gpu`` fields, in the order :func:`parse_gpu_query` reads them."""
@@ -136,17 +136,6 @@ def _read(path: Path) -> str | None:
         return None
 
 
-def parse_node_meminfo(text: str) -> dict[str, int]:
-    """Bytes per field of a ``/sys/devices/system/node/nodeN/meminfo`` text
-    (``Node 0 MemTotal:  196934028 kB``); the huge page counts (no unit) are left out."""
-    out: dict[str, int] = {}
-    for line in text.splitlines():
-        m = re.match(r"\s*Node\s+\d+\s+(\S+):\s+(\d+)\s+kB\s*$", line)
-        if m:
-            out[m[1]] = int(m[2]) * 1024
-    return out
-
-
 def parse_thp(text: str) -> str:
     """The selected mode of ``always [madvise] never``; "" when none is bracketed."""
     m = re.search(r"\[(\w+)\]", text)
@@ -180,7 +169,7 @@ def read_nodes(root: Path = Path("/")) -> tuple[NumaNode, ...]:
         if not text:
             continue  # a memory-only node (CXL, HBM): nothing to pin a server to
         cpus = parse_cpu_list(text)
-        mem = parse_node_meminfo(_read(entry / "meminfo") or "")
+        mem = node_meminfo(int(entry.name[4:]), root)
         nodes.append(
             NumaNode(
                 node=int(entry.name[4:]),

@@ -77,9 +77,12 @@ def test_status_fields():
 
 
 def test_page_cache_of_a_node(tmp_path):
-    (tmp_path / "node1").mkdir()
-    (tmp_path / "node1" / "meminfo").write_text(
+    nodes = tmp_path / "sys/devices/system/node"
+    for n in (0, 1):
+        (nodes / f"node{n}").mkdir(parents=True)
+    (nodes / "node1" / "meminfo").write_text(
         "Node 1 MemTotal:       65536000 kB\nNode 1 FilePages:      40000000 kB\n"
     )
     assert page_cache_kib(1, tmp_path) == (40000000, 65536000)
     assert page_cache_kib(0, tmp_path) == (0, 0)
+    assert page_cache_kib(0, tmp_path / "nowhere") == (0, 0)

@@ -6,10 +6,10 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from pytest_moeperf.host.machine import parse_node_meminfo
 from pytest_moeperf.host.topology import (
     GIB,
     parse_gpu_query,
-    parse_node_meminfo,
     parse_thp,
     parse_topo_numa,
     read_gpus,

@@ -77,3 +77,26 @@ def test_each_check_takes_its_edges():
     defaults.check_reprobe(0.0, "--x")
     defaults.check_seconds(None, "--x", "a timeout", example=1)
     defaults.check_budget(None, "--x")
+
+
+def test_every_environment_variable_the_project_reads_is_in_the_readmes_table():
+    """A variable the package, its scripts, CI or the profiles read (``MOEPERF_*``) has a row
+    of the README's table: ``MOEPERF_SMOKE_BUDGET`` and ``_NCMOE`` were read by
+    ``scripts/gpu-smoke.sh`` and missing from it."""
+    root = README.parent
+    text = README.read_text()
+    table = text[text.index("### Every environment variable") :]
+    table = table[: table.index("\n## ")]
+    listed = set(re.findall(r"`(MOEPERF_[A-Z_]*[A-Z])`", table))
+    read = set()
+    for folder in ("pytest_moeperf", "scripts", ".ci"):
+        for path in (root / folder).rglob("*"):
+            if (
+                path.is_file()
+                and path.suffix in (".py", ".sh", "")
+                and "__pycache__" not in str(path)
+            ):
+                read |= set(re.findall(r"MOEPERF_[A-Z_]*[A-Z]", path.read_text(errors="replace")))
+    read |= set(re.findall(r"\$(MOEPERF_[A-Z_]*[A-Z])", (root / "moeperf.toml").read_text()))
+    read -= {"MOEPERF_EXAMPLE"}  # a constant's name in plugin/markers.py, not a variable
+    assert sorted(read - listed) == []

@@ -2,6 +2,8 @@
 performance warnings each log contains, and optionally a log's request mix for replay; with
 ``--baseline``, a production log's rows judged against a baseline file's recorded
 ``kind = "traffic"`` figures, for cron: exit 0 every row holds, 1 a row fails, 3 undecided.
+Two logs (``OLD.log NEW.log``, or ``NEW.log --baseline OLD.log``) are compared row by row
+(:mod:`pytest_moeperf.verdicts.logchange`), exit 0/1/3 as a gate's.
 
 Mounted by :func:`pytest_moeperf.commands.make_parser` through :func:`add_arguments` and
 :func:`run`; :func:`main` runs it alone (``python -m pytest_moeperf.commands.logstats``).
@@ -15,20 +17,22 @@ import sys
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
+from ..defaults import FAMILY_ALPHA, MARGIN, SESSION_SPREAD
 from ..errors import BaselineError, MoeperfError
 from ..fs import write_output
 from ..llama.logs import (
     ParsedLog,
     RequestTiming,
-    TrafficStats,
     mix_of,
     parse_log_files,
     rotated_series,
     traffic_stats,
 )
-from ..report.logstats import format_traffic_checks, format_traffic_table
+from ..report.logstats import format_log_changes, format_traffic_checks, format_traffic_table
 from ..store.baselines import TRAFFIC_METRIC, BaselineEntry, BaselineFile, load_baselines
+from ..verdicts.logchange import compare_logs, log_rows, logs_outcome
 from ..verdicts.reference import (
     RESAMPLES,
     Metric,
@@ -47,7 +51,9 @@ _PROG = "moeperf logstats"
 SEED = 0
 """The bootstrap's seed: the same log gives the same intervals."""
 EXIT = {"holds": 0, "fails": 1, "undecided": 3}
-"""``--baseline``'s exit status by overall outcome."""
+"""``--baseline FILE.toml``'s exit status by overall outcome."""
+COMPARE_EXIT = {"pass": 0, "slower": 1, "undecided": 3}
+"""Two logs' exit status by overall outcome, as a gate's."""
 
 
 def _non_negative(value: str) -> int:
@@ -58,6 +64,16 @@ def _non_negative(value: str) -> int:
     if n < 0:
         raise argparse.ArgumentTypeError(f"must be >= 0, got {n}")
     return n
+
+
+def _fraction(value: str) -> float:
+    try:
+        f = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {value!r}") from None
+    if not (0 <= f < 1):
+        raise argparse.ArgumentTypeError(f"must be in [0, 1), got {f:g} (0.10 is 10 %)")
+    return f
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -106,10 +122,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--baseline",
         metavar="FILE",
-        help="judge the log's rows against FILE's kind = \"traffic\" entries of one "
-        "configuration (the same rows, each with a bootstrap interval over the log's requests "
-        "and a verdict against the entry's tolerance and spread); one log only; exit 0 every "
-        "row holds, 1 a row fails, 3 undecided",
+        help="judge the log's rows against FILE: a baseline file (.toml), its kind = "
+        '"traffic" entries of one configuration (each row with a bootstrap interval over the '
+        "log's requests and a verdict against the entry's tolerance and spread; exit 0 every "
+        "row holds, 1 a row fails, 3 undecided), or an older log (as OLD.log NEW.log); one log "
+        "only",
+    )
+    parser.add_argument(
+        "--session-spread",
+        type=_fraction,
+        default=SESSION_SPREAD,
+        metavar="F",
+        help="two logs: the spread of one session's level (log standard deviation, 0.10 = "
+        f"10 %%) assumed where the logs hold too few sessions to measure it (default "
+        f"{SESSION_SPREAD:g}: this project's hosts drift 10-20 %% between hours)",
     )
     parser.add_argument(
         "--configuration",
@@ -117,7 +143,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         dest="configuration",
         metavar="NAME",
         help="with --baseline: the traffic entries' configuration (a column of the record's "
-        "table, e.g. legacy or new); needed when the file holds more than one",
+        "table, e.g. serve-legacy or serve-new); needed when the file holds more than one",
     )
 
 
@@ -204,98 +230,38 @@ def judge_log(
     return checks
 
 
-def run(args: argparse.Namespace) -> int:
-    """Run ``moeperf logstats`` with parsed *args*; 0 on success, 2 on a user error; with
-    ``--baseline``, 0 every row holds, 1 a row fails, 3 undecided."""
-    mix_path = args.mix
-    baseline = getattr(args, "baseline", None)
-    configuration = getattr(args, "configuration", None)
-    for flag, used in (("--mix", mix_path), ("--baseline", baseline)):
+def _usage_error(args: argparse.Namespace, baseline: str | None) -> str | None:
+    """The one-line usage error of *args*, if any."""
+    for flag, used in (("--mix", args.mix), ("--baseline", baseline)):
         if used and len(args.logs) != 1:
             what = "writes the mix of" if flag == "--mix" else "judges"
-            print(
-                f"{_PROG}: error: {flag} {what} one log; {len(args.logs)} were given "
-                "(use --rotated for a log's rotated predecessors)",
-                file=sys.stderr,
+            return (
+                f"{flag} {what} one log; {len(args.logs)} were given "
+                "(use --rotated for a log's rotated predecessors)"
             )
-            return 2
-    if configuration and not baseline:
-        print(
-            f"{_PROG}: error: --configuration {configuration} names a traffic column of a "
-            "--baseline file; give --baseline FILE too",
-            file=sys.stderr,
+    configuration = getattr(args, "configuration", None)
+    if configuration and not (baseline and _is_record(baseline)):
+        return (
+            f"--configuration {configuration} names a traffic column of a --baseline file; "
+            "give --baseline FILE too (a baseline file, .toml)"
         )
-        return 2
-    try:
-        labels = _labels(args.logs)
-        parsed: dict[str, ParsedLog] = {}
-        stats: dict[str, TrafficStats] = {}
-        for label, log in zip(labels, args.logs, strict=True):
-            series = rotated_series(log) if args.rotated else [Path(log)]
-            parsed[label] = parse_log_files(series)
-            stats[label] = traffic_stats(
-                parsed[label].timings,
-                prefill_min=args.prefill_min,
-                prefill_large_min=args.prefill_large_min,
-                decode_min=args.decode_min,
-            )
-        if mix_path:
-            label = labels[0]
-            mix, mix_notes = mix_of(parsed[label].timings, str(args.logs[0]))
-            write_output(Path(mix_path), json.dumps(mix.to_dict(), indent=1) + "\n", "--mix")
-        checks: list[TrafficCheck] = []
-        if baseline:
-            try:
-                bf = load_baselines(baseline)
-            except BaselineError as e:
-                raise BaselineError(f"--baseline {e}") from None
-            configuration, entries = _stored(bf, configuration)
-            checks = judge_log(
-                parsed[labels[0]].timings,
-                bf,
-                entries,
-                prefill_min=args.prefill_min,
-                decode_min=args.decode_min,
-            )
-    except MoeperfError as e:
-        print(f"{_PROG}: error: {e}", file=sys.stderr)
-        return 2
-    if mix_path:
-        print(
-            f"mix: {mix.describe()}{', with arrival gaps' if mix.has_gaps else ''} -> {mix_path}",
-            file=sys.stderr,
-        )
-        for note in mix_notes:
-            print(f"mix: {note}", file=sys.stderr)
-    if args.json:
-        doc = {
-            label: {
-                "paths": list(p.paths),
-                "lines": p.lines,
-                "malformed_timing_lines": p.malformed,
-                "stats": stats[label].to_dict(),
-                "startup_findings": [asdict(f) for f in p.findings],
-            }
-            for label, p in parsed.items()
-        }
-        if baseline:
-            doc[labels[0]]["baseline"] = {
-                "path": str(baseline),
-                "configuration": configuration,
-                "outcome": traffic_outcome(checks),
-                "checks": [{**asdict(c), "explain": c.explain()} for c in checks],
-            }
-        print(json.dumps(doc, indent=2))
-        return EXIT[traffic_outcome(checks)] if baseline else 0
-    if baseline:
-        print(
-            f"{labels[0]} against {baseline}, configuration {configuration} (interval over "
-            f"the log's requests: bootstrap of {RESAMPLES:,} resamples, seed {SEED}, widened "
-            "by the stored figure's spread)"
-        )
-        print(format_traffic_checks(labels[0], str(configuration), checks))
-    else:
-        print(format_traffic_table(stats))
+    return None
+
+
+def _is_record(baseline: str) -> bool:
+    """Whether ``--baseline`` names a baseline file (TOML) rather than an older log."""
+    return Path(baseline).suffix == ".toml"
+
+
+def _parse(paths: Sequence[str], labels: Sequence[str], rotated: bool) -> dict[str, ParsedLog]:
+    return {
+        label: parse_log_files(rotated_series(log) if rotated else [Path(log)])
+        for label, log in zip(labels, paths, strict=True)
+    }
+
+
+def _print_findings(parsed: dict[str, ParsedLog]) -> None:
+    """What the logs say besides their timings: unreadable lines, performance warnings."""
     extra: list[str] = []
     for label, p in parsed.items():
         if p.malformed:
@@ -309,18 +275,134 @@ def run(args: argparse.Namespace) -> int:
     if extra:
         print("\nread from the logs:")
         print("\n".join(f"- {e}" if not e.startswith(" ") else f"  {e}" for e in extra))
-    if not baseline:
-        return 0
-    outcome = traffic_outcome(checks)
-    failed = [c.label for c in checks if c.outcome == "fails"]
-    open_rows = [c.label for c in checks if c.outcome == "undecided"]
-    if outcome == "fails":
-        print(f"\nverdict: fails ({'; '.join(failed)})")
-    elif outcome == "undecided":
-        print(f"\nverdict: undecided ({'; '.join(open_rows)})")
+
+
+def _verdict_line(outcome: str, rows: Sequence[tuple[str, str]]) -> str:
+    """``verdict: fails (row; row)``: the rows behind an outcome that is not a pass."""
+    named = [label for label, o in rows if o == outcome and outcome not in ("holds", "pass")]
+    return f"verdict: {outcome} ({'; '.join(named)})" if named else f"verdict: {outcome}"
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``moeperf logstats`` with parsed *args*; 0 on success, 2 on a user error; with
+    ``--baseline FILE.toml``, 0 every row holds, 1 a row fails, 3 undecided; of two logs, 0
+    no row slower and none undecided, 1 a row slower, 3 undecided."""
+    baseline: str | None = getattr(args, "baseline", None)
+    why = _usage_error(args, baseline)
+    if why:
+        print(f"{_PROG}: error: {why}", file=sys.stderr)
+        return 2
+    record = baseline is not None and _is_record(baseline)
+    paths = [baseline, *args.logs] if baseline and not record else list(args.logs)
+    compare = len(paths) == 2 and not record
+    try:
+        labels = _labels(paths)
+        parsed = _parse(paths, labels, args.rotated)
+        stats = {
+            label: traffic_stats(
+                p.timings,
+                prefill_min=args.prefill_min,
+                prefill_large_min=args.prefill_large_min,
+                decode_min=args.decode_min,
+            )
+            for label, p in parsed.items()
+        }
+        if args.mix:
+            mix, mix_notes = mix_of(parsed[labels[0]].timings, str(args.logs[0]))
+            write_output(Path(args.mix), json.dumps(mix.to_dict(), indent=1) + "\n", "--mix")
+        checks: list[TrafficCheck] = []
+        configuration = None
+        if record and baseline is not None:
+            try:
+                bf = load_baselines(baseline)
+            except BaselineError as e:
+                raise BaselineError(f"--baseline {e}") from None
+            configuration, entries = _stored(bf, getattr(args, "configuration", None))
+            checks = judge_log(
+                parsed[labels[0]].timings,
+                bf,
+                entries,
+                prefill_min=args.prefill_min,
+                decode_min=args.decode_min,
+            )
+        changes = (
+            compare_logs(
+                parsed[labels[0]].timings,
+                parsed[labels[1]].timings,
+                log_rows(args.prefill_min, args.prefill_large_min, args.decode_min),
+                prior=getattr(args, "session_spread", SESSION_SPREAD),
+                seed=SEED,
+            )
+            if compare
+            else []
+        )
+    except MoeperfError as e:
+        print(f"{_PROG}: error: {e}", file=sys.stderr)
+        return 2
+    if args.mix:
+        print(
+            f"mix: {mix.describe()}{', with arrival gaps' if mix.has_gaps else ''} -> {args.mix}",
+            file=sys.stderr,
+        )
+        for note in mix_notes:
+            print(f"mix: {note}", file=sys.stderr)
+    if args.json:
+        doc: dict[str, Any] = {
+            label: {
+                "paths": list(p.paths),
+                "lines": p.lines,
+                "malformed_timing_lines": p.malformed,
+                "stats": stats[label].to_dict(),
+                "startup_findings": [asdict(f) for f in p.findings],
+            }
+            for label, p in parsed.items()
+        }
+        if record:
+            doc[labels[0]]["baseline"] = {
+                "path": str(baseline),
+                "configuration": configuration,
+                "outcome": traffic_outcome(checks),
+                "checks": [{**asdict(c), "explain": c.explain()} for c in checks],
+            }
+        if compare:
+            doc["compare"] = {
+                "old": labels[0],
+                "new": labels[1],
+                "outcome": logs_outcome(changes),
+                "rows": [
+                    {**asdict(c), "dominant": c.dominant, "explain": c.explain()} for c in changes
+                ],
+            }
+        print(json.dumps(doc, indent=2))
+        if record:
+            return EXIT[traffic_outcome(checks)]
+        return COMPARE_EXIT[logs_outcome(changes)] if compare else 0
+    if record:
+        print(
+            f"{labels[0]} against {baseline}, configuration {configuration} (interval over "
+            f"the log's requests: bootstrap of {RESAMPLES:,} resamples, seed {SEED}, widened "
+            "by the stored figure's spread)"
+        )
+        print(format_traffic_checks(labels[0], str(configuration), checks))
     else:
-        print("\nverdict: holds")
-    return EXIT[outcome]
+        print(format_traffic_table(stats))
+    if compare:
+        print(
+            f"\n{labels[1]} against {labels[0]} (interval: both logs' bootstrap over requests "
+            f"and the between-session term; each row at {100 * FAMILY_ALPHA:g} % / "
+            f"{len(changes)} rows, margin {100 * MARGIN:g} %)"
+        )
+        print(format_log_changes(labels[0], labels[1], changes))
+    _print_findings(parsed)
+    if record:
+        held = traffic_outcome(checks)
+        print("\n" + _verdict_line(held, [(c.label, c.outcome) for c in checks]))
+        return EXIT[held]
+    if compare:
+        changed = logs_outcome(changes)
+        print("\n" + _verdict_line(changed, [(c.label, c.outcome) for c in changes]))
+        return COMPARE_EXIT[changed]
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

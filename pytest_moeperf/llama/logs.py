@@ -25,7 +25,7 @@ import math
 import re
 import statistics
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, cast
@@ -519,6 +519,34 @@ def traffic_stats(
         decode_median=statistics.median(rates) if rates else None,
         notes=tuple(notes),
     )
+
+
+SESSION_SECONDS = 3600.0
+"""A log with timestamps is cut into sessions of this many seconds of a server's uptime: a
+shared host moves 10-20 % between hours."""
+
+
+def log_sessions(
+    timings: Sequence[RequestTiming], seconds: float = SESSION_SECONDS
+) -> list[list[RequestTiming]]:
+    """A log's requests in sessions, in order: a new one at each server restart (a task id
+    below half the highest the server had reached, past 10; or a timestamp that goes back) and,
+    where the log has timestamps (``--log-timestamps``), at each *seconds* of uptime."""
+    sessions: list[list[RequestTiming]] = []
+    key: tuple[int, int] | None = None
+    top, last, restarts = -1, None, 0
+    for t in timings:
+        went_back = t.end_s is not None and last is not None and t.end_s < last - 1.0
+        if (top > 10 and t.task < top // 2) or went_back:
+            restarts, top, last = restarts + 1, -1, None
+        top = max(top, t.task)
+        last = t.end_s if t.end_s is not None else last
+        k = (restarts, int(t.end_s // seconds) if t.end_s is not None else 0)
+        if k != key:
+            sessions.append([])
+            key = k
+        sessions[-1].append(t)
+    return sessions
 
 
 def mix_of(timings: Iterable[RequestTiming], source: str) -> tuple[Mix, list[str]]:

@@ -1,15 +1,18 @@
 """The real-traffic table of ADR-0042 (``moeperf logstats``): prefill and decode throughput
 of llama-server logs, one column per log, and each log's notes; with ``--baseline``, one log's
-rows against a file's stored traffic figures, each with its interval and verdict."""
+rows against a file's stored traffic figures, each with its interval and verdict; of two logs,
+the new one's rows over the old one's, each with its interval, the term that dominates it and
+its verdict."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 from ..llama.logs import TrafficStats
+from ..verdicts.logchange import LogChange
 from ..verdicts.reference import TrafficCheck
 
-__all__ = ["format_traffic_checks", "format_traffic_table"]
+__all__ = ["format_log_changes", "format_traffic_checks", "format_traffic_table"]
 
 
 def _cell(rate: float | None, n: int, digits: int) -> str:
@@ -136,4 +139,53 @@ def format_traffic_checks(log: str, stored: str, checks: Sequence[TrafficCheck])
     if failed:
         out.append("")
         out += [f"fails: {c.explain()}" for c in failed]
+    return "\n".join(out)
+
+
+def format_log_changes(old: str, new: str, changes: Sequence[LogChange]) -> str:
+    """Two logs' rows: metric | old tok/s (n) | new tok/s (n) | new / old with its interval |
+    the terms of its width (log standard deviations of the difference) | verdict, rows that
+    are not a pass marked; then the between-session term's basis and each row's line."""
+    confidence = f"{100 * changes[0].confidence:.1f}" if changes else "95"
+    rows = [
+        [
+            "metric",
+            f"{old} tok/s (n)",
+            f"{new} tok/s (n)",
+            f"{new} / {old} [{confidence} % interval]",
+            "± requests / sessions",
+            "verdict",
+        ]
+    ]
+    for c in changes:
+        decode = c.label.startswith("decode")
+
+        def cell(value: float | None, n: int, decode: bool = decode) -> str:
+            return f"— (n={n:,})" if value is None else f"{_rate(value, decode)} (n={n:,})"
+
+        ratio = (
+            "—"
+            if c.ratio is None or c.low is None or c.high is None
+            else f"{c.ratio:.2f} [{c.low:.2f}, {c.high:.2f}]"
+        )
+        terms = f"{100 * c.request_sd:.1f} % / {100 * c.session_sd:.1f} %"
+        if c.ratio is not None:
+            terms += f" ({c.dominant} dominates)"
+        mark = "" if c.outcome in ("unchanged", "faster", "small-faster", "small-slower") else " *"
+        rows.append(
+            [c.label, cell(c.old, c.n_old), cell(c.new, c.n_new), ratio, terms, c.outcome + mark]
+        )
+    out = _render(rows)
+    sessions = [c.session for c in changes if c.session is not None]
+    out.append("")
+    if not changes:
+        return "\n".join(out)
+    if not sessions:
+        out.append("between sessions: none (the same requests twice are one session)")
+    else:
+        widest = max(sessions, key=lambda s: s.log_sd)
+        out.append(
+            f"{widest.describe()}, the widest row's: each log is one session's level (sessions "
+            "are a log's server restarts, and its hours where it has timestamps)"
+        )
     return "\n".join(out)

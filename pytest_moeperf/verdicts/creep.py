@@ -279,26 +279,29 @@ class SessionSpread:
 
 
 def session_spread(
-    medians: Sequence[float],
-    *,
+    *groups: Sequence[float],
     prior: float = SESSION_SPREAD,
     prior_sessions: float = SESSION_PRIOR_SESSIONS,
 ) -> SessionSpread:
-    """The between-session spread of the session *medians* (tok/s) of one build: the variance
-    of their logs pooled with a *prior* (log standard deviation) that counts as
-    *prior_sessions* degrees of freedom, so that with few sessions it stays near the prior
-    (conservative) and with many it follows them. The session medians' variance holds their
-    within-session noise too, so it overstates the term, never understates it."""
+    """The between-session spread of session levels (tok/s): each of *groups* holds the levels
+    of the sessions of one thing that did not change (one build's session medians; one log's
+    sessions). The variances of their logs, each around its group's own mean, are pooled with
+    a *prior* (log standard deviation) that counts as *prior_sessions* degrees of freedom, so
+    that with few sessions it stays near the prior (conservative) and with many it follows
+    them. A session level's variance holds its within-session noise too, so it overstates the
+    term, never understates it."""
     if prior < 0 or prior_sessions <= 0:
         raise ValueError(f"prior {prior!r} and prior_sessions {prior_sessions!r} must be >= 0, > 0")
-    logs = [math.log(m) for m in medians if m > 0 and math.isfinite(m)]
-    df = len(logs) - 1
-    pooled = prior**2 * prior_sessions
-    if df >= 1:
-        pooled += statistics.variance(logs) * df
+    pooled, df, sessions = prior**2 * prior_sessions, 0, 0
+    for levels in groups:
+        logs = [math.log(m) for m in levels if m > 0 and math.isfinite(m)]
+        sessions += len(logs)
+        if len(logs) >= 2:
+            pooled += statistics.variance(logs) * (len(logs) - 1)
+            df += len(logs) - 1
     return SessionSpread(
-        log_sd=math.sqrt(pooled / (prior_sessions + max(df, 0))),
-        sessions=len(logs),
+        log_sd=math.sqrt(pooled / (prior_sessions + df)),
+        sessions=sessions,
         prior=prior,
         prior_sessions=prior_sessions,
     )

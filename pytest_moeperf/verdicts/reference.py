@@ -36,6 +36,7 @@ __all__ = [
     "Statistic",
     "StoredFigure",
     "TrafficCheck",
+    "bootstrap_draws",
     "bootstrap_interval",
     "judge_traffic",
     "log_requests",
@@ -238,7 +239,7 @@ class ReferenceRow:
 # A production log against a file's traffic entries
 
 
-Metric = Literal["prefill", "decode"]
+Metric = Literal["prefill", "decode", "all"]
 Statistic = Literal["aggregate", "median"]
 TrafficOutcome = Literal["holds", "fails", "undecided"]
 
@@ -248,14 +249,20 @@ def log_requests(
 ) -> list[tuple[int, float]]:
     """``(tokens, ms)`` of each complete request of a log with at least *min_tokens* newly
     prefilled (``prefill``) or generated (``decode``) tokens, as
-    :func:`~pytest_moeperf.llama.logs.traffic_stats` selects them."""
+    :func:`~pytest_moeperf.llama.logs.traffic_stats` selects them; ``all``: both, summed."""
     out = []
     for t in timings:
         if not t.complete:
             continue
-        tokens, ms = (
-            (t.prompt_tokens, t.prompt_ms) if metric == "prefill" else (t.gen_tokens, t.gen_ms)
-        )
+        tokens: int | None
+        ms: float | None
+        if metric == "prefill":
+            tokens, ms = t.prompt_tokens, t.prompt_ms
+        elif metric == "decode":
+            tokens, ms = t.gen_tokens, t.gen_ms
+        else:
+            tokens = (t.prompt_tokens or 0) + (t.gen_tokens or 0)
+            ms = (t.prompt_ms or 0.0) + (t.gen_ms or 0.0)
         if tokens is not None and ms is not None and tokens >= min_tokens and ms > 0:
             out.append((tokens, ms))
     return out
@@ -269,17 +276,16 @@ def _statistic(tokens: np.ndarray, ms: np.ndarray, statistic: Statistic) -> np.n
     return np.asarray(np.median(tokens * 1000.0 / ms, axis=-1))
 
 
-def bootstrap_interval(
+def bootstrap_draws(
     requests: Sequence[tuple[int, float]],
     statistic: Statistic,
     *,
-    confidence: float = 0.95,
     resamples: int = RESAMPLES,
     seed: int = 0,
-) -> tuple[float, float, float]:
+) -> tuple[float, np.ndarray]:
     """The statistic of *requests* (``aggregate``: sum of tokens over sum of time, as
-    ADR-0042's real-traffic table; ``median``: of the per-request rates) and its percentile
-    bootstrap interval over requests, seeded: ``(value, low, high)`` in tok/s."""
+    ADR-0042's real-traffic table; ``median``: of the per-request rates) in tok/s, and its
+    *resamples* bootstrap draws over requests, seeded."""
     if not requests:
         raise ValueError("no requests")
     tokens = np.array([t for t, _ in requests], dtype=float)
@@ -295,7 +301,20 @@ def bootstrap_interval(
         idx = rng.integers(0, n, size=(k, n))
         stats.append(_statistic(tokens[idx], ms[idx], statistic))
         left -= k
-    drawn = np.concatenate(stats)
+    return value, np.concatenate(stats)
+
+
+def bootstrap_interval(
+    requests: Sequence[tuple[int, float]],
+    statistic: Statistic,
+    *,
+    confidence: float = 0.95,
+    resamples: int = RESAMPLES,
+    seed: int = 0,
+) -> tuple[float, float, float]:
+    """The statistic of *requests* and its percentile bootstrap interval over requests
+    (:func:`bootstrap_draws`), seeded: ``(value, low, high)`` in tok/s."""
+    value, drawn = bootstrap_draws(requests, statistic, resamples=resamples, seed=seed)
     tail = (1 - confidence) / 2
     low, high = (float(q) for q in np.quantile(drawn, [tail, 1 - tail]))
     return value, min(low, value), max(high, value)

@@ -35,6 +35,9 @@ GIB = 2**30
 MIB = 2**20
 DEFAULT_CTX = 4096
 DEFAULT_UBATCH = 512
+DEFAULT_SLOTS = 4
+"""llama-server's slots when ``-np`` is not given (or ``-1``, auto): 4. A hybrid model holds
+its recurrent state once per slot."""
 ACTIVATIONS_PER_EMBD = 80
 """Compute buffer: about this many f32 activations of ``n_embd`` per micro-batch token (the
 FFN's, the routed experts' and attention's intermediate tensors), plus the logits of the
@@ -168,7 +171,11 @@ def estimate(
     ctx = flag_int(flag_value(flags, "-c", "--ctx-size"), DEFAULT_CTX)
     if ctx <= 0:  # -c 0: the model's training context
         ctx = model.n_ctx_train or DEFAULT_CTX
-    kv = model.kv_per_token_of_depth * ctx
+    slots = flag_int(flag_value(flags, "-np", "--parallel"), DEFAULT_SLOTS)
+    # the KV cache of the attention layers, and a hybrid's recurrent state of each slot
+    kv = model.kv_per_token_of_depth * ctx + model.recurrent_per_seq * (
+        slots if slots > 0 else DEFAULT_SLOTS
+    )
     kv_on_gpu = 0 if ("-nkvo" in flags or "--no-kv-offload" in flags) else int(kv * on_gpu)
     ubatch = flag_int(flag_value(flags, "-ub", "--ubatch-size"), DEFAULT_UBATCH)
     compute = 4 * ubatch * (ACTIVATIONS_PER_EMBD * model.n_embd + model.n_vocab)

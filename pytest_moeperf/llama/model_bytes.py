@@ -6,9 +6,12 @@ lookup table (token embeddings), and the KV cache up to the current depth. With 
 bandwidth (the calibration probe's, or a figure the profile states) that gives a roofline:
 the decode rate no build can beat on this host, and a measured rate as a fraction of it.
 
-The estimate counts bytes as stored (quantized sizes included) and assumes an f16 KV cache
-in every layer (for hybrid models with few attention layers it overstates the KV part); it
-ignores caches, which is why a small model can exceed 100 % on a CPU with a large L3.
+The estimate counts bytes as stored (quantized sizes included) and an f16 KV cache in the
+attention layers only: a hybrid model's recurrent layers (Gated DeltaNet, Mamba) hold a fixed
+state per sequence instead (:attr:`DecodeBytes.recurrent_per_seq`), which a decode step reads
+once. Counting the KV cache in every layer overstated ADR-0042's model (12 attention layers of
+48) four times: 12 GiB at ``-c 131072`` where llama.cpp allocates 3. It ignores caches, which
+is why a small model can exceed 100 % on a CPU with a large L3.
 
 A split model (llama.cpp's ``gguf-split``: ``NAME-00001-of-00003.gguf`` and its siblings) is
 read whole: the first shard holds the metadata and ``split.count``, every shard its own
@@ -38,6 +41,11 @@ even under mmap (measured: a 3.8 GB q4_0 model mapped by a CPU-only b11434 serve
 GiB of anonymous memory; ``--no-repack`` turns it off)."""
 """Lookup tables: one row read per token (``token_embd``, ``per_layer_token_embd``)."""
 KV_BYTES_PER_ELEMENT = 2  # f16, llama.cpp's default cache type
+STATE_BYTES_PER_ELEMENT = 4
+"""A recurrent layer's state is f32 (llama.cpp's default ``type_r``/``type_s``)."""
+FULL_ATTENTION_INTERVAL = {"qwen3next": 4}
+"""Architectures whose every N-th layer (1-based) is full attention and the rest recurrent,
+where the GGUF gives no ``full_attention_interval`` (llama.cpp's own default)."""
 _SPLIT_NAME = re.compile(r"(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf")
 """llama.cpp's split file name (``llama_split_path``: ``%s-%05d-of-%05d.gguf``)."""
 SPLIT_COUNT = "split.count"
@@ -67,6 +75,12 @@ class DecodeBytes:
     """Of the routed experts, the bytes of matrices of :data:`REPACKED_TYPES`."""
     lookup_total: int = 0
     """All bytes of the lookup tables."""
+    recurrent_per_seq: int = 0
+    """Bytes of the recurrent layers' state of one sequence (a slot): ``(conv_kernel - 1) x
+    (inner + 2 x groups x state)`` plus ``state x inner`` f32 values a recurrent layer (0: a
+    model without recurrent layers)."""
+    attention_layers: int = 0
+    """Layers that hold a KV cache."""
     n_layer: int = 0
     n_embd: int = 0
     n_vocab: int = 0
@@ -83,7 +97,13 @@ class DecodeBytes:
 
     def per_token(self, depth: int = 0) -> int:
         """Bytes read to generate one token with *depth* tokens already in the context."""
-        return self.dense + self.experts_active + self.lookup + self.kv_per_token_of_depth * depth
+        return (
+            self.dense
+            + self.experts_active
+            + self.lookup
+            + self.recurrent_per_seq
+            + self.kv_per_token_of_depth * depth
+        )
 
     def limit(self, bandwidth_gbs: float, depth: int = 0) -> float:
         """The decode rate (tok/s) memory bandwidth *bandwidth_gbs* allows at *depth*."""
@@ -202,6 +222,33 @@ def _check_split(model: Path, shards: tuple[Path, ...], readers: list[Any]) -> N
         )
 
 
+def _attention_layers(fields: Any, arch: str, n_layer: int, heads_kv: Any, heads: Any) -> int:
+    """Layers with a KV cache: those with KV heads where the counts are per layer; none of a
+    model without heads (Mamba); every N-th of a hybrid with a full-attention interval; all
+    of any other model."""
+    if isinstance(heads_kv, list):
+        return sum(1 for h in heads_kv if int(h) > 0)
+    if not isinstance(heads, list) and not int(heads_kv if heads_kv is not None else heads or 0):
+        return 0
+    interval = int(
+        _value(fields, f"{arch}.full_attention_interval") or FULL_ATTENTION_INTERVAL.get(arch, 0)
+    )
+    if interval > 1:
+        return sum(1 for i in range(n_layer) if (i + 1) % interval == 0)
+    return n_layer
+
+
+def _recurrent_state(fields: Any, arch: str) -> int:
+    """Bytes of one recurrent layer's state of one sequence (llama.cpp's ``n_embd_r`` +
+    ``n_embd_s``, f32); 0 for a model without ``ssm.*`` sizes."""
+    conv = int(_value(fields, f"{arch}.ssm.conv_kernel") or 0)
+    inner = int(_value(fields, f"{arch}.ssm.inner_size") or 0)
+    state = int(_value(fields, f"{arch}.ssm.state_size") or 0)
+    groups = int(_value(fields, f"{arch}.ssm.group_count") or 0)
+    rolling = max(conv - 1, 0) * (inner + 2 * groups * state)
+    return (rolling + state * inner) * STATE_BYTES_PER_ELEMENT
+
+
 def decode_bytes(model: Path) -> DecodeBytes:
     """Read *model*'s tensor table and metadata (no weights are loaded) and count what a
     decode step reads; every shard of a split model is read (:func:`model_shards`). A file
@@ -247,10 +294,11 @@ def decode_bytes(model: Path) -> DecodeBytes:
     heads_kv = _value(fields, f"{arch}.attention.head_count_kv")
     heads = _value(fields, f"{arch}.attention.head_count")
     embd = int(_value(fields, f"{arch}.embedding_length") or 0)
+    attention = _attention_layers(fields, arch, n_layer, heads_kv, heads)
     if isinstance(heads_kv, list):  # per-layer counts
         kv_heads_total = sum(int(h) for h in heads_kv)
     else:
-        kv_heads_total = int(heads_kv if heads_kv is not None else heads or 0) * n_layer
+        kv_heads_total = int(heads_kv if heads_kv is not None else heads or 0) * attention
     head_count = heads[0] if isinstance(heads, list) else heads
     key_len = _value(fields, f"{arch}.attention.key_length")
     value_len = _value(fields, f"{arch}.attention.value_length")
@@ -269,6 +317,8 @@ def decode_bytes(model: Path) -> DecodeBytes:
         repacked_dense=repacked_dense,
         repacked_experts=repacked_experts,
         lookup_total=lookup_total,
+        recurrent_per_seq=_recurrent_state(fields, arch) * (n_layer - attention),
+        attention_layers=attention,
         n_layer=n_layer,
         n_embd=embd,
         n_vocab=n_vocab,

@@ -130,6 +130,10 @@ def run(
         rates = assumed_rates(model, "--no-sample")
     elif binary is None and args.build is None:
         rates = assumed_rates(model, "no --server or --build to sample")
+    elif not plan.configurations[0].fits:
+        why = "the mmap configuration does not fit the GPUs' free memory: no sample server"
+        rates = assumed_rates(model, why)
+        say(f"moeperf init: {why} (the scheduler would refuse it)")
     else:
         sampled = binary
         if sampled is None:
@@ -152,7 +156,8 @@ def run(
         except MoeperfError as exc:
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             rates = assumed_rates(model, f"the timed sample failed: {first}; log {log}")
-            say(f"moeperf init: the timed sample failed, conservative figures used: {first}")
+            # the whole message: a server's error ends with the log lines it cites
+            say(f"moeperf init: the timed sample failed, conservative figures used: {exc}")
     if identity is None:
         identity = host_identity(host_fingerprint()) if topology is None else {}
     plan = replace(plan_with(rates), host=identity)

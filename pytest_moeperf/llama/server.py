@@ -116,6 +116,12 @@ class LlamaServer:
     def log_tail(self, lines: int = 20) -> str:
         return tail(self.log_path, lines)
 
+    def cite_log(self, lines: int = 15) -> str:
+        """``log PATH, last lines:`` and those lines, or that the log is empty: an error never
+        ends in a heading with nothing under it."""
+        last = self.log_tail(lines)
+        return _cite(self.log_path, last)
+
     # -- life cycle ---------------------------------------------------------------------------
     def start(self) -> LlamaServer:
         """Start the server and return once ``/health`` answers 200.
@@ -228,7 +234,7 @@ class LlamaServer:
                         raise _BindLost()
                     raise ServerError(
                         f"{self.name}: llama-server exited with code {code} before it was ready; "
-                        f"log {self.log_path}, last lines:\n{self.log_tail(15)}"
+                        f"{self.cite_log(15)}"
                     )
                 # checked before asking: a server first seen ready after the budget is late
                 # (and a budget of 0 always times out)
@@ -236,7 +242,7 @@ class LlamaServer:
                 if left < 0:
                     raise ServerError(
                         f"{self.name}: not ready after {self.startup_timeout:.0f} s "
-                        f"(startup timeout); log {self.log_path}, last lines:\n{self.log_tail(15)}"
+                        f"(startup timeout); {self.cite_log(15)}"
                     )
                 try:
                     reply = client.get(f"{self.url}/health", timeout=min(2.0, max(left, 0.1)))
@@ -277,8 +283,7 @@ class LlamaServer:
         last = self.log_tail(10)
         self.stop()
         exc.add_note(
-            f"moeperf: interrupted while {phase}; server stopped; "
-            f"log {self.log_path}, last lines:\n{last}"
+            f"moeperf: interrupted while {phase}; server stopped; {_cite(self.log_path, last)}"
         )
 
     def request_failed(self, exc: MeasurementError) -> MeasurementError:
@@ -298,7 +303,7 @@ class LlamaServer:
             what = f"{self.name}: llama-server exited with code {self.process.poll()}"
         else:
             return exc
-        return MeasurementError(f"{exc}; {what}; log {self.log_path}, last lines:\n{last}")
+        return MeasurementError(f"{exc}; {what}; {_cite(self.log_path, last)}")
 
     def __enter__(self) -> LlamaServer:
         return self.start()
@@ -311,6 +316,16 @@ class LlamaServer:
     def __repr__(self) -> str:
         state = f"pid {self.pid} on {self.url}" if self.is_running() else "stopped"
         return f"<LlamaServer {self.name} {state}>"
+
+
+def _cite(path: Path, last: str) -> str:
+    """The log's last lines under a heading that says whose they are: only the plugin's own
+    ``# moeperf:`` lines mean llama-server wrote nothing."""
+    if not last.strip():
+        return f"log {path} is empty (llama-server wrote nothing to it)"
+    if all(line.startswith("# moeperf:") for line in last.splitlines() if line.strip()):
+        return f"log {path}: llama-server wrote nothing to it; the plugin's lines:\n{last}"
+    return f"log {path}, last lines:\n{last}"
 
 
 class _BindLost(Exception):

@@ -30,6 +30,7 @@ from ..errors import ConfigError, MoeperfError, OutputError
 from ..fs import check_output, write_output
 from ..host.machine import format_cpu_list
 from ..host.topology import GIB, Topology
+from ..llama.fit import MIN_CONTEXT, MIN_UBATCH, Fitted, fit_gpus
 from ..llama.footprint import estimate
 from ..llama.model_bytes import DecodeBytes, split_name
 from ..llama.server import LlamaServer
@@ -80,6 +81,8 @@ class ConfigurationPlan:
     flags: tuple[str, ...]
     numa_node: int | None = None
     comments: tuple[str, ...] = ()
+    fits: bool = True
+    """Whether its estimate fits the GPUs' free memory (a sample server starts only if so)."""
 
 
 @dataclass(frozen=True)
@@ -243,6 +246,41 @@ def _gib(n: float) -> str:
     return f"{n / GIB:.1f} GiB"
 
 
+def _rooms(topology: Topology) -> dict[int, int]:
+    """Bytes each GPU has free now (its memory less what other processes hold)."""
+    return {g.index: max(g.memory_total_mib - g.memory_used_mib, 0) * 2**20 for g in topology.gpus}
+
+
+def _fitted(
+    name: str,
+    model: DecodeBytes,
+    model_path: Path,
+    flags: Sequence[str],
+    topology: Topology,
+) -> tuple[tuple[str, ...], list[str], Fitted | None]:
+    """A configuration's flags fitted to the GPUs' free memory (:func:`fit_gpus`): the flags
+    to add, its comment lines, and the fit (``None`` on a host without GPUs)."""
+    if not topology.gpus:
+        fp = estimate(model, str(model_path), flags, gpus=0)
+        return (), [f"estimate: {fp.describe()}"], None
+    fit = fit_gpus(model, str(model_path), flags, _rooms(topology))
+    comments = [f"estimate: {fit.footprint.describe()}"]
+    if fit.fits and fit.changes:
+        comments.append(f"fitted to the GPUs' free memory: {'; '.join(fit.changes)}")
+    elif not fit.fits:
+        held = ", ".join(
+            f"GPU{g.index} {g.memory_used_mib / 1024:.2f} of {g.memory_total_mib / 1024:.2f} GiB"
+            for g in topology.gpus
+        )
+        comments.append(
+            f"does not fit the GPUs' free memory, not even at -ub {MIN_UBATCH}, -c {MIN_CONTEXT} "
+            f"and -ngl 0 ({fit.changes[0]}); other processes hold {held}: stop them "
+            "(nvidia-smi lists them) or run it on the CPUs (-ngl 0 --no-op-offload); the "
+            f"scheduler refuses to start {name} until then"
+        )
+    return fit.flags, comments, fit
+
+
 def plan_profile(
     name: str,
     model_path: Path,
@@ -332,22 +370,31 @@ def plan_profile(
     configs: list[ConfigurationPlan] = []
     base_node = home if multi else None
     gpu_count = len(gpus)
-    mmap_flags = (*flags, *threads(base_node))
-    mmap_fp = estimate(model, str(model_path), mmap_flags, gpus=gpu_count)
+    mmap_own = tuple(threads(base_node))
+    extra, mmap_comments, mmap_fit = _fitted(
+        "mmap", model, model_path, (*flags, *mmap_own), topology
+    )
     where = f", process on node {home}" if multi else ""
     configs.append(
         ConfigurationPlan(
             "mmap",
             f"default load mode (mmap){where}",
-            tuple(threads(base_node)),
-            comments=(f"estimate: {mmap_fp.describe()}",),
+            (*mmap_own, *extra),
+            comments=tuple(mmap_comments),
+            fits=mmap_fit is None or mmap_fit.fits,
         )
     )
+    fits = [("mmap", mmap_fit)]
     for node in topology.nodes if multi else (None,):
         number = node.node if node is not None else None
-        cflags = (*lm, *threads(number))
-        fp = estimate(model, str(model_path), (*flags, *cflags), gpus=gpu_count)
-        comments = [f"estimate: {fp.describe()}"]
+        suffix = f"-node{number}" if number is not None else ""
+        cflags: tuple[str, ...] = (*lm, *threads(number))
+        extra, comments, fit = _fitted(
+            f"lm-none{suffix}", model, model_path, (*flags, *cflags), topology
+        )
+        cflags = (*cflags, *extra)
+        fits.append((f"lm-none{suffix}", fit))
+        fp = fit.footprint if fit else estimate(model, str(model_path), (*flags, *cflags), gpus=0)
         if node is not None and fp.private > node.memory_free:
             if fp.private <= node.memory_free + node.page_cache:
                 comments.append(
@@ -368,7 +415,6 @@ def plan_profile(
                 f"-lm none: its copy ({_gib(fp.private)}) is larger than this host's "
                 f"{_gib(topology.memory_total)} of RAM; its configuration cannot start here"
             )
-        suffix = f"-node{number}" if number is not None else ""
         copied = "experts copied into pinned RAM" if gpus else "weights copied into RAM"
         configs.append(
             ConfigurationPlan(
@@ -378,8 +424,19 @@ def plan_profile(
                 cflags,
                 numa_node=number,
                 comments=tuple(comments),
+                fits=fit is None or fit.fits,
             )
         )
+    for config_name, fit in fits:
+        if fit is not None and fit.changes:
+            said = next(
+                line
+                for c in configs
+                if c.name == config_name
+                for line in c.comments
+                if line.startswith(("fitted to", "does not fit"))
+            )
+            (notes if fit.fits else undecided).append(f"{config_name}: {said}")
 
     # -- the build -----------------------------------------------------------------------------
     if binary is None and build is None:

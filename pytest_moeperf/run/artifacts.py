@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
-from ..errors import ConfigError, MoeperfError
+from ..errors import ConfigError, ModelError, MoeperfError
 from ..host.machine import file_digest
 from ..llama.build import Build, binary_build, build_llama, cuda_cmake_args
 from ..llama.model_bytes import DecodeBytes, decode_bytes, model_shards
@@ -107,6 +107,12 @@ class Artifacts:
                         "is not on this host",
                         "model",
                     )
+                try:  # a split model: named by its first shard, every shard beside it
+                    self._model_files[path] = model_shards(path)
+                except ModelError as exc:
+                    raise HostLacks(
+                        f"profile {profile.name!r} ({profile.source}): model {exc}", "model"
+                    ) from None
                 self._models[ref] = path
         return self._models[ref]
 

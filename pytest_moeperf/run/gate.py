@@ -35,7 +35,7 @@ from ..verdicts.judge import Verdict
 from ..verdicts.sequential import Plan, Rule
 from .crosscheck import bench_in_rounds
 from .live import LiveSource
-from .profiles import Configuration, Pinning, Profile
+from .profiles import Configuration, HostLacks, Pinning, Profile, host_owns
 from .rounds import Decided, decide_pair
 from .session import PerfSession
 from .source import Side
@@ -151,7 +151,17 @@ def run_gate(
             'workloads = ["pp512", "tg64"] to it, or pass -w pp512'
         )
     live.forget(gated.name, (BASELINE, CANDIDATE))  # an earlier gate's sides, other builds
-    family = len(names) * len(loads)
+    skipped: list[tuple[str, str]] = []
+    for name in list(names):  # what this host lacks, before any server starts
+        try:
+            live.check(gated, [gated.configuration(name)])
+        except HostLacks as exc:
+            owner = host_owns(profile, live.host)
+            if owner is not None:
+                raise ConfigError(f"{exc} ({owner}: fix {exc.key} or the host)") from None
+            skipped.append((name, str(exc)))
+            names.remove(name)
+    family = max(len(names), 1) * len(loads)
     # each row at the family's share (Bonferroni); Holm at the end only notes rows that lean
     plan = Plan(
         first_look=first_look,
@@ -172,7 +182,6 @@ def run_gate(
     row_budget = budget or session.budget(profile)
     rows: list[GateRow] = []
     outputs: list[OutputCheck] = []
-    skipped: list[tuple[str, str]] = []
     for name in names:
         config = profile.configuration(name)
         sides = ((BASELINE, _side(config, baseline)), (CANDIDATE, _side(config, candidate)))

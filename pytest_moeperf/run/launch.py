@@ -20,6 +20,7 @@ from .artifacts import Artifacts
 from .hostwatch import HostWatch
 from .pool import ServerKey, ServerPool, ServerRecord
 from .profiles import Configuration, HostLacks, Profile
+from .validate import check_configurations
 
 
 def gpu_env(configuration: Configuration) -> dict[str, str]:
@@ -79,14 +80,9 @@ class Launcher:
         Starting one (building it, writing its model, loading) counts as setup, not
         measuring."""
         began = time.monotonic()
-        cpus = configuration.pinning.resolve()  # HostLacks -> skip, before any build work
+        self.check(profile, [configuration])  # HostLacks -> skip, before any build work
+        cpus = configuration.pinning.resolve()
         gpus = len(self._host()["gpus"])
-        if configuration.requires_gpus > gpus:
-            raise HostLacks(
-                f"configuration {configuration.name!r} needs {configuration.requires_gpus} "
-                f"GPU(s); this host has {gpus}",
-                "requires_gpus",
-            )
         if profile.cuda and not gpus:
             raise HostLacks(
                 f"profile {profile.name!r} builds llama.cpp with CUDA (cuda = true); "
@@ -109,6 +105,15 @@ class Launcher:
             return rec
         finally:
             self.setup_seconds += time.monotonic() - began
+
+    def check(self, profile: Profile, configurations: Sequence[Configuration]) -> None:
+        """What this host lacks for *configurations* of *profile*, before any server (or
+        build) starts: their pinning, the GPUs they name (:mod:`~pytest_moeperf.run.validate`)
+        and the profile's model (every shard). :class:`HostLacks` naming the key."""
+        for c in configurations:
+            c.pinning.resolve()
+        check_configurations(profile, configurations, len(self._host()["gpus"]))
+        self.artifacts.model_for(profile)
 
     def preflight(self, profile: Profile, configuration: Configuration, rec: ServerRecord) -> None:
         """Once per configuration, before its first measurement: what would make its verdicts

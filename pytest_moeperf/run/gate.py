@@ -152,14 +152,14 @@ def run_gate(
         )
     live.forget(gated.name, (BASELINE, CANDIDATE))  # an earlier gate's sides, other builds
     skipped: list[tuple[str, str]] = []
-    for name in list(names):  # what this host lacks, before any server starts
+    for name in list(names):  # what this host or a build lacks, before any server starts
         try:
-            live.check(gated, [gated.configuration(name)])
+            live.check(gated, [gated.configuration(name)], (BASELINE, CANDIDATE))
         except HostLacks as exc:
-            owner = host_owns(profile, live.host)
+            owner = host_owns(profile, live.host) if exc.key else None
             if owner is not None:
                 raise ConfigError(f"{exc} ({owner}: fix {exc.key} or the host)") from None
-            skipped.append((name, str(exc)))
+            skipped.append((name, _named(str(exc), baseline, candidate)))
             names.remove(name)
     family = max(len(names), 1) * len(loads)
     # each row at the family's share (Bonferroni); Holm at the end only notes rows that lean
@@ -189,10 +189,7 @@ def run_gate(
             for side, cfg in sides:
                 live.server(gated, cfg, side)
         except Unavailable as exc:
-            why = str(exc)
-            for side, build in ((BASELINE, baseline), (CANDIDATE, candidate)):
-                why = why.replace(f"build {side} ", f"build {build.name} ")
-            skipped.append((name, why))
+            skipped.append((name, _named(str(exc), baseline, candidate)))
             live.stop_servers()
             continue
         if check_output:
@@ -300,6 +297,13 @@ def run_gate(
         outputs,
         allow_different,
     )
+
+
+def _named(why: str, baseline: BuildUnderTest, candidate: BuildUnderTest) -> str:
+    """*why* with the gate's sides (``build baseline``) named by their builds."""
+    for side, build in ((BASELINE, baseline), (CANDIDATE, candidate)):
+        why = why.replace(f"build {side} ", f"build {build.name} ")
+    return why
 
 
 def _output_check(

@@ -89,12 +89,8 @@ class Launcher:
                 "nvidia-smi finds no NVIDIA GPU on this host",
                 "cuda",
             )
+        self._flags_of(profile, configuration, label)  # the build's, not the host's
         label, build = self.artifacts.build_for(profile, configuration, label)
-        missing = build.missing_flags(configuration.server_args)
-        if missing:
-            raise HostLacks(
-                f"build {label} has no {', '.join(missing)}"
-            )  # the build's, not the host's
         self.require_gpu_backend(profile, configuration, label, build)
         key = (profile.name, configuration.name, label)
         try:
@@ -106,14 +102,31 @@ class Launcher:
         finally:
             self.setup_seconds += time.monotonic() - began
 
-    def check(self, profile: Profile, configurations: Sequence[Configuration]) -> None:
-        """What this host lacks for *configurations* of *profile*, before any server (or
-        build) starts: their pinning, the GPUs they name (:mod:`~pytest_moeperf.run.validate`)
-        and the profile's model (every shard). :class:`HostLacks` naming the key."""
+    def check(
+        self,
+        profile: Profile,
+        configurations: Sequence[Configuration],
+        labels: Sequence[str | None] = (),
+    ) -> None:
+        """What this host lacks for *configurations* of *profile*, before any server starts:
+        their pinning, the GPUs they name (:mod:`~pytest_moeperf.run.validate`), the
+        profile's model (every shard) and, for each build of *labels*, the flags it lacks (a
+        build by number is built for that). :class:`HostLacks` naming the key."""
         for c in configurations:
             c.pinning.resolve()
         check_configurations(profile, configurations, len(self._host()["gpus"]))
         self.artifacts.model_for(profile)
+        for c in configurations:
+            for label in labels:
+                self._flags_of(profile, c, label)
+
+    def _flags_of(self, profile: Profile, configuration: Configuration, label: str | None) -> None:
+        """:class:`HostLacks` when build *label* lacks a flag of *configuration*: a skip on
+        every host (no key: the build's lack, not the host's)."""
+        name, build = self.artifacts.build_for(profile, configuration, label)
+        missing = build.missing_flags(configuration.server_args)
+        if missing:
+            raise HostLacks(f"build {name} has no {', '.join(missing)}")
 
     def preflight(self, profile: Profile, configuration: Configuration, rec: ServerRecord) -> None:
         """Once per configuration, before its first measurement: what would make its verdicts

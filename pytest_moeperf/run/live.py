@@ -220,10 +220,15 @@ class LiveSource(Source):
     ) -> ServerRecord:
         return self.launcher.server(profile, configuration, label)
 
-    def check(self, profile: Profile, configurations: Sequence[Configuration]) -> None:
-        """What this host lacks for *configurations*, before any server starts
-        (:meth:`~pytest_moeperf.run.launch.Launcher.check`)."""
-        self.launcher.check(profile, configurations)
+    def check(
+        self,
+        profile: Profile,
+        configurations: Sequence[Configuration],
+        labels: Sequence[str | None] = (),
+    ) -> None:
+        """What this host (and the builds of *labels*) lacks for *configurations*, before any
+        server starts (:meth:`~pytest_moeperf.run.launch.Launcher.check`)."""
+        self.launcher.check(profile, configurations, labels)
 
     def stop_servers(self, keep: Callable[[ServerKey], bool] | None = None) -> None:
         self.pool.stop_all(keep or (lambda k: False))

@@ -129,6 +129,56 @@ def test_the_check_sees_two_modules_importing_each_other(tmp_path, monkeypatch):
     assert mutual_imports() == [("pytest_moeperf.store.a", "pytest_moeperf.store.b")]
 
 
+def import_circles() -> list[list[str]]:
+    """Every set of modules that reach each other through imports (a circle of any length,
+    function-local imports included), by Tarjan's strongly connected components."""
+    graph = {module_name(path): {n for n in imports_of(path) if is_module(n)} for path in sources()}
+    for name, wanted in graph.items():
+        wanted.discard(name.rpartition(".")[0])
+        wanted.discard(name)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            part = stack[stack.index(v) :]
+            del stack[stack.index(v) :]
+            if len(part) > 1:
+                circles.append(sorted(part))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(circles)
+
+
+def test_no_import_circle_of_any_length():
+    assert import_circles() == []
+
+
+def test_the_check_sees_a_circle_of_three(tmp_path, monkeypatch):
+    fake = tmp_path / "pytest_moeperf"
+    (fake / "run").mkdir(parents=True)
+    (fake / "__init__.py").write_text("")
+    (fake / "run" / "__init__.py").write_text("")
+    (fake / "run" / "a.py").write_text("from .b import x\n")
+    (fake / "run" / "b.py").write_text("from .c import x\n")
+    (fake / "run" / "c.py").write_text("def f():\n    from .a import y\n")
+    monkeypatch.setattr(__import__(__name__, fromlist=["x"]), "PACKAGE", fake)
+    assert mutual_imports() == []  # no pair imports the other
+    assert import_circles() == [[f"pytest_moeperf.run.{m}" for m in "abc"]]
+
+
 @pytest.mark.parametrize("path", sources(), ids=lambda p: module_name(p))
 def test_only_the_pytest_facing_modules_import_pytest(path):
     module = module_name(path)

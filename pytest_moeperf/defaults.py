@@ -38,6 +38,9 @@ host's accepted history measures it: 1 % a link."""
 LINK_PRIOR_LINKS = 4.0
 """How many repeated links' worth of evidence :data:`LINK_TERM` counts as, pooled with the
 build pairs a host accepted more than once: with few repeats the term stays near 1 %."""
+CONFIDENCE = 0.95
+"""The confidence of an interval that is not sequential (a stored figure's, a log's, a single
+look's): 95 %, two-sided."""
 MIN_REL_SPREAD = 0.01
 """The least relative spread a side's samples are taken to have (a few that happen to agree
 say little about the next ones)."""

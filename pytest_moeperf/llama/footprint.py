@@ -78,14 +78,6 @@ class Footprint:
             return {}
         return dict.fromkeys(used, self.vram // len(used))
 
-    def with_vram(self, total: int) -> Footprint:
-        """This footprint holding *total* bytes of VRAM (a configuration's ``vram_gib``),
-        split over its GPUs in the same proportions."""
-        split: tuple[tuple[int, int], ...] = ()
-        if self.vram_split and self.vram:
-            split = tuple((g, b * total // self.vram) for g, b in self.vram_split)
-        return Footprint(self.private, self.shared, total, self.model, self.pinned, split)
-
     def describe(self) -> str:
         parts = [f"RAM {self.private / GIB:.2f} GiB"]
         if self.pinned:

@@ -82,7 +82,6 @@ class LlamaServer:
         self.port: int | None = None
         self.process: subprocess.Popen[bytes] | None = None
         self.ready_seconds: float | None = None
-        self.started_at: float | None = None
         self.stopped_at: float | None = None
         """When the last process was seen gone (also written into the log)."""
 
@@ -177,7 +176,6 @@ class LlamaServer:
                 raise ServerError(f"{self.name}: cannot run {self.binary}: {exc}") from None
         try:
             self.port = port
-            self.started_at = time.time()
             orphans.record(self.process.pid, self.command(port))
             self._verify_pinning()
             self._wait_healthy(t0)

@@ -10,6 +10,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..defaults import CONFIDENCE, MIN_REL_SPREAD
 from .dependence import DEFAULT_DEPENDENCE, Dependence, robust_rows
 from .student import t_quantile, trimmed_t_rows
 
@@ -106,7 +107,7 @@ def ratio_interval_from_summary(
     b_value: float,
     b_rel_spread: float,
     *,
-    confidence: float = 0.95,
+    confidence: float = CONFIDENCE,
 ) -> RatioInterval:
     """Interval of ``a_value / b_value`` for stored figures without samples: each value is
     taken as log-normal with its relative standard uncertainty, and the two as independent."""
@@ -131,10 +132,10 @@ def ratio_interval(
     a: Sequence[float],
     b: Sequence[float],
     *,
-    confidence: float = 0.95,
+    confidence: float = CONFIDENCE,
     resamples: int = 4000,
     seed: int = 0,
-    min_rel_spread: float = 0.01,
+    min_rel_spread: float = MIN_REL_SPREAD,
 ) -> RatioInterval:
     """Interval of ``median(a) / median(b)`` from raw throughput samples.
 
@@ -285,7 +286,7 @@ def paired_interval(
     *,
     alpha: float = 0.05,
     trim: float = 0.2,
-    min_rel_spread: float = 0.01,
+    min_rel_spread: float = MIN_REL_SPREAD,
     blocks: Sequence[int] | None = None,
     dependence: Dependence = DEFAULT_DEPENDENCE,
 ) -> PairedInterval:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..defaults import MIN_REL_SPREAD
 from ..errors import ResultsError, Unavailable
 from ..measure.measurement import Conditions, Measurement, Sample
 from ..measure.stats import Figure
@@ -19,7 +20,7 @@ from ..verdicts.reference import stand_in
 from .baselines import BaselineFile, load_baselines
 from .record import VerdictRecord, read_record
 
-DEFAULT_REL_SPREAD = 0.01
+DEFAULT_REL_SPREAD = MIN_REL_SPREAD
 """Relative spread assumed for a stored figure that gives none."""
 
 

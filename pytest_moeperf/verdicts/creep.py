@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..defaults import (
+    CONFIDENCE,
     LINK_PRIOR_LINKS,
     LINK_TERM,
     MARGIN,
@@ -40,7 +41,7 @@ from ..defaults import (
 )
 from .sequential import Rule
 
-CHAIN_CONFIDENCE = 0.95
+CHAIN_CONFIDENCE = CONFIDENCE
 """The confidence of the chained change's interval (two-sided): a false "slower than the
 oldest accepted" (which refuses an accept) at most 2.5 % of the time."""
 

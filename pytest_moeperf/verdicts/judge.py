@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, get_args
 
-from ..defaults import BUSY_LIMIT, MARGIN
+from ..defaults import BUSY_LIMIT, CONFIDENCE, MARGIN, MIN_REL_SPREAD
 from ..errors import MoeperfError
 from ..measure.stats import (
     Figure,
@@ -189,7 +189,7 @@ class Verdict:
     relation: str = ">="
     """``>=``/``<=`` for claims; ``~`` for a gate (threshold 1, :attr:`margin` around it)."""
     margin: float | None = None
-    confidence: float = 0.95
+    confidence: float = CONFIDENCE
     method: str = ""
     rounds: int | None = None
     """Paired rounds behind the verdict (``None``: judged on unpaired samples or figures)."""
@@ -287,7 +287,7 @@ class Verdict:
             label=str(d.get("label", d.get("claim", ""))),
             relation=str(d.get("relation", ">=")),
             margin=number("margin"),
-            confidence=float(d.get("confidence", 0.95)),
+            confidence=float(d.get("confidence", CONFIDENCE)),
             method=str(d.get("method", "")),
             rounds=None if rounds is None else int(rounds),
             mde=number("mde"),
@@ -332,8 +332,8 @@ def judge_claim(
     left: Values,
     right: Values,
     *,
-    confidence: float = 0.95,
-    min_rel_spread: float = 0.01,
+    confidence: float = CONFIDENCE,
+    min_rel_spread: float = MIN_REL_SPREAD,
     seed: int = 0,
 ) -> Verdict:
     """Judge *claim* on the left and right measurements (samples or stored figures).
@@ -349,8 +349,8 @@ def _judge_bound(
     left: Values,
     right: Values,
     label: str,
-    confidence: float = 0.95,
-    min_rel_spread: float = 0.01,
+    confidence: float = CONFIDENCE,
+    min_rel_spread: float = MIN_REL_SPREAD,
     seed: int = 0,
 ) -> Verdict:
     """A claim's *rule* (a bound on ``left / right``) judged once on an unpaired interval."""
@@ -421,8 +421,8 @@ def judge_change(
     baseline: Values,
     *,
     margin: float = MARGIN,
-    confidence: float = 0.95,
-    min_rel_spread: float = 0.01,
+    confidence: float = CONFIDENCE,
+    min_rel_spread: float = MIN_REL_SPREAD,
     seed: int = 0,
     label: str = "candidate / baseline",
 ) -> Verdict:
@@ -462,7 +462,7 @@ class BaselineCheck:
     high: float | None = None
     more_repetitions: int | None = None
     """When undecided: about how many more repetitions could decide it."""
-    confidence: float = 0.95
+    confidence: float = CONFIDENCE
     reason: str | None = None
     """Why the numbers could not decide (host busy, host changed), when that made the check
     undecided."""
@@ -537,8 +537,8 @@ def judge_baseline(
     *,
     label: str = "",
     baseline: Values | None = None,
-    confidence: float = 0.95,
-    min_rel_spread: float = 0.01,
+    confidence: float = CONFIDENCE,
+    min_rel_spread: float = MIN_REL_SPREAD,
     seed: int = 0,
     session: SessionSpread | None = None,
 ) -> BaselineCheck:
@@ -592,8 +592,8 @@ def judge_dead_end(
     other: Values,
     *,
     margin: float = MARGIN,
-    confidence: float = 0.95,
-    min_rel_spread: float = 0.01,
+    confidence: float = CONFIDENCE,
+    min_rel_spread: float = MIN_REL_SPREAD,
     seed: int = 0,
     label: str = "dead end / other",
 ) -> Verdict:
@@ -618,7 +618,7 @@ def judge_rounds(
     *,
     spent: bool = False,
     label: str = "",
-    min_rel_spread: float = 0.01,
+    min_rel_spread: float = MIN_REL_SPREAD,
     blocks: Sequence[int] | None = None,
     taken: str = "paired rounds",
 ) -> tuple[Verdict, int]:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..defaults import FAMILY_ALPHA, MARGIN, SESSION_SPREAD
+from ..defaults import CONFIDENCE, FAMILY_ALPHA, MARGIN, SESSION_SPREAD
 from ..llama.logs import RequestTiming, log_sessions
 from .creep import SessionSpread, session_spread
 from .reference import Metric, Statistic, bootstrap_draws, log_requests
@@ -100,7 +100,7 @@ class LogChange:
     """Log standard deviation of the difference from both logs' requests."""
     session: SessionSpread | None = None
     """The between-session term (``None``: the same requests twice, one session)."""
-    confidence: float = 0.95
+    confidence: float = CONFIDENCE
 
     @property
     def session_sd(self) -> float:

@@ -22,6 +22,7 @@ from typing import Literal, Protocol, TypeVar
 
 import numpy as np
 
+from ..defaults import CONFIDENCE
 from ..llama.logs import RequestTiming
 from ..measure.measurement import Measurement
 from ..measure.stats import log_sigma
@@ -308,7 +309,7 @@ def bootstrap_interval(
     requests: Sequence[tuple[int, float]],
     statistic: Statistic,
     *,
-    confidence: float = 0.95,
+    confidence: float = CONFIDENCE,
     resamples: int = RESAMPLES,
     seed: int = 0,
 ) -> tuple[float, float, float]:
@@ -342,7 +343,7 @@ class TrafficCheck:
     low: float | None = None
     """Lower end of the interval of the log's statistic over the stored value."""
     high: float | None = None
-    confidence: float = 0.95
+    confidence: float = CONFIDENCE
 
     @property
     def limit(self) -> float:
@@ -376,7 +377,7 @@ def judge_traffic(
     workload: str,
     tolerance: float,
     rel_spread: float = 0.0,
-    confidence: float = 0.95,
+    confidence: float = CONFIDENCE,
     resamples: int = RESAMPLES,
     seed: int = 0,
 ) -> TrafficCheck:

@@ -12,7 +12,7 @@ import pytest
 from pytest_moeperf.errors import BaselineError
 from pytest_moeperf.measure.measurement import Conditions, Measurement, Sample
 from pytest_moeperf.measure.workload import Workload
-from pytest_moeperf.store import baselines as baselines_mod
+from pytest_moeperf.store import accept as accept_mod
 from pytest_moeperf.store.accept import accept_measurements, refusals
 from pytest_moeperf.store.baselines import load_baselines
 
@@ -50,22 +50,32 @@ def test_every_reason_refuses_and_nothing_is_written(tmp_path):
 
 
 def _accept_one(
-    path: str, configuration: str, value: float, cache: str, index: int, read: Any, writing: Any
+    path: str,
+    configuration: str,
+    value: float,
+    cache: str,
+    index: int,
+    read: Any,
+    writing: Any,
+    overlapped: Any,
 ) -> None:
     """A child process: accept one measurement; once it has read the file, wait (a while) for
-    the other process to read it too: it can only while nobody holds the file's lock."""
+    the other process to read it too: it can only while nobody holds the file's lock. The
+    hook replaces the name ``accept.py`` calls (``store.accept.load_baselines``): its event
+    is set in the parent's sight, so the test knows the interleaving was tried."""
     import os
 
     os.environ["MOEPERF_CACHE_DIR"] = cache
-    original = baselines_mod.load_baselines
+    original = accept_mod.load_baselines
 
     def load(*args: Any, **kwargs: Any) -> Any:
         got = original(*args, **kwargs)
         read[index].set()
-        read[1 - index].wait(timeout=3)  # the other cannot read before this one has written
+        # the other cannot read before this one has written: under the lock this times out
+        overlapped[index] = read[1 - index].wait(timeout=3)
         return got
 
-    baselines_mod.load_baselines = load  # type: ignore[assignment]
+    accept_mod.load_baselines = load  # type: ignore[assignment]
     writing.wait(timeout=30)
     accept_measurements(
         Path(path),
@@ -86,9 +96,12 @@ def test_two_accepts_at_once_lose_nothing(tmp_path):
     ctx = multiprocessing.get_context("fork")
     read = [ctx.Event(), ctx.Event()]
     go = ctx.Event()
+    overlapped = ctx.Array("b", [0, 0])
     cache = str(tmp_path / "cache")
     procs = [
-        ctx.Process(target=_accept_one, args=(str(path), name, value, cache, i, read, go))
+        ctx.Process(
+            target=_accept_one, args=(str(path), name, value, cache, i, read, go, overlapped)
+        )
         for i, (name, value) in enumerate((("mmap", 100.0), ("lm-none", 200.0)))
     ]
     for p in procs:
@@ -97,5 +110,7 @@ def test_two_accepts_at_once_lose_nothing(tmp_path):
     for p in procs:
         p.join(timeout=120)
         assert p.exitcode == 0
+    assert read[0].is_set() and read[1].is_set()  # both read through the hook
+    assert list(overlapped) != [1, 1]  # the first reader never saw the second read
     bf = load_baselines(path)
     assert {e.configuration for e in bf.entries} == {"base", "mmap", "lm-none"}

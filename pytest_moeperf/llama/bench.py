@@ -18,7 +18,7 @@ import json
 import os
 import subprocess
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
@@ -28,6 +28,7 @@ from ..errors import MoeperfError
 from ..host.machine import format_cpu_list, online_cpus
 from ..measure.workload import Workload
 from . import orphans
+from .flags import EXPERTS_PATTERN, flash_attn
 
 __all__ = [
     "BenchArgs",
@@ -222,7 +223,6 @@ _DROP_SWITCH = frozenset(
 )
 
 #: llama.cpp's ``LLM_FFN_EXPS_REGEX``: what ``-cmoe`` keeps on the CPU, and per layer ``-ncmoe``.
-_EXPS = r"\.ffn_(up|down|gate|gate_up)_(ch|)exps"
 
 
 def _is_value(token: str) -> bool:
@@ -281,102 +281,31 @@ def bench_args(
     if repetitions < 1:
         raise BenchError(f"llama-bench: repetitions must be >= 1, got {repetitions}")
 
-    settings: dict[str, str] = {}
-    overrides: list[tuple[str, str]] = []  # (kind, value): ("ot", "a=CPU"), ("cmoe", ""), ...
-    threads_batch: str | None = None
-    dropped: list[str] = []
-    unknown: list[str] = []
-
+    t = _Translation()
     args = [str(a) for a in server_flags]
     i = 0
     while i < len(args):
         flag = args[i]
-        takes_value = (
-            flag in _SAME_VALUE
-            or flag in _SLASH_LIST
-            or flag in _FLASH_ATTN
-            or flag in _GPU_LAYERS
-            or flag in _THREADS_BATCH
-            or flag in _OVERRIDE
-            or flag in _N_CPU_MOE
-            or flag in _FIT
-            or flag in _DROP_VALUE
-        )
-        if takes_value:
+        if flag in _TAKES_VALUE:
             if i + 1 >= len(args):
-                unknown.append(flag)  # no value: the server would refuse it too
+                t.unknown.append(flag)  # no value: the server would refuse it too
                 break
-            value = args[i + 1]
-            spelled = f"{flag} {value}"
+            value, spelled = args[i + 1], f"{flag} {args[i + 1]}"
             i += 2
         else:
-            value = ""
-            spelled = flag
+            value, spelled = "", flag
             i += 1
-
-        if flag in _SAME_VALUE:
-            bench_flag = _SAME_VALUE[flag]
-            if bench_flag == "-t" and value.lstrip("-").isdigit() and int(value) <= 0:
-                # -t -1: the server's default (all math cores), llama-bench's default too
-                settings.pop("-t", None)
-                dropped.append(spelled)
-            elif "," in value or (bench_flag == "-t" and not value.isdigit()):
-                unknown.append(spelled)  # a list would run one llama-bench test per element
-            else:
-                settings[bench_flag] = value
-        elif flag in _SLASH_LIST:
-            settings[_SLASH_LIST[flag]] = value.replace(",", "/")
-        elif flag in _SWITCHES:
-            bench_flag, bench_value = _SWITCHES[flag]
-            settings[bench_flag] = bench_value
-        elif flag in _FLASH_ATTN:
-            fa = _flash_attn(value)
-            if fa is None:
-                unknown.append(spelled)
-            else:
-                settings["-fa"] = fa
-        elif flag in _GPU_LAYERS:
-            if value == "all" or (value.lstrip("-").isdigit() and int(value) <= -2):
-                settings["-ngl"] = "-1"  # llama-bench offloads every layer for a negative count
-            elif value.isdigit():
-                settings["-ngl"] = value
-            else:  # "auto", -1: the server fits layers to free device memory, llama-bench cannot
-                unknown.append(spelled)
-        elif flag in _THREADS_BATCH:
-            threads_batch = value
-        elif flag in _OVERRIDE:
-            items = [item for item in value.split(",") if item]
-            if items and all(_is_override(item) for item in items):
-                overrides += [("ot", item) for item in items]
-            else:
-                unknown.append(spelled)
-        elif flag in _CPU_MOE:
-            overrides.append(("cmoe", ""))
-        elif flag in _N_CPU_MOE:
-            n = _count(value)
-            if n is None:
-                unknown.append(spelled)
-            else:
-                overrides.append(("ncmoe", value))
-        elif flag in _FIT:
-            # off: the server keeps the given layers, as llama-bench does; on: it fits them
-            (dropped if value in ("off", "0", "false", "disabled") else unknown).append(spelled)
-        elif flag in _DROP_VALUE or flag in _DROP_SWITCH:
-            dropped.append(spelled)
-        else:
-            if i < len(args) and _is_value(args[i]):
-                spelled = f"{flag} {args[i]}"
-                i += 1
-            unknown.append(spelled)
-
-    if threads_batch is not None:
-        tb = f"-tb {threads_batch}"
-        if threads_batch == settings.get("-t") or (
-            "-t" not in settings and threads_batch.startswith("-")
-        ):
-            dropped.append(tb)  # the same threads for batches: llama-bench's only setting
-        else:
-            unknown.append(tb)  # llama-bench uses one thread count for prompt and generation
+        handler = next((h for flags, h in _HANDLERS if flag in flags), None)
+        if handler is not None:
+            handler(t, flag, value, spelled)
+            continue
+        if i < len(args) and _is_value(args[i]):
+            spelled = f"{flag} {args[i]}"
+            i += 1
+        t.unknown.append(spelled)
+    t.threads_for_batches()
+    settings, dropped, unknown = t.settings, t.dropped, t.unknown
+    overrides = t.overrides
 
     common: list[str] = []
     for bench_flag, value in settings.items():
@@ -402,23 +331,127 @@ def bench_args(
     return BenchArgs(runs=runs, dropped=dropped, unknown=unknown)
 
 
+@dataclass
+class _Translation:
+    """What llama-bench gets of a server's flags so far (:func:`bench_args`)."""
+
+    settings: dict[str, str] = field(default_factory=dict)
+    overrides: list[tuple[str, str]] = field(default_factory=list)
+    """(kind, value): ("ot", "a=CPU"), ("cmoe", ""), ("ncmoe", "8"), in the server's order."""
+    threads_batch: str | None = None
+    dropped: list[str] = field(default_factory=list)
+    unknown: list[str] = field(default_factory=list)
+
+    def same_value(self, flag: str, value: str, spelled: str) -> None:
+        bench_flag = _SAME_VALUE[flag]
+        if bench_flag == "-t" and value.lstrip("-").isdigit() and int(value) <= 0:
+            # -t -1: the server's default (all math cores), llama-bench's default too
+            self.settings.pop("-t", None)
+            self.dropped.append(spelled)
+        elif "," in value or (bench_flag == "-t" and not value.isdigit()):
+            self.unknown.append(spelled)  # a list would run one llama-bench test per element
+        else:
+            self.settings[bench_flag] = value
+
+    def slash_list(self, flag: str, value: str, spelled: str) -> None:
+        self.settings[_SLASH_LIST[flag]] = value.replace(",", "/")
+
+    def switch(self, flag: str, value: str, spelled: str) -> None:
+        bench_flag, bench_value = _SWITCHES[flag]
+        self.settings[bench_flag] = bench_value
+
+    def flash_attn(self, flag: str, value: str, spelled: str) -> None:
+        fa = flash_attn(value)
+        if fa is None:
+            self.unknown.append(spelled)
+        else:
+            self.settings["-fa"] = fa
+
+    def gpu_layers(self, flag: str, value: str, spelled: str) -> None:
+        if value == "all" or (value.lstrip("-").isdigit() and int(value) <= -2):
+            self.settings["-ngl"] = "-1"  # llama-bench offloads every layer for a negative count
+        elif value.isdigit():
+            self.settings["-ngl"] = value
+        else:  # "auto", -1: the server fits layers to free device memory, llama-bench cannot
+            self.unknown.append(spelled)
+
+    def batch_threads(self, flag: str, value: str, spelled: str) -> None:
+        self.threads_batch = value
+
+    def override(self, flag: str, value: str, spelled: str) -> None:
+        items = [item for item in value.split(",") if item]
+        if items and all(_is_override(item) for item in items):
+            self.overrides += [("ot", item) for item in items]
+        else:
+            self.unknown.append(spelled)
+
+    def cpu_moe(self, flag: str, value: str, spelled: str) -> None:
+        self.overrides.append(("cmoe", ""))
+
+    def n_cpu_moe(self, flag: str, value: str, spelled: str) -> None:
+        if _count(value) is None:
+            self.unknown.append(spelled)
+        else:
+            self.overrides.append(("ncmoe", value))
+
+    def fit(self, flag: str, value: str, spelled: str) -> None:
+        # off: the server keeps the given layers, as llama-bench does; on: it fits them
+        (self.dropped if value in ("off", "0", "false", "disabled") else self.unknown).append(
+            spelled
+        )
+
+    def drop(self, flag: str, value: str, spelled: str) -> None:
+        self.dropped.append(spelled)
+
+    def threads_for_batches(self) -> None:
+        """``-tb``: dropped when it is ``-t`` (llama-bench's only setting), else unknown."""
+        if self.threads_batch is None:
+            return
+        tb = f"-tb {self.threads_batch}"
+        if self.threads_batch == self.settings.get("-t") or (
+            "-t" not in self.settings and self.threads_batch.startswith("-")
+        ):
+            self.dropped.append(tb)  # the same threads for batches: llama-bench's only setting
+        else:
+            self.unknown.append(tb)  # llama-bench uses one thread count for prompt and generation
+
+
+_Handler = Callable[[_Translation, str, str, str], None]
+_HANDLERS: tuple[tuple[Collection[str], _Handler], ...] = (
+    (_SAME_VALUE, _Translation.same_value),
+    (_SLASH_LIST, _Translation.slash_list),
+    (_SWITCHES, _Translation.switch),
+    (_FLASH_ATTN, _Translation.flash_attn),
+    (_GPU_LAYERS, _Translation.gpu_layers),
+    (_THREADS_BATCH, _Translation.batch_threads),
+    (_OVERRIDE, _Translation.override),
+    (_CPU_MOE, _Translation.cpu_moe),
+    (_N_CPU_MOE, _Translation.n_cpu_moe),
+    (_FIT, _Translation.fit),
+    (_DROP_VALUE, _Translation.drop),
+    (_DROP_SWITCH, _Translation.drop),
+)
+"""Each family of server flags and how llama-bench gets it, in the order they are tried."""
+_TAKES_VALUE = frozenset().union(
+    _SAME_VALUE,
+    _SLASH_LIST,
+    _FLASH_ATTN,
+    _GPU_LAYERS,
+    _THREADS_BATCH,
+    _OVERRIDE,
+    _N_CPU_MOE,
+    _FIT,
+    _DROP_VALUE,
+)
+"""Server flags whose next argument is their value."""
+
+
 def _unique(values: Iterable[_T]) -> list[_T]:
     seen: list[_T] = []
     for v in values:
         if v not in seen:
             seen.append(v)
     return seen
-
-
-def _flash_attn(value: str) -> str | None:
-    """The server's ``-fa`` value in llama-bench's words (both accept the same spellings)."""
-    if value in ("on", "enabled", "true", "1"):
-        return "on"
-    if value in ("off", "disabled", "false", "0"):
-        return "off"
-    if value in ("auto", "-1"):
-        return "auto"
-    return None
 
 
 def _override_args(overrides: list[tuple[str, str]]) -> list[str]:
@@ -431,7 +464,7 @@ def _override_args(overrides: list[tuple[str, str]]) -> list[str]:
     if kinds.count("ncmoe") == 1 and (kinds[-1] == "ncmoe" or all_cpu):
         # llama-bench puts -ncmoe's patterns after -ot's: the same precedence when -ncmoe
         # comes last in the server's flags, and no matter when every override says CPU
-        ot = [f"{_EXPS}=CPU" if k == "cmoe" else v for k, v in overrides if k != "ncmoe"]
+        ot = [f"{EXPERTS_PATTERN}=CPU" if k == "cmoe" else v for k, v in overrides if k != "ncmoe"]
         ncmoe = next(v for k, v in overrides if k == "ncmoe")
         return (["-ot", ";".join(ot)] if ot else []) + ["-ncmoe", ncmoe]
     patterns: list[str] = []
@@ -439,9 +472,9 @@ def _override_args(overrides: list[tuple[str, str]]) -> list[str]:
         if kind == "ot":
             patterns.append(value)
         elif kind == "cmoe":
-            patterns.append(f"{_EXPS}=CPU")
+            patterns.append(f"{EXPERTS_PATTERN}=CPU")
         else:
-            patterns += [f"blk\\.{layer}{_EXPS}=CPU" for layer in range(int(value))]
+            patterns += [f"blk\\.{layer}{EXPERTS_PATTERN}=CPU" for layer in range(int(value))]
     return ["-ot", ";".join(patterns)] if patterns else []
 
 

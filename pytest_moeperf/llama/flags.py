@@ -1,5 +1,7 @@
-"""Reading llama-server argument lists: a flag's value, and the GPUs a server of these flags
-uses."""
+"""Reading llama-server argument lists: a flag's value, the GPUs a server of these flags
+uses, the experts' tensor pattern and ``-fa``'s spellings, and the llama-bench fields an
+argument list sets (what llama-bench's JSON rows would say of it: :func:`bench_fields`). The
+one place outside ``llama/bench.py``'s translation that knows llama.cpp's flags."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import contextlib
 import os
 import re
 from collections.abc import Collection, Mapping, Sequence
+from typing import Any, Literal
 
 from ..host.gpus import visible_gpus
 
@@ -85,3 +88,188 @@ def offloads_layers(gpus: Collection[int], flags: Sequence[str]) -> bool:
         return False
     ngl = flag_value(flags, "-ngl", "--gpu-layers", "--n-gpu-layers")
     return ngl is None or ngl.strip() != "0"
+
+
+EXPERTS_PATTERN = r"\.ffn_(up|down|gate|gate_up)_(ch|)exps"
+"""llama.cpp's routed-expert tensors (``LLM_FFN_EXPS_REGEX``): what ``-cmoe`` and ``-ncmoe`` put
+on the CPU."""
+
+
+def flash_attn(value: str) -> Literal["on", "off", "auto"] | None:
+    """``-fa``'s value in llama.cpp's words (server and llama-bench accept the same spellings);
+    ``None`` for one neither knows."""
+    v = value.strip().lower()
+    if v in ("on", "enabled", "true", "1"):
+        return "on"
+    if v in ("off", "disabled", "false", "0"):
+        return "off"
+    if v in ("auto", "-1"):
+        return "auto"
+    return None
+
+
+_BENCH_OPTIONS: dict[str, str] = {
+    "-t": "threads",
+    "--threads": "threads",
+    "-b": "batch",
+    "--batch-size": "batch",
+    "-ub": "ubatch",
+    "--ubatch-size": "ubatch",
+    "-C": "cpu_mask",
+    "--cpu-mask": "cpu_mask",
+    "--cpu-strict": "cpu_strict",
+    "--poll": "poll",
+    "-ctk": "type_k",
+    "--cache-type-k": "type_k",
+    "-ctv": "type_v",
+    "--cache-type-v": "type_v",
+    "-ngl": "ngl",
+    "--gpu-layers": "ngl",
+    "--n-gpu-layers": "ngl",
+    "-ncmoe": "ncmoe",
+    "--n-cpu-moe": "ncmoe",
+    "-sm": "split_mode",
+    "--split-mode": "split_mode",
+    "-mg": "main_gpu",
+    "--main-gpu": "main_gpu",
+    "-fa": "flash_attn",
+    "--flash-attn": "flash_attn",
+    "-dev": "devices",
+    "--device": "devices",
+    "-ts": "tensor_split",
+    "--tensor-split": "tensor_split",
+    "-ot": "override",
+    "--override-tensor": "override",
+    "-lm": "load_mode",
+    "--load-mode": "load_mode",
+    "-lzm": "lazy_mode",
+    "--lazy-mode": "lazy_mode",
+    "-nopo": "no_op_offload",
+    "--no-op-offload": "no_op_offload",
+    "-fitt": "fit_target",
+    "--fit-target": "fit_target",
+    "-fitc": "fit_min_ctx",
+    "--fit-ctx": "fit_min_ctx",
+}
+"""llama-server options that take a value and map to a llama-bench field."""
+
+_BENCH_SWITCHES: dict[str, tuple[str, Any]] = {
+    "-nkvo": ("no_kv_offload", True),
+    "--no-kv-offload": ("no_kv_offload", True),
+    "-kvo": ("no_kv_offload", False),
+    "--kv-offload": ("no_kv_offload", False),
+    "--embedding": ("embeddings", True),
+    "--embeddings": ("embeddings", True),
+    "--no-host": ("no_host", True),
+    "--repack": ("repack", True),
+    "-nr": ("repack", False),
+    "--no-repack": ("repack", False),
+    "--no-mmap": ("load_mode", "none"),
+    "--mmap": ("load_mode", "mmap"),
+    "--mlock": ("mlock", True),
+    "-cmoe": ("cpu_moe", True),
+    "--cpu-moe": ("cpu_moe", True),
+}
+"""llama-server options without a value that map to a llama-bench field."""
+
+_EXPS_CPU = EXPERTS_PATTERN + "=CPU"
+"""The tensor override ``--cpu-moe`` adds (llama.cpp's LLM_FFN_EXPS_REGEX on the CPU)."""
+
+
+def _options(flags: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
+    """The last value of each option :func:`bench_fields` knows, and every ``-ot`` override
+    (with ``-cmoe``'s), in order."""
+    seen: dict[str, Any] = {}
+    overrides: list[str] = []
+    args = [str(a) for a in flags]
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        name, eq, inline = arg.partition("=") if arg.startswith("--") else (arg, "", "")
+        i += 1
+        if name in _BENCH_SWITCHES:
+            switch, setting = _BENCH_SWITCHES[name]
+            if switch == "cpu_moe":
+                overrides.append(_EXPS_CPU)
+            else:
+                seen[switch] = setting
+            continue
+        option = _BENCH_OPTIONS.get(name)
+        if option is None:
+            continue
+        if eq:
+            value = inline
+        elif i < len(args):
+            value = args[i]
+            i += 1
+        else:
+            break
+        if option == "override":
+            overrides += [p.strip() for p in value.split(",") if p.strip()]
+        else:
+            seen[option] = value
+    return seen, overrides
+
+
+_INT_FIELDS = {
+    "batch": ("n_batch", 2048),
+    "ubatch": ("n_ubatch", 512),
+    "poll": ("poll", 50),
+    "ncmoe": ("n_cpu_moe", 0),
+    "main_gpu": ("main_gpu", 0),
+    "no_op_offload": ("no_op_offload", 0),
+    "fit_min_ctx": ("fit_min_ctx", 0),
+}
+"""Options whose value is llama-bench's integer field of the same meaning, and its default."""
+_TEXT_FIELDS = ("type_k", "type_v", "split_mode", "lazy_mode")
+_BOOL_FIELDS = ("no_kv_offload", "embeddings", "no_host", "repack")
+
+
+def _special_fields(seen: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields whose values llama-bench writes in its own way."""
+    out: dict[str, Any] = {}
+    if "threads" in seen and flag_int(seen["threads"], 0) > 0:
+        out["n_threads"] = flag_int(seen["threads"], 0)
+    if "cpu_mask" in seen:
+        mask = str(seen["cpu_mask"]).strip()
+        out["cpu_mask"] = mask if mask.lower().startswith("0x") else f"0x{mask}"
+    if "cpu_strict" in seen:
+        out["cpu_strict"] = bool(flag_int(seen["cpu_strict"], 0))
+    if "ngl" in seen:
+        ngl = str(seen["ngl"]).strip()
+        out["n_gpu_layers"] = {"auto": -1, "all": -2}.get(ngl, flag_int(ngl, -1))
+    if "flash_attn" in seen:
+        out["flash_attn"] = {"on": 1, "off": 0}.get(flash_attn(str(seen["flash_attn"])) or "", -1)
+    if "devices" in seen:
+        out["devices"] = "/".join(d.strip() for d in str(seen["devices"]).split(","))
+    if "tensor_split" in seen:
+        parts = [p for p in re.split(r"[,/]+", str(seen["tensor_split"])) if p.strip()]
+        with contextlib.suppress(ValueError):
+            out["tensor_split"] = "/".join(f"{float(p):.2f}" for p in parts) or "0.00"
+    if "fit_target" in seen:
+        out["fit_target"] = flag_int(str(seen["fit_target"]).split(",")[0], 0)
+    mode = seen.get("load_mode")
+    if seen.get("mlock"):
+        mode = "mmap+mlock" if mode in (None, "auto", "mmap") else "mlock"
+    if mode is not None:
+        out["load_mode"] = str(mode).strip()
+    return out
+
+
+def bench_fields(flags: Sequence[str]) -> dict[str, Any]:
+    """The llama-bench fields a llama-server argument list sets explicitly (``-t 10`` ->
+    ``n_threads: 10``, ``-lm none`` -> ``load_mode: "none"``, ``-fa 1`` -> ``flash_attn: 1``);
+    options it does not know are left out. The last occurrence of an option wins, as in
+    llama-server, except ``-ot`` which accumulates."""
+    seen, overrides = _options(flags)
+    out: dict[str, Any] = {
+        field: flag_int(seen[option], default)
+        for option, (field, default) in _INT_FIELDS.items()
+        if option in seen
+    }
+    out.update({key: str(seen[key]).strip() for key in _TEXT_FIELDS if key in seen})
+    out.update(_special_fields(seen))
+    if overrides:
+        out["tensor_buft_overrides"] = ";".join(overrides)
+    out.update({key: bool(seen[key]) for key in _BOOL_FIELDS if key in seen})
+    return out

@@ -249,6 +249,140 @@ def _plain(value: Any) -> Any:
     return value
 
 
+class _Fields:
+    """One ``[[entry]]`` table's fields, read with one-line errors naming the entry."""
+
+    def __init__(self, where: _Where, at: str, raw: Mapping[str, Any]) -> None:
+        self.where, self.at, self.raw = where, at, raw
+
+    def bad(self, problem: str) -> NoReturn:
+        self.where.fail(f"{self.at}: {problem}")
+
+    def text(self, name: str, required: bool) -> str | None:
+        value = self.raw.get(name)
+        if value is None:
+            if required:
+                self.bad(f"missing field {name!r}")
+            return None
+        if name in ("date", "replaced") and isinstance(value, dt.date):
+            return value.isoformat()
+        if not isinstance(value, str) or not value.strip():
+            self.bad(f"{name} {_show(value)} must be a non-empty string")
+        return value
+
+    def number(self, name: str, low: float, high: float | None, low_open: bool) -> float | None:
+        value = self.raw.get(name)
+        if value is None:
+            return None
+        if not is_number(value):
+            self.bad(f"{name} {_show(value)} is not a number")
+        value = float(value)
+        if not math.isfinite(value):
+            self.bad(f"{name} {value} is not a finite number")
+        too_low = value <= low if low_open else value < low
+        if too_low or (high is not None and value >= high):
+            span = f"> {low:g}" if low_open else f">= {low:g}"
+            if high is not None:
+                span = f"in [{low:g}, {high:g})"
+            self.bad(f"{name} {value!r} must be {span}")
+        return value
+
+    def count(self, name: str) -> int | None:
+        value = self.raw.get(name)
+        if value is None:
+            return None
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            self.bad(f"{name} {_show(value)} must be a whole number >= 1")
+        return value
+
+
+def _entry_host(f: _Fields, hosts: tuple[str, ...]) -> str:
+    host = f.text("host", required=False)
+    if host is None:
+        if len(hosts) > 1:
+            f.bad(f"missing field 'host': this file holds the hosts {', '.join(hosts)}; name one")
+        return hosts[0] if hosts else FIRST_HOST
+    if host not in hosts:
+        f.bad(f"host {host!r} is not a [[host]] of this file (hosts: {', '.join(hosts) or 'none'})")
+    return host
+
+
+def _entry_names(
+    f: _Fields, section: str, known: frozenset[str] | None
+) -> tuple[str, str, str, str]:
+    """The entry's kind, build, configuration and workload (canonical)."""
+    kind = f.text("kind", required=False) or "bench"
+    if kind not in KINDS:
+        f.bad(f"kind {kind!r} is not one of {', '.join(KINDS)}")
+    build = f.text("build", required=True)
+    configuration = f.text("configuration", required=True)
+    workload = f.text("workload", required=True)
+    assert build is not None and configuration is not None and workload is not None
+    if not CONFIGURATION_NAME.fullmatch(configuration):
+        f.bad(
+            f"configuration {configuration!r} may hold only letters, digits, '-', '_' and '.' "
+            "(not last)"
+        )
+    if known is not None and section == "entry" and kind == "bench" and configuration not in known:
+        f.bad(
+            f"configuration {configuration!r} is not in the profile "
+            f"(known: {', '.join(sorted(known)) or 'none'})"
+        )
+    if kind == "bench":
+        try:
+            workload = Workload.parse(workload).name
+        except ConfigError as e:
+            f.bad(f"unknown workload: {e}")
+    elif not TRAFFIC_METRIC.fullmatch(workload):
+        f.bad(
+            f"unknown traffic workload {workload!r}: write prefill-aggregate, decode-median, "
+            "decode-aggregate>=32, ..."
+        )
+    return kind, build, configuration, workload
+
+
+def _entry_figures(
+    f: _Fields,
+) -> tuple[float, tuple[float, ...] | None, float | None, int | None]:
+    """The entry's value, samples, relative spread and repetitions, checked together."""
+    samples: tuple[float, ...] | None = None
+    if "samples" in f.raw:
+        raw_samples = f.raw["samples"]
+        if not isinstance(raw_samples, list) or not raw_samples:
+            f.bad(f"samples {_show(raw_samples)} must be a non-empty list of numbers")
+        for s in raw_samples:
+            if not is_number(s) or not math.isfinite(s) or s <= 0:
+                f.bad(f"sample {_show(s)} is not a positive finite number")
+        samples = tuple(float(s) for s in raw_samples)
+    value = f.number("value", 0.0, None, low_open=True)
+    if value is None:
+        if samples is None:
+            f.bad("missing field 'value' (or 'samples')")
+        value = statistics.median(samples)
+    elif samples is not None:
+        med = statistics.median(samples)
+        if abs(value - med) > 1e-9 * med:
+            f.bad(f"value {value!r} is not the median of samples ({med!r}); fix one of them")
+    rel_spread = f.number("rel_spread", 0.0, 1.0, low_open=False)
+    if rel_spread is None and samples is None:
+        f.bad("missing field 'rel_spread' (relative uncertainty of value, e.g. 0.01) or 'samples'")
+    repetitions = f.count("repetitions")
+    if samples is not None and repetitions is not None and repetitions != len(samples):
+        f.bad(f"repetitions {repetitions} but {len(samples)} samples")
+    return value, samples, rel_spread, repetitions
+
+
+def _entry_change(f: _Fields) -> PairedChange | None:
+    if "change" not in f.raw:
+        return None
+    if not isinstance(f.raw["change"], dict):
+        f.bad(f"change {_show(f.raw['change'])} must be a table (against, log_ratio, se, rounds)")
+    try:
+        return PairedChange.from_dict(f.raw["change"])
+    except ValueError as e:
+        f.bad(f"change: {e}")
+
+
 def _parse_entry(
     where: _Where,
     section: str,
@@ -259,136 +393,31 @@ def _parse_entry(
 ) -> BaselineEntry:
     if not isinstance(raw, dict):
         where.fail(f"{section} #{index} is not a table; write it as [[{section}]]")
-    at = where.entry(section, index, raw)
-
-    def bad(problem: str) -> NoReturn:
-        where.fail(f"{at}: {problem}")
-
+    f = _Fields(where, where.entry(section, index, raw), raw)
     unknown = sorted(set(raw) - set(_ENTRY_FIELDS))
     if unknown:
-        bad(f"unknown field {unknown[0]!r} (known: {', '.join(_ENTRY_FIELDS)})")
-
-    def text(name: str, required: bool) -> str | None:
-        value = raw.get(name)
-        if value is None:
-            if required:
-                bad(f"missing field {name!r}")
-            return None
-        if name in ("date", "replaced") and isinstance(value, dt.date):
-            return value.isoformat()
-        if not isinstance(value, str) or not value.strip():
-            bad(f"{name} {_show(value)} must be a non-empty string")
-        return value
-
-    def number(name: str, low: float, high: float | None, low_open: bool) -> float | None:
-        value = raw.get(name)
-        if value is None:
-            return None
-        if not is_number(value):
-            bad(f"{name} {_show(value)} is not a number")
-        value = float(value)
-        if not math.isfinite(value):
-            bad(f"{name} {value} is not a finite number")
-        too_low = value <= low if low_open else value < low
-        if too_low or (high is not None and value >= high):
-            span = f"> {low:g}" if low_open else f">= {low:g}"
-            if high is not None:
-                span = f"in [{low:g}, {high:g})"
-            bad(f"{name} {value!r} must be {span}")
-        return value
-
-    def count(name: str) -> int | None:
-        value = raw.get(name)
-        if value is None:
-            return None
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            bad(f"{name} {_show(value)} must be a whole number >= 1")
-        return value
-
-    host = text("host", required=False)
-    if host is None:
-        if len(hosts) > 1:
-            bad(f"missing field 'host': this file holds the hosts {', '.join(hosts)}; name one")
-        host = hosts[0] if hosts else FIRST_HOST
-    elif host not in hosts:
-        bad(f"host {host!r} is not a [[host]] of this file (hosts: {', '.join(hosts) or 'none'})")
-    kind = text("kind", required=False) or "bench"
-    if kind not in KINDS:
-        bad(f"kind {kind!r} is not one of {', '.join(KINDS)}")
-    build = text("build", required=True)
-    configuration = text("configuration", required=True)
-    workload = text("workload", required=True)
-    assert build is not None and configuration is not None and workload is not None
-    if not CONFIGURATION_NAME.fullmatch(configuration):
-        bad(
-            f"configuration {configuration!r} may hold only letters, digits, '-', '_' and '.' "
-            "(not last)"
-        )
-    if known is not None and section == "entry" and kind == "bench" and configuration not in known:
-        bad(
-            f"configuration {configuration!r} is not in the profile "
-            f"(known: {', '.join(sorted(known)) or 'none'})"
-        )
-    if kind == "bench":
-        try:
-            workload = Workload.parse(workload).name
-        except ConfigError as e:
-            bad(f"unknown workload: {e}")
-    elif not TRAFFIC_METRIC.fullmatch(workload):
-        bad(
-            f"unknown traffic workload {workload!r}: write prefill-aggregate, decode-median, "
-            "decode-aggregate>=32, ..."
-        )
-
-    samples: tuple[float, ...] | None = None
-    if "samples" in raw:
-        raw_samples = raw["samples"]
-        if not isinstance(raw_samples, list) or not raw_samples:
-            bad(f"samples {_show(raw_samples)} must be a non-empty list of numbers")
-        for s in raw_samples:
-            if not is_number(s) or not math.isfinite(s) or s <= 0:
-                bad(f"sample {_show(s)} is not a positive finite number")
-        samples = tuple(float(s) for s in raw_samples)
-    value = number("value", 0.0, None, low_open=True)
-    if value is None:
-        if samples is None:
-            bad("missing field 'value' (or 'samples')")
-        value = statistics.median(samples)
-    elif samples is not None:
-        med = statistics.median(samples)
-        if abs(value - med) > 1e-9 * med:
-            bad(f"value {value!r} is not the median of samples ({med!r}); fix one of them")
-    rel_spread = number("rel_spread", 0.0, 1.0, low_open=False)
-    if rel_spread is None and samples is None:
-        bad("missing field 'rel_spread' (relative uncertainty of value, e.g. 0.01) or 'samples'")
-    repetitions = count("repetitions")
-    if samples is not None and repetitions is not None and repetitions != len(samples):
-        bad(f"repetitions {repetitions} but {len(samples)} samples")
-    extra = _check_free_form(where, f"{at}: extra", raw.get("extra", {}))
-    change = None
-    if "change" in raw:
-        if not isinstance(raw["change"], dict):
-            bad(f"change {_show(raw['change'])} must be a table (against, log_ratio, se, rounds)")
-        try:
-            change = PairedChange.from_dict(raw["change"])
-        except ValueError as e:
-            bad(f"change: {e}")
+        f.bad(f"unknown field {unknown[0]!r} (known: {', '.join(_ENTRY_FIELDS)})")
+    host = _entry_host(f, hosts)
+    kind, build, configuration, workload = _entry_names(f, section, known)
+    value, samples, rel_spread, repetitions = _entry_figures(f)
+    extra = _check_free_form(where, f"{f.at}: extra", raw.get("extra", {}))
+    change = _entry_change(f)
     return BaselineEntry(
         build=build,
         configuration=configuration,
         workload=workload,
         value=value,
-        date=text("date", required=True) or "",
-        source=text("source", required=True) or "",
+        date=f.text("date", required=True) or "",
+        source=f.text("source", required=True) or "",
         kind=kind,
         rel_spread=rel_spread,
         samples=samples,
         repetitions=repetitions,
-        requests=count("requests"),
-        tolerance=number("tolerance", 0.0, 1.0, low_open=False),
-        flags=text("flags", required=False),
-        note=text("note", required=False),
-        replaced=text("replaced", required=False),
+        requests=f.count("requests"),
+        tolerance=f.number("tolerance", 0.0, 1.0, low_open=False),
+        flags=f.text("flags", required=False),
+        note=f.text("note", required=False),
+        replaced=f.text("replaced", required=False),
         change=change,
         extra=extra,
         host=host,

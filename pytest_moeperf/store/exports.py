@@ -25,7 +25,7 @@ from pytest_benchmark.stats import Stats
 
 from .. import __version__
 from ..host.machine import parse_cpu_list
-from ..llama.flags import flag_int
+from ..llama.flags import bench_fields
 from ..measure.measurement import Measurement
 from .record import measurements_of, parse_date
 
@@ -240,173 +240,6 @@ def _benchmark(m: Measurement) -> dict[str, Any]:
 # llama-bench's JSONL rows
 
 
-_FLAG_ALIASES: dict[str, str] = {
-    "-t": "threads",
-    "--threads": "threads",
-    "-b": "batch",
-    "--batch-size": "batch",
-    "-ub": "ubatch",
-    "--ubatch-size": "ubatch",
-    "-C": "cpu_mask",
-    "--cpu-mask": "cpu_mask",
-    "--cpu-strict": "cpu_strict",
-    "--poll": "poll",
-    "-ctk": "type_k",
-    "--cache-type-k": "type_k",
-    "-ctv": "type_v",
-    "--cache-type-v": "type_v",
-    "-ngl": "ngl",
-    "--gpu-layers": "ngl",
-    "--n-gpu-layers": "ngl",
-    "-ncmoe": "ncmoe",
-    "--n-cpu-moe": "ncmoe",
-    "-sm": "split_mode",
-    "--split-mode": "split_mode",
-    "-mg": "main_gpu",
-    "--main-gpu": "main_gpu",
-    "-fa": "flash_attn",
-    "--flash-attn": "flash_attn",
-    "-dev": "devices",
-    "--device": "devices",
-    "-ts": "tensor_split",
-    "--tensor-split": "tensor_split",
-    "-ot": "override",
-    "--override-tensor": "override",
-    "-lm": "load_mode",
-    "--load-mode": "load_mode",
-    "-lzm": "lazy_mode",
-    "--lazy-mode": "lazy_mode",
-    "-nopo": "no_op_offload",
-    "--no-op-offload": "no_op_offload",
-    "-fitt": "fit_target",
-    "--fit-target": "fit_target",
-    "-fitc": "fit_min_ctx",
-    "--fit-ctx": "fit_min_ctx",
-}
-"""llama-server options that take a value and map to a llama-bench field."""
-
-_SWITCHES: dict[str, tuple[str, Any]] = {
-    "-nkvo": ("no_kv_offload", True),
-    "--no-kv-offload": ("no_kv_offload", True),
-    "-kvo": ("no_kv_offload", False),
-    "--kv-offload": ("no_kv_offload", False),
-    "--embedding": ("embeddings", True),
-    "--embeddings": ("embeddings", True),
-    "--no-host": ("no_host", True),
-    "--repack": ("repack", True),
-    "-nr": ("repack", False),
-    "--no-repack": ("repack", False),
-    "--no-mmap": ("load_mode", "none"),
-    "--mmap": ("load_mode", "mmap"),
-    "--mlock": ("mlock", True),
-    "-cmoe": ("cpu_moe", True),
-    "--cpu-moe": ("cpu_moe", True),
-}
-"""llama-server options without a value that map to a llama-bench field."""
-
-_EXPS_CPU = r"\.ffn_(up|down|gate|gate_up)_(ch|)exps=CPU"
-"""The tensor override ``--cpu-moe`` adds (llama.cpp's LLM_FFN_EXPS_REGEX on the CPU)."""
-
-
-def _truthy(value: str) -> bool | None:
-    v = value.strip().lower()
-    if v in ("on", "enabled", "true", "1"):
-        return True
-    if v in ("off", "disabled", "false", "0"):
-        return False
-    return None
-
-
-def parse_flags(flags: Sequence[str]) -> dict[str, Any]:
-    """The llama-bench fields a llama-server argument list sets explicitly (``-t 10`` ->
-    ``n_threads: 10``, ``-lm none`` -> ``load_mode: "none"``, ``-fa 1`` -> ``flash_attn: 1``);
-    options it does not know are left out. The last occurrence of an option wins, as in
-    llama-server, except ``-ot`` which accumulates."""
-    seen: dict[str, Any] = {}
-    overrides: list[str] = []
-    args = [str(a) for a in flags]
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        name, eq, inline = arg.partition("=") if arg.startswith("--") else (arg, "", "")
-        if name in _SWITCHES:
-            switch, setting = _SWITCHES[name]
-            if switch == "cpu_moe":
-                overrides.append(_EXPS_CPU)
-            else:
-                seen[switch] = setting
-            i += 1
-            continue
-        option = _FLAG_ALIASES.get(name)
-        if option is None:
-            i += 1
-            continue
-        if eq:
-            value = inline
-            i += 1
-        elif i + 1 < len(args):
-            value = args[i + 1]
-            i += 2
-        else:
-            break
-        if option == "override":
-            overrides += [p.strip() for p in value.split(",") if p.strip()]
-        else:
-            seen[option] = value
-    out: dict[str, Any] = {}
-    if "threads" in seen and flag_int(seen["threads"], 0) > 0:
-        out["n_threads"] = flag_int(seen["threads"], 0)
-    if "batch" in seen:
-        out["n_batch"] = flag_int(seen["batch"], 2048)
-    if "ubatch" in seen:
-        out["n_ubatch"] = flag_int(seen["ubatch"], 512)
-    if "cpu_mask" in seen:
-        mask = str(seen["cpu_mask"]).strip()
-        out["cpu_mask"] = mask if mask.lower().startswith("0x") else f"0x{mask}"
-    if "cpu_strict" in seen:
-        out["cpu_strict"] = bool(flag_int(seen["cpu_strict"], 0))
-    if "poll" in seen:
-        out["poll"] = flag_int(seen["poll"], 50)
-    for key in ("type_k", "type_v", "split_mode", "lazy_mode"):
-        if key in seen:
-            out[key] = str(seen[key]).strip()
-    if "ngl" in seen:
-        ngl = str(seen["ngl"]).strip()
-        out["n_gpu_layers"] = {"auto": -1, "all": -2}.get(ngl, flag_int(ngl, -1))
-    if "ncmoe" in seen:
-        out["n_cpu_moe"] = flag_int(seen["ncmoe"], 0)
-    if "main_gpu" in seen:
-        out["main_gpu"] = flag_int(seen["main_gpu"], 0)
-    if "flash_attn" in seen:
-        truth = _truthy(str(seen["flash_attn"]))
-        out["flash_attn"] = -1 if truth is None else int(truth)
-    if "devices" in seen:
-        out["devices"] = "/".join(d.strip() for d in str(seen["devices"]).split(","))
-    if "tensor_split" in seen:
-        parts = [p for p in re.split(r"[,/]+", str(seen["tensor_split"])) if p.strip()]
-        try:
-            out["tensor_split"] = "/".join(f"{float(p):.2f}" for p in parts) or "0.00"
-        except ValueError:
-            pass
-    if overrides:
-        out["tensor_buft_overrides"] = ";".join(overrides)
-    mode = seen.get("load_mode")
-    if seen.get("mlock"):
-        mode = "mmap+mlock" if mode in (None, "auto", "mmap") else "mlock"
-    if mode is not None:
-        out["load_mode"] = str(mode).strip()
-    for key in ("no_kv_offload", "embeddings", "no_host", "repack"):
-        if key in seen:
-            out[key] = bool(seen[key])
-    if "no_op_offload" in seen:
-        out["no_op_offload"] = flag_int(seen["no_op_offload"], 0)
-    if "fit_target" in seen:
-        out["fit_target"] = flag_int(str(seen["fit_target"]).split(",")[0], 0)
-    if "fit_min_ctx" in seen:
-        out["fit_min_ctx"] = flag_int(seen["fit_min_ctx"], 0)
-    return out
-
-
 def _defaults() -> dict[str, Any]:
     """llama-server b11434's defaults, for fields no flag sets."""
     return {
@@ -492,7 +325,7 @@ def llama_bench_rows(results: Mapping[str, Any]) -> list[dict[str, Any]]:
         fp = {**host, **dict(per_profile.get(profile) or {})}
         flags = list(m.conditions.flags)
         pinning = m.conditions.pinning
-        fields = {**_defaults(), **parse_flags(flags)}
+        fields = {**_defaults(), **bench_fields(flags)}
         cpus = _pinned_cpus(pinning, fp)
         if "n_threads" not in fields:
             fields["n_threads"] = len(cpus) if cpus else int(fp.get("cpus") or os.cpu_count() or 1)
@@ -547,5 +380,4 @@ __all__ = [
     "benchmark_json",
     "benchmark_name",
     "llama_bench_rows",
-    "parse_flags",
 ]

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from pytest_moeperf import fs
+from pytest_moeperf.llama.flags import bench_fields
 from pytest_moeperf.measure.measurement import Conditions, Measurement, Sample
 from pytest_moeperf.measure.stats import Figure
 from pytest_moeperf.measure.workload import Workload
@@ -25,7 +26,6 @@ from pytest_moeperf.store.exports import (
     LLAMA_BENCH_FIELDS,
     benchmark_json,
     llama_bench_rows,
-    parse_flags,
 )
 from pytest_moeperf.store.history import read_history, write_history
 
@@ -346,12 +346,12 @@ def test_llama_bench_depth_node_and_gpu(tmp_path: Path) -> None:
     assert row["build_number"] == 11713
 
 
-def test_parse_flags() -> None:
+def test_bench_fields() -> None:
     adr = [
         "-ngl", "999", "-ncmoe", "48", "-ot", "per_layer_token_embd=CPU", "-t", "10",
         "-fa", "1", "-ub", "2048", "-c", "16384", "-np", "1", "-lm", "none",
     ]  # fmt: skip
-    assert parse_flags(adr) == {
+    assert bench_fields(adr) == {
         "n_gpu_layers": 999,
         "n_cpu_moe": 48,
         "tensor_buft_overrides": "per_layer_token_embd=CPU",
@@ -360,23 +360,23 @@ def test_parse_flags() -> None:
         "n_ubatch": 2048,
         "load_mode": "none",
     }
-    assert parse_flags(["--threads=4", "--no-mmap", "-ctk", "q8_0", "-nkvo"]) == {
+    assert bench_fields(["--threads=4", "--no-mmap", "-ctk", "q8_0", "-nkvo"]) == {
         "n_threads": 4,
         "load_mode": "none",
         "type_k": "q8_0",
         "no_kv_offload": True,
     }
-    assert parse_flags(["--mlock", "-fa", "auto", "-ngl", "all", "-ts", "3,1", "-t"]) == {
+    assert bench_fields(["--mlock", "-fa", "auto", "-ngl", "all", "-ts", "3,1", "-t"]) == {
         "load_mode": "mmap+mlock",
         "flash_attn": -1,
         "n_gpu_layers": -2,
         "tensor_split": "3.00/1.00",
     }
-    assert parse_flags(["-ot", "a=CPU,b=CUDA0", "-ot", "c=CPU", "-C", "ff"]) == {
+    assert bench_fields(["-ot", "a=CPU,b=CUDA0", "-ot", "c=CPU", "-C", "ff"]) == {
         "tensor_buft_overrides": "a=CPU;b=CUDA0;c=CPU",
         "cpu_mask": "0xff",
     }
-    assert parse_flags(["-t", "2", "-t", "8"]) == {"n_threads": 8}  # the last one wins
+    assert bench_fields(["-t", "2", "-t", "8"]) == {"n_threads": 8}  # the last one wins
 
 
 # The fields and key properties of llama.cpp b11434's scripts/compare-llama-bench.py (copied):

@@ -1,6 +1,8 @@
 """The defaults are named once (``defaults.py``) and everything that states one says the same:
-the pytest options' help texts, the ``moeperf`` command's arguments and the README's table of
-options. A setting's bad value is refused by the one check its option and argument share."""
+the pytest options' help texts, the ``moeperf`` command's arguments and the reference's table
+of options (``docs/reference/options.md``); every option, profile key and environment variable
+the code knows has its row there. A setting's bad value is refused by the one check its option
+and argument share."""
 
 from __future__ import annotations
 
@@ -12,8 +14,13 @@ import pytest
 from pytest_moeperf import defaults
 from pytest_moeperf.commands import make_parser
 from pytest_moeperf.defaults import SettingError
+from pytest_moeperf.plugin import hooks
+from pytest_moeperf.run import profiles
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
+OPTIONS = ROOT / "docs" / "reference" / "options.md"
+PROFILE_KEYS = ROOT / "docs" / "reference" / "profile-keys.md"
+ENVIRONMENT = ROOT / "docs" / "reference" / "environment.md"
 
 STATED = {
     "--moeperf-repetitions": defaults.REPETITIONS,
@@ -29,9 +36,11 @@ STATED = {
 
 
 def _readme_default(option: str) -> float:
-    row = next(line for line in README.read_text().splitlines() if line.startswith(f"| `{option} "))
+    row = next(
+        line for line in OPTIONS.read_text().splitlines() if line.startswith(f"| `{option} ")
+    )
     m = re.search(r"\(default[^)0-9]*?([0-9]+(?:\.[0-9]+)?)", row)
-    assert m, f"the README's row of {option} states no default: {row}"
+    assert m, f"the reference's row of {option} states no default: {row}"
     return float(m.group(1))
 
 
@@ -79,24 +88,40 @@ def test_each_check_takes_its_edges():
     defaults.check_budget(None, "--x")
 
 
-def test_every_environment_variable_the_project_reads_is_in_the_readmes_table():
+def test_every_environment_variable_the_project_reads_is_in_the_reference():
     """A variable the package, its scripts, CI or the profiles read (``MOEPERF_*``) has a row
-    of the README's table: ``MOEPERF_SMOKE_BUDGET`` and ``_NCMOE`` were read by
+    of the reference's table: ``MOEPERF_SMOKE_BUDGET`` and ``_NCMOE`` were read by
     ``scripts/gpu-smoke.sh`` and missing from it."""
-    root = README.parent
-    text = README.read_text()
-    table = text[text.index("### Every environment variable") :]
-    table = table[: table.index("\n## ")]
-    listed = set(re.findall(r"`(MOEPERF_[A-Z_]*[A-Z])`", table))
+    listed = set(re.findall(r"`(MOEPERF_[A-Z_]*[A-Z])`", ENVIRONMENT.read_text()))
     read = set()
     for folder in ("pytest_moeperf", "scripts", ".ci"):
-        for path in (root / folder).rglob("*"):
+        for path in (ROOT / folder).rglob("*"):
             if (
                 path.is_file()
                 and path.suffix in (".py", ".sh", "")
                 and "__pycache__" not in str(path)
             ):
                 read |= set(re.findall(r"MOEPERF_[A-Z_]*[A-Z]", path.read_text(errors="replace")))
-    read |= set(re.findall(r"\$(MOEPERF_[A-Z_]*[A-Z])", (root / "moeperf.toml").read_text()))
+    read |= set(re.findall(r"\$(MOEPERF_[A-Z_]*[A-Z])", (ROOT / "moeperf.toml").read_text()))
     read -= {"MOEPERF_EXAMPLE"}  # a constant's name in plugin/markers.py, not a variable
     assert sorted(read - listed) == []
+
+
+def test_every_pytest_option_and_profile_key_has_its_row_in_the_reference():
+    """The reference cannot drift from the code: each ``--moeperf-*`` option the plugin adds
+    and each key a profile, a configuration or a traffic table takes is in its table."""
+    parser = pytest.Parser(_ispytest=True)
+    hooks.pytest_addoption(parser)
+    options = {
+        name
+        for group in parser._groups
+        for option in group.options
+        for name in option.names()
+        if name.startswith("--moeperf")
+    }
+    assert options
+    table = OPTIONS.read_text()
+    assert sorted(o for o in options if f"`{o}" not in table) == []
+    keys = profiles._PROFILE_KEYS | profiles._TRAFFIC_KEYS
+    text = PROFILE_KEYS.read_text()
+    assert sorted(k for k in keys if f"`{k}`" not in text) == []

@@ -1,6 +1,7 @@
 """The package's layers point down: no module imports one from a layer above its own (the
-README's layout table lists the layers in this order), and only the pytest-facing modules
-import pytest. Every import counts, those inside functions and ``TYPE_CHECKING`` blocks too."""
+layout table of docs/design.md lists the layers in this order), and only the pytest-facing
+modules import pytest. Every import counts, those inside functions and ``TYPE_CHECKING`` blocks
+too."""
 
 from __future__ import annotations
 
@@ -53,7 +54,7 @@ def layer_of(module: str) -> int:
             if (module == entry or module.startswith(entry + ".")) and len(entry) > best_len:
                 best, best_len = i, len(entry)
     if best < 0:
-        raise AssertionError(f"{module} is in no layer: add it to LAYERS and the README")
+        raise AssertionError(f"{module} is in no layer: add it to LAYERS and docs/design.md")
     return best
 
 

@@ -139,6 +139,18 @@ def format_traffic_checks(log: str, stored: str, checks: Sequence[TrafficCheck])
     if failed:
         out.append("")
         out += [f"fails: {c.explain()}" for c in failed]
+    open_rows = [c for c in checks if c.outcome == "undecided" and c.value is not None]
+    if open_rows:
+        out.append("")
+        for c in open_rows:
+            why = (
+                f"the record's {100 * c.rel_spread:.0f} % spread dominates the width (the "
+                f"log's {c.n:,} requests give ±{100 * c.request_width:.1f} %): more requests "
+                "will not decide it"
+                if c.dominant == "the record's spread"
+                else f"the log's {c.n:,} requests dominate the width: a longer log narrows it"
+            )
+            out.append(f"undecided: {c.label}: {why}")
     return "\n".join(out)
 
 

@@ -344,6 +344,17 @@ class TrafficCheck:
     """Lower end of the interval of the log's statistic over the stored value."""
     high: float | None = None
     confidence: float = CONFIDENCE
+    request_width: float = 0.0
+    """Half the log-width of the interval the log's requests alone give (the bootstrap's)."""
+
+    @property
+    def dominant(self) -> str:
+        """Which term sets most of the width: ``the record's spread`` (more requests will not
+        narrow it) or ``the log's requests``."""
+        stored = statistics.NormalDist().inv_cdf(0.5 + self.confidence / 2) * log_sigma(
+            self.rel_spread
+        )
+        return "the record's spread" if stored > self.request_width else "the log's requests"
 
     @property
     def limit(self) -> float:
@@ -415,6 +426,7 @@ def judge_traffic(
         low=lo,
         high=hi,
         confidence=confidence,
+        request_width=math.log(high / low) / 2 if low > 0 else math.inf,
     )
 
 

@@ -298,6 +298,12 @@ def test_a_log_above_the_adrs_level_holds_and_one_at_it_is_undecided(tmp_path, c
         == 0
     )
     assert capsys.readouterr().out.rstrip().endswith("verdict: holds")
+    dropped = adr_log(tmp_path / "dropped.log", decode=0.87)  # 13 % slower decode
+    assert logstats.main([str(dropped), "--baseline", str(ADR_FILE), "--column", "serve-new"]) == 3
+    assert (
+        "undecided: decode, requests with ≥32 generated, aggregate: the record's 5 % spread "
+        "dominates the width (the log's 22 requests give ±0."
+    ) in capsys.readouterr().out
     level = adr_log(tmp_path / "level.log")
     assert logstats.main([str(level), "--baseline", str(ADR_FILE), "--column", "serve-new"]) == 3
     out = capsys.readouterr().out

@@ -45,6 +45,17 @@ def gpu_problems(configuration: Configuration, host_gpus: int) -> list[Problem]:
     have = f"this host has {host_gpus} GPU(s)" + (
         f" (0-{host_gpus - 1})" if host_gpus > 1 else " (0)" if host_gpus else ""
     )
+    if configuration.requires_gpus > host_gpus:
+        out.append(
+            Problem(
+                "requires_gpus",
+                f"requires_gpus = {configuration.requires_gpus}; {have}",
+            )
+        )
+    if not host_gpus:
+        # a CPU host: GPU indices and split flags name nothing a server would use, and a
+        # declared GPU still names the lock its measurements take (requires_gpus skips above)
+        return out
     if configuration.gpus is not None:
         absent = sorted(g for g in set(configuration.gpus) if not 0 <= g < host_gpus)
         if absent:
@@ -55,13 +66,6 @@ def gpu_problems(configuration: Configuration, host_gpus: int) -> list[Problem]:
                     "GPUs that exist (nvidia-smi's indices)",
                 )
             )
-    if configuration.requires_gpus > host_gpus:
-        out.append(
-            Problem(
-                "requires_gpus",
-                f"requires_gpus = {configuration.requires_gpus}; {have}",
-            )
-        )
     flags = configuration.server_args
     seen = len(configuration.gpus) if configuration.gpus is not None else None
     visible = _visible(configuration, host_gpus) if seen is None else min(seen, host_gpus)

@@ -67,11 +67,14 @@ def test_logstats_matches_client_timings(llama_build, tiny_model, tmp_path, caps
         logs.append(str(log))
     argv = ["logstats", *logs, "--prefill-min", "256", "--prefill-large-min", "800"]
     argv += ["--decode-min", "32"]
-    assert main(argv) == 0
+    # two logs are compared, cpu0's against two cores': exit 0/1/3 as that comparison says
+    rc = main(argv)
     table = capsys.readouterr().out
     assert "two-cores" in table and "cpu0" in table and "(n=" in table
-    assert main([*argv, "--json"]) == 0
+    assert "cpu0.log against two-cores.log" in table
+    assert main([*argv, "--json"]) == rc
     doc = json.loads(capsys.readouterr().out)
+    assert rc == {"pass": 0, "slower": 1, "undecided": 3}[doc["compare"]["outcome"]]
     for label, timings in zip(("two-cores.log", "cpu0.log"), client, strict=True):
         stats = next(v["stats"] for k, v in doc.items() if k.startswith(label.split(".")[0]))
         want = _expected(timings)

@@ -109,3 +109,13 @@ def test_what_the_gpus_have_passes(host):
         host.tmp, host.shards[0], host.server, env={"CUDA_VISIBLE_DEVICES": "1"}, flags=["-mg", "1"]
     )
     assert [pr.key for pr in gpu_problems(hidden.configuration("c"), 2)] == ["-mg"]
+
+
+def test_on_a_host_without_gpus_a_declared_gpu_only_names_a_lock(host):
+    """No GPU here: `gpus = [0]` and split flags name nothing a CPU server would use (a
+    declared GPU still names the lock its measurements take), so only requires_gpus refuses."""
+    for config in ({"gpus": [0]}, {"flags": ["-ts", "3,1,1", "-mg", "4"]}):
+        p = profile(host.tmp, host.shards[0], host.server, **config)
+        assert gpu_problems(p.configuration("c"), 0) == []
+    needs = profile(host.tmp, host.shards[0], host.server, requires_gpus=1)
+    assert [pr.key for pr in gpu_problems(needs.configuration("c"), 0)] == ["requires_gpus"]

@@ -393,6 +393,14 @@ def run(args: argparse.Namespace) -> int:
             f"{len(changes)} rows, margin {100 * MARGIN:g} %)"
         )
         print(format_log_changes(labels[0], labels[1], changes))
+        judged = {c.label for c in changes}
+        empty = [
+            r.label
+            for r in log_rows(args.prefill_min, args.prefill_large_min, args.decode_min)
+            if r.label not in judged
+        ]
+        if empty:
+            print(f"left out, no request of them in either log: {'; '.join(empty)}")
     _print_findings(parsed)
     if record:
         held = traffic_outcome(checks)

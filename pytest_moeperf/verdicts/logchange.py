@@ -166,11 +166,18 @@ def compare_logs(
     prior: float = SESSION_SPREAD,
     seed: int = 0,
 ) -> list[LogChange]:
-    """Each of *rows* of the *new* log's requests over the *old* log's, judged by the change
-    rule at ``family_alpha / len(rows)`` (two-sided) with both logs' request spread and the
+    """Each of *rows* that either log has requests of (the others are left out), the *new*
+    log's over the *old* log's, judged by the change rule at ``family_alpha`` over those rows
+    (two-sided) with both logs' request spread and the
     between-session term (see the module), whose *prior* is a session level's log standard
     deviation where the logs hold too few sessions to measure it."""
     same = tuple(old) == tuple(new)
+    # a row neither log has a request of says nothing, and is no member of the family
+    rows = [
+        r
+        for r in rows
+        if log_requests(old, r.metric, r.min_tokens) or log_requests(new, r.metric, r.min_tokens)
+    ]
     alpha = family_alpha / max(1, len(rows))
     z = statistics.NormalDist().inv_cdf(1 - alpha / 2)
     rule = Rule("change", margin=margin)

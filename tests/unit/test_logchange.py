@@ -87,6 +87,19 @@ def test_a_log_against_itself_is_unchanged_with_no_session_term(tmp_path, capsys
     assert out.rstrip().endswith("verdict: pass")
 
 
+def test_a_row_neither_log_has_requests_of_is_left_out(tmp_path, capsys):
+    """Prompts of at most 6,000 tokens and a large-prefill row at 8,000: the row is no member
+    of the family and cannot keep a log against itself from passing."""
+    log = write_log(tmp_path / "a.log", 100)
+    rows = log_rows(prefill_large_min=8000)
+    changes = compare_logs(timings(log), timings(log), rows)
+    assert len(changes) == len(rows) - 1 and all(c.outcome == "unchanged" for c in changes)
+    assert changes[0].confidence == pytest.approx(1 - 0.05 / 4)
+    assert logstats.main([str(log), str(log), "--prefill-large-min", "8000"]) == 0
+    out = capsys.readouterr().out
+    assert "left out, no request of them in either log: prefill, requests with ≥8,000" in out
+
+
 def test_a_halved_prefill_is_slower_and_exits_1(tmp_path, capsys):
     old = write_log(tmp_path / "old.log", 200, seed=1)
     new = write_log(tmp_path / "new.log", 200, seed=2, prefill=100.0)

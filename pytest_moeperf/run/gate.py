@@ -154,7 +154,7 @@ def run_gate(
     skipped: list[tuple[str, str]] = []
     for name in list(names):  # what this host or a build lacks, before any server starts
         try:
-            live.check(gated, [gated.configuration(name)], (BASELINE, CANDIDATE))
+            live.launcher.check(gated, [gated.configuration(name)], (BASELINE, CANDIDATE))
         except HostLacks as exc:
             owner = host_owns(profile, live.host) if exc.key else None
             if owner is not None:

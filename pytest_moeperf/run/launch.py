@@ -68,6 +68,8 @@ class Launcher:
         self.log_dir = log_dir
         self.startup_timeout = startup_timeout
         self.report = report
+        self._checked: set[tuple[str, str]] = set()
+        """(profile, configuration) whose host checks passed (:meth:`check`)."""
         self.setup_seconds = 0.0
         """Seconds spent so far on starting servers (their builds, model and load
         included): not measuring, so no verdict's budget counts them."""
@@ -112,10 +114,12 @@ class Launcher:
         their pinning, the GPUs they name (:mod:`~pytest_moeperf.run.validate`), the
         profile's model (every shard) and, for each build of *labels*, the flags it lacks (a
         build by number is built for that). :class:`HostLacks` naming the key."""
-        for c in configurations:
+        fresh = [c for c in configurations if (profile.name, c.name) not in self._checked]
+        for c in fresh:  # the host does not change its GPUs or nodes: once a configuration
             c.pinning.resolve()
-        check_configurations(profile, configurations, len(self._host()["gpus"]))
+        check_configurations(profile, fresh, len(self._host()["gpus"]))
         self.artifacts.model_for(profile)
+        self._checked.update((profile.name, c.name) for c in fresh)
         for c in configurations:
             for label in labels:
                 self._flags_of(profile, c, label)

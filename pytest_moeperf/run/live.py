@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -219,16 +219,6 @@ class LiveSource(Source):
         self, profile: Profile, configuration: Configuration, label: str | None = None
     ) -> ServerRecord:
         return self.launcher.server(profile, configuration, label)
-
-    def check(
-        self,
-        profile: Profile,
-        configurations: Sequence[Configuration],
-        labels: Sequence[str | None] = (),
-    ) -> None:
-        """What this host (and the builds of *labels*) lacks for *configurations*, before any
-        server starts (:meth:`~pytest_moeperf.run.launch.Launcher.check`)."""
-        self.launcher.check(profile, configurations, labels)
 
     def stop_servers(self, keep: Callable[[ServerKey], bool] | None = None) -> None:
         self.pool.stop_all(keep or (lambda k: False))

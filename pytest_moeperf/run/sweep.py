@@ -63,7 +63,7 @@ def run_sweep(
     """Measure *configuration*'s traffic at each ``-np`` of *slots*, one server at a time."""
     if not slots or any(n < 1 for n in slots):
         raise ConfigError(f"--np {list(slots)}: give slot counts >= 1, e.g. 1,2,4")
-    live.check(profile, [configuration])  # before any server starts
+    live.launcher.check(profile, [configuration])  # before any server starts
     points = []
     description = ""
     for n in slots:
@@ -180,7 +180,7 @@ def run_ncmoe_sweep(
 ) -> NcmoeSweepResult:
     """Measure the profile's prefill and decode workloads on *configuration* at each
     ``-ncmoe`` of *values* (``None``: :func:`ncmoe_all` of the model), one server at a time."""
-    live.check(profile, [configuration])  # before any server starts
+    live.launcher.check(profile, [configuration])  # before any server starts
     workloads = [w for w in profile.workloads if not w.is_traffic]
     if not workloads:
         raise ConfigError(

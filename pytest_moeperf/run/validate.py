@@ -15,6 +15,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..host.gpus import visible_gpus
 from ..llama.flags import flag_value
 from .profiles import Configuration, HostLacks, Profile
 
@@ -34,9 +35,7 @@ class Problem:
 def _visible(configuration: Configuration, host_gpus: int) -> int:
     """How many GPUs llama.cpp will see: the ``CUDA_VISIBLE_DEVICES`` of its env, else all."""
     spec = configuration.env.get("CUDA_VISIBLE_DEVICES")
-    if spec is None:
-        return host_gpus
-    return len([d for d in spec.split(",") if d.strip() and d.strip() != "-1"])
+    return host_gpus if spec is None else len(visible_gpus(spec))
 
 
 def gpu_problems(configuration: Configuration, host_gpus: int) -> list[Problem]:

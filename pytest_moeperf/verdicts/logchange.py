@@ -31,7 +31,7 @@ import numpy as np
 from ..defaults import CONFIDENCE, FAMILY_ALPHA, MARGIN, SESSION_SPREAD
 from ..llama.logs import RequestTiming, log_sessions
 from .creep import SessionSpread, session_spread
-from .reference import Metric, Statistic, bootstrap_draws, log_requests
+from .reference import Metric, Statistic, bootstrap_draws, log_requests, statistic_of
 from .sequential import Decision, Rule
 
 __all__ = ["LogChange", "LogRow", "compare_logs", "log_rows", "logs_outcome"]
@@ -135,19 +135,8 @@ def _rate(value: float | None) -> str:
 
 def _session_levels(timings: Sequence[RequestTiming], row: LogRow) -> list[float]:
     """The row's statistic in each session of a log that has enough requests of it."""
-    levels = []
-    for part in log_sessions(timings):
-        requests = log_requests(part, row.metric, row.min_tokens)
-        if len(requests) >= MIN_SESSION_REQUESTS:
-            tokens = np.array([t for t, _ in requests], dtype=float)
-            ms = np.array([m for _, m in requests], dtype=float)
-            rates = tokens * 1000.0 / ms
-            levels.append(
-                float(tokens.sum() * 1000.0 / ms.sum())
-                if row.statistic == "aggregate"
-                else statistics.median(rates.tolist())
-            )
-    return levels
+    parts = (log_requests(part, row.metric, row.min_tokens) for part in log_sessions(timings))
+    return [statistic_of(r, row.statistic) for r in parts if len(r) >= MIN_SESSION_REQUESTS]
 
 
 def _log_sd(requests: Sequence[tuple[int, float]], row: LogRow, seed: int) -> tuple[float, float]:
@@ -172,19 +161,18 @@ def compare_logs(
     between-session term (see the module), whose *prior* is a session level's log standard
     deviation where the logs hold too few sessions to measure it."""
     same = tuple(old) == tuple(new)
-    # a row neither log has a request of says nothing, and is no member of the family
-    rows = [
-        r
+    requests = {
+        r: (log_requests(old, r.metric, r.min_tokens), log_requests(new, r.metric, r.min_tokens))
         for r in rows
-        if log_requests(old, r.metric, r.min_tokens) or log_requests(new, r.metric, r.min_tokens)
-    ]
+    }
+    # a row neither log has a request of says nothing, and is no member of the family
+    rows = [r for r in rows if requests[r][0] or requests[r][1]]
     alpha = family_alpha / max(1, len(rows))
     z = statistics.NormalDist().inv_cdf(1 - alpha / 2)
     rule = Rule("change", margin=margin)
     out = []
     for row in rows:
-        a = log_requests(old, row.metric, row.min_tokens)
-        b = log_requests(new, row.metric, row.min_tokens)
+        a, b = requests[row]
         session = (
             None
             if same

@@ -44,6 +44,7 @@ __all__ = [
     "pick_entry",
     "pick_figure",
     "stand_in",
+    "statistic_of",
     "traffic_outcome",
 ]
 
@@ -277,6 +278,14 @@ def _statistic(tokens: np.ndarray, ms: np.ndarray, statistic: Statistic) -> np.n
     return np.asarray(np.median(tokens * 1000.0 / ms, axis=-1))
 
 
+def statistic_of(requests: Sequence[tuple[int, float]], statistic: Statistic) -> float:
+    """The statistic of *requests* (``aggregate``: sum of tokens over sum of time, as
+    ADR-0042's real-traffic table; ``median``: of the per-request rates), tok/s."""
+    tokens = np.array([t for t, _ in requests], dtype=float)
+    ms = np.array([m for _, m in requests], dtype=float)
+    return float(_statistic(tokens[None, :], ms[None, :], statistic)[0])
+
+
 def bootstrap_draws(
     requests: Sequence[tuple[int, float]],
     statistic: Statistic,
@@ -284,14 +293,13 @@ def bootstrap_draws(
     resamples: int = RESAMPLES,
     seed: int = 0,
 ) -> tuple[float, np.ndarray]:
-    """The statistic of *requests* (``aggregate``: sum of tokens over sum of time, as
-    ADR-0042's real-traffic table; ``median``: of the per-request rates) in tok/s, and its
-    *resamples* bootstrap draws over requests, seeded."""
+    """The statistic of *requests* (:func:`statistic_of`) and its *resamples* bootstrap draws
+    over requests, seeded."""
     if not requests:
         raise ValueError("no requests")
     tokens = np.array([t for t, _ in requests], dtype=float)
     ms = np.array([m for _, m in requests], dtype=float)
-    value = float(_statistic(tokens[None, :], ms[None, :], statistic)[0])
+    value = statistic_of(requests, statistic)
     rng = np.random.default_rng(seed)
     n = len(requests)
     per = max(1, _CHUNK // n)

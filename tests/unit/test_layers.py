@@ -106,12 +106,19 @@ def mutual_imports() -> list[tuple[str, str]]:
     """Pairs of modules that import each other (inside functions and ``TYPE_CHECKING`` too).
     A package's ``__init__`` importing its own modules is no pair: ``from . import common``
     names the package only as where ``common`` lies."""
-    graph = {module_name(path): {n for n in imports_of(path) if is_module(n)} for path in sources()}
-    for name, wanted in graph.items():
-        wanted.discard(name.rpartition(".")[0])
+    graph = import_graph()
     return sorted(
         (a, b) for a, wanted in graph.items() for b in wanted if a < b and a in graph.get(b, ())
     )
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Each module's imported modules, its own package and itself left out."""
+    graph = {module_name(path): {n for n in imports_of(path) if is_module(n)} for path in sources()}
+    for name, wanted in graph.items():
+        wanted.discard(name.rpartition(".")[0])
+        wanted.discard(name)
+    return graph
 
 
 def test_no_two_modules_import_each_other():
@@ -133,10 +140,7 @@ def test_the_check_sees_two_modules_importing_each_other(tmp_path, monkeypatch):
 def import_circles() -> list[list[str]]:
     """Every set of modules that reach each other through imports (a circle of any length,
     function-local imports included), by Tarjan's strongly connected components."""
-    graph = {module_name(path): {n for n in imports_of(path) if is_module(n)} for path in sources()}
-    for name, wanted in graph.items():
-        wanted.discard(name.rpartition(".")[0])
-        wanted.discard(name)
+    graph = import_graph()
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []

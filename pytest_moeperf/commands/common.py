@@ -145,7 +145,8 @@ def live_session(args: argparse.Namespace) -> tuple[PerfSession, LiveSource]:
     )
     progress = say
     live = LiveSource(options, say if args.verbose else (lambda line: None), progress)
-    return PerfSession(options, report=live.report, progress=progress, source=live), live
+    session = PerfSession(options, report=live.report, progress=progress, source=live, servers=live)
+    return session, live
 
 
 def write_reports(args: argparse.Namespace, markdown: str, json_text: str) -> None:

@@ -9,7 +9,7 @@ from typing import NoReturn
 import pytest
 
 from ..defaults import MARGIN, MIN_REL_SPREAD
-from ..errors import MoeperfError, StartupWarning, Unavailable
+from ..errors import ConfigError, MoeperfError, StartupWarning, Unavailable
 from ..llama.server import LlamaServer
 from ..measure.measurement import Measurement
 from ..measure.workload import Workload
@@ -83,8 +83,11 @@ class MoePerf:
 
     def server(self, configuration: str, build: str | None = None) -> LlamaServer:
         """The running llama-server of *configuration* (started on first use)."""
+        servers = self.session.servers
+        if servers is None:
+            raise ConfigError("replay mode (--moeperf-replay) starts no servers")
         try:
-            rec = self.session.source.server(self.profile, self.configuration(configuration), build)
+            rec = servers.server(self.profile, self.configuration(configuration), build)
         except Unavailable as exc:
             self._unavailable(exc)
         self._used.add((configuration, rec.label))
@@ -212,9 +215,12 @@ class MoePerf:
     ) -> tuple[Callable[[int, str, bool], None] | None, tuple[list[float], list[float]]]:
         """With ``--moeperf-bench``, an ``after_round`` running llama-bench of both sides in
         each round (never for traffic); a bench that cannot run is reported once and left out."""
-        if not self.session.options.bench or a.workload.is_traffic or b.workload.is_traffic:
+        servers = self.session.servers
+        if servers is None or not self.session.options.bench:
             return None, ([], [])
-        run, got = bench_in_rounds(self.session.source, self.profile, a, b)
+        if a.workload.is_traffic or b.workload.is_traffic:
+            return None, ([], [])
+        run, got = bench_in_rounds(servers, self.profile, a, b)
         failed: list[str] = []
 
         def beside(index: int, first: str, restarts: bool) -> None:

@@ -29,8 +29,7 @@ from ..errors import MoeperfError
 from ..measure.workload import Workload
 from ..verdicts.bisect import BisectResult, BisectStep, Comparison, StepVerdict
 from ..verdicts.gate import GateResult
-from .gate import BuildUnderTest, run_gate
-from .live import LiveSource
+from .gate import BuildUnderTest, Stage, run_gate
 from .profiles import Profile
 from .session import PerfSession
 
@@ -76,7 +75,7 @@ class StateFile:
 
 def run_bisect(
     session: PerfSession,
-    live: LiveSource,
+    stage: Stage,
     profile: Profile,
     builds: Sequence[BuildUnderTest],
     *,
@@ -108,7 +107,7 @@ def run_bisect(
 
     def gate(baseline: BuildUnderTest, candidate: BuildUnderTest) -> tuple[Comparison, ...]:
         result = run_gate(
-            session, live, profile, baseline, candidate,
+            session, stage, profile, baseline, candidate,
             configurations=configurations,
             workloads=[metric],
             margin=margin,

@@ -17,8 +17,7 @@ from ..defaults import BUDGET, FIRST_LOOK, MARGIN, MAX_ROUNDS
 from ..measure.workload import Workload
 from ..verdicts.calibration import NoiseFigure, noise_figure
 from ..verdicts.gate import GateResult, GateRow
-from .gate import BuildUnderTest, run_gate
-from .live import LiveSource
+from .gate import BuildUnderTest, Stage, run_gate
 from .profiles import Profile
 from .session import PerfSession
 
@@ -56,7 +55,7 @@ class Calibration:
 
 def run_calibration(
     session: PerfSession,
-    live: LiveSource,
+    stage: Stage,
     profile: Profile,
     build: BuildUnderTest,
     *,
@@ -77,7 +76,7 @@ def run_calibration(
     for i in range(gates):
         result = run_gate(
             session,
-            live,
+            stage,
             profile,
             build,
             build,

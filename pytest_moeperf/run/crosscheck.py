@@ -6,21 +6,35 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
+from typing import Protocol
 
 from ..errors import MoeperfError
 from ..host.locks import measuring
 from ..llama.bench import run_bench
 from ..measure.measurement import Measurement
+from ..measure.workload import Workload
 from .pool import ServerKey
-from .profiles import Profile
+from .profiles import Configuration, Profile
 from .session import PerfSession
-from .source import Side, Source
+from .source import Side
+
+
+class BenchHost(Protocol):
+    """What llama-bench in rounds needs of the host: servers to stop, a repetition to run."""
+
+    def stop_servers(self, keep: Callable[[ServerKey], bool] | None = None) -> None: ...
+
+    def bench_sample(
+        self, profile: Profile, configuration: Configuration, workload: Workload,
+        label: str | None = None,
+    ) -> float: ...  # fmt: skip
+
 
 BENCH_HEADERS = ["configuration", "workload", "server tok/s", "bench tok/s", "gap (%)", "build"]
 
 
 def bench_in_rounds(
-    source: Source, profile: Profile, a: Side, b: Side
+    source: BenchHost, profile: Profile, a: Side, b: Side
 ) -> tuple[Callable[[int, str, bool], None], tuple[list[float], list[float]]]:
     """An ``after_round`` for the rounds loop that runs one llama-bench repetition of each
     side (same build, model, flags, pinning and workload as its server) in the round's order,
@@ -43,7 +57,9 @@ def bench_in_rounds(
 def cross_check(session: PerfSession) -> None:
     """Run llama-bench on every measured (profile, configuration, build), with the same
     model, flags (translated), pinning and workloads, after the servers are stopped."""
-    servers = session.source.servers
+    if session.servers is None:  # a stored run: no servers, no llama-bench
+        return
+    servers = session.servers.servers
     groups: dict[ServerKey, list[Measurement]] = {}
     for (profile, config, label, _w), m in session.measurements.items():
         if m.workload.is_traffic:  # llama-bench has no traffic

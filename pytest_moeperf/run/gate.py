@@ -17,13 +17,13 @@ import math
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 from ..defaults import FAMILY_ALPHA, FIRST_LOOK, MARGIN, MAX_ROUNDS, MIN_REL_SPREAD
 from ..errors import ConfigError, Unavailable
-from ..host.machine import busy_fraction
 from ..measure.dependence import DEFAULT_DEPENDENCE
 from ..measure.measurement import Measurement
-from ..measure.output import OutputCheck, greedy_tokens
+from ..measure.output import OutputCheck
 from ..measure.stats import paired_interval
 from ..measure.workload import Workload
 from ..report.tables import start_lines
@@ -34,13 +34,52 @@ from ..verdicts.gate import GateResult, GateRow, holm, row_p_values
 from ..verdicts.judge import Verdict
 from ..verdicts.sequential import Plan, Rule
 from .crosscheck import bench_in_rounds
-from .live import LiveSource
 from .profiles import Configuration, HostLacks, Pinning, Profile, host_owns
 from .rounds import Decided, decide_pair
 from .session import PerfSession
-from .source import Side
+from .source import RunSource, Side
 
 BASELINE, CANDIDATE = "baseline", "candidate"
+
+
+class Stage(Protocol):
+    """What a gate asks of the host beside its rounds (the live source gives it; a test's
+    fake or a stored gate gives what it has): configurations checked before any server
+    starts, servers started and stopped, the correctness guard's tokens, the host's load."""
+
+    def check(
+        self, profile: Profile, configurations: Sequence[Configuration], labels: Sequence[str]
+    ) -> None:
+        """:class:`HostLacks` naming what this host or a build lacks."""
+        ...
+
+    def forget(self, profile: str, labels: Sequence[str]) -> None:
+        """Drop the measurements and servers of these build labels (an earlier gate's)."""
+        ...
+
+    def start(self, profile: Profile, configuration: Configuration, label: str) -> None:
+        """The server of (profile, configuration, build *label*) running, or
+        :class:`Unavailable`."""
+        ...
+
+    def stop_servers(self, keep: Callable[[tuple[str, str, str]], bool] | None = None) -> None:
+        """Stop every running server (except those *keep* selects)."""
+        ...
+
+    def greedy(self, profile: Profile, configuration: Configuration, label: str) -> tuple[int, ...]:
+        """The correctness guard's tokens from that server."""
+        ...
+
+    def host_load(self, seconds: float) -> tuple[float, tuple[float, float, float]]:
+        """The share of the CPUs other work took over *seconds*, and the load averages."""
+        ...
+
+    def bench_sample(
+        self, profile: Profile, configuration: Configuration, workload: Workload,
+        label: str | None = None,
+    ) -> float:  # fmt: skip
+        """One llama-bench repetition (the gate's ``--attribute``), tok/s."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -70,7 +109,6 @@ def _side(config: Configuration, side: BuildUnderTest) -> Configuration:
 
 def _chained(
     session: PerfSession,
-    live: LiveSource,
     profile: Profile,
     candidate: Measurement,
     baseline: str,
@@ -87,7 +125,7 @@ def _chained(
         return None
     host, _ = host_for(
         bf,
-        live.fingerprint(profile, label=CANDIDATE),
+        session.source.fingerprint(profile, label=CANDIDATE),
         candidate.conditions.probe_cpus,
         session.options.probe_tolerance,
     )
@@ -114,7 +152,7 @@ def _paired_change(got: Decided, against: str) -> PairedChange:
 
 def run_gate(
     session: PerfSession,
-    live: LiveSource,
+    stage: Stage,
     profile: Profile,
     baseline: BuildUnderTest,
     candidate: BuildUnderTest,
@@ -143,24 +181,16 @@ def run_gate(
     gated = replace(
         profile, builds={BASELINE: baseline.target, CANDIDATE: candidate.target}, build=None
     )
-    names = list(configurations or profile.configurations)
     loads = [w.require_rate("the gate") for w in workloads or profile.workloads]
     if not loads:
         raise ConfigError(
             f"profile {profile.name!r} ({profile.source}) lists no workloads: add "
             'workloads = ["pp512", "tg64"] to it, or pass -w pp512'
         )
-    live.forget(gated.name, (BASELINE, CANDIDATE))  # an earlier gate's sides, other builds
-    skipped: list[tuple[str, str]] = []
-    for name in list(names):  # what this host or a build lacks, before any server starts
-        try:
-            live.launcher.check(gated, [gated.configuration(name)], (BASELINE, CANDIDATE))
-        except HostLacks as exc:
-            owner = host_owns(profile, live.host) if exc.key else None
-            if owner is not None:
-                raise ConfigError(f"{exc} ({owner}: fix {exc.key} or the host)") from None
-            skipped.append((name, _named(str(exc), baseline, candidate)))
-            names.remove(name)
+    stage.forget(gated.name, (BASELINE, CANDIDATE))  # an earlier gate's sides, other builds
+    names, skipped = _runnable(
+        session.source, stage, profile, gated, configurations, (baseline, candidate)
+    )
     family = max(len(names), 1) * len(loads)
     # each row at the family's share (Bonferroni); Holm at the end only notes rows that lean
     plan = Plan(
@@ -169,17 +199,25 @@ def run_gate(
         alpha=FAMILY_ALPHA / family,
         dependence=session.dependence(profile),
     )
-    rule = Rule("change", margin=margin)
-    limit = session.options.busy_limit
-    busy = busy_fraction(1.0)
-    loadavg = os.getloadavg()
+    gating = _Gating(
+        session,
+        stage,
+        profile,
+        gated,
+        (baseline, candidate),
+        Rule("change", margin=margin),
+        plan,
+        budget or session.budget(profile),
+        attribute_bench,
+        on_look,
+    )
+    busy, loadavg = stage.host_load(1.0)
     notes = []
-    if busy > limit:
+    if busy > session.options.busy_limit:
         notes.append(
             f"the host was {100 * busy:.0f} % busy with other work before the gate: "
             "expect wide intervals and undecided verdicts"
         )
-    row_budget = budget or session.budget(profile)
     rows: list[GateRow] = []
     outputs: list[OutputCheck] = []
     for name in names:
@@ -187,103 +225,22 @@ def run_gate(
         sides = ((BASELINE, _side(config, baseline)), (CANDIDATE, _side(config, candidate)))
         try:  # a configuration a build (or this host) cannot run is a skipped row
             for side, cfg in sides:
-                live.server(gated, cfg, side)
+                stage.start(gated, cfg, side)
         except Unavailable as exc:
             skipped.append((name, _named(str(exc), baseline, candidate)))
-            live.stop_servers()
+            stage.stop_servers()
             continue
         if check_output:
-            outputs.append(_output_check(live, gated, sides))
+            guard = [stage.greedy(gated, cfg, side) for side, cfg in sides]
+            outputs.append(OutputCheck(sides[0][1].name, guard[0], guard[1]))
         for w in loads:
-            label = f"{name}.{w.name} {candidate.name} / {baseline.name}"
-            a, b = Side(sides[0][1], w, BASELINE), Side(sides[1][1], w, CANDIDATE)
-            beside, bench = (
-                bench_in_rounds(live, gated, a, b) if attribute_bench else (None, ([], []))
-            )
-            # both builds run the same configuration in the same rounds, so a host that speeds
-            # up or slows down moves both sides alike and the per-round ratios stand
-            row_plan = replace(plan, noise=session.noise(profile, [f"{name}.{w.name}"]))
-            got = decide_pair(
-                live,
-                gated,
-                rule,
-                a,
-                b,
-                label=label,
-                plan=row_plan,
-                budget=row_budget,
-                busy_limit=limit,
-                host_decides=False,
-                on_look=functools.partial(on_look, name) if on_look else None,
-                after_round=beside,
-            )
-            if got.resolution:  # said before the row measured; kept with the gate
-                notes.append(got.resolution)
-            change = _paired_change(got, baseline.name) if len(got.rounds[0]) >= 2 else None
-            oldest = (
-                _chained(session, live, profile, got.b, baseline.name, change, margin)
-                if change
-                else None
-            )
-            where = (
-                attribute(got.rounds, bench, margin=margin, plan=plan, label=label)
-                if beside
-                else None
-            )
-            d = [math.log(y / x) for x, y in zip(*got.rounds, strict=True)]
-            p_slower, p_faster = row_p_values(d, got.blocks, got.plan or plan, margin)
-            row = GateRow(
-                name,
-                w,
-                got.a,
-                got.b,
-                got.verdict,
-                got.seconds,
-                oldest,
-                change,
-                where,
-                p_slower=p_slower,
-                p_faster=p_faster,
-                log_ratios=tuple(d),
-                blocks=tuple(got.blocks),
-            )
+            row = gating.row(name, sides, w, notes)
             rows.append(row)
             if on_row:
                 on_row(row)
-        live.stop_servers()
+        stage.stop_servers()
     rows = holm(rows, FAMILY_ALPHA)
-    notes.append(
-        f"family: {family} row(s), each judged at {100 * FAMILY_ALPHA / family:.2g} % over its "
-        f"looks, so the chance of any false slower or faster row is at most "
-        f"{100 * FAMILY_ALPHA:.0f} %; Holm's step-down only notes rows that lean (it never "
-        "decides a row its own interval left undecided)"
-    )
-    notes += [
-        f"creep: every link of an accepted chain carries {basis}"
-        for basis in sorted({r.oldest.link_basis for r in rows if r.oldest})
-    ]
-    calibrated = plan.dependence != DEFAULT_DEPENDENCE
-    notes.append(
-        f"dependence: every row's error carries {plan.dependence.describe()} "
-        + (
-            "(this host's, from moeperf calibrate)"
-            if calibrated
-            else "(the defaults: moeperf calibrate measures this host's)"
-        )
-    )
-    after = busy_fraction(0.5)
-    if after > limit:
-        notes.append(f"the host was {100 * after:.0f} % busy with other work right after the gate")
-    # the host at the end: a change is reported (and --accept, which stores absolute numbers,
-    # refuses), but the ratios stand
-    moved = live.host_moved([], force=True)
-    if moved:
-        notes.append(
-            f"host changed during the gate: {'; '.join(moved)}; both sides were measured in "
-            "the same rounds, so the ratios stand, but these numbers are no baselines"
-        )
-    notes += [f"host probe: {p.describe()}" for p in live.probes.values()]
-    notes += start_lines(live.load_times(), live.setup_seconds)
+    notes += _closing_notes(session, stage, rows, family, plan)
     return GateResult(
         baseline.name,
         candidate.name,
@@ -299,26 +256,158 @@ def run_gate(
     )
 
 
+def _runnable(
+    source: RunSource,
+    stage: Stage,
+    profile: Profile,
+    gated: Profile,
+    configurations: Sequence[str] | None,
+    builds: tuple[BuildUnderTest, BuildUnderTest],
+) -> tuple[list[str], list[tuple[str, str]]]:
+    """The configurations the gate can run, and those it skips with why: what this host or a
+    build lacks, checked before any server starts (an error on the profile's own host)."""
+    names: list[str] = []
+    skipped: list[tuple[str, str]] = []
+    for name in configurations or profile.configurations:
+        try:
+            stage.check(gated, [gated.configuration(name)], (BASELINE, CANDIDATE))
+        except HostLacks as exc:
+            owner = host_owns(profile, source.host) if exc.key else None
+            if owner is not None:
+                raise ConfigError(f"{exc} ({owner}: fix {exc.key} or the host)") from None
+            skipped.append((name, _named(str(exc), *builds)))
+            continue
+        names.append(name)
+    return names, skipped
+
+
+@dataclass(frozen=True)
+class _Gating:
+    """What every row of one gate is measured and judged with."""
+
+    session: PerfSession
+    stage: Stage
+    profile: Profile
+    gated: Profile
+    """The profile with the gate's two builds as its ``baseline`` and ``candidate``."""
+    builds: tuple[BuildUnderTest, BuildUnderTest]
+    rule: Rule
+    plan: Plan
+    budget: float | None
+    attribute_bench: bool
+    on_look: Callable[[str, Verdict, float], None] | None
+
+    def row(
+        self,
+        name: str,
+        sides: tuple[tuple[str, Configuration], tuple[str, Configuration]],
+        w: Workload,
+        notes: list[str],
+    ) -> GateRow:
+        """Configuration *name*'s row of workload *w*: its paired rounds through the decision
+        loop, its chained change, where the change lies (with ``--attribute``), its Holm
+        p-values. What the row said before measuring goes to *notes*."""
+        baseline, candidate = self.builds
+        session, margin = self.session, self.rule.margin
+        label = f"{name}.{w.name} {candidate.name} / {baseline.name}"
+        a, b = Side(sides[0][1], w, BASELINE), Side(sides[1][1], w, CANDIDATE)
+        beside, bench = (
+            bench_in_rounds(self.stage, self.gated, a, b)
+            if self.attribute_bench
+            else (None, ([], []))
+        )
+        # both builds run the same configuration in the same rounds, so a host that speeds
+        # up or slows down moves both sides alike and the per-round ratios stand
+        row_plan = replace(self.plan, noise=session.noise(self.profile, [f"{name}.{w.name}"]))
+        got = decide_pair(
+            session.source,
+            self.gated,
+            self.rule,
+            a,
+            b,
+            label=label,
+            plan=row_plan,
+            budget=self.budget,
+            busy_limit=session.options.busy_limit,
+            host_decides=False,
+            on_look=functools.partial(self.on_look, name) if self.on_look else None,
+            after_round=beside,
+        )
+        if got.resolution:  # said before the row measured; kept with the gate
+            notes.append(got.resolution)
+        change = _paired_change(got, baseline.name) if len(got.rounds[0]) >= 2 else None
+        oldest = (
+            _chained(session, self.profile, got.b, baseline.name, change, margin)
+            if change
+            else None
+        )
+        where = (
+            attribute(got.rounds, bench, margin=margin, plan=self.plan, label=label)
+            if beside
+            else None
+        )
+        d = [math.log(y / x) for x, y in zip(*got.rounds, strict=True)]
+        p_slower, p_faster = row_p_values(d, got.blocks, got.plan or self.plan, margin)
+        return GateRow(
+            name,
+            w,
+            got.a,
+            got.b,
+            got.verdict,
+            got.seconds,
+            oldest,
+            change,
+            where,
+            p_slower=p_slower,
+            p_faster=p_faster,
+            log_ratios=tuple(d),
+            blocks=tuple(got.blocks),
+        )
+
+
+def _closing_notes(
+    session: PerfSession, stage: Stage, rows: Sequence[GateRow], family: int, plan: Plan
+) -> list[str]:
+    """What the gate says under its rows: the family's error rate, the creep and dependence
+    terms its errors carry, a busy or moved host at the end, its probes and server starts."""
+    source = session.source
+    notes = [
+        f"family: {family} row(s), each judged at {100 * FAMILY_ALPHA / family:.2g} % over its "
+        f"looks, so the chance of any false slower or faster row is at most "
+        f"{100 * FAMILY_ALPHA:.0f} %; Holm's step-down only notes rows that lean (it never "
+        "decides a row its own interval left undecided)"
+    ]
+    notes += [
+        f"creep: every link of an accepted chain carries {basis}"
+        for basis in sorted({r.oldest.link_basis for r in rows if r.oldest})
+    ]
+    calibrated = plan.dependence != DEFAULT_DEPENDENCE
+    notes.append(
+        f"dependence: every row's error carries {plan.dependence.describe()} "
+        + (
+            "(this host's, from moeperf calibrate)"
+            if calibrated
+            else "(the defaults: moeperf calibrate measures this host's)"
+        )
+    )
+    after, _ = stage.host_load(0.5)
+    if after > session.options.busy_limit:
+        notes.append(f"the host was {100 * after:.0f} % busy with other work right after the gate")
+    # the host at the end: a change is reported (and --accept, which stores absolute numbers,
+    # refuses), but the ratios stand
+    moved = source.host_moved([], force=True)
+    if moved:
+        notes.append(
+            f"host changed during the gate: {'; '.join(moved)}; both sides were measured in "
+            "the same rounds, so the ratios stand, but these numbers are no baselines"
+        )
+    notes += [f"host probe: {p.describe()}" for p in source.probes.values()]
+    notes += start_lines(source.load_times(), source.setup_seconds)
+    return notes
+
+
 def _named(why: str, baseline: BuildUnderTest, candidate: BuildUnderTest) -> str:
     """*why* with the gate's sides (``build baseline``) named by their builds."""
     for side, build in ((BASELINE, baseline), (CANDIDATE, candidate)):
         why = why.replace(f"build {side} ", f"build {build.name} ")
     return why
-
-
-def _output_check(
-    live: LiveSource, profile: Profile, sides: Sequence[tuple[str, Configuration]]
-) -> OutputCheck:
-    """The correctness guard of one configuration: the same greedy request to both sides."""
-    got = []
-    for side, config in sides:
-        rec = live.server(profile, config, side)
-        got.append(
-            greedy_tokens(
-                rec.server.url,
-                vocab=live.vocab(rec),
-                ban_tokens=live.banned_tokens(profile),
-                timeout=live.options.request_timeout,
-            )
-        )
-    return OutputCheck(sides[0][1].name, got[0], got[1])

@@ -13,14 +13,14 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 from ..errors import MeasurementError, MoeperfError
 from ..host.gpu_telemetry import DmonSample, GpuSampler, GpuTelemetry
 from ..host.locks import measuring
-from ..host.machine import OtherWork, host_fingerprint
+from ..host.machine import OtherWork, busy_fraction, host_fingerprint
 from ..host.probe import Probe
 from ..llama.bench import run_bench
 from ..llama.flags import offloads_layers
@@ -29,6 +29,7 @@ from ..llama.startup import StartupFinding
 from ..llama.synthetic_model import BYTE_TOKEN_IDS
 from ..measure.measurement import Conditions, Measurement, Roofline, Sample
 from ..measure.meter import Meter, server_vocab
+from ..measure.output import greedy_tokens
 from ..measure.traffic import Pass, TrafficRun, run_pass
 from ..measure.workload import Workload
 from .artifacts import SYNTHETIC, Artifacts
@@ -37,11 +38,7 @@ from .hostwatch import HostWatch
 from .launch import Launcher, gpu_env, server_names
 from .pool import ServerKey, ServerPool, ServerRecord
 from .profiles import Configuration, Profile, traffic_of
-from .source import (
-    Feed,
-    Side,
-    Source,
-)
+from .source import Feed, RunSource, Side
 
 
 def decode_bandwidth(
@@ -103,7 +100,7 @@ class LiveSettings(Protocol):
     reprobe_seconds: float
 
 
-class LiveSource(Source):
+class LiveSource(RunSource):
     """Measurements taken now on this session's servers."""
 
     def __init__(
@@ -258,15 +255,58 @@ class LiveSource(Source):
         keys = [k for k, run in self.traffic.items() if run.passes]
         return {name: self.traffic[k].to_dict() for k, name in server_names(keys).items()}
 
-    def vocab(self, rec: ServerRecord) -> int:
+    def _vocab_of(self, rec: ServerRecord) -> int:
         model = rec.server.model
         if model not in self._vocab:
             self._vocab[model] = server_vocab(rec.server.url) or 32000
         return self._vocab[model]
 
-    def banned_tokens(self, profile: Profile) -> tuple[int, ...]:
+    @staticmethod
+    def _banned(profile: Profile) -> tuple[int, ...]:
         """Token ids the synthetic model's servers must not generate (its byte tokens)."""
         return tuple(BYTE_TOKEN_IDS) if profile.model.startswith(SYNTHETIC) else ()
+
+    # -- what a gate asks of the host beside its rounds ---------------------------------------
+    def check(
+        self, profile: Profile, configurations: Sequence[Configuration], labels: Sequence[str]
+    ) -> None:
+        """What this host or a build lacks for *configurations* (:class:`HostLacks`), before
+        any server or build starts."""
+        self.launcher.check(profile, configurations, tuple(labels))
+
+    def start(self, profile: Profile, configuration: Configuration, label: str) -> None:
+        """Start the server of (profile, configuration, build *label*) if it is not running
+        (:class:`Unavailable` when the build or the host cannot run it)."""
+        self.server(profile, configuration, label)
+
+    def greedy(self, profile: Profile, configuration: Configuration, label: str) -> tuple[int, ...]:
+        """The tokens the correctness guard's greedy request gets from that server."""
+        rec = self.server(profile, configuration, label)
+        return greedy_tokens(
+            rec.server.url,
+            vocab=self._vocab_of(rec),
+            ban_tokens=self._banned(profile),
+            timeout=self.options.request_timeout,
+        )
+
+    def traffic_of(self, profile: Profile, configuration: Configuration) -> TrafficRun:
+        """Every pass of traffic sent to the server of (profile, configuration)."""
+        return next(
+            run
+            for k, run in self.traffic.items()
+            if k[0] == profile.name and k[1] == configuration.name
+        )
+
+    def model_of(self, profile: Profile) -> tuple[Path, DecodeBytes | None]:
+        """*profile*'s model and what a decode step reads of it (``None``: unreadable)."""
+        model = self.artifacts.model_for(profile)
+        return model, self.artifacts.model_bytes(model)
+
+    @staticmethod
+    def host_load(seconds: float) -> tuple[float, tuple[float, float, float]]:
+        """The share of the host's CPUs other work took over the next *seconds*, and the
+        load averages."""
+        return busy_fraction(seconds), os.getloadavg()
 
     # -- samples ------------------------------------------------------------------------------
     @property
@@ -410,10 +450,10 @@ class LiveSource(Source):
         key = (profile.name, rec.configuration.name, rec.label)
         with Meter(
             rec.server.url,
-            vocab=self.vocab(rec),
+            vocab=self._vocab_of(rec),
             request_timeout=self.options.request_timeout,
             stream=self.options.stream or self._streams.get(key, False),
-            ban_tokens=self.banned_tokens(profile),
+            ban_tokens=self._banned(profile),
         ) as meter:
             taken = meter.measure(
                 workload,
@@ -456,9 +496,9 @@ class LiveSource(Source):
             return run_pass(
                 rec.server.url,
                 run.traffic,
-                vocab=self.vocab(rec),
+                vocab=self._vocab_of(rec),
                 seed=seed,
-                ban_tokens=self.banned_tokens(profile),
+                ban_tokens=self._banned(profile),
                 request_timeout=self.options.request_timeout,
                 requests=requests,
             )

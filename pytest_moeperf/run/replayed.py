@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..errors import ConfigError, ResultsError
+from ..errors import ResultsError
 from ..host.probe import Probe
 from ..measure.dependence import Dependence
 from ..measure.measurement import Measurement
@@ -21,9 +21,8 @@ from ..measure.workload import Workload
 from ..store.record import matching, rounds_of
 from ..store.replay import Replay
 from ..verdicts.sequential import Plan
-from .pool import ServerRecord
 from .profiles import Configuration, Profile
-from .source import PAIRED_METHOD, Feed, Side, Source, StoredFeed, side_rounds
+from .source import PAIRED_METHOD, Feed, RunSource, Side, StoredFeed, side_rounds
 
 
 def stored_plan(stored: Mapping[str, float]) -> Plan:
@@ -39,7 +38,7 @@ def stored_plan(stored: Mapping[str, float]) -> Plan:
     )
 
 
-class ReplaySource(Source):
+class ReplaySource(RunSource):
     """Measurements and rounds from a stored file."""
 
     def __init__(self, replay: Replay, profiles: Mapping[str, Profile]) -> None:
@@ -95,11 +94,6 @@ class ReplaySource(Source):
 
     def host_moved(self, measurements: Iterable[Measurement], *, force: bool = False) -> list[str]:
         return list(self.replay.host_changes)
-
-    def server(
-        self, profile: Profile, configuration: Configuration, label: str | None = None
-    ) -> ServerRecord:
-        raise ConfigError("replay mode (--moeperf-replay) starts no servers")
 
 
 def check_configurations(replay: Replay, profiles: Mapping[str, Profile]) -> None:

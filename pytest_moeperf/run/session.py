@@ -45,7 +45,7 @@ from ..verdicts.sequential import Plan
 from .live import LiveSource
 from .profiles import Profile, load_profiles
 from .replayed import ReplaySource
-from .source import MeasurementKey, Source
+from .source import MeasurementKey, RunSource, Servers
 
 
 @dataclass
@@ -110,7 +110,8 @@ class PerfSession:
         options: Options,
         report: Callable[[str], None] | None = None,
         progress: Callable[[str], None] | None = None,
-        source: Source | None = None,
+        source: RunSource | None = None,
+        servers: Servers | None = None,
     ) -> None:
         self.options = options
         self.report = report or (lambda line: None)
@@ -125,9 +126,11 @@ class PerfSession:
             if options.replay is not None:
                 source = ReplaySource(Replay.load(options.replay), self.profiles)
             else:
-                source = LiveSource(options, self.report, self.progress)
-        self.source = source
+                source = servers = LiveSource(options, self.report, self.progress)
+        self.source: RunSource = source
         """Where samples come from: live servers, or a replayed file."""
+        self.servers: Servers | None = servers
+        """The servers this session starts (``None``: a replayed run starts none)."""
         self.last_use: dict[tuple[str, str], int] = {}
         self.verdicts: list[VerdictRecord] = []
         self.baseline_rows: list[BaselineRow] = []
@@ -205,11 +208,13 @@ class PerfSession:
 
     def release_after(self, index: int) -> None:
         """Stop the servers no test after item *index* declares."""
-        self.source.stop_servers(keep=lambda k: self.last_use.get((k[0], k[1]), -1) > index)
+        if self.servers is not None:
+            self.servers.stop_servers(keep=lambda k: self.last_use.get((k[0], k[1]), -1) > index)
 
     def close(self) -> None:
         """Stop every server this session started."""
-        self.source.close()
+        if self.servers is not None:
+            self.servers.close()
 
     # -- baselines -------------------------------------------------------------------------------
     def baseline_path(self, profile: Profile) -> Path | None:

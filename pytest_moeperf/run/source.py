@@ -20,9 +20,8 @@ import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
-from ..errors import ConfigError
 from ..host.probe import Probe
 from ..llama.startup import StartupFinding
 from ..measure.measurement import Measurement
@@ -147,11 +146,11 @@ def side_rounds(profile: Profile, m: Measurement, first: int, per_round: int = 1
 
 
 class Source(ABC):
-    """Measurements and rounds of a profile's configurations, live or stored."""
+    """What the decision loop reads (:mod:`pytest_moeperf.run.rounds`): measurements, the
+    rounds of a verdict, how the host moved under them, and what a verdict learned before it
+    spent its budget. Live servers, a stored run and a test's fake all give it."""
 
     def __init__(self) -> None:
-        self.measurements: dict[MeasurementKey, Measurement] = {}
-        """Every measurement this source gave, by (profile, configuration, build, workload)."""
         self.notices: list[str] = []
         """What verdicts learned before spending their budgets, in order."""
 
@@ -161,7 +160,6 @@ class Source(ABC):
         budget)."""
         self.notices.append(line)
 
-    # -- samples -----------------------------------------------------------------------------
     @abstractmethod
     def measure(
         self, profile: Profile, configuration: Configuration, workload: Workload,
@@ -178,55 +176,55 @@ class Source(ABC):
     def series(self, profile: Profile, configuration: Configuration, workload: Workload) -> Feed:
         """The samples of one measurement as rounds of one value (a baseline check)."""
 
+    @abstractmethod
+    def host_moved(self, measurements: Iterable[Measurement], *, force: bool = False) -> list[str]:
+        """How the host moved under these measurements' CPUs since the run's first probe
+        (probing them again when due, or with *force*); ``[]`` when it stayed."""
+
+
+class RunSource(Source):
+    """A session's source: the loop's, and what the run's record and summary say of where its
+    numbers came from (the host, its probes, the servers' starts and traffic), live or as a
+    stored run has them. Servers themselves are not here: only a live host has them
+    (:class:`Servers`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.measurements: dict[MeasurementKey, Measurement] = {}
+        """Every measurement this source gave, by (profile, configuration, build, workload)."""
+
     @property
     def taken(self) -> list[Measurement]:
         """The measurements this run took itself (what its run record holds)."""
         return []
 
-    # -- the host ----------------------------------------------------------------------------
     @abstractmethod
     def fingerprint(self, profile: Profile, label: str | None = None) -> dict[str, Any]:
         """The host and build facts *profile*'s numbers were taken on (of build *label*)."""
 
     @property
-    @abstractmethod
+    def host(self) -> dict[str, Any]:
+        """This host's fingerprint, without builds and models (``{}``: not this host's)."""
+        return {}
+
+    @property
     def probes(self) -> dict[str, Probe]:
         """The calibration probe of each CPU set (``"0-1"``)."""
+        return {}
 
     @property
     @abstractmethod
     def host_changes(self) -> list[str]:
         """How the host changed under the run, one line per probe figure that moved."""
 
-    @abstractmethod
-    def host_moved(self, measurements: Iterable[Measurement], *, force: bool = False) -> list[str]:
-        """How the host moved under these measurements' CPUs since the run's first probe
-        (probing them again when due, or with *force*); ``[]`` when it stayed."""
-
-    # -- servers -----------------------------------------------------------------------------
-    @property
-    def servers(self) -> dict[ServerKey, ServerRecord]:
-        """The servers this source started, by (profile, configuration, build label)."""
+    def reprobes(self) -> dict[str, list[dict[str, Any]]]:
+        """Later probes of each CPU set (before verdicts, at the end), with their times."""
         return {}
 
     @property
     def findings(self) -> dict[ServerKey, list[StartupFinding]]:
         """Performance warnings each server printed at its (last) start."""
         return {}
-
-    @abstractmethod
-    def server(
-        self, profile: Profile, configuration: Configuration, label: str | None = None
-    ) -> ServerRecord:
-        """The running server of (profile, configuration, build), started if needed."""
-
-    def stop_servers(  # noqa: B027 (a source without servers has nothing to stop)
-        self, keep: Callable[[ServerKey], bool] | None = None
-    ) -> None:
-        """Stop every running server except those *keep* selects."""
-
-    def close(self) -> None:  # noqa: B027
-        """Stop everything this source started."""
 
     def load_times(self) -> dict[str, list[float]]:
         """Seconds each start of each server took, by the server's name."""
@@ -237,23 +235,37 @@ class Source(ABC):
         """Seconds spent on builds, models and server starts (outside every budget)."""
         return 0.0
 
+    def traffic_runs(self) -> dict[str, dict[str, Any]]:
+        """Each server's traffic, every pass and request, by the server's name."""
+        return {}
+
+
+class Servers(Protocol):
+    """What only a live host has: the servers a run started, to start, ask and stop."""
+
+    @property
+    def servers(self) -> dict[ServerKey, ServerRecord]:
+        """The running servers, by (profile, configuration, build label)."""
+        ...
+
+    def server(
+        self, profile: Profile, configuration: Configuration, label: str | None = None
+    ) -> ServerRecord:
+        """The running server of (profile, configuration, build), started if needed."""
+        ...
+
+    def stop_servers(self, keep: Callable[[ServerKey], bool] | None = None) -> None:
+        """Stop every running server except those *keep* selects."""
+        ...
+
+    def close(self) -> None:
+        """Stop everything this run started."""
+        ...
+
     def bench_sample(
         self, profile: Profile, configuration: Configuration, workload: Workload,
         label: str | None = None,
     ) -> float:  # fmt: skip
         """One llama-bench repetition of *workload* as (profile, configuration, build) runs
         it, tok/s: the compute without the server around it."""
-        raise ConfigError(f"{type(self).__name__} runs no llama-bench")
-
-    @property
-    def host(self) -> dict[str, Any]:
-        """This host's fingerprint, without builds and models (``{}``: not this host's)."""
-        return {}
-
-    def reprobes(self) -> dict[str, list[dict[str, Any]]]:
-        """Later probes of each CPU set (before verdicts, at the end), with their times."""
-        return {}
-
-    def traffic_runs(self) -> dict[str, dict[str, Any]]:
-        """Each server's traffic, every pass and request, by the server's name."""
-        return {}
+        ...

@@ -15,16 +15,41 @@ experts moved off the card cost and saved.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
+from pathlib import Path
+from typing import Protocol
 
 from ..errors import ConfigError
 from ..llama.flags import flag_value
+from ..llama.model_bytes import DecodeBytes
 from ..measure.measurement import Measurement
+from ..measure.traffic import TrafficRun
 from ..measure.workload import Workload
 from ..report.sweep import NcmoePoint, NcmoeSweepResult, SweepPoint, SweepResult
-from .live import LiveSource
+from .pool import ServerKey
 from .profiles import Configuration, Profile
+
+
+class SweepHost(Protocol):
+    """What a sweep needs of the live host: configurations checked before any server
+    starts, measurements, each server's traffic, the model's layers, servers stopped."""
+
+    def check(
+        self, profile: Profile, configurations: Sequence[Configuration], labels: Sequence[str]
+    ) -> None: ...
+
+    def measure(
+        self, profile: Profile, configuration: Configuration, workload: Workload,
+        repetitions: int | None = None, build: str | None = None,
+    ) -> Measurement: ...  # fmt: skip
+
+    def traffic_of(self, profile: Profile, configuration: Configuration) -> TrafficRun: ...
+
+    def model_of(self, profile: Profile) -> tuple[Path, DecodeBytes | None]: ...
+
+    def stop_servers(self, keep: Callable[[ServerKey], bool] | None = None) -> None: ...
+
 
 METRICS = ("throughput", "decode", "prefill", "requests")
 
@@ -53,7 +78,7 @@ def at_slots(configuration: Configuration, slots: int) -> Configuration:
 
 
 def run_sweep(
-    live: LiveSource,
+    live: SweepHost,
     profile: Profile,
     configuration: Configuration,
     slots: Sequence[int],
@@ -63,7 +88,7 @@ def run_sweep(
     """Measure *configuration*'s traffic at each ``-np`` of *slots*, one server at a time."""
     if not slots or any(n < 1 for n in slots):
         raise ConfigError(f"--np {list(slots)}: give slot counts >= 1, e.g. 1,2,4")
-    live.launcher.check(profile, [configuration])  # before any server starts
+    live.check(profile, [configuration], ())  # before any server starts
     points = []
     description = ""
     for n in slots:
@@ -72,8 +97,7 @@ def run_sweep(
             metric: live.measure(profile, cfg, Workload.traffic(metric), repetitions)
             for metric in METRICS
         }
-        key = next(k for k in live.traffic if k[0] == profile.name and k[1] == cfg.name)
-        run = live.traffic[key]
+        run = live.traffic_of(profile, cfg)
         description = run.traffic.mix.describe()
         points.append(
             SweepPoint(
@@ -171,7 +195,7 @@ def at_ncmoe(configuration: Configuration, n: int) -> Configuration:
 
 
 def run_ncmoe_sweep(
-    live: LiveSource,
+    live: SweepHost,
     profile: Profile,
     configuration: Configuration,
     values: Sequence[int] | None,
@@ -180,15 +204,14 @@ def run_ncmoe_sweep(
 ) -> NcmoeSweepResult:
     """Measure the profile's prefill and decode workloads on *configuration* at each
     ``-ncmoe`` of *values* (``None``: :func:`ncmoe_all` of the model), one server at a time."""
-    live.launcher.check(profile, [configuration])  # before any server starts
+    live.check(profile, [configuration], ())  # before any server starts
     workloads = [w for w in profile.workloads if not w.is_traffic]
     if not workloads:
         raise ConfigError(
             f"profile {profile.name!r} lists no prefill or decode workload (pp512, tg64) to "
             "sweep -ncmoe with"
         )
-    model = live.artifacts.model_for(profile)
-    db = live.artifacts.model_bytes(model)
+    model, db = live.model_of(profile)
     n_layer = db.n_layer if db is not None else 0
     if values is None:
         values = ncmoe_all(n_layer)

@@ -211,3 +211,22 @@ def test_the_check_sees_an_upward_import(tmp_path, monkeypatch):
     monkeypatch.setattr(__import__(__name__, fromlist=["x"]), "PACKAGE", fake)
     with pytest.raises(AssertionError, match=r"imports from above: \['pytest_moeperf.run.session'"):
         test_no_import_runs_up_a_layer(bad)
+
+
+@pytest.mark.parametrize("name", ["gate", "bisect", "sweep", "calibrate"])
+def test_the_commands_runs_take_the_narrow_source_not_the_live_one(name):
+    """Gate, bisect, sweep and calibrate run on what they are given (a fake source in the unit
+    tests, a stored run), so none imports the live source's module, inside functions too."""
+    path = PACKAGE / "run" / f"{name}.py"
+    assert "pytest_moeperf.run.live" not in imports_of(path)
+
+
+def test_the_loop_reads_at_most_six_members_of_its_source():
+    """The decision loop's interface stays narrow: its methods, properties and attributes."""
+    from pytest_moeperf.run.source import Source
+
+    class Bare(Source):  # every abstract member given, nothing added
+        measure = pair = series = host_moved = None  # type: ignore[assignment]
+
+    members = {n for n in vars(Source) if not n.startswith("_")} | set(vars(Bare()))
+    assert len(members) <= 6, sorted(members)

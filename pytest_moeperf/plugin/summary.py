@@ -86,8 +86,7 @@ def write_report(perf: PerfSession) -> None:
     assert perf.options.report_file is not None
     report = perf.options.report_file
     record = perf.record or perf.run_record()
-    results = record.to_dict()
-    fp = next(iter(results.get("fingerprints", {}).values()), record.fingerprint)
+    fp = next(iter(record.fingerprints.values()), record.fingerprint)
     png = report_png(report)
     sections = []
     for ref, rows, ms, workloads in _references(perf):
@@ -105,7 +104,7 @@ def write_report(perf: PerfSession) -> None:
         startup_lines(perf.source.findings),
         bench_rows(perf) if perf.bench else None,
         host_lines=_host_lines(perf),
-        traffic=results.get("traffic"),
+        traffic=record.traffic,
         sections=sections,
     )
     if perf.measurements:
@@ -114,11 +113,11 @@ def write_report(perf: PerfSession) -> None:
         marks = plot_marks(
             perf.measurements.values(),
             {p: perf.baselines(perf.profile(p)) for p in profiles},
-            results.get("fingerprints") or {},
+            record.fingerprints,
             tolerance=perf.options.probe_tolerance,
             references={p: r for p in profiles if (r := perf.reference(perf.profile(p)))},
         )
-        plot_report(results, history, png, baselines=marks)
+        plot_report(record, history, png, baselines=marks)
         perf.report_files.append(png)
         text += f"\n![throughput per configuration and workload]({png.name})\n"
     write_output(report, text, "--moeperf-report")

@@ -17,7 +17,7 @@ from ..fs import write_output
 from ..measure.measurement import Measurement
 from ..measure.workload import Workload
 from ..store.accepted import host_for
-from ..store.record import measurements_of, parse_date
+from ..store.record import RunRecord, parse_date
 from ..verdicts.reference import Reference, ReferenceFigure, pick_figure
 from .reference import number, record_order
 
@@ -126,8 +126,8 @@ class _Slot:
 
 
 def plot_report(
-    results: dict[str, Any],
-    history: list[dict[str, Any]],
+    results: RunRecord,
+    history: Sequence[RunRecord],
     path: Path,
     *,
     baselines: BaselineMarks | None = None,
@@ -157,8 +157,8 @@ def _save(fig: Figure, path: Path, what: str) -> Path:
 
 
 def report_figure(
-    results: dict[str, Any],
-    history: list[dict[str, Any]],
+    results: RunRecord,
+    history: Sequence[RunRecord],
     *,
     baselines: BaselineMarks | None = None,
 ) -> Figure:
@@ -166,16 +166,16 @@ def report_figure(
     configuration's throughput: its median, the min-max range, every repetition, and its
     mark when *baselines* holds one (a baseline of this host with the median's change, or a
     reference labelled with its host and no change: :class:`PlotMark`). When *history*
-    (results dicts, oldest first, as :func:`read_history` returns them) holds earlier runs of
+    (run records, oldest first, as :func:`read_history` returns them) holds earlier runs of
     the same configurations, a second row shows each configuration's median run over run,
     labelled with the date and build of each run. *results* itself may be in *history*; it is
     drawn once."""
     new_figure = _figure_class()
 
-    current = [m for m in measurements_of(results) if m.values and not m.workload.is_traffic]
+    current = [m for m in results.measurements if m.values and not m.workload.is_traffic]
     traffic = {
         name: run["overall"]
-        for name, run in (results.get("traffic") or {}).items()
+        for name, run in results.traffic.items()
         if isinstance(run, dict) and isinstance(run.get("overall"), dict)
     }
     marks = {
@@ -426,8 +426,8 @@ def _trend_panel(
 
 
 def _trend(
-    results: Mapping[str, Any],
-    history: Sequence[Mapping[str, Any]],
+    results: RunRecord,
+    history: Sequence[RunRecord],
     wanted: set[tuple[str, str]],
 ) -> tuple[list[_Slot], dict[tuple[str, str, str], list[tuple[int, Measurement]]]]:
     """The x slots (one per run and build, oldest first, this run last) and, per (profile,
@@ -437,12 +437,10 @@ def _trend(
     slots: list[_Slot] = []
     trend: dict[tuple[str, str, str], list[tuple[int, Measurement]]] = {}
     for i, run in enumerate(runs):
-        ms = [
-            m for m in measurements_of(run) if m.values and (_profile(m), m.configuration) in wanted
-        ]
+        ms = [m for m in run.measurements if m.values and (_profile(m), m.configuration) in wanted]
         if not ms:
             continue
-        date = parse_date(run.get("date"))
+        date = parse_date(run.date)
         when = date.strftime("%m-%d %H:%M") if date else f"run {i + 1}"
         for build in sorted({m.build for m in ms}, key=_build_order):
             x = len(slots)
@@ -454,12 +452,12 @@ def _trend(
     return slots, trend
 
 
-def _same_run(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
-    """Whether two results dicts are the same run: the same measurements (raw timings do not
+def _same_run(a: RunRecord, b: RunRecord) -> bool:
+    """Whether two run records are the same run: the same measurements (raw timings do not
     repeat), even when one was read back from its file or dated a second later."""
     if a is b:
         return True
-    ma, mb = a.get("measurements"), b.get("measurements")
+    ma, mb = ([m.to_dict() for m in r.measurements] for r in (a, b))
     return bool(ma) and json.dumps(ma, sort_keys=True) == json.dumps(mb, sort_keys=True)
 
 
@@ -487,8 +485,8 @@ def _unique(items: Iterable[_T]) -> list[_T]:
     return list(dict.fromkeys(items))
 
 
-def _title(results: Mapping[str, Any], ms: Sequence[Measurement]) -> str:
-    fp = results.get("fingerprint") or {}
+def _title(results: RunRecord, ms: Sequence[Measurement]) -> str:
+    fp = results.fingerprint
     profiles = ", ".join(_unique(_profile(m) for m in ms if _profile(m))) or "?"
     builds = ", ".join(sorted({m.build for m in ms}, key=_build_order)) or "?"
     cpu = str(fp.get("cpu_model") or "unknown CPU")
@@ -496,7 +494,7 @@ def _title(results: Mapping[str, Any], ms: Sequence[Measurement]) -> str:
     gpus = fp.get("gpus") or []
     if gpus:
         host += f", {len(gpus)}x {gpus[0]}" if len(set(gpus)) == 1 else ", " + ", ".join(gpus)
-    date = parse_date(results.get("date"))
+    date = parse_date(results.date)
     when = date.strftime("%Y-%m-%d %H:%M") if date else ""
     return (
         f"pytest-moeperf — profile {profiles} on {host}\n"

@@ -12,7 +12,6 @@ import datetime as dt
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from .. import __version__
 from ..defaults import (
@@ -34,7 +33,7 @@ from ..store.accepted import accepted_history, dependence_for, noise_for
 from ..store.baselines import BaselineEntry, BaselineFile, load_baselines
 from ..store.history import read_history, write_history
 from ..store.hosts import BaselineHost
-from ..store.record import BenchRound, RunRecord, VerdictRecord
+from ..store.record import BenchRound, CheckRecord, RunRecord, VerdictRecord, bench_entry
 from ..store.replay import Replay
 from ..store.sessions import session_medians
 from ..verdicts.calibration import NoiseFigure
@@ -121,7 +120,7 @@ class PerfSession:
         self._profiles: dict[str, Profile] | None = None
         self._baselines: dict[str, BaselineFile | None] = {}
         self._dependence: dict[str, Dependence] = {}
-        self._history: list[dict[str, Any]] | None = None
+        self._history: list[RunRecord] | None = None
         if source is None:
             if options.replay is not None:
                 source = ReplaySource(Replay.load(options.replay), self.profiles)
@@ -352,25 +351,19 @@ class PerfSession:
             traffic=self.source.traffic_runs(),
             verdicts=list(self.verdicts),
             bench_rounds=list(self.bench_rounds),
-            bench=[
-                {
-                    "key": list(k),
-                    "values": list(b.values),
-                    "avg": b.avg,
-                    "stddev": b.stddev,
-                    "command": list(b.command),
-                }
-                for k, b in self.bench.items()
-            ],
+            bench=[bench_entry(k, b) for k, b in self.bench.items()],
             baseline_checks=[
-                {
-                    "test": r.nodeid,
-                    "key": list(r.measurement.key),
-                    "outcome": r.check.outcome,
-                    "measured": r.check.measured,
-                    "baseline": r.check.baseline,
-                    "tolerance": r.check.tolerance,
-                }
+                CheckRecord(
+                    r.nodeid,
+                    r.measurement.key,
+                    r.check.outcome,
+                    r.check.measured,
+                    r.check.baseline,
+                    r.check.tolerance,
+                    r.check.low,
+                    r.check.high,
+                    r.check.reason,
+                )
                 for r in self.baseline_rows
             ],
         )
@@ -381,7 +374,7 @@ class PerfSession:
         if not self.source.taken:
             return None
         record = self.record = self.run_record()
-        written = write_history(record.to_dict(), self.options.results_dir)
+        written = write_history(record, self.options.results_dir)
         if self.options.results_file is not None:
             write_output(self.options.results_file, record.json_text(), "--moeperf-results")
             return self.options.results_file

@@ -27,7 +27,7 @@ from .. import __version__
 from ..host.machine import parse_cpu_list
 from ..llama.flags import bench_fields
 from ..measure.measurement import Measurement
-from .record import measurements_of, parse_date
+from .record import RunRecord, parse_date
 
 SETTING_FIELDS: tuple[str, ...] = (
     "n_batch",
@@ -131,21 +131,21 @@ def _compact(workload: str) -> str:
     return workload.replace(" ", "")
 
 
-def benchmark_json(results: Mapping[str, Any]) -> dict[str, Any]:
-    """*results* as one pytest-benchmark saved run: one benchmark per measurement with
+def benchmark_json(record: RunRecord) -> dict[str, Any]:
+    """*record* as one pytest-benchmark saved run: one benchmark per measurement with
     samples, grouped by profile and workload. Its timing data are the seconds of each request
     (prompt or decode time as llama-server timed it, one round per repetition); throughput in
     tok/s and what was run are in ``extra_info``."""
-    fingerprint = dict(results.get("fingerprint") or {})
+    fingerprint = dict(record.fingerprint)
     benchmarks = []
     builds: list[str] = []
-    for m in measurements_of(results):
+    for m in record.measurements:
         if not m.samples:
             continue
         if m.build not in builds:
             builds.append(m.build)
         benchmarks.append(_benchmark(m))
-    date = parse_date(results.get("date"))
+    date = parse_date(record.date)
     return {
         "machine_info": _machine_info(fingerprint),
         "commit_info": {
@@ -159,7 +159,7 @@ def benchmark_json(results: Mapping[str, Any]) -> dict[str, Any]:
         "benchmarks": benchmarks,
         "datetime": (date or dt.datetime.now(dt.UTC)).astimezone(dt.UTC).isoformat(),
         "version": PYTEST_BENCHMARK_VERSION,
-        "moeperf_plugin_version": results.get("plugin_version", __version__),
+        "moeperf_plugin_version": record.plugin_version or __version__,
     }
 
 
@@ -294,14 +294,14 @@ def _hex_mask(cpus: Iterable[int]) -> str:
     return hex(sum(1 << c for c in set(cpus)))
 
 
-def _test_time(m: Measurement, results: Mapping[str, Any]) -> str:
+def _test_time(m: Measurement, record: RunRecord) -> str:
     spans = m.conditions.spans
     when: dt.datetime | None = None
     try:
         end = float(spans[-1][1])
         when = dt.datetime.fromtimestamp(end, dt.UTC)
     except (IndexError, TypeError, ValueError):
-        when = parse_date(results.get("date"))
+        when = parse_date(record.date)
     when = when or dt.datetime.now(dt.UTC)
     return when.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -311,14 +311,14 @@ def _stdev(values: Sequence[float]) -> float:
     return statistics.stdev(values) if len(values) > 1 else 0.0
 
 
-def llama_bench_rows(results: Mapping[str, Any]) -> list[dict[str, Any]]:
+def llama_bench_rows(record: RunRecord) -> list[dict[str, Any]]:
     """One ``llama-bench -o jsonl`` row per measurement with samples, in llama-bench b11434's
     field order and types (:data:`LLAMA_BENCH_FIELDS`, then :data:`LLAMA_BENCH_EXTRA_FIELDS`).
     Fields a server run cannot know are approximations (:data:`APPROXIMATE_FIELDS`)."""
-    host = dict(results.get("fingerprint") or {})
-    per_profile = results.get("fingerprints") or {}
+    host = dict(record.fingerprint)
+    per_profile = record.fingerprints
     rows = []
-    for m in measurements_of(results):
+    for m in record.measurements:
         if not m.samples or m.workload.is_traffic:  # llama-bench has no traffic
             continue
         profile = m.conditions.profile
@@ -352,7 +352,7 @@ def llama_bench_rows(results: Mapping[str, Any]) -> list[dict[str, Any]]:
             "n_prompt": wl.tokens if wl.is_prefill else 0,
             "n_gen": 0 if wl.is_prefill else wl.tokens,
             "n_depth": wl.depth,
-            "test_time": _test_time(m, results),
+            "test_time": _test_time(m, record),
             "avg_ns": int(sum(samples_ns) // len(samples_ns)),
             "stddev_ns": int(_stdev([float(x) for x in samples_ns])),
             "avg_ts": statistics.fmean(samples_ts),

@@ -3,7 +3,7 @@ the layouts that pytest-benchmark's and llama.cpp's comparison tools read.
 
 One run writes (``<stamp>`` is ``YYYYmmdd-HHMMSS-<pid>`` unless given)::
 
-    .moeperf/results-<stamp>.json                       the results dict, as given
+    .moeperf/results-<stamp>.json                       the run record
     .moeperf/benchmarks/<machine-id>/NNNN_<stamp>.json  a pytest-benchmark saved run
     .moeperf/llama-bench/<stamp>.jsonl                  ``llama-bench -o jsonl`` rows of this run
     .moeperf/llama-bench.jsonl                          those rows of every run, appended
@@ -28,9 +28,7 @@ import json
 import os
 import re
 import time
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from pytest_benchmark.utils import get_machine_id
 
@@ -55,8 +53,8 @@ def default_stamp() -> str:
     return f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
 
 
-def write_history(results: dict[str, Any], folder: Path, *, stamp: str | None = None) -> list[Path]:
-    """Store one run's *results* (the dict :meth:`PerfSession.results` returns) in the history
+def write_history(record: RunRecord, folder: Path, *, stamp: str | None = None) -> list[Path]:
+    """Store one run's *record* in the history
     *folder*: the results file, a pytest-benchmark saved run, this run's llama-bench JSONL rows,
     and those rows appended to the folder's cumulative JSONL. Returns the paths written, the
     results file first. Each file is replaced atomically; concurrent writers (xdist workers)
@@ -69,17 +67,17 @@ def write_history(results: dict[str, Any], folder: Path, *, stamp: str | None = 
     written: list[Path] = []
     with file_lock(folder / LOCK_NAME):
         path = folder / f"results-{stamp}.json"
-        atomic_write_text(path, json.dumps(results, indent=1) + "\n")
+        atomic_write_text(path, record.json_text())
         written.append(path)
 
-        bench = benchmark_json(results)
+        bench = benchmark_json(record)
         if bench["benchmarks"]:
             machine = folder / BENCHMARKS_DIR / get_machine_id()
             path = machine / f"{_next_number(machine)}_{stamp}.json"
             atomic_write_text(path, json.dumps(bench, indent=4, ensure_ascii=True) + "\n")
             written.append(path)
 
-        rows = llama_bench_rows(results)
+        rows = llama_bench_rows(record)
         if rows:
             text = "".join(json.dumps(r) + "\n" for r in rows)
             path = folder / LLAMA_BENCH_DIR / f"{stamp}.jsonl"
@@ -110,30 +108,30 @@ def _next_number(machine_dir: Path) -> str:
 # Reading
 
 
-def read_history(folder: Path) -> tuple[list[dict[str, Any]], list[str]]:
-    """Every readable results file in *folder* (oldest first, newest last) and one line per
+def read_history(folder: Path) -> tuple[list[RunRecord], list[str]]:
+    """Every readable run record in *folder* (oldest first, newest last) and one line per
     file that was skipped: unreadable, not JSON, not a pytest-moeperf results file, or holding
     a measurement that cannot be read. A missing folder is an empty history."""
     folder = Path(folder)
-    found: list[tuple[float, str, dict[str, Any]]] = []
+    found: list[tuple[float, str, RunRecord]] = []
     problems: list[str] = []
     if not folder.is_dir():
         return [], []
     for path in sorted(folder.glob(RESULTS_GLOB)):
         if not path.is_file():
             continue
-        data, problem = _read_results(path)
-        if problem is not None:
+        record, problem = _read_results(path)
+        if record is None:
             problems.append(f"{path}: {problem}")
             continue
-        assert data is not None
-        found.append((_when(data, path), path.name, data))
+        found.append((_when(record, path), path.name, record))
     found.sort(key=lambda t: (t[0], t[1]))
-    return [d for _, _, d in found], problems
+    return [r for _, _, r in found], problems
 
 
-def _read_results(path: Path) -> tuple[dict[str, Any] | None, str | None]:
-    """A results file's dict, or why it cannot be used."""
+def _read_results(path: Path) -> tuple[RunRecord | None, str | None]:
+    """A results file's record, or why it cannot be used (replay reads it the same way: one
+    reader, one version)."""
     try:
         raw = path.read_bytes()
     except OSError as exc:
@@ -146,16 +144,15 @@ def _read_results(path: Path) -> tuple[dict[str, Any] | None, str | None]:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         return None, f"not JSON (line {exc.lineno}: {exc.msg})"
-    try:  # replay reads exactly what the history reads: one reader, one version
-        RunRecord.from_dict(data)
+    try:
+        return RunRecord.from_dict(data), None
     except ValueError as exc:
         return None, str(exc)
-    return data, None
 
 
-def _when(data: Mapping[str, Any], path: Path) -> float:
+def _when(record: RunRecord, path: Path) -> float:
     """When a run was written: its ``date``, else the file's modification time."""
-    parsed = parse_date(data.get("date"))
+    parsed = parse_date(record.date)
     if parsed is not None:
         return parsed.timestamp()
     try:

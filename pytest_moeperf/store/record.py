@@ -22,6 +22,7 @@ from typing import Any
 from .. import __version__
 from ..errors import ResultsError
 from ..fs import load_json
+from ..llama.bench import BenchResult
 from ..measure.measurement import Measurement
 from ..verdicts.judge import Verdict
 
@@ -160,15 +161,73 @@ class BenchRound:
     verdict: Verdict
 
     def to_dict(self) -> dict[str, Any]:
-        v = self.verdict
+        """The verdict as every verdict is stored, and ``server_over_bench`` (its ratio), the
+        key records of before the verdict was stored hold."""
         return {
             "test": self.test,
             "side": self.side,
-            "server_over_bench": v.ratio,
-            "low": v.low,
-            "high": v.high,
-            "rounds": v.rounds,
+            "server_over_bench": self.verdict.ratio,
+            **self.verdict.to_dict(),
         }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> BenchRound:
+        stored = dict(d)
+        if "outcome" not in stored:  # a record of before the verdict was stored
+            stored.update(outcome="undecided", ratio=stored["server_over_bench"], relation="~")
+        return cls(str(d["test"]), str(d["side"]), Verdict.from_dict(stored))
+
+
+@dataclass(frozen=True)
+class CheckRecord:
+    """A test's check of a measurement against its stored baseline, as the record keeps it."""
+
+    test: str
+    key: tuple[str, ...]
+    """(profile, configuration, build, workload) of the measurement checked."""
+    outcome: str
+    measured: float
+    baseline: float
+    tolerance: float
+    low: float | None = None
+    high: float | None = None
+    """The interval of measured / baseline (``None``: a record written before they were kept)."""
+    reason: str | None = None
+    """Why the check did not decide (a busy host, a moved one), when it did not."""
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["key"] = list(self.key)
+        return {k: v for k, v in out.items() if v is not None}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> CheckRecord:
+        def number(name: str) -> float | None:
+            return None if d.get(name) is None else float(d[name])
+
+        return cls(
+            str(d.get("test", "")),
+            tuple(str(k) for k in d["key"]),
+            str(d["outcome"]),
+            float(d["measured"]),
+            float(d["baseline"]),
+            float(d["tolerance"]),
+            number("low"),
+            number("high"),
+            None if d.get("reason") is None else str(d["reason"]),
+        )
+
+
+def bench_entry(key: Sequence[str], result: BenchResult) -> dict[str, Any]:
+    """llama-bench's numbers of one measured (profile, configuration, build, workload), as the
+    record's ``bench`` list keeps them (``--moeperf-bench``'s cross-check)."""
+    return {
+        "key": list(key),
+        "values": list(result.values),
+        "avg": result.avg,
+        "stddev": result.stddev,
+        "command": list(result.command),
+    }
 
 
 @dataclass
@@ -188,7 +247,7 @@ class RunRecord:
     verdicts: list[VerdictRecord] = field(default_factory=list)
     bench_rounds: list[BenchRound] = field(default_factory=list)
     bench: list[dict[str, Any]] = field(default_factory=list)
-    baseline_checks: list[dict[str, Any]] = field(default_factory=list)
+    baseline_checks: list[CheckRecord] = field(default_factory=list)
     date: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%S%z"))
     plugin_version: str = __version__
     version: int = RESULTS_VERSION
@@ -211,7 +270,7 @@ class RunRecord:
             "verdicts": [v.to_dict() for v in self.verdicts],
             "bench_rounds": [b.to_dict() for b in self.bench_rounds],
             "bench": self.bench,
-            "baseline_checks": self.baseline_checks,
+            "baseline_checks": [c.to_dict() for c in self.baseline_checks],
         }
 
     def json_text(self) -> str:
@@ -252,8 +311,11 @@ class RunRecord:
                 measurements=measurements,
                 traffic=dict(data.get("traffic") or {}),
                 verdicts=[VerdictRecord.from_dict(d) for d in data.get("verdicts") or []],
+                bench_rounds=[BenchRound.from_dict(d) for d in data.get("bench_rounds") or []],
                 bench=list(data.get("bench") or []),
-                baseline_checks=list(data.get("baseline_checks") or []),
+                baseline_checks=[
+                    CheckRecord.from_dict(d) for d in data.get("baseline_checks") or []
+                ],
                 date=str(data.get("date", "")),
                 plugin_version=str(data.get("plugin_version", "")),
                 version=int(data["moeperf_results"]),
@@ -320,14 +382,3 @@ def parse_date(value: object) -> dt.datetime | None:
         except ValueError:
             return None
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
-
-
-def measurements_of(results: Mapping[str, Any]) -> list[Measurement]:
-    """The measurements of one results dict (those that cannot be read are left out)."""
-    out = []
-    for m in results.get("measurements") or []:
-        try:
-            out.append(Measurement.from_dict(m))
-        except Exception:
-            continue
-    return out

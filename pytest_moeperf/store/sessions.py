@@ -10,8 +10,7 @@ results file holds it.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable
 
 from ..defaults import PROBE_TOLERANCE
 from .hosts import BaselineHost, canonical_workload, host_differences
@@ -23,7 +22,7 @@ and the baseline accepted from it)."""
 
 
 def session_medians(
-    results: Iterable[Mapping[str, Any]],
+    results: Iterable[RunRecord],
     host: BaselineHost,
     *,
     profile: str,
@@ -34,16 +33,12 @@ def session_medians(
     tolerance: float = PROBE_TOLERANCE,
     stored: Iterable[float] = (),
 ) -> list[float]:
-    """The medians of (*build*, *configuration*, *workload*) of *profile* in each results
-    document of *results* measured on *host*, one per session, then each *stored* value (the
+    """The medians of (*build*, *configuration*, *workload*) of *profile* in each run record
+    of *results* measured on *host*, one per session, then each *stored* value (the
     baseline file's entries of that build) that no session already holds."""
     wanted = canonical_workload(workload)
     medians: list[float] = []
-    for data in results:
-        try:
-            record = RunRecord.from_dict(data)
-        except (ValueError, TypeError, KeyError, AttributeError):
-            continue  # the history reports unreadable files; here they are no session
+    for record in results:
         fingerprint = record.fingerprints.get(profile)
         if fingerprint is None or host_differences(host, fingerprint, cpus, tolerance):
             continue

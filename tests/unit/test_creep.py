@@ -252,12 +252,12 @@ def test_with_session_term_adds_in_quadrature_and_raises_the_floor():
         with_session_term(iv, -1.0)
 
 
-def _record(fingerprint: dict, value: float, build: str = "b1") -> dict:
+def _record(fingerprint: dict, value: float, build: str = "b1") -> RunRecord:
     return RunRecord(
         fingerprint=fingerprint,
         fingerprints={"p": fingerprint},
         measurements=[_m(build, value)],
-    ).to_dict()
+    )
 
 
 def test_session_medians_are_this_hosts_sessions_of_this_build_once_each():
@@ -268,7 +268,6 @@ def test_session_medians_are_this_hosts_sessions_of_this_build_once_each():
         _record(FP, 90.0),
         _record(other, 50.0),  # another host
         _record(FP, 70.0, build="b2"),  # another build
-        {"moeperf_results": 2, "measurements": "broken"},  # reported by the history, no session
     ]
     got = session_medians(
         results,

@@ -11,7 +11,6 @@ import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -28,6 +27,7 @@ from pytest_moeperf.store.exports import (
     llama_bench_rows,
 )
 from pytest_moeperf.store.history import read_history, write_history
+from pytest_moeperf.store.record import RESULTS_VERSION, RunRecord
 
 BASE_FLAGS = ["-c", "4096", "-t", "2", "-np", "1"]
 CONFIGS = {
@@ -54,8 +54,8 @@ FINGERPRINT = {
 
 def sample_results(
     build: str = "b11434", date: str = "2026-10-17T09:30:00+0200", scale: float = 1.0
-) -> dict[str, Any]:
-    """A results dict as PerfSession.results() writes it: profile 'embedded', two
+) -> RunRecord:
+    """A run record as a session writes it: profile 'embedded', two
     configurations, two workloads, 3-5 samples each, one build."""
     measurements = []
     k = 0
@@ -79,27 +79,29 @@ def sample_results(
                 busy_s=0.61,
             )
             measurements.append(Measurement(config, build, wl, samples, conditions).to_dict())
-    return {
-        "moeperf_results": 1,
-        "plugin_version": "0.1.0",
-        "date": date,
-        "fingerprint": FINGERPRINT,
-        "fingerprints": {
-            "embedded": {
-                **FINGERPRINT,
-                "llama_server": "version: 0.6.0-dev (build 11434, commit unknown)",
-                "model": "bench-3f2a9c1d0e4b5a67.gguf",
-                "model_bytes": 459_341_824,
-                "model_sha256_16mib": "ab" * 32,
-            }
-        },
-        "measurements": measurements,
-        "verdicts": [],
-        "baseline_checks": [],
-    }
+    return RunRecord.from_dict(
+        {
+            "moeperf_results": RESULTS_VERSION,
+            "plugin_version": "0.1.0",
+            "date": date,
+            "fingerprint": FINGERPRINT,
+            "fingerprints": {
+                "embedded": {
+                    **FINGERPRINT,
+                    "llama_server": "version: 0.6.0-dev (build 11434, commit unknown)",
+                    "model": "bench-3f2a9c1d0e4b5a67.gguf",
+                    "model_bytes": 459_341_824,
+                    "model_sha256_16mib": "ab" * 32,
+                }
+            },
+            "measurements": measurements,
+            "verdicts": [],
+            "baseline_checks": [],
+        }
+    )
 
 
-def two_runs(folder: Path) -> tuple[dict[str, Any], dict[str, Any], list[Path], list[Path]]:
+def two_runs(folder: Path) -> tuple[RunRecord, RunRecord, list[Path], list[Path]]:
     old = sample_results("b11053", "2026-10-16T09:30:00+0200", scale=0.8)
     new = sample_results("b11434", "2026-10-17T09:30:00+0200")
     return old, new, write_history(old, folder, stamp="a1"), write_history(new, folder, stamp="a2")
@@ -123,7 +125,7 @@ def test_round_trip_and_layout(tmp_path: Path) -> None:
     assert problems == []
     assert runs == [old, new]
     # what a replay reads back: the same measurements
-    back = [Measurement.from_dict(m) for m in runs[1]["measurements"]]
+    back = runs[1].measurements
     assert [m.key for m in back] == [
         ("mmap", "b11434", "pp512"),
         ("mmap", "b11434", "tg64"),
@@ -139,7 +141,7 @@ def test_newest_last_by_date_not_by_name(tmp_path: Path) -> None:
     write_history(later, tmp_path, stamp="aaa")
     write_history(earlier, tmp_path, stamp="zzz")
     runs, _ = read_history(tmp_path)
-    assert [r["date"] for r in runs] == [earlier["date"], later["date"]]
+    assert [r.date for r in runs] == [earlier.date, later.date]
 
 
 def test_missing_folder_is_an_empty_history(tmp_path: Path) -> None:
@@ -166,7 +168,7 @@ def test_measurements_without_samples_only_in_the_results_file(tmp_path: Path) -
     stored = Measurement(
         "adr", "b11713", Workload.parse("pp2048"), (), Conditions(), Figure(391.4, 0.01)
     )
-    results["measurements"] = [stored.to_dict()]
+    results.measurements = [stored]
     assert [p.name for p in write_history(results, tmp_path, stamp="s")] == ["results-s.json"]
     assert read_history(tmp_path) == ([results], [])
 
@@ -184,7 +186,7 @@ def test_benchmark_json_stats_are_seconds_per_request(tmp_path: Path) -> None:
     assert doc["machine_info"]["cpu"]["brand_raw"] == FINGERPRINT["cpu_model"]
     assert len(doc["benchmarks"]) == 4
     bench = doc["benchmarks"][2]
-    m = Measurement.from_dict(results["measurements"][2])
+    m = results.measurements[2]
     assert bench["name"] == "lm-none[b11434]-pp512"
     assert bench["fullname"] == "embedded::lm-none-pp512"
     assert bench["group"] == "embedded pp512"
@@ -301,7 +303,7 @@ def test_llama_bench_jsonl_rows(tmp_path: Path) -> None:
         assert all(isinstance(x, int) for x in row["samples_ns"])
     by = {(r["moeperf_configuration"], r["moeperf_workload"]): r for r in rows}
     pp = by[("lm-none", "pp512")]
-    m = Measurement.from_dict(results["measurements"][2])
+    m = results.measurements[2]
     assert (pp["build_commit"], pp["build_number"]) == ("b11434", 11434)
     assert (pp["n_prompt"], pp["n_gen"], pp["n_depth"]) == (512, 0, 0)
     assert pp["samples_ts"] == pytest.approx(m.values)
@@ -326,7 +328,7 @@ def test_llama_bench_jsonl_rows(tmp_path: Path) -> None:
 
 def test_llama_bench_depth_node_and_gpu(tmp_path: Path) -> None:
     results = sample_results()
-    m = Measurement.from_dict(results["measurements"][1])
+    m = results.measurements[1]
     deep = Measurement(
         "node1",
         "b11713",
@@ -334,8 +336,8 @@ def test_llama_bench_depth_node_and_gpu(tmp_path: Path) -> None:
         m.samples,
         replace(m.conditions, pinning="node 1, --numa isolate", flags=("-ngl", "999", "-fa", "on")),
     )
-    results["measurements"] = [deep.to_dict()]
-    results["fingerprints"]["embedded"]["gpus"] = ["NVIDIA GeForce RTX 4090"] * 2
+    results.measurements = [deep]
+    results.fingerprints["embedded"]["gpus"] = ["NVIDIA GeForce RTX 4090"] * 2
     (row,) = llama_bench_rows(results)
     assert (row["n_prompt"], row["n_gen"], row["n_depth"]) == (0, 128, 8192)
     assert row["n_threads"] == 20  # the node's CPUs
@@ -508,8 +510,9 @@ def test_crash_mid_write_keeps_earlier_files_whole(
 def test_corrupt_and_foreign_files_are_reported_and_skipped(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    good = sample_results()
-    write_history(good, tmp_path, stamp="good")
+    record = sample_results()
+    good = record.to_dict()
+    write_history(record, tmp_path, stamp="good")
     (tmp_path / "results-truncated.json").write_text('{\n "moeperf_results": 1,\n "date": ')
     (tmp_path / "results-binary.json").write_bytes(b"\xff\xfe\x00garbage")
     (tmp_path / "results-foreign.json").write_text(json.dumps({"benchmarks": []}))
@@ -534,7 +537,7 @@ def test_corrupt_and_foreign_files_are_reported_and_skipped(
 
     monkeypatch.setattr(Path, "read_bytes", read_bytes)
     runs, problems = read_history(tmp_path)
-    assert runs == [good]
+    assert runs == [record]
     by_file = {p.split(": ", 1)[0]: p.split(": ", 1)[1] for p in problems}
     assert set(by_file) == {
         str(tmp_path / f"results-{n}.json")

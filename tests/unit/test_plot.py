@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import struct
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from pytest_moeperf.report.plot import (
 from pytest_moeperf.store.baselines import BaselineEntry, BaselineFile
 from pytest_moeperf.store.history import read_history, write_history
 from pytest_moeperf.store.hosts import BaselineHost
+from pytest_moeperf.store.record import RESULTS_VERSION, RunRecord
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 FINGERPRINT = {
@@ -39,8 +41,8 @@ THIS_RUN = {
 }
 
 
-def results(build: str, date: str, runs: dict[str, dict[str, list[float]]]) -> dict[str, Any]:
-    """A results dict as PerfSession.results() writes it."""
+def results(build: str, date: str, runs: dict[str, dict[str, list[float]]]) -> RunRecord:
+    """A run record as a session writes it."""
     ms = []
     for config, by_workload in runs.items():
         for wname, values in by_workload.items():
@@ -48,16 +50,18 @@ def results(build: str, date: str, runs: dict[str, dict[str, list[float]]]) -> d
             samples = tuple(Sample(wl.tokens, wl.tokens * 1000.0 / v) for v in values)
             told = Conditions(profile="prod", flags=("-t", "10"), pinning="node 1")
             ms.append(Measurement(config, build, wl, samples, told).to_dict())
-    return {
-        "moeperf_results": 1,
-        "plugin_version": "0.1.0",
-        "date": date,
-        "fingerprint": FINGERPRINT,
-        "fingerprints": {"prod": FINGERPRINT},
-        "measurements": ms,
-        "verdicts": [],
-        "baseline_checks": [],
-    }
+    return RunRecord.from_dict(
+        {
+            "moeperf_results": RESULTS_VERSION,
+            "plugin_version": "0.1.0",
+            "date": date,
+            "fingerprint": FINGERPRINT,
+            "fingerprints": {"prod": FINGERPRINT},
+            "measurements": ms,
+            "verdicts": [],
+            "baseline_checks": [],
+        }
+    )
 
 
 def scaled(factor: float) -> dict[str, dict[str, list[float]]]:
@@ -65,12 +69,12 @@ def scaled(factor: float) -> dict[str, dict[str, list[float]]]:
 
 
 @pytest.fixture
-def current() -> dict[str, Any]:
+def current() -> RunRecord:
     return results("b11713", "2026-10-17T09:30:00+0200", THIS_RUN)
 
 
 @pytest.fixture
-def earlier() -> list[dict[str, Any]]:
+def earlier() -> list[RunRecord]:
     """Two earlier runs on build b11053, then one on b11713 (the history before this run)."""
     return [
         results("b11053", "2026-10-10T09:30:00+0200", scaled(0.70)),
@@ -95,7 +99,7 @@ def png_size(path: Path) -> tuple[int, int]:
 
 
 def test_plot_with_history_and_baselines(
-    tmp_path: Path, current: dict[str, Any], earlier: list[dict[str, Any]]
+    tmp_path: Path, current: RunRecord, earlier: list[RunRecord]
 ) -> None:
     out = plot_report(current, [*earlier, current], tmp_path / "report.png", baselines=BASELINES)
     assert out == tmp_path / "report.png"
@@ -107,43 +111,41 @@ def test_plot_with_history_and_baselines(
     assert not list(tmp_path.glob("*.tmp")) and not list(tmp_path.glob(".*"))
 
 
-def test_plot_without_history_or_baselines(tmp_path: Path, current: dict[str, Any]) -> None:
+def test_plot_without_history_or_baselines(tmp_path: Path, current: RunRecord) -> None:
     out = plot_report(current, [], tmp_path / "plain.png")
     width, height = png_size(out)
     assert height == pytest.approx((PANEL_HEIGHT + 1.3) * DPI, abs=2)
     assert width >= 2 * 4.5 * DPI
 
 
-def test_history_of_only_this_run_draws_one_row(tmp_path: Path, current: dict[str, Any]) -> None:
+def test_history_of_only_this_run_draws_one_row(tmp_path: Path, current: RunRecord) -> None:
     _, alone = png_size(plot_report(current, [current], tmp_path / "alone.png"))
     _, plain = png_size(plot_report(current, [], tmp_path / "plain.png"))
     assert alone == plain
 
 
 def test_this_run_read_back_from_its_file_is_not_an_earlier_run(
-    tmp_path: Path, current: dict[str, Any]
+    tmp_path: Path, current: RunRecord
 ) -> None:
     written = write_history(current, tmp_path / "h", stamp="s")
     runs, _ = read_history(tmp_path / "h")
-    later = {**current, "date": "2026-10-17T09:30:01+0200"}  # results() asked again
+    later = replace(current, date="2026-10-17T09:30:01+0200")  # the record asked again
     _, height = png_size(plot_report(later, runs, tmp_path / "r.png"))
     assert height == pytest.approx((PANEL_HEIGHT + 1.3) * DPI, abs=2)
-    assert json.loads(written[0].read_text()) == current
+    assert json.loads(written[0].read_text()) == current.to_dict()
 
 
-def test_history_of_other_configurations_draws_one_row(
-    tmp_path: Path, current: dict[str, Any]
-) -> None:
+def test_history_of_other_configurations_draws_one_row(tmp_path: Path, current: RunRecord) -> None:
     other = results("b11053", "2026-10-10T09:30:00+0200", {"node0": THIS_RUN["mmap"]})
     _, height = png_size(plot_report(current, [other], tmp_path / "r.png"))
     assert height == pytest.approx((PANEL_HEIGHT + 1.3) * DPI, abs=2)
 
 
 def test_build_gate_run_stored_figures_and_missing_cells(
-    tmp_path: Path, current: dict[str, Any], earlier: list[dict[str, Any]]
+    tmp_path: Path, current: RunRecord, earlier: list[RunRecord]
 ) -> None:
-    gate = results("b11053", current["date"], scaled(0.7))
-    current["measurements"] += gate["measurements"]
+    gate = results("b11053", current.date, scaled(0.7))
+    current.measurements += gate.measurements
     stored = Measurement(
         "one-core",
         "b11713",
@@ -152,7 +154,7 @@ def test_build_gate_run_stored_figures_and_missing_cells(
         Conditions(profile="prod"),
         Figure(150.0, 0.02),
     )
-    current["measurements"].append(stored.to_dict())
+    current.measurements.append(stored)
     width, height = png_size(
         plot_report(current, earlier, tmp_path / "gate.png", baselines=BASELINES)
     )
@@ -165,7 +167,7 @@ def test_no_measurements_still_writes_a_png(tmp_path: Path) -> None:
     assert png_size(plot_report(empty, [], tmp_path / "empty.png"))[0] > 0
 
 
-def test_replaces_an_existing_file(tmp_path: Path, current: dict[str, Any]) -> None:
+def test_replaces_an_existing_file(tmp_path: Path, current: RunRecord) -> None:
     path = tmp_path / "report.png"
     path.write_bytes(b"old")
     plot_report(current, [], path)
@@ -196,14 +198,14 @@ def test_marks_are_baselines_only_on_this_host() -> None:
 
 
 def test_traffic_gets_a_latency_panel_and_the_sweep_a_plot(
-    tmp_path: Path, current: dict[str, Any]
+    tmp_path: Path, current: RunRecord
 ) -> None:
     from pytest_moeperf.report.sweep_plot import plot_sweep
 
     figures = {f"{w}_p{q}": 10.0 * q for w in ("ttft", "itl", "e2e") for q in (50, 90, 99)}
-    current["traffic"] = {"traffic (b11434)": {"overall": figures, "passes": []}}
+    current.traffic = {"traffic (b11434)": {"overall": figures, "passes": []}}
     width, _ = png_size(plot_report(current, [], tmp_path / "t.png"))
-    width0, _ = png_size(plot_report({**current, "traffic": {}}, [], tmp_path / "n.png"))
+    width0, _ = png_size(plot_report(replace(current, traffic={}), [], tmp_path / "n.png"))
     assert width > width0  # one more panel
     points = [
         {"np": n, "medians": {"throughput": 10.0 * n, "decode": 10.0 - n}, "overall": figures}
@@ -217,7 +219,7 @@ def _tick_labels(fig: Any) -> list[str]:
 
 
 def test_a_reference_is_labelled_with_its_host_and_never_a_change(
-    current: dict[str, Any],
+    current: RunRecord,
 ) -> None:
     """Another host's number is drawn as a reference (dotted, its host named, no change);
     only this host's baseline gets the median's change."""

@@ -1,0 +1,114 @@
+"""The run record round-trips every kind it holds: measurements, verdicts with their rounds,
+bench rounds, baseline checks and llama-bench entries, written and read in ``store/record.py``
+only; records of before a field was kept read as what they held."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pytest_moeperf.llama.bench import BenchResult
+from pytest_moeperf.measure.measurement import Conditions, Measurement, Sample
+from pytest_moeperf.measure.workload import Workload
+from pytest_moeperf.store.record import (
+    BenchRound,
+    CheckRecord,
+    RunRecord,
+    SideRounds,
+    VerdictRecord,
+    bench_entry,
+)
+from pytest_moeperf.verdicts.judge import Verdict
+
+W = Workload.parse("pp512")
+
+
+def _verdict(outcome: str = "holds", relation: str = ">=") -> Verdict:
+    return Verdict(
+        outcome,  # type: ignore[arg-type]
+        2.1,
+        1.9,
+        2.3,
+        2.0,
+        label="lm-none.pp512 / mmap.pp512",
+        relation=relation,
+        rounds=12,
+        mde=0.04,
+        reason=None,
+    )
+
+
+def _record() -> RunRecord:
+    m = Measurement(
+        "mmap", "b1", W, (Sample(512, 1000.0), Sample(512, 990.0)), Conditions(profile="p")
+    )
+    sides = (SideRounds("p", "mmap", "b1", "pp512", 0), SideRounds("p", "lm", "b1", "pp512", 0))
+    return RunRecord(
+        fingerprint={"cpu_model": "x", "cpus": 2},
+        fingerprints={"p": {"cpu_model": "x", "cpus": 2, "model": "m.gguf"}},
+        probes={"0-1": {"bandwidth_gbs": 10.0}},
+        host_changes=["probe moved"],
+        server_starts={"p-mmap-b1": [1.5]},
+        measurements=[m],
+        verdicts=[
+            VerdictRecord(
+                "t::a",
+                _verdict(),
+                sides,
+                "lm.pp512 / mmap.pp512",
+                (),
+                {"first_look": 6.0},
+                {"seed": 3, "order": ["ab", "ba"]},
+                (0, 0, 1),
+                "paired rounds",
+            )
+        ],
+        bench_rounds=[BenchRound("t::a", "mmap.pp512 (b1)", _verdict("unchanged", "~"))],
+        bench=[
+            bench_entry(
+                ("p", "mmap", "b1", "pp512"),
+                BenchResult(W, (500.0, 510.0), 505.0, 5.0, 1, command=("llama-bench",)),
+            )
+        ],
+        baseline_checks=[
+            CheckRecord("t::b", m.key, "undecided", 995.0, 1000.0, 0.05, 0.9, 1.1, "host busy"),
+        ],
+        date="2026-12-02T08:00:00+0000",
+        plugin_version="9.9",
+    )
+
+
+def test_every_kind_round_trips_through_the_file():
+    record = _record()
+    back = RunRecord.from_dict(json.loads(record.json_text()))
+    assert back == record
+
+
+def test_a_check_keeps_its_interval_and_reason():
+    (check,) = RunRecord.from_dict(json.loads(_record().json_text())).baseline_checks
+    assert (check.low, check.high, check.reason) == (0.9, 1.1, "host busy")
+
+
+def test_records_of_before_a_field_was_kept_read_as_they_were():
+    old = json.loads(_record().json_text())
+    old["bench_rounds"] = [
+        {"test": "t", "side": "s", "server_over_bench": 0.9, "low": 0.8, "high": 1.0, "rounds": 6}
+    ]
+    old["baseline_checks"] = [
+        {"test": "t", "key": ["p", "mmap", "b1", "pp512"], "outcome": "pass", "measured": 1.0,
+         "baseline": 1.0, "tolerance": 0.05}
+    ]  # fmt: skip
+    back = RunRecord.from_dict(old)
+    (bench,) = back.bench_rounds
+    assert (bench.verdict.ratio, bench.verdict.low, bench.verdict.rounds) == (0.9, 0.8, 6)
+    assert bench.verdict.outcome == "undecided"  # the old record kept no outcome
+    (check,) = back.baseline_checks
+    assert check.outcome == "pass" and check.low is None and check.reason is None
+
+
+def test_an_unreadable_kind_names_itself():
+    bad = json.loads(_record().json_text())
+    bad["verdicts"][0]["outcome"] = "maybe"
+    with pytest.raises(ValueError, match="outcome 'maybe'"):
+        RunRecord.from_dict(bad)

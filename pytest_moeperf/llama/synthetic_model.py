@@ -230,46 +230,17 @@ def _check_rows(spec: ModelSpec) -> None:
         )
 
 
+# fmt: off
 PRESETS: dict[str, ModelSpec] = {
-    "tiny": ModelSpec(
-        n_layer=2,
-        n_embd=64,
-        n_head=4,
-        n_head_kv=2,
-        head_dim=16,
-        n_expert=4,
-        n_expert_used=2,
-        n_ff_exp=64,
-        n_vocab=512,
-        n_ctx=4096,
-    ),
-    "bench": ModelSpec(
-        n_layer=8,
-        n_embd=1024,
-        n_head=16,
-        n_head_kv=4,
-        head_dim=64,
-        n_expert=8,
-        n_expert_used=2,
-        n_ff_exp=1024,
-        n_vocab=4096,
-        n_ctx=4096,
-    ),
-    "large": ModelSpec(
-        n_layer=16,
-        n_embd=2048,
-        n_head=16,
-        n_head_kv=4,
-        head_dim=128,
-        n_expert=64,
-        n_expert_used=8,
-        n_ff_exp=1024,
-        n_vocab=32000,
-        n_ctx=16384,
-        quant="q4_0",
-        split=3,
-    ),
+    "tiny": ModelSpec(n_layer=2, n_embd=64, n_head=4, n_head_kv=2, head_dim=16, n_expert=4,
+                      n_expert_used=2, n_ff_exp=64, n_vocab=512, n_ctx=4096),
+    "bench": ModelSpec(n_layer=8, n_embd=1024, n_head=16, n_head_kv=4, head_dim=64, n_expert=8,
+                       n_expert_used=2, n_ff_exp=1024, n_vocab=4096, n_ctx=4096),
+    "large": ModelSpec(n_layer=16, n_embd=2048, n_head=16, n_head_kv=4, head_dim=128,
+                       n_expert=64, n_expert_used=8, n_ff_exp=1024, n_vocab=32000,
+                       n_ctx=16384, quant="q4_0", split=3),
 }
+# fmt: on
 """Named specs: ``tiny`` (well under 1 MB, for tests of the machinery), ``bench`` (about
 460 MB of f16 weights, big enough for prefill and decode times to be measurable on a CPU) and
 ``large`` (about 3.8 GB of q4_0 weights in 3 shards, 6.7 G weights of which about 1 G are read

@@ -66,7 +66,7 @@ def bisect_json(result: BisectResult) -> dict[str, Any]:
         "metric": result.metric,
         "configurations": result.configurations,
         "premise": [c.to_dict() for c in result.premise],
-        "steps": [result.steps[b].to_json() for b in result.builds if b in result.steps],
+        "steps": [result.steps[b].to_dict() for b in result.builds if b in result.steps],
         "boundaries": [{"last_good": g, "first_bad": b} for g, b in result.boundaries],
         "outcome": result.outcome,
         "conclusion": result.conclusion(),

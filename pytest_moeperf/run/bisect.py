@@ -60,7 +60,7 @@ class StateFile:
             if data.get("schema") == STATE_SCHEMA and data.get("identity") == identity:
                 if data.get("premise") is not None:
                     self.premise = tuple(Comparison.from_dict(c) for c in data["premise"])
-                self.steps = {s["build"]: BisectStep.from_json(s) for s in data.get("steps", [])}
+                self.steps = {s["build"]: BisectStep.from_dict(s) for s in data.get("steps", [])}
 
     def save(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -68,7 +68,7 @@ class StateFile:
             "schema": STATE_SCHEMA,
             "identity": self.identity,
             "premise": [c.to_dict() for c in self.premise] if self.premise is not None else None,
-            "steps": [s.to_json() for s in self.steps.values()],
+            "steps": [s.to_dict() for s in self.steps.values()],
         }
         fs.atomic_write_text(self.path, json.dumps(data, indent=1) + "\n")
 

@@ -353,18 +353,7 @@ class PerfSession:
             bench_rounds=list(self.bench_rounds),
             bench=[bench_entry(k, b) for k, b in self.bench.items()],
             baseline_checks=[
-                CheckRecord(
-                    r.nodeid,
-                    r.measurement.key,
-                    r.check.outcome,
-                    r.check.measured,
-                    r.check.baseline,
-                    r.check.tolerance,
-                    r.check.low,
-                    r.check.high,
-                    r.check.reason,
-                )
-                for r in self.baseline_rows
+                CheckRecord(r.nodeid, r.measurement.key, r.check) for r in self.baseline_rows
             ],
         )
 

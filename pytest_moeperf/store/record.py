@@ -24,7 +24,7 @@ from ..errors import ResultsError
 from ..fs import load_json
 from ..llama.bench import BenchResult
 from ..measure.measurement import Measurement
-from ..verdicts.judge import Verdict
+from ..verdicts.judge import BaselineCheck, Verdict
 
 RESULTS_VERSION = 2
 """The version of the results file this module writes (``moeperf_results``)."""
@@ -185,37 +185,15 @@ class CheckRecord:
     test: str
     key: tuple[str, ...]
     """(profile, configuration, build, workload) of the measurement checked."""
-    outcome: str
-    measured: float
-    baseline: float
-    tolerance: float
-    low: float | None = None
-    high: float | None = None
-    """The interval of measured / baseline (``None``: a record written before they were kept)."""
-    reason: str | None = None
-    """Why the check did not decide (a busy host, a moved one), when it did not."""
+    check: BaselineCheck
 
     def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["key"] = list(self.key)
-        return {k: v for k, v in out.items() if v is not None}
+        return {"test": self.test, "key": list(self.key), **self.check.to_dict()}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> CheckRecord:
-        def number(name: str) -> float | None:
-            return None if d.get(name) is None else float(d[name])
-
-        return cls(
-            str(d.get("test", "")),
-            tuple(str(k) for k in d["key"]),
-            str(d["outcome"]),
-            float(d["measured"]),
-            float(d["baseline"]),
-            float(d["tolerance"]),
-            number("low"),
-            number("high"),
-            None if d.get("reason") is None else str(d["reason"]),
-        )
+        key = tuple(str(k) for k in d["key"])
+        return cls(str(d.get("test", "")), key, BaselineCheck.from_dict(d))
 
 
 def bench_entry(key: Sequence[str], result: BenchResult) -> dict[str, Any]:

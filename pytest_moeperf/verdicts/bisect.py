@@ -48,7 +48,7 @@ class BisectStep:
     def verdict(self) -> StepVerdict:
         return classify(self.against_good, self.against_bad)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "build": self.build,
             "verdict": self.verdict,
@@ -58,7 +58,7 @@ class BisectStep:
         }
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> BisectStep:
+    def from_dict(cls, d: dict[str, Any]) -> BisectStep:
         return cls(
             build=str(d["build"]),
             against_good=tuple(Comparison.from_dict(c) for c in d["against_good"]),

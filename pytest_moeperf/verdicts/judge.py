@@ -11,7 +11,7 @@ import re
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, get_args
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, get_args, runtime_checkable
 
 from ..defaults import BUSY_LIMIT, CONFIDENCE, MARGIN, MIN_REL_SPREAD
 from ..errors import MoeperfError
@@ -170,6 +170,21 @@ class Claim:
     def __str__(self) -> str:
         factor = "" if self.factor == 1.0 else f"{self.factor!r} * "
         return f"{self.left} {self.relation} {factor}{self.right}"
+
+
+@runtime_checkable
+class Judgement(Protocol):
+    """What every verdict of this package is: a claim's or a gate row's :class:`Verdict`, a
+    :class:`BaselineCheck`, a creep chain's :class:`~pytest_moeperf.verdicts.creep.ChainedChange`.
+    Each has an outcome, one line that explains it, and one stored form (every field, and the
+    line) that the run record, the gate's and bisect's JSON keep."""
+
+    @property
+    def outcome(self) -> str: ...
+
+    def explain(self) -> str: ...
+
+    def to_dict(self) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True)
@@ -496,6 +511,38 @@ class BaselineCheck:
     def verdict(self) -> str:
         """The outcome, for tables."""
         return self.outcome
+
+    def to_dict(self) -> dict[str, Any]:
+        """The check as the run record stores it: every field, and its line."""
+        return {**asdict(self), "explain": self.explain()}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> BaselineCheck:
+        """A check from :meth:`to_dict`, or from a record of before the interval was kept
+        (outcome, medians and tolerance only); ``ValueError`` or ``TypeError`` when
+        malformed."""
+        outcome = str(d["outcome"])
+        if outcome not in ("pass", "fail", "undecided"):
+            raise ValueError(f"baseline check outcome {outcome!r} is not pass, fail or undecided")
+
+        def number(name: str) -> float | None:
+            return None if d.get(name) is None else float(d[name])
+
+        more = d.get("more_repetitions")
+        return cls(
+            outcome,  # type: ignore[arg-type]
+            float(d["measured"]),
+            float(d["baseline"]),
+            float(d["tolerance"]),
+            bool(d.get("higher_is_better", True)),
+            str(d.get("label", "")),
+            number("low"),
+            number("high"),
+            None if more is None else int(more),
+            float(d.get("confidence", CONFIDENCE)),
+            None if d.get("reason") is None else str(d["reason"]),
+            str(d.get("between", "")),
+        )
 
     def explain(self) -> str:
         """One line: ``mmap.pp2048 = 185.2 vs baseline 189.0 (-2.0 % [-3.1, -0.9], limit

@@ -125,3 +125,31 @@ def test_every_pytest_option_and_profile_key_has_its_row_in_the_reference():
     keys = profiles._PROFILE_KEYS | profiles._TRAFFIC_KEYS
     text = PROFILE_KEYS.read_text()
     assert sorted(k for k in keys if f"`{k}`" not in text) == []
+
+
+def test_the_command_reference_is_generated_from_the_parser_and_the_tables_name_no_stranger():
+    """The reference's list of ``moeperf`` options is the parser's own (made when the site is
+    built); the hand-written tables name no option or profile key the code does not know."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("hook", ROOT / "docs" / "hooks" / "reference.py")
+    assert spec is not None and spec.loader is not None
+    hook = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hook)
+    assert hook.PLACEHOLDER in OPTIONS.read_text()
+    page = hook.on_page_markdown(OPTIONS.read_text(), None)
+    parser = make_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    for verb, p in sub.choices.items():
+        assert f"### `moeperf {verb}`" in page
+        for action in p._actions:
+            for name in action.option_strings:
+                assert name in ("-h", "--help") or f"`{name}`" in page, (verb, name)
+    pytest_parser = pytest.Parser(_ispytest=True)
+    hooks.pytest_addoption(pytest_parser)
+    known = {n for g in pytest_parser._groups for o in g.options for n in o.names()}
+    named = set(re.findall(r"^\| `(--moeperf-[a-z-]+)", OPTIONS.read_text(), re.MULTILINE))
+    assert sorted(named - known) == []
+    keys = profiles._PROFILE_KEYS | profiles._TRAFFIC_KEYS
+    rows = set(re.findall(r"^\| `([a-z_]+)`", PROFILE_KEYS.read_text(), re.MULTILINE))
+    assert sorted(rows - keys) == []

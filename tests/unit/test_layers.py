@@ -1,5 +1,5 @@
 """The package's layers point down: no module imports one from a layer above its own (the
-layout table of docs/design.md lists the layers in this order), and only the pytest-facing
+layout of docs/design.md lists the layers in this order), and only the pytest-facing
 modules import pytest. Every import counts, those inside functions and ``TYPE_CHECKING`` blocks
 too."""
 

@@ -19,7 +19,8 @@ from pytest_moeperf.store.record import (
     VerdictRecord,
     bench_entry,
 )
-from pytest_moeperf.verdicts.judge import Verdict
+from pytest_moeperf.verdicts.creep import ChainedChange
+from pytest_moeperf.verdicts.judge import BaselineCheck, Judgement, Verdict
 
 W = Workload.parse("pp512")
 
@@ -40,9 +41,9 @@ def _verdict(outcome: str = "holds", relation: str = ">=") -> Verdict:
 
 
 def _record() -> RunRecord:
-    m = Measurement(
-        "mmap", "b1", W, (Sample(512, 1000.0), Sample(512, 990.0)), Conditions(profile="p")
-    )
+    samples = (Sample(512, 1000.0), Sample(512, 990.0))
+    m = Measurement("mmap", "b1", W, samples, Conditions(profile="p"))
+    check = BaselineCheck("undecided", 995.0, 1000.0, 0.05, low=0.9, high=1.1, reason="host busy")
     sides = (SideRounds("p", "mmap", "b1", "pp512", 0), SideRounds("p", "lm", "b1", "pp512", 0))
     return RunRecord(
         fingerprint={"cpu_model": "x", "cpus": 2},
@@ -72,7 +73,7 @@ def _record() -> RunRecord:
             )
         ],
         baseline_checks=[
-            CheckRecord("t::b", m.key, "undecided", 995.0, 1000.0, 0.05, 0.9, 1.1, "host busy"),
+            CheckRecord("t::b", m.key, check),
         ],
         date="2026-12-02T08:00:00+0000",
         plugin_version="9.9",
@@ -87,7 +88,7 @@ def test_every_kind_round_trips_through_the_file():
 
 def test_a_check_keeps_its_interval_and_reason():
     (check,) = RunRecord.from_dict(json.loads(_record().json_text())).baseline_checks
-    assert (check.low, check.high, check.reason) == (0.9, 1.1, "host busy")
+    assert (check.check.low, check.check.high, check.check.reason) == (0.9, 1.1, "host busy")
 
 
 def test_records_of_before_a_field_was_kept_read_as_they_were():
@@ -104,7 +105,7 @@ def test_records_of_before_a_field_was_kept_read_as_they_were():
     assert (bench.verdict.ratio, bench.verdict.low, bench.verdict.rounds) == (0.9, 0.8, 6)
     assert bench.verdict.outcome == "undecided"  # the old record kept no outcome
     (check,) = back.baseline_checks
-    assert check.outcome == "pass" and check.low is None and check.reason is None
+    assert check.check.outcome == "pass" and check.check.low is None and not check.check.reason
 
 
 def test_an_unreadable_kind_names_itself():
@@ -112,3 +113,13 @@ def test_an_unreadable_kind_names_itself():
     bad["verdicts"][0]["outcome"] = "maybe"
     with pytest.raises(ValueError, match="outcome 'maybe'"):
         RunRecord.from_dict(bad)
+
+
+def test_every_verdict_is_one_family_with_one_stored_form_and_line():
+    chain = ChainedChange("b1", ("b2", "b3"), 0.97, 0.94, 1.0, "undecided", label="mmap.pp512")
+    check = BaselineCheck("pass", 101.0, 100.0, 0.05, label="mmap.pp512", low=0.99, high=1.03)
+    for judged in (_verdict(), check, chain):
+        assert isinstance(judged, Judgement)
+        stored = judged.to_dict()
+        assert stored["outcome"] == judged.outcome and stored["explain"] == judged.explain()
+    assert BaselineCheck.from_dict(check.to_dict()) == check

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from ..defaults import SettingError
 from ..errors import MoeperfError
-from . import baselines, bisect, build, calibrate, gate, init, logstats, model, sweep
+from . import baselines, bisect, build, calibrate, gate, init, logstats, model, sweep, tune
 
 VERBS = (
     (
@@ -42,6 +42,13 @@ VERBS = (
         "baselines",
         baselines,
         "list the hosts a baseline file holds numbers of (fingerprint, probe figures)",
+    ),
+    (
+        "tune",
+        tune,
+        "race a configuration's knobs (threads, -ub, load mode, ...) on this host with paired "
+        "verdicts, one knob at a time; write the winner as a profile and a test file; exit 0 a "
+        "winner, 3 a tie or nothing decided",
     ),
     (
         "sweep",

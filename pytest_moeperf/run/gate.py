@@ -57,7 +57,7 @@ class Stage(Protocol):
         """Drop the measurements and servers of these build labels (an earlier gate's)."""
         ...
 
-    def start(self, profile: Profile, configuration: Configuration, label: str) -> None:
+    def start(self, profile: Profile, configuration: Configuration, label: str | None) -> None:
         """The server of (profile, configuration, build *label*) running, or
         :class:`Unavailable`."""
         ...

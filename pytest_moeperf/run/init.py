@@ -83,6 +83,7 @@ class ConfigurationPlan:
     comments: tuple[str, ...] = ()
     fits: bool = True
     """Whether its estimate fits the GPUs' free memory (a sample server starts only if so)."""
+    env: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -139,6 +140,8 @@ class ProfilePlan:
                 ct["flags"] = list(c.flags)
             if c.numa_node is not None:
                 ct["numa_node"] = c.numa_node
+            if c.env:
+                ct["env"] = dict(c.env)
             configs[c.name] = ct
         out["configurations"] = configs
         return out

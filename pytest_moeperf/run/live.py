@@ -274,7 +274,7 @@ class LiveSource(RunSource):
         any server or build starts."""
         self.launcher.check(profile, configurations, tuple(labels))
 
-    def start(self, profile: Profile, configuration: Configuration, label: str) -> None:
+    def start(self, profile: Profile, configuration: Configuration, label: str | None) -> None:
         """Start the server of (profile, configuration, build *label*) if it is not running
         (:class:`Unavailable` when the build or the host cannot run it)."""
         self.server(profile, configuration, label)

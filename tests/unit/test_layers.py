@@ -33,7 +33,12 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("pytest_moeperf.run.live", "pytest_moeperf.run.replayed"),
     ("pytest_moeperf.run.session", "pytest_moeperf.run.rounds"),
     ("pytest_moeperf.run.crosscheck",),
-    ("pytest_moeperf.run.gate", "pytest_moeperf.run.bisect", "pytest_moeperf.run.sweep"),
+    (
+        "pytest_moeperf.run.gate",
+        "pytest_moeperf.run.bisect",
+        "pytest_moeperf.run.sweep",
+        "pytest_moeperf.run.tune",
+    ),
     ("pytest_moeperf.run.calibrate",),
     ("pytest_moeperf.plugin", "pytest_moeperf.commands"),
 )
@@ -213,7 +218,7 @@ def test_the_check_sees_an_upward_import(tmp_path, monkeypatch):
         test_no_import_runs_up_a_layer(bad)
 
 
-@pytest.mark.parametrize("name", ["gate", "bisect", "sweep", "calibrate"])
+@pytest.mark.parametrize("name", ["gate", "bisect", "sweep", "calibrate", "tune"])
 def test_the_commands_runs_take_the_narrow_source_not_the_live_one(name):
     """Gate, bisect, sweep and calibrate run on what they are given (a fake source in the unit
     tests, a stored run), so none imports the live source's module, inside functions too."""

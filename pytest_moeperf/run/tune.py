@@ -1,0 +1,407 @@
+"""``moeperf tune``: the best placement of a configuration on this host, found by a race of
+paired verdicts, and the finding written down as a profile and a test file.
+
+The search space is a list of *knobs*, each a llama-server flag (``-t=1,2``), an environment
+variable (``env:GGML_OP_OFFLOAD_MIN_BATCH=32,1024``) or the pinning (``numa_node=0,1``) with the
+values to try. The search is one knob at a time (coordinate descent): the leader starts as the
+base configuration; each value of the first knob is a challenger measured against the leader in
+paired rounds through the one decision loop (:func:`~pytest_moeperf.run.rounds.decide_pair`,
+the rule and family level the gate uses); a challenger decided faster becomes the leader, one
+decided slower is dropped, anything else stands beside it as a tie; then the next knob's values
+are tried on the leader. A space of 3 x 3 x 2 candidates costs 3 + 2 + 1 duels, not 18 full
+measurements; the price is that knobs that only pay together are not found (say so in the
+space, as one knob of the pair's values). The final leader, when it is not the base, is
+measured once more against it, so the claim written for it rests on one direct comparison.
+
+Every duel is judged at the family's share of 5 % (Bonferroni over the duels the space can
+hold), so the chance that any duel calls a loser faster (a loser as the winner) or a winner
+slower is at most 5 %. Finished duels are kept in a state file, so an interrupted race run
+again with the same arguments goes on where it stopped.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from .. import fs
+from ..defaults import BUDGET, FAMILY_ALPHA, FIRST_LOOK, MAX_ROUNDS
+from ..errors import ConfigError, MoeperfError, Unavailable
+from ..measure.workload import Workload
+from ..verdicts.judge import Verdict
+from ..verdicts.race import Duel, RaceResult
+from ..verdicts.sequential import Plan, Rule
+from .gate import Stage
+from .init import ConfigurationPlan, ProfilePlan
+from .profiles import Configuration, Pinning, Profile
+from .rounds import decide_pair
+from .session import PerfSession
+from .source import Side
+
+STATE_SCHEMA = 1
+"""The version of a race's state file."""
+ABSENT, PRESENT = "-", "+"
+"""Knob values of a flag without a value: left out, given."""
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One lever of the search: a flag (``-t``), ``env:NAME`` or ``numa_node``/``cpus``, and its
+    values in the order they are tried."""
+
+    name: str
+    values: tuple[str, ...]
+
+    @classmethod
+    def parse(cls, text: str) -> Knob:
+        """``-t=1,2``, ``--no-op-offload=-,+``, ``env:GGML_OP_OFFLOAD_MIN_BATCH=32,1024``,
+        ``numa_node=0,1``; one line naming ``--knob`` and the form when it is none of them."""
+        name, sep, values = text.partition("=")
+        items = tuple(v.strip() for v in values.split(",") if v.strip())
+        flag = name.startswith("-") and len(name) > 1
+        env = name.startswith("env:") and len(name) > 4
+        if not sep or not items or not (flag or env or name in ("numa_node", "cpus")):
+            raise ConfigError(
+                f"--knob {text!r}: give FLAG=V1,V2 (-t=1,2; --no-op-offload=-,+ for a flag "
+                "without a value), env:NAME=V1,V2 or numa_node=0,1"
+            )
+        if name == "numa_node" and not all(v.isdigit() for v in items):
+            raise ConfigError(f"--knob {text!r}: numa_node values are node numbers, e.g. 0,1")
+        return cls(name, items)
+
+    def apply(self, configuration: Configuration, value: str) -> Configuration:
+        """*configuration* with this knob at *value* (a flag after its own: the last counts)."""
+        if self.name.startswith("env:"):
+            return replace(configuration, env={**configuration.env, self.name[4:]: value})
+        if self.name == "numa_node":
+            pin = configuration.pinning
+            return replace(configuration, pinning=Pinning(None, int(value), pin.numa))
+        if self.name == "cpus":
+            return replace(configuration, pinning=Pinning(value, None, configuration.pinning.numa))
+        flags = _without(configuration.flags, self.name, valued=value not in (ABSENT, PRESENT))
+        if value == PRESENT:
+            flags += (self.name,)
+        elif value != ABSENT:
+            flags += (self.name, value)
+        return replace(configuration, flags=flags)
+
+    def label(self, value: str) -> str:
+        """A short name part: ``t2``, ``ub256``, ``no-op-offload``, ``numa_node1``."""
+        base = self.name.removeprefix("env:").lstrip("-")
+        if value == PRESENT:
+            return base
+        if value == ABSENT:
+            return f"no-{base}"
+        return f"{base}{value}"
+
+
+def _without(flags: Sequence[str], name: str, *, valued: bool) -> tuple[str, ...]:
+    """*flags* without *name* (and its value, when *valued*)."""
+    out: list[str] = []
+    skip = False
+    for f in flags:
+        if skip:
+            skip = False
+            continue
+        if f == name:
+            skip = valued
+            continue
+        out.append(f)
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A point of the space: the base configuration with some knobs set."""
+
+    settings: tuple[tuple[str, str], ...]
+    """(knob, value) in the knobs' order; empty: the base."""
+
+    @property
+    def name(self) -> str:
+        return "-".join(_label(k, v) for k, v in self.settings) or "base"
+
+    def setting(self, knob: Knob, value: str) -> Candidate:
+        kept = tuple((k, v) for k, v in self.settings if k != knob.name)
+        return Candidate((*kept, (knob.name, value)))
+
+    def configuration(self, base: Configuration, knobs: Sequence[Knob]) -> Configuration:
+        by_name = {k.name: k for k in knobs}
+        cfg = base
+        for k, v in self.settings:
+            cfg = by_name[k].apply(cfg, v)
+        return replace(cfg, name=self.name, description=f"{base.name} tuned: {self.name}")
+
+
+def _label(knob: str, value: str) -> str:
+    return Knob(knob, (value,)).label(value)
+
+
+def duels_of(knobs: Sequence[Knob]) -> int:
+    """The most duels coordinate descent over *knobs* runs (each value a challenger once),
+    plus the confirmation: the race's family."""
+    return sum(len(k.values) for k in knobs) + 1
+
+
+class RaceState:
+    """The finished duels of one race (same profile, base, knobs, objective, margin)."""
+
+    def __init__(self, directory: Path, identity: dict[str, Any]) -> None:
+        digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
+        self.path = directory / f"tune-{digest[:16]}.json"
+        self.identity = identity
+        self.duels: dict[tuple[str, str], Duel] = {}
+        if self.path.is_file():
+            try:
+                data = json.loads(self.path.read_text())
+            except (OSError, ValueError) as exc:
+                raise MoeperfError(
+                    f"tune state {self.path} cannot be read ({exc}); remove it to start over"
+                ) from None
+            if data.get("schema") == STATE_SCHEMA and data.get("identity") == identity:
+                for d in data.get("duels", []):
+                    duel = Duel.from_dict(d)
+                    self.duels[(duel.leader, duel.challenger)] = duel
+
+    def save(self, duel: Duel) -> None:
+        self.duels[(duel.leader, duel.challenger)] = duel
+        data = {
+            "schema": STATE_SCHEMA,
+            "identity": self.identity,
+            "duels": [d.to_dict() for d in self.duels.values()],
+        }
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fs.atomic_write_text(self.path, json.dumps(data, indent=1) + "\n")
+
+
+@dataclass
+class Race:
+    """What every duel of one race is measured with."""
+
+    session: PerfSession
+    stage: Stage
+    profile: Profile
+    base: Configuration
+    knobs: tuple[Knob, ...]
+    objective: Workload
+    margin: float
+    budget: float | None
+    state: RaceState
+    say: Callable[[str], None]
+    seen: dict[str, Candidate] = field(default_factory=dict)
+    """Every candidate the race named, by name."""
+
+    def plan(self) -> Plan:
+        family = duels_of(self.knobs)
+        return Plan(
+            first_look=FIRST_LOOK,
+            max_rounds=MAX_ROUNDS,
+            alpha=FAMILY_ALPHA / family,
+            dependence=self.session.dependence(self.profile),
+        )
+
+    def duel(self, leader: Candidate, challenger: Candidate) -> Duel:
+        """*challenger* against *leader* in paired rounds (from the state file when measured
+        before); :class:`Unavailable` when its server cannot start here."""
+        kept = self.state.duels.get((leader.name, challenger.name))
+        if kept is not None:
+            self.say(f"{challenger.name} / {leader.name}: {kept.outcome} (from {self.state.path})")
+            return kept
+        cfg_a = leader.configuration(self.base, self.knobs)
+        cfg_b = challenger.configuration(self.base, self.knobs)
+        self.stage.check(self.profile, [cfg_b], ())
+        began = time.monotonic()
+        try:
+            for cfg in (cfg_a, cfg_b):
+                self.stage.start(self.profile, cfg, None)
+            w = self.objective
+            label = f"{challenger.name}.{w.name} / {leader.name}.{w.name}"
+            got = decide_pair(
+                self.session.source,
+                self.profile,
+                Rule("change", margin=self.margin),
+                Side(cfg_a, w),
+                Side(cfg_b, w),
+                label=label,
+                plan=self.plan(),
+                budget=self.budget,
+                busy_limit=self.session.options.busy_limit,
+            )
+        finally:
+            self.stage.stop_servers()
+        duel = Duel(leader.name, challenger.name, got.verdict, time.monotonic() - began)
+        self.state.save(duel)
+        self.say(f"{duel.challenger} / {duel.leader}: {duel.verdict.explain()}")
+        return duel
+
+
+def run_race(race: Race) -> RaceResult:
+    """Coordinate descent over the race's knobs from the base configuration (see the module),
+    then the final leader confirmed against the base."""
+    base = Candidate(())
+    result = RaceResult(f"{race.objective.name}", race.margin, base.name)
+    result.flags[base.name] = ()
+    race.seen[base.name] = base
+    leader = base
+    for knob in race.knobs:
+        for value in knob.values:
+            challenger = leader.setting(knob, value)
+            if challenger.name == leader.name or challenger.name in result.flags:
+                continue
+            cfg = challenger.configuration(race.base, race.knobs)
+            result.flags[challenger.name] = _extra(cfg, race.base)
+            race.seen[challenger.name] = challenger
+            try:
+                duel = race.duel(leader, challenger)
+            except Unavailable as exc:
+                result.skipped[challenger.name] = str(exc)
+                race.say(f"{challenger.name}: skipped: {exc}")
+                continue
+            result.duels.append(duel)
+            if duel.outcome == "faster":
+                leader = challenger
+    if leader.name != base.name:
+        result.confirmation = race.duel(base, leader)
+    return result
+
+
+def _extra(cfg: Configuration, base: Configuration) -> tuple[str, ...]:
+    """What *cfg* sets beyond *base*: its flags after the base's, its environment, pinning."""
+    own = cfg.flags[: len(base.flags)] == base.flags
+    extra = list(cfg.flags[len(base.flags) :] if own else cfg.flags)
+    extra += [f"{k}={v}" for k, v in cfg.env.items() if base.env.get(k) != v]
+    if cfg.pinning != base.pinning:
+        extra.append(f"pinning: {cfg.pinning.describe()}")
+    return tuple(extra)
+
+
+# --------------------------------------------------------------------------------------------
+# The finding written down
+
+TUNED = "tuned"
+"""The tuned profile's name for the winner's configuration (beside ``base``)."""
+
+
+def _bound(v: Verdict, margin: float, faster: bool) -> float:
+    """A claim's factor: the interval's end set back by the margin (2 decimals, rounded
+    outwards), so that the next run of the same host can decide it."""
+    if faster:
+        return math.floor(100 * v.low * (1 - margin)) / 100
+    return math.ceil(100 * v.high * (1 + margin)) / 100
+
+
+def tuned_profile(race: Race, result: RaceResult, name: str) -> ProfilePlan:
+    """The profile *name*: the base profile's build, model and flags, with a configuration per
+    candidate a test of :func:`tuned_tests` names, and the winner again as ``tuned``."""
+    p = race.profile
+    named = {result.start, result.leader} | {
+        x
+        for d in result.duels
+        if d.outcome in ("faster", "slower")
+        for x in (d.leader, d.challenger)
+    }
+    base_flags = len(p.flags)
+    configs = []
+    for cand in sorted(named):
+        cfg = race.seen[cand].configuration(race.base, race.knobs)
+        for cname in (cand, TUNED) if cand == result.leader else (cand,):
+            configs.append(
+                ConfigurationPlan(
+                    cname,
+                    cfg.description,
+                    cfg.flags[base_flags:],
+                    cfg.pinning.numa_node,
+                    env={k: v for k, v in cfg.env.items() if p.env.get(k) != v},
+                )
+            )
+    return ProfilePlan(
+        name=name,
+        description=f"{p.name} tuned by moeperf tune on {result.objective}: {result.answer()}",
+        model=p.model,
+        binary=p.binary,
+        build=p.build,
+        cuda=p.cuda,
+        requires_gpus=p.requires_gpus,
+        flags=p.flags,
+        numa_node=p.pinning.numa_node,
+        numa=p.pinning.numa,
+        workloads=(race.objective.name,),
+        repetitions=p.repetitions,
+        budget=race.budget or p.budget or BUDGET,
+        configurations=tuple(configs),
+        header=(f"written by moeperf tune {dt.date.today().isoformat()}: {result.answer()}",),
+    )
+
+
+def tuned_tests(result: RaceResult, profile: str, *, date: str) -> str:
+    """The test file of the finding: the winner's claim against the base (from the
+    confirmation), a claim per other decided duel, and each dead end (a duel lost by more than
+    twice the margin) as an expected-slower test."""
+    w = result.objective
+    lines = [
+        f'"""What moeperf tune found for profile {profile!r} on this host ({date}), on {w}.',
+        "",
+        f"{result.answer()}",
+        "",
+        "Each bound sits the margin outside what was measured, so a run of this host can",
+        'decide it (pytest -m perf THIS_FILE)."""',
+        "",
+        "from __future__ import annotations",
+        "",
+        "import pytest",
+        "",
+        f'pytestmark = pytest.mark.moeperf(profile="{profile}")',
+    ]
+    c = result.confirmation
+    if c is not None and c.outcome == "faster":
+        lines += _claim_test(f"test_{TUNED}_keeps_its_lead", TUNED, "base", w, c, result.margin)
+    for i, d in enumerate(result.duels):
+        if d.dead_end(result.margin):
+            lines += _dead_end_test(i, d, w, result.margin, date)
+        elif d.outcome in ("faster", "slower") and d is not c:
+            lines += _claim_test(
+                f"test_duel_{i}_stays_decided", d.challenger, d.leader, w, d, result.margin
+            )
+    return "\n".join(lines) + "\n"
+
+
+def _claim_test(
+    name: str, challenger: str, leader: str, w: str, d: Duel, margin: float
+) -> list[str]:
+    faster = d.outcome == "faster"
+    relation = ">=" if faster else "<="
+    factor = _bound(d.verdict, margin, faster)
+    v = d.verdict
+    return [
+        "",
+        "",
+        f'@pytest.mark.moeperf(configurations=["{challenger}", "{leader}"])',
+        f"def {name}(moeperf):",
+        f'    """Measured {v.ratio:.3f} [{v.low:.3f}, {v.high:.3f}] ({v.outcome})."""',
+        f'    moeperf.check("{challenger}.{w} {relation} {factor:.2f} * {leader}.{w}")',
+    ]
+
+
+def _dead_end_test(i: int, d: Duel, w: str, margin: float, date: str) -> list[str]:
+    v = d.verdict
+    why = f"moeperf tune {date}: {v.ratio:.3f} [{v.low:.3f}, {v.high:.3f}] of {d.leader}"
+    return [
+        "",
+        "",
+        "@pytest.mark.dead_end(",
+        f'    config="{d.challenger}",',
+        f'    slower_than="{d.leader}",',
+        f'    metric="{w}",',
+        f'    reason="{why}",',
+        f"    margin={margin:g},",
+        ")",
+        f"def test_dead_end_{i}_{d.challenger.replace('-', '_')}(moeperf):",
+        f'    """xfail while {d.challenger} stays slower than {d.leader}; fails if that stops."""',
+    ]

@@ -1,0 +1,146 @@
+"""``moeperf tune``'s race through the real decision loop on a fake host whose speed is a
+function of the configuration's flags (threads, -ub): a clear winner, a leader overtaken, a tie
+within the margin, a bad candidate dropped within its first three looks, a candidate that
+cannot start skipped with why, an interrupted race resumed from its state file, and the
+finding written as a profile that parses back and a test file whose claims the measured
+intervals would decide."""
+
+from __future__ import annotations
+
+import tomllib
+
+import pytest
+from _fake_host import FakeSource, FakeStage, Host, fake_clock, fake_session
+
+from pytest_moeperf.measure.workload import Workload
+from pytest_moeperf.run.init import write_profile
+from pytest_moeperf.run.profiles import load_profiles
+from pytest_moeperf.run.source import Side
+from pytest_moeperf.run.tune import Knob, Race, RaceState, run_race, tuned_profile, tuned_tests
+from pytest_moeperf.verdicts.judge import Claim
+
+THREADS = {None: 1.0, "1": 0.5, "3": 1.01, "4": 1.3, "8": 0.6}
+UB = {None: 1.0, "64": 0.8, "512": 1.15}
+
+
+def _flag(flags: tuple[str, ...], name: str) -> str | None:
+    value = None
+    for i, f in enumerate(flags[:-1]):
+        if f == name:
+            value = flags[i + 1]
+    return value
+
+
+def _speed(profile, side: Side) -> float:
+    flags = side.configuration.flags
+    return 100.0 * THREADS[_flag(flags, "-t")] * UB[_flag(flags, "-ub")]
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    return fake_clock(monkeypatch)
+
+
+def _race(tmp_path, clock, knobs, stage=None, say=None, seed=1):
+    host = Host(_speed, lambda p, s: s.configuration.name, sd=0.03, process=0.005)
+    source = FakeSource(host, clock, seed=seed)
+    session, profile = fake_session(tmp_path, source)
+    parsed = tuple(Knob.parse(k) for k in knobs)
+    lines: list[str] = []
+    race = Race(
+        session,
+        stage or FakeStage(),
+        profile,
+        profile.configuration("mmap"),
+        parsed,
+        Workload.parse("pp512"),
+        0.05,
+        180.0,
+        RaceState(tmp_path / "state", {"knobs": list(knobs)}),
+        say or lines.append,
+    )
+    return race, source, lines
+
+
+def test_a_clear_winner_overtakes_the_leader_and_is_confirmed(tmp_path, clock):
+    race, source, _ = _race(tmp_path, clock, ["-t=1,4", "-ub=64,512"])
+    result = run_race(race)
+    assert [(d.challenger, d.outcome) for d in result.duels] == [
+        ("t1", "slower"),
+        ("t4", "faster"),
+        ("t4-ub64", "slower"),
+        ("t4-ub512", "faster"),
+    ]
+    assert result.leader == "t4-ub512" and result.outcome == "winner"
+    assert [d.leader for d in result.duels] == ["base", "base", "t4", "t4"]  # overtaken
+    c = result.confirmation
+    assert c is not None and (c.leader, c.challenger, c.outcome) == ("base", "t4-ub512", "faster")
+    assert c.verdict.low <= 1.3 * 1.15 <= c.verdict.high
+    assert [d.challenger for d in result.dead_ends()] == ["t1", "t4-ub64"]
+    assert source.pairs[-1] == ("base", "t4-ub512")
+
+
+def test_a_challenger_within_the_margin_is_a_tie_never_a_winner(tmp_path, clock):
+    race, _, _ = _race(tmp_path, clock, ["-t=3"])
+    result = run_race(race)
+    (duel,) = result.duels
+    assert duel.outcome not in ("faster", "slower")
+    assert result.outcome == "tie" and result.leader == "base" and result.confirmation is None
+    assert result.answer().startswith("tie: base leads, t3 not decided apart from it")
+
+
+def test_an_oversubscribed_candidate_is_dropped_within_three_looks(tmp_path, clock):
+    race, _, _ = _race(tmp_path, clock, ["-t=8"])
+    (duel,) = run_race(race).duels
+    assert duel.outcome == "slower" and duel.dead_end(0.05)
+    assert duel.verdict.rounds is not None and duel.verdict.rounds <= 10  # looks at 6, 8, 10
+
+
+def test_a_candidate_that_cannot_start_is_skipped_with_why(tmp_path, clock):
+    stage = FakeStage(unavailable=["t4"])
+    race, _, _ = _race(tmp_path, clock, ["-t=4,1"], stage=stage)
+    result = run_race(race)
+    assert result.skipped == {"t4": "build None cannot run t4"}
+    assert [d.challenger for d in result.duels] == ["t1"]
+
+
+class Interrupt(Exception):
+    pass
+
+
+def test_an_interrupted_race_goes_on_where_it_stopped(tmp_path, clock):
+    knobs = ["-t=1,4", "-ub=64,512"]
+
+    def stop_after_two(line: str) -> None:
+        if line.startswith("t4 / base"):
+            raise Interrupt
+
+    race, _, _ = _race(tmp_path, clock, knobs, say=stop_after_two)
+    with pytest.raises(Interrupt):
+        run_race(race)
+    race, source, lines = _race(tmp_path, clock, knobs)
+    result = run_race(race)
+    assert result.leader == "t4-ub512"
+    assert [line.split(":")[0] for line in lines[:2]] == ["t1 / base", "t4 / base"]
+    assert all("from" in line for line in lines[:2])  # read back, not measured again
+    assert ("base", "t1") not in source.pairs and ("base", "t4") not in source.pairs
+
+
+def test_the_finding_is_a_profile_that_parses_back_and_tests_it_can_decide(tmp_path, clock):
+    race, _, _ = _race(tmp_path, clock, ["-t=1,4", "-ub=64,512"])
+    result = run_race(race)
+    output = tmp_path / "moeperf.toml"
+    write_profile(output, tuned_profile(race, result, "p-tuned"))
+    profile = load_profiles(output)["p-tuned"]
+    assert profile.configuration("tuned").flags == profile.configuration("t4-ub512").flags
+    assert profile.configuration("tuned").flags[-4:] == ("-t", "4", "-ub", "512")
+    assert "base" in profile.configurations
+    text = tuned_tests(result, "p-tuned", date="2026-12-02")
+    compile(text, "test_p_tuned.py", "exec")
+    assert tomllib.loads(output.read_text())["profiles"]["p-tuned"]["workloads"] == ["pp512"]
+    claim = next(line for line in text.splitlines() if "tuned.pp512 >=" in line)
+    factor = float(claim.split(">=")[1].split("*")[0])
+    c = result.confirmation
+    assert c is not None and factor <= c.verdict.low * 0.95 + 0.01
+    Claim.parse(claim.split('"')[1])
+    assert 'config="t1"' in text and 'config="t4-ub64"' in text  # the dead ends

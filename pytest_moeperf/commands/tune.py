@@ -7,15 +7,17 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import re
 from pathlib import Path
 
 from ..errors import MoeperfError
-from ..fs import check_output, write_output
+from ..fs import check_output
 from ..measure.workload import Workload
 from ..report.tune import race_markdown, race_text
-from ..run.init import existing_profiles, write_profile
+from ..report.tune_plot import plot_race
+from ..run.init import existing_profiles
 from ..run.profiles import builtin_profiles
-from ..run.tune import Knob, Race, RaceState, duels_of, run_race, tuned_profile, tuned_tests
+from ..run.tune import Knob, Race, RaceState, duels_of, run_race, write_finding
 from . import common
 
 
@@ -28,9 +30,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="FLAG=V1,V2",
-        help="a lever and its values, tried one knob at a time: -t=1,2, -ub=64,256,512, "
-        "-lm=mmap,none, -fa=on,off, --no-op-offload=-,+ (- left out, + given), "
-        "env:GGML_OP_OFFLOAD_MIN_BATCH=32,1024, numa_node=0,1 (repeatable, in order)",
+        help="a lever and its values, tried one knob at a time, written with '=' after --knob: "
+        "--knob=-t=1,2, --knob=-ub=64,256,512, --knob=-lm=mmap,none, --knob=-fa=on,off, "
+        "--knob=--no-op-offload=-,+ (- left out, + given), "
+        "--knob=env:GGML_OP_OFFLOAD_MIN_BATCH=32,1024, --knob=numa_node=0,1 (repeatable)",
     )
     p.add_argument(
         "-w", "--workload", help="the objective, e.g. pp512 or tg64 (default: the profile's first)"
@@ -46,6 +49,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--tests",
         help="the test file of the finding (default tests/perf/test_<name>.py; never replaced)",
     )
+    p.add_argument("--plot", help="draw the duels with their intervals as a PNG here")
 
 
 def _paths(args: argparse.Namespace, name: str) -> tuple[Path, Path]:
@@ -53,9 +57,13 @@ def _paths(args: argparse.Namespace, name: str) -> tuple[Path, Path]:
     if name in builtin_profiles():
         raise MoeperfError(f"--name {name}: a built-in profile has that name; choose another")
     output = Path(args.output)
-    existing_profiles(output, name)  # refuses a profile of that name, an unreadable file
-    tests = Path(args.tests or f"tests/perf/test_{name.replace('-', '_')}.py")
+    existing_profiles(output, name, what="--output")  # refuses a profile of that name
+    tests = Path(args.tests or f"tests/perf/test_{re.sub(r'[^A-Za-z0-9_]', '_', name)}.py")
+    if not args.tests:
+        tests.parent.mkdir(parents=True, exist_ok=True)
     check_output(tests, "--tests")
+    if args.plot:
+        check_output(Path(args.plot), "--plot")
     if tests.exists():
         raise MoeperfError(f"--tests {tests}: exists already; name another file")
     return output, tests
@@ -86,9 +94,13 @@ def run(args: argparse.Namespace) -> int:
         f"{budget or 'an automatic budget'} s each (server starts not counted)"
         + (f", about {family * budget / 60:.0f} min" if budget else "")
     )
+    base = profile.configuration(names[0])
     identity = {
         "profile": profile.name,
-        "configuration": names[0],
+        "configuration": [names[0], list(base.flags), dict(base.env), base.pinning.describe()],
+        "build": [profile.build, profile.binary, base.build, base.binary],
+        "model": [profile.model, dict(profile.model_overrides)],
+        "budget": budget,
         "knobs": [[k.name, list(k.values)] for k in knobs],
         "objective": objective.name,
         "margin": args.margin,
@@ -97,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
         session,
         live,
         profile,
-        profile.configuration(names[0]),
+        base,
         knobs,
         objective,
         args.margin,
@@ -112,11 +124,12 @@ def run(args: argparse.Namespace) -> int:
     print(race_text(result, family))
     today = dt.date.today().isoformat()
     if result.outcome != "none":
-        write_profile(output, tuned_profile(race, result, name))
-        write_output(tests, tuned_tests(result, name, date=today), "--tests")
+        write_finding(race, result, name, output, tests, date=today)
         print(f"profile {name!r} written to {output}; its tests to {tests}")
     title = f"Tuning {profile.name}.{names[0]} for {objective.name} on this host ({today})"
     common.write_reports(
         args, race_markdown(result, family, title), json.dumps(result.to_dict(), indent=1) + "\n"
     )
-    return 0 if result.outcome == "winner" else 3
+    if args.plot:
+        print(f"plot: {plot_race(result, title, Path(args.plot))}")
+    return 0 if result.outcome == "winner" else 3  # a tie, unconfirmed, or nothing measured

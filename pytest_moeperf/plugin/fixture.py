@@ -216,9 +216,12 @@ class MoePerf:
         """With ``--moeperf-bench``, an ``after_round`` running llama-bench of both sides in
         each round (never for traffic); a bench that cannot run is reported once and left out."""
         servers = self.session.servers
-        if servers is None or not self.session.options.bench:
+        if not self.session.options.bench or a.workload.is_traffic or b.workload.is_traffic:
             return None, ([], [])
-        if a.workload.is_traffic or b.workload.is_traffic:
+        if servers is None:  # a replayed run: stored rounds, no llama-bench beside them
+            line = "--moeperf-bench: a replayed run starts no llama-bench; its rounds are stored"
+            if line not in self.session.bench_errors:
+                self.session.bench_errors.append(line)
             return None, ([], [])
         run, got = bench_in_rounds(servers, self.profile, a, b)
         failed: list[str] = []

@@ -583,14 +583,16 @@ def without_profile(text: str, name: str) -> str:
     return "".join(keep).rstrip("\n") + "\n" if keep else ""
 
 
-def existing_profiles(output: Path, name: str, *, force: bool = False) -> str:
+def existing_profiles(
+    output: Path, name: str, *, force: bool = False, what: str = "-o/--output"
+) -> str:
     """The text of *output* to append profile *name* to: ``""`` for a new file, the file
     without its profile *name* under *force*. Checked before any work: one line naming
-    ``-o/--output`` or ``--name`` when the file cannot take the profile."""
-    what = "-o/--output"
+    *what* (the option that named the file) or ``--name`` when the file cannot take the
+    profile."""
     if output.name == "pyproject.toml":
         raise OutputError(
-            f"{what} {output}: moeperf init writes a moeperf.toml of [profiles.NAME]; name "
+            f"{what} {output}: pytest-moeperf writes a moeperf.toml of [profiles.NAME]; name "
             "e.g. moeperf.toml (and point the moeperf_config ini option at it)"
         )
     check_output(output, what)
@@ -609,9 +611,9 @@ def existing_profiles(output: Path, name: str, *, force: bool = False) -> str:
     profiles = old.get("profiles")
     if isinstance(profiles, Mapping) and name in profiles:
         if not force:
+            again = "pass --force to replace it, or " if what == "-o/--output" else ""
             raise ConfigError(
-                f"{what} {output}: profile {name!r} exists already; pass --force to replace "
-                "it, or choose another --name"
+                f"{what} {output}: profile {name!r} exists already; {again}choose another --name"
             )
         return without_profile(existing, name)
     return existing
@@ -619,25 +621,47 @@ def existing_profiles(output: Path, name: str, *, force: bool = False) -> str:
 
 def write_profile(output: Path, plan: ProfilePlan, *, force: bool = False) -> str:
     """Append *plan*'s profile to *output* (created when missing), replacing a profile of the
-    same name only with *force* (:func:`existing_profiles`); the whole new file is parsed back
-    (TOML, then the profile with :func:`~.profiles.parse_profiles`) before it is written
-    atomically. Returns the text written; an error changes nothing."""
-    what = "-o/--output"
+    same name only with *force* (:func:`existing_profiles`); see :func:`write_table`."""
     existing = existing_profiles(output, plan.name, force=force)
-    text = (existing.rstrip("\n") + "\n\n" if existing.strip() else "") + plan.toml()
+    return write_table(output, existing, plan.name, plan.table(), plan.toml(), "-o/--output")
+
+
+def write_table(
+    output: Path, existing: str, name: str, table: Mapping[str, Any], toml: str, what: str
+) -> str:
+    """Write *existing* with profile *name*'s *toml* text after it: the whole new file is
+    parsed back (TOML, then the profile with :func:`~.profiles.parse_profiles`) and must read
+    as *table* before it is written atomically. Returns the text written; an error changes
+    nothing."""
+    text = (existing.rstrip("\n") + "\n\n" if existing.strip() else "") + toml
     try:
         doc = tomllib.loads(text)
-        new = doc["profiles"][plan.name]
-        parse_profiles({"profiles": {plan.name: new}}, str(output), output.parent)
+        new = doc["profiles"][name]
+        parse_profiles({"profiles": {name: new}}, str(output), output.parent)
     except (tomllib.TOMLDecodeError, KeyError, TypeError, MoeperfError) as exc:
         raise ConfigError(
-            f"{what} {output}: the profile {plan.name!r} would not parse back ({exc}); nothing "
-            "was written: write it to a new file with -o, and report this"
+            f"{what} {output}: the profile {name!r} would not parse back ({exc}); nothing "
+            "was written: write it to a new file, and report this"
         ) from None
-    if new != plan.table():
+    if new != table:
         raise ConfigError(
-            f"{what} {output}: profile {plan.name!r} reads back differently from what was "
+            f"{what} {output}: profile {name!r} reads back differently from what was "
             "meant (another table of that name?); nothing was written: name another file"
         )
     write_output(output, text, what)
     return text
+
+
+def table_toml(name: str, table: Mapping[str, Any], header: Sequence[str] = ()) -> str:
+    """Profile *name*'s *table* (as :func:`~.profiles.parse_profiles` reads it) as TOML text:
+    its keys, then each configuration's table; *header* as comment lines above."""
+    body = dict(table)
+    configs = body.pop("configurations", {})
+    head = f"profiles.{_key(name)}"
+    lines = [f"# {line}" for line in header]
+    lines.append(f"[{head}]")
+    lines += [f"{_key(k)} = {_toml(v)}" for k, v in body.items()]
+    for cname, ctable in configs.items():
+        lines += ["", f"[{head}.configurations.{_key(cname)}]"]
+        lines += [f"{_key(k)} = {_toml(v)}" for k, v in ctable.items()]
+    return "\n".join(lines) + "\n"

@@ -21,26 +21,28 @@ again with the same arguments goes on where it stopped.
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
 import json
 import math
+import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from .. import fs
-from ..defaults import BUDGET, FAMILY_ALPHA, FIRST_LOOK, MAX_ROUNDS
-from ..errors import ConfigError, MoeperfError, Unavailable
+from ..defaults import FAMILY_ALPHA, FIRST_LOOK, MAX_ROUNDS
+from ..errors import ConfigError, MoeperfError, ServerError, Unavailable
+from ..fs import write_output
 from ..measure.workload import Workload
 from ..verdicts.judge import Verdict
 from ..verdicts.race import Duel, RaceResult
 from ..verdicts.sequential import Plan, Rule
+from .artifacts import SYNTHETIC
 from .gate import Stage
-from .init import ConfigurationPlan, ProfilePlan
-from .profiles import Configuration, Pinning, Profile
+from .init import existing_profiles, table_toml, write_table
+from .profiles import Configuration, Pinning, Profile, parse_profiles
 from .rounds import decide_pair
 from .session import PerfSession
 from .source import Side
@@ -62,19 +64,31 @@ class Knob:
     @classmethod
     def parse(cls, text: str) -> Knob:
         """``-t=1,2``, ``--no-op-offload=-,+``, ``env:GGML_OP_OFFLOAD_MIN_BATCH=32,1024``,
-        ``numa_node=0,1``; one line naming ``--knob`` and the form when it is none of them."""
+        ``numa_node=0,1``; one line naming ``--knob`` and the form when it is none of them, or
+        when two of its values would name one candidate."""
         name, sep, values = text.partition("=")
         items = tuple(v.strip() for v in values.split(",") if v.strip())
         flag = name.startswith("-") and len(name) > 1
         env = name.startswith("env:") and len(name) > 4
         if not sep or not items or not (flag or env or name in ("numa_node", "cpus")):
             raise ConfigError(
-                f"--knob {text!r}: give FLAG=V1,V2 (-t=1,2; --no-op-offload=-,+ for a flag "
-                "without a value), env:NAME=V1,V2 or numa_node=0,1"
+                f"--knob={text}: give FLAG=V1,V2 (--knob=-t=1,2; --knob=--no-op-offload=-,+ "
+                "for a flag without a value), env:NAME=V1,V2 or numa_node=0,1"
             )
         if name == "numa_node" and not all(v.isdigit() for v in items):
-            raise ConfigError(f"--knob {text!r}: numa_node values are node numbers, e.g. 0,1")
-        return cls(name, items)
+            raise ConfigError(f"--knob={text}: numa_node values are node numbers, e.g. 0,1")
+        knob = cls(name, items)
+        labels = [knob.label(v) for v in items]
+        if len(set(labels)) != len(labels):
+            raise ConfigError(
+                f"--knob={text}: two values name one candidate ({labels}); give each once"
+            )
+        return knob
+
+    @property
+    def valued(self) -> bool:
+        """Whether the flag takes a value (any value other than ``-`` and ``+``)."""
+        return any(v not in (ABSENT, PRESENT) for v in self.values)
 
     def apply(self, configuration: Configuration, value: str) -> Configuration:
         """*configuration* with this knob at *value* (a flag after its own: the last counts)."""
@@ -85,7 +99,7 @@ class Knob:
             return replace(configuration, pinning=Pinning(None, int(value), pin.numa))
         if self.name == "cpus":
             return replace(configuration, pinning=Pinning(value, None, configuration.pinning.numa))
-        flags = _without(configuration.flags, self.name, valued=value not in (ABSENT, PRESENT))
+        flags = _without(configuration.flags, self.name, valued=self.valued)
         if value == PRESENT:
             flags += (self.name,)
         elif value != ABSENT:
@@ -93,13 +107,16 @@ class Knob:
         return replace(configuration, flags=flags)
 
     def label(self, value: str) -> str:
-        """A short name part: ``t2``, ``ub256``, ``no-op-offload``, ``numa_node1``."""
+        """A short name part, letters, digits, ``_``, ``.`` and ``-`` only: ``t2``, ``ub256``,
+        ``no-op-offload``, ``numa_node1``, ``override-tensor_exps_CPU``."""
         base = self.name.removeprefix("env:").lstrip("-")
         if value == PRESENT:
-            return base
-        if value == ABSENT:
-            return f"no-{base}"
-        return f"{base}{value}"
+            text = base
+        elif value == ABSENT:
+            text = f"no-{base}"
+        else:
+            text = f"{base}{value}"
+        return re.sub(r"[^A-Za-z0-9_.-]", "_", text).strip(".-_") or "x"
 
 
 def _without(flags: Sequence[str], name: str, *, valued: bool) -> tuple[str, ...]:
@@ -151,34 +168,38 @@ def duels_of(knobs: Sequence[Knob]) -> int:
 
 
 class RaceState:
-    """The finished duels of one race (same profile, base, knobs, objective, margin)."""
+    """The finished duels of one race (same profile, base configuration, build, model, knobs,
+    objective, margin and budget), by ``leader>challenger`` (``confirm>challenger`` for the
+    confirmation); removed once the race's finding is written."""
 
     def __init__(self, directory: Path, identity: dict[str, Any]) -> None:
         digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
         self.path = directory / f"tune-{digest[:16]}.json"
         self.identity = identity
-        self.duels: dict[tuple[str, str], Duel] = {}
+        self.duels: dict[str, Duel] = {}
         if self.path.is_file():
             try:
                 data = json.loads(self.path.read_text())
-            except (OSError, ValueError) as exc:
+                if data.get("schema") == STATE_SCHEMA and data.get("identity") == identity:
+                    self.duels = {k: Duel.from_dict(d) for k, d in data["duels"].items()}
+            except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
                 raise MoeperfError(
                     f"tune state {self.path} cannot be read ({exc}); remove it to start over"
                 ) from None
-            if data.get("schema") == STATE_SCHEMA and data.get("identity") == identity:
-                for d in data.get("duels", []):
-                    duel = Duel.from_dict(d)
-                    self.duels[(duel.leader, duel.challenger)] = duel
 
-    def save(self, duel: Duel) -> None:
-        self.duels[(duel.leader, duel.challenger)] = duel
+    def save(self, key: str, duel: Duel) -> None:
+        self.duels[key] = duel
         data = {
             "schema": STATE_SCHEMA,
             "identity": self.identity,
-            "duels": [d.to_dict() for d in self.duels.values()],
+            "duels": {k: d.to_dict() for k, d in self.duels.items()},
         }
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fs.atomic_write_text(self.path, json.dumps(data, indent=1) + "\n")
+
+    def clear(self) -> None:
+        """The race is written down: a run of the same command races again."""
+        self.path.unlink(missing_ok=True)
 
 
 @dataclass
@@ -207,10 +228,12 @@ class Race:
             dependence=self.session.dependence(self.profile),
         )
 
-    def duel(self, leader: Candidate, challenger: Candidate) -> Duel:
+    def duel(self, leader: Candidate, challenger: Candidate, *, confirm: bool = False) -> Duel:
         """*challenger* against *leader* in paired rounds (from the state file when measured
-        before); :class:`Unavailable` when its server cannot start here."""
-        kept = self.state.duels.get((leader.name, challenger.name))
+        before; the confirmation is always a duel of its own); :class:`Unavailable` or
+        :class:`ServerError` when a server cannot start here."""
+        key = f"{'confirm' if confirm else leader.name}>{challenger.name}"
+        kept = self.state.duels.get(key)
         if kept is not None:
             self.say(f"{challenger.name} / {leader.name}: {kept.outcome} (from {self.state.path})")
             return kept
@@ -237,7 +260,8 @@ class Race:
         finally:
             self.stage.stop_servers()
         duel = Duel(leader.name, challenger.name, got.verdict, time.monotonic() - began)
-        self.state.save(duel)
+        if got.verdict.reason is None:  # a busy or moved host's duel is measured again
+            self.state.save(key, duel)
         self.say(f"{duel.challenger} / {duel.leader}: {duel.verdict.explain()}")
         return duel
 
@@ -260,15 +284,15 @@ def run_race(race: Race) -> RaceResult:
             race.seen[challenger.name] = challenger
             try:
                 duel = race.duel(leader, challenger)
-            except Unavailable as exc:
-                result.skipped[challenger.name] = str(exc)
+            except (Unavailable, ServerError) as exc:
+                result.skipped[challenger.name] = str(exc).splitlines()[0]
                 race.say(f"{challenger.name}: skipped: {exc}")
                 continue
             result.duels.append(duel)
             if duel.outcome == "faster":
                 leader = challenger
     if leader.name != base.name:
-        result.confirmation = race.duel(base, leader)
+        result.confirmation = race.duel(base, leader, confirm=True)
     return result
 
 
@@ -297,47 +321,110 @@ def _bound(v: Verdict, margin: float, faster: bool) -> float:
     return math.ceil(100 * v.high * (1 + margin)) / 100
 
 
-def tuned_profile(race: Race, result: RaceResult, name: str) -> ProfilePlan:
-    """The profile *name*: the base profile's build, model and flags, with a configuration per
-    candidate a test of :func:`tuned_tests` names, and the winner again as ``tuned``."""
+def tuned_table(race: Race, result: RaceResult, rootdir: Path) -> dict[str, Any]:
+    """The profile of the finding, as :func:`~.profiles.parse_profiles` reads it: the base
+    profile's build, model and settings, and a configuration per candidate a test of
+    :func:`tuned_tests` names, ``base`` and the winner again as ``tuned``, each with its full
+    flags, environment and pinning (paths made absolute: the file may lie elsewhere)."""
     p = race.profile
+    table: dict[str, Any] = {
+        "description": f"{p.name} tuned by moeperf tune on {result.objective}: {result.answer()}"
+    }
+    for key, value in (
+        ("build", p.build),
+        ("binary", p.binary and _absolute(p, p.binary, rootdir)),
+        ("model", _absolute(p, p.model, rootdir)),
+        ("model_overrides", dict(p.model_overrides) or None),
+        ("cmake_args", list(p.cmake_args) or None),
+        ("cuda", p.cuda or None),
+        ("requires_gpus", p.requires_gpus or None),
+        ("memory_bandwidth_gbs", p.memory_bandwidth_gbs),
+        ("workloads", [race.objective.name]),
+        ("repetitions", p.repetitions),
+        ("budget", race.budget or p.budget or "auto"),
+        ("sample_requests", p.sample_requests if p.sample_requests != 1 else None),
+        ("process_block", p.process_block),
+    ):
+        if value is not None:
+            table[key] = value
     named = {result.start, result.leader} | {
         x
         for d in result.duels
         if d.outcome in ("faster", "slower")
         for x in (d.leader, d.challenger)
     }
-    base_flags = len(p.flags)
-    configs = []
+    configs: dict[str, Any] = {}
     for cand in sorted(named):
         cfg = race.seen[cand].configuration(race.base, race.knobs)
         for cname in (cand, TUNED) if cand == result.leader else (cand,):
-            configs.append(
-                ConfigurationPlan(
-                    cname,
-                    cfg.description,
-                    cfg.flags[base_flags:],
-                    cfg.pinning.numa_node,
-                    env={k: v for k, v in cfg.env.items() if p.env.get(k) != v},
-                )
-            )
-    return ProfilePlan(
-        name=name,
-        description=f"{p.name} tuned by moeperf tune on {result.objective}: {result.answer()}",
-        model=p.model,
-        binary=p.binary,
-        build=p.build,
-        cuda=p.cuda,
-        requires_gpus=p.requires_gpus,
-        flags=p.flags,
-        numa_node=p.pinning.numa_node,
-        numa=p.pinning.numa,
-        workloads=(race.objective.name,),
-        repetitions=p.repetitions,
-        budget=race.budget or p.budget or BUDGET,
-        configurations=tuple(configs),
-        header=(f"written by moeperf tune {dt.date.today().isoformat()}: {result.answer()}",),
+            configs[cname] = _configuration_table(cfg, p, rootdir)
+    table["configurations"] = configs
+    return table
+
+
+def _absolute(p: Profile, value: str, rootdir: Path) -> str:
+    """*value* (a model or binary) as the profile meant it, wherever the new file lies."""
+    if value.startswith(SYNTHETIC) or value.startswith(("/", "~", "$")):
+        return value
+    return str(p.path(value, rootdir))
+
+
+def _configuration_table(cfg: Configuration, p: Profile, rootdir: Path) -> dict[str, Any]:
+    table: dict[str, Any] = {"description": cfg.description, "flags": list(cfg.flags)}
+    if cfg.env:
+        table["env"] = dict(cfg.env)
+    pin = cfg.pinning
+    for key, value in (("cpus", pin.cpus), ("numa_node", pin.numa_node), ("numa", pin.numa)):
+        if value is not None:
+            table[key] = value
+    keys: tuple[tuple[str, Any], ...] = (
+        ("build", cfg.build),
+        ("binary", cfg.binary and _absolute(p, cfg.binary, rootdir)),
+        ("requires_gpus", cfg.requires_gpus if cfg.requires_gpus != p.requires_gpus else None),
+        ("gpus", list(cfg.gpus) if cfg.gpus is not None else None),
+        ("ram_gib", cfg.ram_gib),
+        ("vram_gib", cfg.vram_gib),
+        ("traffic", dict(cfg.traffic) or None),
     )
+    for key, value in keys:
+        if value is not None:
+            table[key] = value
+    return table
+
+
+def check_finding(
+    race: Race, result: RaceResult, table: Mapping[str, Any], name: str, output: Path, tests: str
+) -> None:
+    """The profile reads back as the configurations that were raced (flags, environment,
+    pinning) and the test file compiles, before anything is written: one line otherwise."""
+    back = parse_profiles({"profiles": {name: dict(table)}}, str(output), output.parent)[name]
+    for cname, cfg in back.configurations.items():
+        raced = race.seen[cname if cname != TUNED else result.leader]
+        want = raced.configuration(race.base, race.knobs)
+        if (cfg.flags, dict(cfg.env), cfg.pinning) != (want.flags, dict(want.env), want.pinning):
+            raise ConfigError(
+                f"tune: configuration {cname!r} would read back as {' '.join(cfg.flags)} "
+                f"({cfg.pinning.describe()}), not as raced: nothing was written; report this"
+            )
+    try:
+        compile(tests, "the tuned tests", "exec")
+    except SyntaxError as exc:
+        raise ConfigError(f"tune: the test file would not compile ({exc}); report this") from None
+
+
+def write_finding(
+    race: Race, result: RaceResult, name: str, output: Path, tests: Path, *, date: str
+) -> None:
+    """The profile *name* added to *output* and the test file *tests* written, each checked
+    before either is (:func:`check_finding`); then the race's state file is removed."""
+    table = tuned_table(race, result, race.session.options.rootdir)
+    text = tuned_tests(result, name, date=date)
+    check_finding(race, result, table, name, output, text)
+    existing = existing_profiles(output, name, what="--output")
+    header = [f"written by moeperf tune {date}: {result.answer()}"]
+    write_table(output, existing, name, table, table_toml(name, table, header), "--output")
+    write_output(tests, text, "--tests")
+    race.state.clear()
 
 
 def tuned_tests(result: RaceResult, profile: str, *, date: str) -> str:
@@ -402,6 +489,6 @@ def _dead_end_test(i: int, d: Duel, w: str, margin: float, date: str) -> list[st
         f'    reason="{why}",',
         f"    margin={margin:g},",
         ")",
-        f"def test_dead_end_{i}_{d.challenger.replace('-', '_')}(moeperf):",
+        f"def test_dead_end_{i}_{re.sub(r'[^A-Za-z0-9_]', '_', d.challenger)}(moeperf):",
         f'    """xfail while {d.challenger} stays slower than {d.leader}; fails if that stops."""',
     ]

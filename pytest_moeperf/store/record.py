@@ -24,6 +24,7 @@ from ..errors import ResultsError
 from ..fs import load_json
 from ..llama.bench import BenchResult
 from ..measure.measurement import Measurement
+from ..measure.workload import Workload
 from ..verdicts.judge import BaselineCheck, Verdict
 
 RESULTS_VERSION = 2
@@ -193,7 +194,10 @@ class CheckRecord:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> CheckRecord:
         key = tuple(str(k) for k in d["key"])
-        return cls(str(d.get("test", "")), key, BaselineCheck.from_dict(d))
+        stored = dict(d)
+        if "higher_is_better" not in stored:  # a record of before the check was stored whole
+            stored["higher_is_better"] = Workload.parse(key[-1]).higher_is_better
+        return cls(str(d.get("test", "")), key, BaselineCheck.from_dict(stored))
 
 
 def bench_entry(key: Sequence[str], result: BenchResult) -> dict[str, Any]:

@@ -92,11 +92,14 @@ class RaceResult:
 
     @property
     def outcome(self) -> str:
-        """``winner``: one candidate stands, decided faster than the start or every challenger
-        decided slower; ``tie``: challengers stand within the margin (or undecided) beside it;
-        ``none``: nothing was measured."""
+        """``winner``: one candidate stands, confirmed faster than the start, or the start with
+        every challenger decided slower; ``tie``: challengers stand within the margin (or
+        undecided) beside it; ``unconfirmed``: the leader, measured against the start once
+        more, was not decided faster; ``none``: nothing was measured."""
         if not self.duels:
             return "none"
+        if self.confirmation is not None and self.confirmation.outcome != "faster":
+            return "unconfirmed"
         return "tie" if self.tied() else "winner"
 
     def answer(self) -> str:
@@ -109,6 +112,12 @@ class RaceResult:
             return (
                 f"tie: {leader} leads, {names} not decided apart from it on {self.objective} "
                 f"(within the margin of {100 * self.margin:g} %, or undecided at the budget)"
+            )
+        if self.outcome == "unconfirmed":
+            assert self.confirmation is not None
+            return (
+                f"unconfirmed: {leader} led the duels, but against {self.start} again it reads "
+                f"{self.confirmation.verdict.explain()}: no winner is claimed"
             )
         if leader == self.start:
             return f"winner: {leader} (the start): every challenger decided slower"

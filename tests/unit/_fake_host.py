@@ -189,13 +189,21 @@ class FakeStage:
 
 
 def fake_session(
-    tmp_path: Path, source: FakeSource, configurations: Sequence[str] = ("mmap",)
+    tmp_path: Path,
+    source: FakeSource,
+    configurations: Sequence[str] = ("mmap",),
+    *,
+    keys: str = "",
+    configuration_keys: str = "",
 ) -> tuple[PerfSession, Profile]:
-    """A session of profile ``p`` (its *configurations*, workload pp512) on *source*."""
+    """A session of profile ``p`` (its *configurations*, workload pp512, and the TOML lines
+    *keys* and, in each configuration, *configuration_keys*) on *source*."""
     toml = tmp_path / "moeperf.toml"
     toml.write_text(
-        '[profiles.p]\nmodel = "m.gguf"\nworkloads = ["pp512"]\nbudget = 180\n'
-        + "".join(f"[profiles.p.configurations.{c}]\n" for c in configurations)
+        f'[profiles.p]\nmodel = "m.gguf"\nworkloads = ["pp512"]\nbudget = 180\n{keys}\n'
+        + "".join(
+            f"[profiles.p.configurations.{c}]\n{configuration_keys}\n" for c in configurations
+        )
     )
     options = Options(profile="p", config_file=toml, rootdir=tmp_path, results_dir=tmp_path)
     session = PerfSession(options, source=source)

@@ -106,6 +106,9 @@ def test_records_of_before_a_field_was_kept_read_as_they_were():
     assert bench.verdict.outcome == "undecided"  # the old record kept no outcome
     (check,) = back.baseline_checks
     assert check.check.outcome == "pass" and check.check.low is None and not check.check.reason
+    old["baseline_checks"][0]["key"][-1] = "traffic.ttft_p99"  # a latency: lower is better
+    (latency,) = RunRecord.from_dict(old).baseline_checks
+    assert latency.check.higher_is_better is False
 
 
 def test_an_unreadable_kind_names_itself():

@@ -12,11 +12,18 @@ import tomllib
 import pytest
 from _fake_host import FakeSource, FakeStage, Host, fake_clock, fake_session
 
+from pytest_moeperf.errors import ConfigError
 from pytest_moeperf.measure.workload import Workload
-from pytest_moeperf.run.init import write_profile
 from pytest_moeperf.run.profiles import load_profiles
 from pytest_moeperf.run.source import Side
-from pytest_moeperf.run.tune import Knob, Race, RaceState, run_race, tuned_profile, tuned_tests
+from pytest_moeperf.run.tune import (
+    Knob,
+    Race,
+    RaceState,
+    run_race,
+    tuned_tests,
+    write_finding,
+)
 from pytest_moeperf.verdicts.judge import Claim
 
 THREADS = {None: 1.0, "1": 0.5, "3": 1.01, "4": 1.3, "8": 0.6}
@@ -41,10 +48,10 @@ def clock(monkeypatch):
     return fake_clock(monkeypatch)
 
 
-def _race(tmp_path, clock, knobs, stage=None, say=None, seed=1):
+def _race(tmp_path, clock, knobs, stage=None, say=None, seed=1, **toml):
     host = Host(_speed, lambda p, s: s.configuration.name, sd=0.03, process=0.005)
     source = FakeSource(host, clock, seed=seed)
-    session, profile = fake_session(tmp_path, source)
+    session, profile = fake_session(tmp_path, source, **toml)
     parsed = tuple(Knob.parse(k) for k in knobs)
     lines: list[str] = []
     race = Race(
@@ -78,6 +85,8 @@ def test_a_clear_winner_overtakes_the_leader_and_is_confirmed(tmp_path, clock):
     assert c.verdict.low <= 1.3 * 1.15 <= c.verdict.high
     assert [d.challenger for d in result.dead_ends()] == ["t1", "t4-ub64"]
     assert source.pairs[-1] == ("base", "t4-ub512")
+    text = tuned_tests(result, "p-tuned", date="2026-12-02")
+    assert 'config="t1",\n    slower_than="base"' in text and 'config="t4-ub64"' in text
 
 
 def test_a_challenger_within_the_margin_is_a_tie_never_a_winner(tmp_path, clock):
@@ -126,21 +135,73 @@ def test_an_interrupted_race_goes_on_where_it_stopped(tmp_path, clock):
     assert ("base", "t1") not in source.pairs and ("base", "t4") not in source.pairs
 
 
-def test_the_finding_is_a_profile_that_parses_back_and_tests_it_can_decide(tmp_path, clock):
-    race, _, _ = _race(tmp_path, clock, ["-t=1,4", "-ub=64,512"])
+def test_the_finding_is_a_profile_that_reads_back_as_raced_and_tests_it_can_decide(tmp_path, clock):
+    race, _, _ = _race(
+        tmp_path,
+        clock,
+        ["-t=1,4", "-ub=64,512"],
+        keys='flags = ["-t", "8", "-c", "512"]\nenv = {A = "1"}',
+        configuration_keys='flags = ["-lm", "none"]\nnuma = "isolate"',
+    )
     result = run_race(race)
-    output = tmp_path / "moeperf.toml"
-    write_profile(output, tuned_profile(race, result, "p-tuned"))
+    output, tests = tmp_path / "out" / "moeperf.toml", tmp_path / "test_p_tuned.py"
+    output.parent.mkdir()
+    write_finding(race, result, "p-tuned", output, tests, date="2026-12-02")
     profile = load_profiles(output)["p-tuned"]
-    assert profile.configuration("tuned").flags == profile.configuration("t4-ub512").flags
-    assert profile.configuration("tuned").flags[-4:] == ("-t", "4", "-ub", "512")
-    assert "base" in profile.configurations
-    text = tuned_tests(result, "p-tuned", date="2026-12-02")
-    compile(text, "test_p_tuned.py", "exec")
+    tuned = profile.configuration("tuned")
+    assert tuned.flags == ("-c", "512", "-lm", "none", "-t", "4", "-ub", "512")  # as raced
+    assert tuned.env == {"A": "1"} and tuned.pinning.numa == "isolate"
+    assert profile.configuration("t4-ub512").flags == tuned.flags
+    assert profile.configuration("base").flags == ("-t", "8", "-c", "512", "-lm", "none")
+    assert profile.model == str(tmp_path / "m.gguf")  # the new file lies elsewhere
     assert tomllib.loads(output.read_text())["profiles"]["p-tuned"]["workloads"] == ["pp512"]
+    text = tests.read_text()
+    compile(text, str(tests), "exec")
     claim = next(line for line in text.splitlines() if "tuned.pp512 >=" in line)
     factor = float(claim.split(">=")[1].split("*")[0])
     c = result.confirmation
     assert c is not None and factor <= c.verdict.low * 0.95 + 0.01
     Claim.parse(claim.split('"')[1])
-    assert 'config="t1"' in text and 'config="t4-ub64"' in text  # the dead ends
+    assert 'moeperf.check("t1.pp512 <= ' in text  # decided slower, not by twice the margin
+    assert not race.state.path.exists()  # written down: the next run races again
+    with pytest.raises(ConfigError, match="profile 'p-tuned' exists already; choose another"):
+        write_finding(race, result, "p-tuned", output, tmp_path / "t2.py", date="2026-12-02")
+
+
+def test_the_confirmation_is_a_duel_of_its_own(tmp_path, clock):
+    race, source, _ = _race(tmp_path, clock, ["-t=4"])
+    result = run_race(race)
+    assert result.duels[0].challenger == "t4" and result.confirmation is not None
+    assert source.pairs == [("base", "t4"), ("base", "t4")]  # measured twice, not reused
+
+
+def test_knob_values_are_names_a_claim_can_hold(tmp_path):
+    knob = Knob.parse("-ot=exps=CPU,blk.1.ffn=CPU")
+    assert [knob.label(v) for v in knob.values] == ["otexps_CPU", "otblk.1.ffn_CPU"]
+    with pytest.raises(ConfigError, match="two values name one candidate"):
+        Knob.parse("-ot=a/b,a_b")
+    with pytest.raises(ConfigError, match="--knob=-t: give FLAG=V1,V2"):
+        Knob.parse("-t")
+    minus = Knob.parse("-t=-,4")  # "-" leaves a valued flag out, value and all
+    base = race_config(("-t", "8", "-c", "512"))
+    assert minus.apply(base, "-").flags == ("-c", "512")
+
+
+def race_config(flags):
+    from pytest_moeperf.run.profiles import Configuration, Pinning
+
+    return Configuration(name="c", profile="p", flags=flags, pinning=Pinning())
+
+
+def test_the_race_draws_each_duel_with_its_interval(tmp_path, clock):
+    from pytest_moeperf.report.tune import race_markdown, race_text
+    from pytest_moeperf.report.tune_plot import plot_race
+
+    race, _, _ = _race(tmp_path, clock, ["-t=1,4", "-ub=64,512"])
+    result = run_race(race)
+    png = plot_race(result, "tune p.mmap", tmp_path / "race.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    text = race_text(result, 6)
+    assert "t4-ub512" in text and "(dead end)" in text and "(leads)" in text
+    assert "family: 6 duel(s), each judged at 0.83 %" in text
+    assert race_markdown(result, 6, "Tuning").startswith("# Tuning\n\n## Evidence")

@@ -145,6 +145,11 @@ class Candidate:
     def name(self) -> str:
         return "-".join(_label(k, v) for k, v in self.settings) or "base"
 
+    def describe(self) -> tuple[str, ...]:
+        """What it sets on the base: ``-t 4``, ``--no-op-offload``, ``no -fa``, ``A=1``,
+        ``numa_node=1``."""
+        return tuple(_setting(k, v) for k, v in self.settings)
+
     def setting(self, knob: Knob, value: str) -> Candidate:
         kept = tuple((k, v) for k, v in self.settings if k != knob.name)
         return Candidate((*kept, (knob.name, value)))
@@ -155,6 +160,12 @@ class Candidate:
         for k, v in self.settings:
             cfg = by_name[k].apply(cfg, v)
         return replace(cfg, name=self.name, description=f"{base.name} tuned: {self.name}")
+
+
+def _setting(knob: str, value: str) -> str:
+    if knob.startswith("env:") or not knob.startswith("-"):
+        return f"{knob.removeprefix('env:')}={value}"
+    return knob if value == PRESENT else f"no {knob}" if value == ABSENT else f"{knob} {value}"
 
 
 def _label(knob: str, value: str) -> str:
@@ -279,8 +290,7 @@ def run_race(race: Race) -> RaceResult:
             challenger = leader.setting(knob, value)
             if challenger.name == leader.name or challenger.name in result.flags:
                 continue
-            cfg = challenger.configuration(race.base, race.knobs)
-            result.flags[challenger.name] = _extra(cfg, race.base)
+            result.flags[challenger.name] = challenger.describe()
             race.seen[challenger.name] = challenger
             try:
                 duel = race.duel(leader, challenger)
@@ -294,16 +304,6 @@ def run_race(race: Race) -> RaceResult:
     if leader.name != base.name:
         result.confirmation = race.duel(base, leader, confirm=True)
     return result
-
-
-def _extra(cfg: Configuration, base: Configuration) -> tuple[str, ...]:
-    """What *cfg* sets beyond *base*: its flags after the base's, its environment, pinning."""
-    own = cfg.flags[: len(base.flags)] == base.flags
-    extra = list(cfg.flags[len(base.flags) :] if own else cfg.flags)
-    extra += [f"{k}={v}" for k, v in cfg.env.items() if base.env.get(k) != v]
-    if cfg.pinning != base.pinning:
-        extra.append(f"pinning: {cfg.pinning.describe()}")
-    return tuple(extra)
 
 
 # --------------------------------------------------------------------------------------------

@@ -162,6 +162,12 @@ class Candidate:
         return replace(cfg, name=self.name, description=f"{base.name} tuned: {self.name}")
 
 
+def _same(race: Race, a: Candidate, b: Candidate) -> bool:
+    """Whether two candidates run the same server: flags, environment and pinning."""
+    ca, cb = (c.configuration(race.base, race.knobs) for c in (a, b))
+    return (ca.flags, dict(ca.env), ca.pinning) == (cb.flags, dict(cb.env), cb.pinning)
+
+
 def _setting(knob: str, value: str) -> str:
     if knob.startswith("env:") or not knob.startswith("-"):
         return f"{knob.removeprefix('env:')}={value}"
@@ -253,8 +259,13 @@ class Race:
         self.stage.check(self.profile, [cfg_b], ())
         began = time.monotonic()
         try:
-            for cfg in (cfg_a, cfg_b):
-                self.stage.start(self.profile, cfg, None)
+            try:
+                self.stage.start(self.profile, cfg_a, None)
+            except (Unavailable, ServerError) as exc:  # no leader: no race
+                raise MoeperfError(
+                    f"tune: the leader {leader.name} cannot run here: {exc}"
+                ) from None
+            self.stage.start(self.profile, cfg_b, None)
             w = self.objective
             label = f"{challenger.name}.{w.name} / {leader.name}.{w.name}"
             got = decide_pair(
@@ -288,8 +299,8 @@ def run_race(race: Race) -> RaceResult:
     for knob in race.knobs:
         for value in knob.values:
             challenger = leader.setting(knob, value)
-            if challenger.name == leader.name or challenger.name in result.flags:
-                continue
+            if challenger.name in result.flags or _same(race, challenger, leader):
+                continue  # raced already, or the leader's own configuration (-t 2 on -t 2)
             result.flags[challenger.name] = challenger.describe()
             race.seen[challenger.name] = challenger
             try:

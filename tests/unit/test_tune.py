@@ -205,3 +205,20 @@ def test_the_race_draws_each_duel_with_its_interval(tmp_path, clock):
     assert "t4-ub512" in text and "(dead end)" in text and "(leads)" in text
     assert "family: 6 duel(s), each judged at 0.83 %" in text
     assert race_markdown(result, 6, "Tuning").startswith("# Tuning\n\n## Evidence")
+
+
+def test_a_value_that_is_the_leaders_own_is_not_raced(tmp_path, clock):
+    race, source, _ = _race(
+        tmp_path, clock, ["-t=8,4"], keys='flags = ["-t", "8"]', configuration_keys=""
+    )
+    result = run_race(race)
+    assert [d.challenger for d in result.duels] == ["t4"]  # -t 8 is the base itself
+    assert ("base", "t8") not in source.pairs
+
+
+def test_a_leader_that_cannot_run_stops_the_race_naming_it(tmp_path, clock):
+    from pytest_moeperf.errors import MoeperfError
+
+    race, _, _ = _race(tmp_path, clock, ["-t=4"], stage=FakeStage(unavailable=["base"]))
+    with pytest.raises(MoeperfError, match="the leader base cannot run here"):
+        run_race(race)

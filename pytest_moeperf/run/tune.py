@@ -106,6 +106,22 @@ class Knob:
             flags += (self.name, value)
         return replace(configuration, flags=flags)
 
+    def current(self, configuration: Configuration) -> str | None:
+        """This knob's value in *configuration* (its flag's last value, ``+``/``-`` for a flag
+        without one, the variable's value, the pinning's), ``None`` when it is not set."""
+        if self.name.startswith("env:"):
+            return configuration.env.get(self.name[4:])
+        if self.name == "numa_node":
+            node = configuration.pinning.numa_node
+            return None if node is None else str(node)
+        if self.name == "cpus":
+            return configuration.pinning.cpus
+        flags = configuration.flags
+        at = [i for i, f in enumerate(flags) if f == self.name]
+        if not self.valued:
+            return PRESENT if at else ABSENT
+        return flags[at[-1] + 1] if at and at[-1] + 1 < len(flags) else None
+
     def label(self, value: str) -> str:
         """A short name part, letters, digits, ``_``, ``.`` and ``-`` only: ``t2``, ``ub256``,
         ``no-op-offload``, ``numa_node1``, ``override-tensor_exps_CPU``."""
@@ -162,10 +178,9 @@ class Candidate:
         return replace(cfg, name=self.name, description=f"{base.name} tuned: {self.name}")
 
 
-def _same(race: Race, a: Candidate, b: Candidate) -> bool:
-    """Whether two candidates run the same server: flags, environment and pinning."""
-    ca, cb = (c.configuration(race.base, race.knobs) for c in (a, b))
-    return (ca.flags, dict(ca.env), ca.pinning) == (cb.flags, dict(cb.env), cb.pinning)
+def _same(race: Race, knob: Knob, value: str, leader: Candidate) -> bool:
+    """Whether *knob* at *value* is what *leader* runs already."""
+    return knob.current(leader.configuration(race.base, race.knobs)) == value
 
 
 def _setting(knob: str, value: str) -> str:
@@ -299,8 +314,8 @@ def run_race(race: Race) -> RaceResult:
     for knob in race.knobs:
         for value in knob.values:
             challenger = leader.setting(knob, value)
-            if challenger.name in result.flags or _same(race, challenger, leader):
-                continue  # raced already, or the leader's own configuration (-t 2 on -t 2)
+            if challenger.name in result.flags or _same(race, knob, value, leader):
+                continue  # raced already, or the leader's own setting (-t 2 on -t 2)
             result.flags[challenger.name] = challenger.describe()
             race.seen[challenger.name] = challenger
             try:

@@ -209,7 +209,7 @@ def test_the_race_draws_each_duel_with_its_interval(tmp_path, clock):
 
 def test_a_value_that_is_the_leaders_own_is_not_raced(tmp_path, clock):
     race, source, _ = _race(
-        tmp_path, clock, ["-t=8,4"], keys='flags = ["-t", "8"]', configuration_keys=""
+        tmp_path, clock, ["-t=8,4"], keys='flags = ["-t", "8", "-c", "512"]', configuration_keys=""
     )
     result = run_race(race)
     assert [d.challenger for d in result.duels] == ["t4"]  # -t 8 is the base itself

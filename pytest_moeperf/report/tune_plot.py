@@ -41,7 +41,7 @@ def plot_race(result: RaceResult, title: str, path: Path) -> Path:
     ax.set_yticks(range(len(duels)), labels, fontsize=8)
     ax.set_xlabel(f"{result.objective}: challenger / leader (paired rounds, interval)")
     ax.set_title(f"{title}\n{result.answer()}", fontsize=9)
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.12), frameon=False)
     ax.grid(alpha=0.3, axis="x")
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI)

@@ -293,6 +293,14 @@ class Race:
                 plan=self.plan(),
                 budget=self.budget,
                 busy_limit=self.session.options.busy_limit,
+                on_look=lambda v, spent: self.say(
+                    f"  {label}: look at {v.rounds} rounds, {spent:.0f} s: {v.ratio:.3f} "
+                    f"[{v.low:.3f}, {v.high:.3f}] {v.outcome}"
+                ),
+                after_round=lambda i, first, restarts: self.say(
+                    f"  {label}: round {i + 1} ({'ab' if first == 'a' else 'ba'}"
+                    f"{', servers restarted' if restarts else ''})"
+                ),
             )
         finally:
             self.stage.stop_servers()

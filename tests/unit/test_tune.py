@@ -99,8 +99,12 @@ def test_a_challenger_within_the_margin_is_a_tie_never_a_winner(tmp_path, clock)
 
 
 def test_an_oversubscribed_candidate_is_dropped_within_three_looks(tmp_path, clock):
-    race, _, _ = _race(tmp_path, clock, ["-t=8"])
+    race, _, lines = _race(tmp_path, clock, ["-t=8"])
     (duel,) = run_race(race).duels
+    rounds = [line for line in lines if ": round " in line]
+    assert len(rounds) == duel.verdict.rounds  # a progress line a round
+    assert rounds[0].startswith("  t8.pp512 / base.pp512: round 1 (")
+    assert any(": look at 6 rounds" in line for line in lines)
     assert duel.outcome == "slower" and duel.dead_end(0.05)
     assert duel.verdict.rounds is not None and duel.verdict.rounds <= 10  # looks at 6, 8, 10
 

@@ -35,6 +35,23 @@ def flag_int(value: str | None, default: int) -> int:
         return default
 
 
+def without_flags(
+    flags: Sequence[str], valued: Collection[str] = (), bare: Collection[str] = ()
+) -> list[str]:
+    """*flags* without each flag of *valued* and the value after it, and without each of
+    *bare* (a flag that takes no value)."""
+    out: list[str] = []
+    skip = False
+    for arg in flags:
+        if skip:
+            skip = False
+        elif arg in valued:
+            skip = True
+        elif arg not in bare:
+            out.append(arg)
+    return out
+
+
 def flag_values(flags: Sequence[str], *names: str) -> list[str]:
     """Every value of *names* in *flags*, in order (options that accumulate, like ``-ot``)."""
     out = []

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Protocol
 
 from ..errors import ConfigError
-from ..llama.flags import flag_value
+from ..llama.flags import flag_value, without_flags
 from ..llama.model_bytes import DecodeBytes
 from ..measure.measurement import Measurement
 from ..measure.traffic import TrafficRun
@@ -157,19 +157,8 @@ def without_expert_placement(flags: Sequence[str]) -> list[str]:
     llama-server applies the first override pattern that matches a tensor, so a ``-cmoe``
     left beside a new ``-ncmoe`` would keep every layer's experts in RAM. ``-ot`` rules stay
     (they come first, and win over every point's ``-ncmoe``)."""
-    out: list[str] = []
-    skip = False
-    for arg in flags:
-        if skip:
-            skip = False
-            continue
-        if arg in _NCMOE_FLAGS:
-            skip = True
-            continue
-        if arg in _CMOE_FLAGS or arg.startswith("--n-cpu-moe="):
-            continue
-        out.append(arg)
-    return out
+    kept = without_flags(flags, valued=_NCMOE_FLAGS, bare=_CMOE_FLAGS)
+    return [arg for arg in kept if not arg.startswith("--n-cpu-moe=")]
 
 
 def at_ncmoe(configuration: Configuration, n: int) -> Configuration:

@@ -35,6 +35,7 @@ from .. import fs
 from ..defaults import FAMILY_ALPHA, FIRST_LOOK, MAX_ROUNDS
 from ..errors import ConfigError, MoeperfError, ServerError, Unavailable
 from ..fs import write_output
+from ..llama.flags import without_flags
 from ..measure.workload import Workload
 from ..verdicts.judge import Verdict
 from ..verdicts.race import Duel, RaceResult
@@ -99,7 +100,12 @@ class Knob:
             return replace(configuration, pinning=Pinning(None, int(value), pin.numa))
         if self.name == "cpus":
             return replace(configuration, pinning=Pinning(value, None, configuration.pinning.numa))
-        flags = _without(configuration.flags, self.name, valued=self.valued)
+        mine = (self.name,)
+        flags = tuple(
+            without_flags(configuration.flags, mine, ())
+            if self.valued
+            else without_flags(configuration.flags, (), mine)
+        )
         if value == PRESENT:
             flags += (self.name,)
         elif value != ABSENT:
@@ -133,21 +139,6 @@ class Knob:
         else:
             text = f"{base}{value}"
         return re.sub(r"[^A-Za-z0-9_.-]", "_", text).strip(".-_") or "x"
-
-
-def _without(flags: Sequence[str], name: str, *, valued: bool) -> tuple[str, ...]:
-    """*flags* without *name* (and its value, when *valued*)."""
-    out: list[str] = []
-    skip = False
-    for f in flags:
-        if skip:
-            skip = False
-            continue
-        if f == name:
-            skip = valued
-            continue
-        out.append(f)
-    return tuple(out)
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ import statistics
 import subprocess
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import IO, Any
 
 from .process import stop_group
@@ -90,9 +90,8 @@ def parse_dmon(text: str | Iterable[str]) -> list[DmonSample]:
         cells = line.split()
         if not cells:
             continue
-        if cells[0] == "#" or cells[0].startswith("#"):
-            head = [c.lstrip("#").lower() for c in cells]
-            head = [c for c in head if c]
+        if cells[0].startswith("#"):
+            head = [h for c in cells if (h := c.lstrip("#").lower())]
             if head and head[0] == "gpu":
                 names = head
             continue
@@ -186,17 +185,8 @@ class GpuSummary:
             v = d.get(name)
             return None if v is None else float(v)
 
-        return cls(
-            gpu=int(d["gpu"]),
-            samples=int(d["samples"]),
-            max_memory_mib=opt("max_memory_mib"),
-            median_sm_pct=opt("median_sm_pct"),
-            median_mem_pct=opt("median_mem_pct"),
-            median_rx_mbs=opt("median_rx_mbs"),
-            max_rx_mbs=opt("max_rx_mbs"),
-            median_tx_mbs=opt("median_tx_mbs"),
-            max_tx_mbs=opt("max_tx_mbs"),
-        )
+        figures = {f.name: opt(f.name) for f in fields(cls)[2:]}  # after gpu and samples
+        return cls(gpu=int(d["gpu"]), samples=int(d["samples"]), **figures)
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,6 @@ import shutil
 import subprocess
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 #: ``nvidia-smi --query-gpu`` fields, in the order :func:`parse_query` reads them.
 QUERY_FIELDS = (
@@ -48,14 +47,6 @@ class Gpu:
         major, _, minor = self.compute_cap.partition(".")
         return f"{major}{minor}" if major.isdigit() and minor.isdigit() else ""
 
-    def describe(self) -> str:
-        parts = [f"GPU{self.index} {self.name}", f"{self.memory_mib} MiB"]
-        if self.compute_cap:
-            parts.append(f"compute {self.compute_cap}")
-        if self.pcie:
-            parts.append(f"PCIe {self.pcie}")
-        return ", ".join(parts)
-
 
 @dataclass(frozen=True)
 class GpuHost:
@@ -64,23 +55,6 @@ class GpuHost:
     driver: str
     cuda: str  # the highest CUDA version the driver supports ("13.0"), "" if unknown
     gpus: tuple[Gpu, ...]
-
-    def fingerprint(self) -> dict[str, Any]:
-        return {
-            "driver": self.driver,
-            "cuda": self.cuda,
-            "gpus": [
-                {
-                    "index": g.index,
-                    "name": g.name,
-                    "memory_mib": g.memory_mib,
-                    "compute_cap": g.compute_cap,
-                    "pcie": g.pcie,
-                    "bus_id": g.bus_id,
-                }
-                for g in self.gpus
-            ],
-        }
 
 
 def _na(value: str) -> str:

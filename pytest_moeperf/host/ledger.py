@@ -24,24 +24,12 @@ from pathlib import Path
 from typing import Any
 
 from ..fs import atomic_write_text, cache_dir, file_lock
-from .process import proc_stat
+from .process import proc_stat, started
 
 LEDGER_FILE = "memory-ledger.json"
 LEDGER_LOCK = "memory-ledger.lock"
 VERSION = 1
 GIB = 2**30
-
-
-def started(pid: int) -> int | None:
-    """When process *pid* started (clock ticks after boot, ``/proc/<pid>/stat`` field 22);
-    ``None`` when there is no such process, or it has exited (a zombie)."""
-    fields = proc_stat(pid) if pid > 0 else None
-    if fields is None or fields[0] == "Z" or len(fields) < 20:
-        return None
-    try:
-        return int(fields[19])
-    except ValueError:
-        return None
 
 
 def alive(pid: int, start: int) -> bool:
@@ -289,10 +277,6 @@ class MemoryLedger:
         with self.book() as book:
             return list(book.entries)
 
-    def reserve(self, key: str, name: str, charge: Charge) -> Entry:
-        with self.book() as book:
-            return book.put(key, name, charge)
-
     def started(self, key: str, server: int) -> None:
         with self.book() as book:
             book.started(key, server)
@@ -301,10 +285,3 @@ class MemoryLedger:
         """This process's server *key* stopped (or never started)."""
         with self.book() as book:
             book.drop(key)
-
-    def release_all(self) -> None:
-        """Every entry and wait of this process."""
-        with self.book() as book:
-            for e in book.mine():
-                book.drop(e.key)
-            book.unwait()

@@ -84,33 +84,37 @@ def process_cpus(pid: int) -> frozenset[int]:
     raise OSError(f"/proc/{pid}/status has no Cpus_allowed_list")
 
 
-def _read(path: str) -> str | None:
+def read_text(path: str | Path) -> str | None:
+    """The stripped text of a (sysfs, procfs) file; ``None`` when it cannot be read."""
     try:
         return Path(path).read_text().strip()
-    except OSError:
+    except (OSError, UnicodeDecodeError):
         return None
 
 
 def _cpu_model() -> str:
-    text = _read("/proc/cpuinfo") or ""
+    text = read_text("/proc/cpuinfo") or ""
     for line in text.splitlines():
         if line.startswith("model name"):
             return line.split(":", 1)[1].strip()
     return platform.processor() or platform.machine()
 
 
+def read_meminfo(path: Path) -> dict[str, int]:
+    """Bytes per field of the ``/proc/meminfo`` at *path* (``{}`` when unreadable)."""
+    out: dict[str, int] = {}
+    for line in (read_text(path) or "").splitlines():
+        name, _, value = line.partition(":")
+        if value.split() and value.split()[0].isdigit():
+            out[name] = int(value.split()[0]) * 1024
+    return out
+
+
 def memory_available() -> int:
     """Bytes of memory this host can give new processes without swapping (``MemAvailable``;
     ``MemFree`` on kernels without it; 0 when unknown)."""
-    free = 0
-    for line in (_read("/proc/meminfo") or "").splitlines():
-        name, _, value = line.partition(":")
-        if name in ("MemAvailable", "MemFree") and value.split():
-            kib = int(value.split()[0]) * 1024
-            if name == "MemAvailable":
-                return kib
-            free = kib
-    return free
+    info = read_meminfo(Path("/proc/meminfo"))
+    return info.get("MemAvailable", info.get("MemFree", 0))
 
 
 def parse_node_meminfo(text: str) -> dict[str, int]:
@@ -133,22 +137,15 @@ def node_meminfo(node: int, root: Path = Path("/")) -> dict[str, int]:
     boot)."""
     base = root / "sys" / "devices" / "system" / "node"
     if [p.name for p in base.glob("node[0-9]*")] == [f"node{node}"]:
-        host: dict[str, int] = {}
-        for line in (_read(str(root / "proc" / "meminfo")) or "").splitlines():
-            name, _, value = line.partition(":")
-            if value.split() and value.split()[0].isdigit():
-                host[name] = int(value.split()[0]) * 1024
+        host = read_meminfo(root / "proc" / "meminfo")
         if host.get("MemTotal"):
             cached = sum(host.get(k, 0) for k in ("Cached", "Buffers", "SwapCached"))
             return {**host, "FilePages": cached}
-    return parse_node_meminfo(_read(str(base / f"node{node}" / "meminfo")) or "")
+    return parse_node_meminfo(read_text(base / f"node{node}" / "meminfo") or "")
 
 
 def _memory_gib() -> float:
-    for line in (_read("/proc/meminfo") or "").splitlines():
-        if line.startswith("MemTotal:"):
-            return round(int(line.split()[1]) / 1024 / 1024, 1)
-    return 0.0
+    return round(read_meminfo(Path("/proc/meminfo")).get("MemTotal", 0) / 2**30, 1)
 
 
 def file_digest(path: Path, limit: int | None = None) -> str:
@@ -182,7 +179,7 @@ def host_fingerprint() -> dict[str, Any]:
         "gpu_cuda": nv.cuda if nv else "",
         "gpu_compute": [g.compute_cap for g in gpu_rows],
         "gpu_pcie": [g.pcie for g in gpu_rows],
-        "numa_balancing": _read("/proc/sys/kernel/numa_balancing") or "",
+        "numa_balancing": read_text("/proc/sys/kernel/numa_balancing") or "",
         "kernel": platform.release(),
     }
 
@@ -225,7 +222,7 @@ def identity_differences(wanted: Mapping[str, Any], fingerprint: Mapping[str, An
 def _cpu_times(cpus: Iterable[int] | None = None) -> tuple[int, int, int]:
     """(busy, total, steal) jiffies from /proc/stat: of all CPUs, or summed over *cpus*.
     ``guest`` time is already part of ``user`` and is not counted twice."""
-    lines = (_read("/proc/stat") or "cpu 0 0 0 1").splitlines()
+    lines = (read_text("/proc/stat") or "cpu 0 0 0 1").splitlines()
     wanted = None if cpus is None else {f"cpu{c}" for c in cpus}
     busy = total = steal = 0
     for line in lines:

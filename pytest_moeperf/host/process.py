@@ -84,6 +84,18 @@ def running(pid: int) -> bool:
     return fields is not None and fields[0] != "Z"
 
 
+def started(pid: int) -> int | None:
+    """When process *pid* started (clock ticks after boot, ``/proc/<pid>/stat`` field 22);
+    ``None`` when there is no such process, or it has exited (a zombie)."""
+    fields = proc_stat(pid) if pid > 0 else None
+    if fields is None or fields[0] == "Z" or len(fields) < 20:
+        return None
+    try:
+        return int(fields[19])
+    except ValueError:
+        return None
+
+
 def _send(pid: int, group: bool, *signals: signal.Signals) -> None:
     """Send *signals* to the group *pid* leads, or to *pid* alone; a process already gone, or
     one that is not ours to signal, is passed over."""

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ..errors import ConfigError
 from .gpus import _mib, _smi
-from .machine import format_cpu_list, node_meminfo, parse_cpu_list
+from .machine import format_cpu_list, node_meminfo, parse_cpu_list, read_meminfo, read_text
 
 GPU_QUERY = ("index", "name", "memory.total", "memory.used", "pci.bus_id")
 """``nvidia-smi --query-gpu`` fields, in the order :func:`parse_gpu_query` reads them."""
@@ -129,13 +129,6 @@ class Topology:
         return lines
 
 
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text().strip()
-    except (OSError, UnicodeDecodeError):
-        return None
-
-
 def parse_thp(text: str) -> str:
     """The selected mode of ``always [madvise] never``; "" when none is bracketed."""
     m = re.search(r"\[(\w+)\]", text)
@@ -148,7 +141,7 @@ def _physical_cores(root: Path, cpus: frozenset[int]) -> int | None:
     cores: set[frozenset[int]] = set()
     for cpu in cpus:
         topo = root / _CPU_DIR / f"cpu{cpu}" / "topology"
-        text = _read(topo / "core_cpus_list") or _read(topo / "thread_siblings_list")
+        text = read_text(topo / "core_cpus_list") or read_text(topo / "thread_siblings_list")
         if not text:
             return None
         try:
@@ -165,7 +158,7 @@ def read_nodes(root: Path = Path("/")) -> tuple[NumaNode, ...]:
     base = root / _NODE_DIR
     entries = sorted(base.glob("node[0-9]*"), key=lambda p: int(p.name[4:]))
     for entry in entries:
-        text = _read(entry / "cpulist")
+        text = read_text(entry / "cpulist")
         if not text:
             continue  # a memory-only node (CXL, HBM): nothing to pin a server to
         cpus = parse_cpu_list(text)
@@ -182,13 +175,9 @@ def read_nodes(root: Path = Path("/")) -> tuple[NumaNode, ...]:
         )
     if nodes:
         return tuple(nodes)
-    online = _read(root / _CPU_DIR / "online") or "0"
+    online = read_text(root / _CPU_DIR / "online") or "0"
     cpus = parse_cpu_list(online)
-    host: dict[str, int] = {}
-    for line in (_read(root / "proc/meminfo") or "").splitlines():
-        name, _, value = line.partition(":")
-        if value.split() and value.split()[0].isdigit():
-            host[name] = int(value.split()[0]) * 1024
+    host = read_meminfo(root / "proc/meminfo")
     return (
         NumaNode(
             node=0,
@@ -270,11 +259,11 @@ def read_gpus(
     if query is None:
         query = _smi(*GPU_QUERY_ARGS) or ""
     rows = parse_gpu_query(query)
-    nodes: dict[int, int | None] = {}
-    for index, _name, _total, _used, bus in rows:
-        nodes[index] = (
-            _node_number(_read(root / _PCI_DIR / sysfs_bus_id(bus) / "numa_node")) if bus else None
-        )
+    pci = root / _PCI_DIR
+    nodes = {
+        index: _node_number(read_text(pci / sysfs_bus_id(bus) / "numa_node")) if bus else None
+        for index, _name, _total, _used, bus in rows
+    }
     if rows and any(n is None for n in nodes.values()):
         from_topo = parse_topo_numa(topo if topo is not None else _smi(*TOPO_ARGS) or "")
         nodes = {i: n if n is not None else from_topo.get(i) for i, n in nodes.items()}
@@ -302,9 +291,9 @@ def read_topology(
     return Topology(
         nodes=read_nodes(root),
         gpus=read_gpus(root, gpu_query, gpu_topo),
-        numa_balancing=_read(root / _NUMA_BALANCING) or "",
-        transparent_hugepages=parse_thp(_read(root / _THP) or ""),
-        governor=_read(root / _GOVERNOR) or "",
+        numa_balancing=read_text(root / _NUMA_BALANCING) or "",
+        transparent_hugepages=parse_thp(read_text(root / _THP) or ""),
+        governor=read_text(root / _GOVERNOR) or "",
     )
 
 
@@ -315,6 +304,6 @@ def recorded_topology(folder: Path, files: Mapping[str, str] | None = None) -> T
     names = {"query": "nvidia-smi-query.txt", "topo": "nvidia-smi-topo.txt", **(files or {})}
     return read_topology(
         folder,
-        gpu_query=_read(folder / names["query"]) or "",
-        gpu_topo=_read(folder / names["topo"]) or "",
+        gpu_query=read_text(folder / names["query"]) or "",
+        gpu_topo=read_text(folder / names["topo"]) or "",
     )

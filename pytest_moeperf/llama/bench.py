@@ -18,10 +18,10 @@ import json
 import os
 import subprocess
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple
 
 from ..defaults import REQUEST_TIMEOUT
 from ..errors import MoeperfError
@@ -38,9 +38,6 @@ __all__ = [
     "parse_bench_json",
     "run_bench",
 ]
-
-
-_T = TypeVar("_T")
 
 
 class BenchError(MoeperfError):
@@ -222,8 +219,6 @@ _DROP_SWITCH = frozenset(
     }
 )
 
-#: llama.cpp's ``LLM_FFN_EXPS_REGEX``: what ``-cmoe`` keeps on the CPU, and per layer ``-ncmoe``.
-
 
 def _is_value(token: str) -> bool:
     """Whether *token* reads as a flag's value rather than the next flag (``-1`` is a value)."""
@@ -304,19 +299,17 @@ def bench_args(
             i += 1
         t.unknown.append(spelled)
     t.threads_for_batches()
-    settings, dropped, unknown = t.settings, t.dropped, t.unknown
-    overrides = t.overrides
 
     common: list[str] = []
-    for bench_flag, value in settings.items():
+    for bench_flag, value in t.settings.items():
         common += [bench_flag, value]
-    common += _override_args(overrides)
+    common += _override_args(t.overrides)
     common += ["-r", str(repetitions), "-o", "json"]
 
     runs: list[list[str]] = []
     for depth in sorted({w.depth for w in workloads}):
-        pp = _unique(w.tokens for w in workloads if w.depth == depth and w.is_prefill)
-        tg = _unique(w.tokens for w in workloads if w.depth == depth and not w.is_prefill)
+        pp = dict.fromkeys(w.tokens for w in workloads if w.depth == depth and w.is_prefill)
+        tg = dict.fromkeys(w.tokens for w in workloads if w.depth == depth and not w.is_prefill)
         runs.append(
             [
                 "-p",
@@ -328,7 +321,7 @@ def bench_args(
                 *common,
             ]
         )
-    return BenchArgs(runs=runs, dropped=dropped, unknown=unknown)
+    return BenchArgs(runs=runs, dropped=t.dropped, unknown=t.unknown)
 
 
 @dataclass
@@ -444,14 +437,6 @@ _TAKES_VALUE = frozenset().union(
     _DROP_VALUE,
 )
 """Server flags whose next argument is their value."""
-
-
-def _unique(values: Iterable[_T]) -> list[_T]:
-    seen: list[_T] = []
-    for v in values:
-        if v not in seen:
-            seen.append(v)
-    return seen
 
 
 def _override_args(overrides: list[tuple[str, str]]) -> list[str]:
@@ -573,20 +558,16 @@ def _tail(text: str, lines: int = 15) -> str:
 
 
 def _check_binary(bench: Path | str | None) -> Path:
+    how = (
+        "llama-bench is built next to llama-server by `moeperf build N`; for your own binary, "
+        "build llama.cpp's llama-bench target into the same directory"
+    )
     if bench is None:
-        raise BenchError(
-            "no llama-bench next to this llama-server: llama-bench is built next to "
-            "llama-server by `moeperf build N`; for your own binary, build llama.cpp's "
-            "llama-bench target into the same directory"
-        )
+        raise BenchError(f"no llama-bench next to this llama-server: {how}")
     path = Path(bench)
     if not path.is_file() or not os.access(path, os.X_OK):
         what = "does not exist" if not path.exists() else "is not an executable file"
-        raise BenchError(
-            f"llama-bench {path} {what}: llama-bench is built next to llama-server by "
-            "`moeperf build N`; for your own binary, build llama.cpp's llama-bench target "
-            "into the same directory"
-        )
+        raise BenchError(f"llama-bench {path} {what}: {how}")
     return path
 
 
@@ -671,7 +652,7 @@ def run_bench(
             if result.name in results:
                 raise BenchError(f"llama-bench reported {result.name} twice: {' '.join(command)}")
             results[result.name] = result
-    asked = _unique(w.name for w in workloads)
+    asked = list(dict.fromkeys(w.name for w in workloads))
     missing_w = [name for name in asked if name not in results]
     if missing_w:
         raise BenchError(

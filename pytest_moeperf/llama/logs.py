@@ -92,22 +92,6 @@ class RequestTiming:
     """When its ``eval time`` line was written, seconds since the server started, where the
     log has timestamps (``--log-timestamps``)."""
 
-    @property
-    def prefill_tps(self) -> float | None:
-        """Prefill tok/s of this request (None without prompt line or time)."""
-        return _rate(self.prompt_tokens, self.prompt_ms)
-
-    @property
-    def decode_tps(self) -> float | None:
-        """Decode tok/s of this request, generated tokens / eval time."""
-        return _rate(self.gen_tokens, self.gen_ms)
-
-
-def _rate(tokens: int | None, ms: float | None) -> float | None:
-    if tokens is None or ms is None or ms <= 0:
-        return None
-    return tokens * 1000.0 / ms
-
 
 @dataclass
 class _Partial:

@@ -33,13 +33,13 @@ _EXPERT_MARK = "_exps."
 """Routed-expert tensors: ``blk.N.ffn_{gate,up,down}_exps.weight`` (shared experts are
 ``_shexp`` and count as dense)."""
 _LOOKUP_SUFFIX = "token_embd.weight"
+"""Lookup tables: one row read per token (``token_embd``, ``per_layer_token_embd``)."""
 REPACKED_TYPES = frozenset({2, 12, 20})
 """GGML types whose weight matrices llama.cpp's CPU backend repacks into its own interleaved
 layout (``ggml-cpu/repack.cpp``: Q4_0, Q4_K and IQ4_NL, on x86 with AVX2 and on ARM): such a
 tensor cannot stay a page of the mapped file, so a CPU server holds it in anonymous memory
 even under mmap (measured: a 3.8 GB q4_0 model mapped by a CPU-only b11434 server held 3.71
 GiB of anonymous memory; ``--no-repack`` turns it off)."""
-"""Lookup tables: one row read per token (``token_embd``, ``per_layer_token_embd``)."""
 KV_BYTES_PER_ELEMENT = 2  # f16, llama.cpp's default cache type
 STATE_BYTES_PER_ELEMENT = 4
 """A recurrent layer's state is f32 (llama.cpp's default ``type_r``/``type_s``)."""
@@ -112,10 +112,7 @@ class DecodeBytes:
 
 def _value(fields: Any, key: str) -> Any:
     field = fields.get(key)
-    if field is None:
-        return None
-    value = field.contents()
-    return value
+    return None if field is None else field.contents()
 
 
 def split_name(name: str) -> tuple[str, int, int] | None:
@@ -277,9 +274,7 @@ def decode_bytes(model: Path) -> DecodeBytes:
             lookup += size // max(rows, 1)
             lookup_total += size
             if t.name == _LOOKUP_SUFFIX:
-                n_vocab = rows
-            if t.name == _LOOKUP_SUFFIX:
-                embd_bytes = size
+                n_vocab, embd_bytes = rows, size
         elif _EXPERT_MARK in t.name:
             experts += size
             repacked_experts += repacked

@@ -17,20 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from ..fs import atomic_write_text, cache_dir
-from ..host.process import proc_stat, running, stop_group
+from ..host.process import running, started, stop_group
 
 PR_SET_PDEATHSIG = 1
 
 
 def servers_dir() -> Path:
     return cache_dir() / "servers"
-
-
-def start_time(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot (``/proc/<pid>/stat`` field 22);
-    ``None`` when it is gone or a zombie."""
-    fields = proc_stat(pid)
-    return int(fields[19]) if fields is not None and fields[0] != "Z" else None
 
 
 def cmdline(pid: int) -> list[str]:
@@ -77,10 +70,10 @@ def record(pid: int, command: list[str]) -> Path:
         json.dumps(
             {
                 "pid": pid,
-                "start_time": start_time(pid),
+                "start_time": started(pid),
                 "cmdline": command,
                 "owner_pid": os.getpid(),
-                "owner_start_time": start_time(os.getpid()),
+                "owner_start_time": started(os.getpid()),
             }
         ),
     )
@@ -92,8 +85,8 @@ def forget(pid: int) -> None:
         (servers_dir() / f"{pid}.json").unlink()
 
 
-def _same_process(pid: int, started: Any, command: Any) -> bool:
-    return started is not None and start_time(pid) == started and cmdline(pid) == command
+def _same_process(pid: int, start: Any, command: Any) -> bool:
+    return start is not None and started(pid) == start and cmdline(pid) == command
 
 
 def alive(pid: int) -> bool:

@@ -9,7 +9,6 @@ import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
 
 import httpcore  # noqa: F401 (see below)
 import httpx
@@ -118,8 +117,7 @@ class LlamaServer:
     def cite_log(self, lines: int = 15) -> str:
         """``log PATH, last lines:`` and those lines, or that the log is empty: an error never
         ends in a heading with nothing under it."""
-        last = self.log_tail(lines)
-        return _cite(self.log_path, last)
+        return _cite(self.log_path, self.log_tail(lines))
 
     # -- life cycle ---------------------------------------------------------------------------
     def start(self) -> LlamaServer:
@@ -130,17 +128,16 @@ class LlamaServer:
         if self.is_running():
             return self
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        for attempt in range(1, self.bind_attempts + 1):
+        for _ in range(self.bind_attempts):
             try:
                 self._start_once()
                 return self
             except _BindLost:
-                if attempt == self.bind_attempts:
-                    raise ServerError(
-                        f"{self.name}: lost the race for a free port {attempt} times; "
-                        f"log {self.log_path}"
-                    ) from None
-        raise AssertionError("unreachable")
+                continue
+        raise ServerError(
+            f"{self.name}: lost the race for a free port {self.bind_attempts} times; "
+            f"log {self.log_path}"
+        )
 
     def _start_once(self) -> None:
         self.stopped_at = None
@@ -306,9 +303,7 @@ class LlamaServer:
     def __enter__(self) -> LlamaServer:
         return self.start()
 
-    def __exit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
     def __repr__(self) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .flags import flag_value
 
@@ -269,9 +269,7 @@ class StartupScanner:
                     line = without_colours(line.rstrip("\r\n"))
                     self._found[w.id] = StartupFinding(w.id, line, line_no, w.advice, 1, path)
                 else:
-                    self._found[w.id] = StartupFinding(
-                        seen.id, seen.line, seen.line_no, seen.advice, seen.count + 1, seen.path
-                    )
+                    self._found[w.id] = replace(seen, count=seen.count + 1)
                 return
 
     def findings(self) -> list[StartupFinding]:

@@ -114,11 +114,6 @@ def write_model(spec: ModelSpec, path: Path, progress: Callable[[str], None] | N
     return targets[0]
 
 
-def expected_size(spec: ModelSpec) -> int:
-    """The exact size in bytes of the model of *spec*, all its files together."""
-    return sum(_sizes(spec))
-
-
 def validate_model(path: Path, spec: ModelSpec) -> str | None:
     """``None`` if *path* (the first shard of a split model) and every other file of the model
     are complete files of exactly *spec*, else why not (``"missing"``, ``"not a GGUF file"``,

@@ -22,7 +22,6 @@ import hashlib
 import itertools
 import json
 import math
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +31,7 @@ import numpy as np
 from gguf import GGMLQuantizationType as GGMLType
 
 from ..errors import ModelError
+from .model_bytes import shard_path
 
 ARCH = "qwen3moe"
 """The llama.cpp architecture the synthetic models use."""
@@ -85,7 +85,6 @@ _LATER_FIELD_DEFAULTS: dict[str, int | str] = {"quant": "f16", "split": 1}
 """Fields added after files were first cached: at these values they stay out of the digest and
 the spec key, so the files of such specs keep their names and bytes."""
 
-_SPLIT_NAME = re.compile(r"^(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
 _ALIGNMENT = gguf.GGUF_DEFAULT_ALIGNMENT
 _CHUNK_ELEMENTS = 1 << 22
 """Weights generated and encoded at a time (16 MB of f32): the writer's memory stays at a few
@@ -311,28 +310,7 @@ def shard_paths(spec: ModelSpec, path: Path) -> list[Path]:
     path = Path(path)
     if spec.split == 1:
         return [path]
-    m = _SPLIT_NAME.match(path.name)
-    prefix = m.group("prefix") if m else path.name.removesuffix(".gguf")
-    return [
-        path.with_name(gguf.SHARD_NAME_FORMAT.format(prefix, i, spec.split))
-        for i in range(1, spec.split + 1)
-    ]
-
-
-def tensor_names(spec: ModelSpec) -> list[str]:
-    """The names of the model's tensors, in file order (across shards)."""
-    return [t.name for t in _tensor_plan(spec)]
-
-
-def generate_tensor(spec: ModelSpec, name: str) -> np.ndarray:
-    """The contents of tensor *name* in numpy order (the reverse of ggml's dimension order),
-    regenerated independently of every other tensor: as written for f16 and f32 tensors, the
-    f32 values before quantization for q8_0 and q4_0 ones."""
-    for t in _tensor_plan(spec):
-        if t.name == name:
-            data = np.concatenate(list(_tensor_chunks(spec, t))).reshape(t.np_shape)
-            return data.astype(np.float16) if t.gtype == GGMLType.F16 else data
-    raise ModelError(f"tensor {name!r} is not part of this model: use one of tensor_names(spec)")
+    return [shard_path(path, i, spec.split) for i in range(1, spec.split + 1)]
 
 
 # ----------------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..defaults import CONFIDENCE, MIN_REL_SPREAD
 from .dependence import DEFAULT_DEPENDENCE, Dependence, robust_rows
-from .student import t_quantile, trimmed_t_rows
+from .student import t_quantile
 
 
 @dataclass(frozen=True)
@@ -266,18 +266,6 @@ def paired_log_ratios(a: Sequence[float], b: Sequence[float]) -> list[float]:
     if len(a) != len(b):
         raise ValueError(f"paired rounds need as many a samples ({len(a)}) as b ({len(b)})")
     return [math.log(y / x) for x, y in zip(a, b, strict=True)]
-
-
-def trimmed_mean_se(values: Sequence[float], trim: float = 0.2) -> tuple[float, float, int]:
-    """The *trim*-trimmed mean of *values*, its standard error after Yuen (from the winsorized
-    values' spread, over ``h (h - 1)`` with *h* the values kept) and the degrees of freedom of
-    its t interval (``h - 1``)."""
-    if len(values) < 2:
-        raise ValueError("a trimmed mean's spread needs at least 2 values")
-    if not 0 <= trim < 0.5:
-        raise ValueError(f"trim {trim!r} must be in [0, 0.5)")
-    mean, se, df = trimmed_t_rows(np.asarray([values], dtype=np.float64), trim)
-    return float(mean[0]), float(se[0]), df
 
 
 def paired_interval(

@@ -95,6 +95,10 @@ class Workload:
         """The name without spaces, as a claim writes it (``tg128@d8192``)."""
         return self.name.replace(" ", "")
 
+    def table_order(self) -> tuple[bool, int, int]:
+        """Where tables and plots show it: prefill first, then by depth and tokens."""
+        return (self.kind != "pp", self.depth, self.tokens)
+
     @property
     def is_prefill(self) -> bool:
         return self.kind == "pp"

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import io
 import json
 import math
 import statistics
@@ -12,9 +11,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..fs import write_output
 from ..verdicts.calibration import FALSE_ALARMS, SPURIOUS, NoiseFigure
 from ..verdicts.gate import GateRow
+from .plot import save_png
 from .tables import markdown_table, text_table
 
 HEADERS = [
@@ -183,7 +182,4 @@ def plot_calibration(
         ax.set_ylabel("running change, %")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    write_output(Path(path), buf.getvalue(), "--plot")
-    return Path(path)
+    return save_png(fig, Path(path), "--plot")

@@ -8,17 +8,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..llama.logs import TrafficStats
+from ..llama.logs import Aggregate, TrafficStats
 from ..verdicts.logchange import LogChange
 from ..verdicts.reference import TrafficCheck
 
 __all__ = ["format_log_changes", "format_traffic_checks", "format_traffic_table"]
 
 
-def _cell(rate: float | None, n: int, digits: int) -> str:
-    if rate is None:
-        return f"— (n={n:,})"
-    return f"{rate:,.{digits}f} tok/s (n={n:,})"
+def _cell(a: Aggregate, digits: int) -> str:
+    rate = a.tok_per_s
+    return f"— (n={a.n:,})" if rate is None else f"{rate:,.{digits}f} tok/s (n={a.n:,})"
 
 
 def format_traffic_table(stats_by_label: dict[str, TrafficStats]) -> str:
@@ -31,37 +30,18 @@ def format_traffic_table(stats_by_label: dict[str, TrafficStats]) -> str:
         return ""
     labels = list(stats_by_label)
     first = stats_by_label[labels[0]]
-    rows: list[list[str]] = [["metric", *labels]]
-    rows.append(
-        [
-            f"prefill, requests with ≥{first.prefill_min:,} new tokens, aggregate",
-            *(_cell(s.prefill.tok_per_s, s.prefill.n, 1) for s in stats_by_label.values()),
-        ]
-    )
-    rows.append(
-        [
-            f"prefill, requests with ≥{first.prefill_large_min:,} new tokens, aggregate",
-            *(
-                _cell(s.prefill_large.tok_per_s, s.prefill_large.n, 1)
-                for s in stats_by_label.values()
-            ),
-        ]
-    )
-    rows.append(
-        [
-            f"decode, requests with ≥{first.decode_min:,} generated, aggregate",
-            *(_cell(s.decode.tok_per_s, s.decode.n, 2) for s in stats_by_label.values()),
-        ]
-    )
-    rows.append(
-        [
-            "decode, median",
-            *(
-                "—" if s.decode_median is None else f"{s.decode_median:,.2f} tok/s"
-                for s in stats_by_label.values()
-            ),
-        ]
-    )
+    stats = list(stats_by_label.values())
+    rows = [
+        ["metric", *labels],
+        [f"prefill, requests with ≥{first.prefill_min:,} new tokens, aggregate"]
+        + [_cell(s.prefill, 1) for s in stats],
+        [f"prefill, requests with ≥{first.prefill_large_min:,} new tokens, aggregate"]
+        + [_cell(s.prefill_large, 1) for s in stats],
+        [f"decode, requests with ≥{first.decode_min:,} generated, aggregate"]
+        + [_cell(s.decode, 2) for s in stats],
+        ["decode, median"]
+        + ["—" if s.decode_median is None else f"{s.decode_median:,.2f} tok/s" for s in stats],
+    ]
     out = _render(rows)
     notes: list[str] = []
     for label, s in stats_by_label.items():

@@ -9,7 +9,7 @@ import random
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from ..defaults import PROBE_TOLERANCE
 from ..errors import MoeperfError
@@ -44,8 +44,6 @@ BaselineMarks = Mapping[tuple[str, str, str], "float | PlotMark"]
 """Stored tok/s by ``(configuration, build, workload)``, the key order of
 :attr:`Measurement.key`; workload names as :meth:`Workload.parse` writes them. A bare number
 is a baseline of this host."""
-
-_T = TypeVar("_T")
 
 DPI = 110
 PANEL_HEIGHT = 4.2
@@ -135,7 +133,7 @@ def plot_report(
     """Draw *results* as a PNG at *path* (:func:`report_figure`) and return *path*; written
     atomically."""
     fig = report_figure(results, history, baselines=baselines)
-    return _save(fig, Path(path), "--moeperf-report (its PNG)")
+    return save_png(fig, Path(path), "--moeperf-report (its PNG)")
 
 
 def _figure_class() -> type[Figure]:
@@ -149,7 +147,8 @@ def _figure_class() -> type[Figure]:
     return MplFigure
 
 
-def _save(fig: Figure, path: Path, what: str) -> Path:
+def save_png(fig: Figure, path: Path, what: str) -> Path:
+    """*fig* as a PNG at *path*, written atomically (*what* names it in an error)."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI)
     write_output(path, buf.getvalue(), what)
@@ -182,10 +181,10 @@ def report_figure(
         (c, b, _canonical(w)): v if isinstance(v, PlotMark) else PlotMark(float(v))
         for (c, b, w), v in (baselines or {}).items()
     }
-    workloads = sorted({m.workload for m in current}, key=_workload_order)
+    workloads = sorted({m.workload for m in current}, key=Workload.table_order)
     multi_profile = len({_profile(m) for m in current}) > 1
-    categories = _unique((_profile(m), m.configuration, m.build) for m in current)
-    configs = _unique((p, c) for p, c, _ in categories)
+    categories = list(dict.fromkeys((_profile(m), m.configuration, m.build) for m in current))
+    configs = list(dict.fromkeys((p, c) for p, c, _ in categories))
     colour = {pc: _COLOURS[i % len(_COLOURS)] for i, pc in enumerate(configs)}
     slots, trend = _trend(results, history, {(_profile(m), m.configuration) for m in current})
     has_trend = any(len({s for s, _ in pts}) > 1 for pts in trend.values())
@@ -472,22 +471,14 @@ def _profile(m: Measurement) -> str:
     return m.conditions.profile
 
 
-def _workload_order(w: Workload) -> tuple[bool, int, int]:
-    return (w.kind != "pp", w.depth, w.tokens)
-
-
 def _build_order(label: str) -> tuple[int, str]:
     digits = label[1:] if label.startswith("b") else ""
     return (int(digits), label) if digits.isdigit() else (1 << 62, label)
 
 
-def _unique(items: Iterable[_T]) -> list[_T]:
-    return list(dict.fromkeys(items))
-
-
 def _title(results: RunRecord, ms: Sequence[Measurement]) -> str:
     fp = results.fingerprint
-    profiles = ", ".join(_unique(_profile(m) for m in ms if _profile(m))) or "?"
+    profiles = ", ".join(dict.fromkeys(_profile(m) for m in ms if _profile(m))) or "?"
     builds = ", ".join(sorted({m.build for m in ms}, key=_build_order)) or "?"
     cpu = str(fp.get("cpu_model") or "unknown CPU")
     host = f"{cpu}, {fp['cpus']} CPUs" if fp.get("cpus") else cpu
@@ -518,10 +509,11 @@ def reference_figure(
     new_figure = _figure_class()
     ms = [m for m in measurements if m.values and not m.workload.is_traffic]
     shown = sorted(
-        {m.workload for m in ms} | {w for w in workloads if not w.is_traffic}, key=_workload_order
+        {m.workload for m in ms} | {w for w in workloads if not w.is_traffic},
+        key=Workload.table_order,
     )
     categories = sorted(
-        _unique((m.configuration, m.build) for m in ms), key=lambda cb: record_order(ref, *cb)
+        dict.fromkeys((m.configuration, m.build) for m in ms), key=lambda cb: record_order(ref, *cb)
     )
     multi_build = len({b for _, b in categories}) > 1
     by_key = {(m.configuration, m.build, m.workload.name): m for m in ms}
@@ -605,4 +597,4 @@ def plot_reference(
     workloads: Iterable[Workload] = (),
 ) -> Path:
     """:func:`reference_figure` as a PNG at *path* (written atomically); returns *path*."""
-    return _save(reference_figure(ref, measurements, workloads), Path(path), "--moeperf-report")
+    return save_png(reference_figure(ref, measurements, workloads), Path(path), "--moeperf-report")

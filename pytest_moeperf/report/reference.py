@@ -116,25 +116,12 @@ def reference_rows(rows: Iterable[ReferenceRow]) -> tuple[list[str], list[list[s
     return headers, out
 
 
-def _workload_order(w: Workload) -> tuple[bool, int, int]:
-    return (w.kind != "pp", w.depth, w.tokens)
-
-
 def record_order(ref: Reference, configuration: str, build: str) -> tuple[int, int]:
     """Where a (configuration, build) row stands in the record's own table: at its first
     entry of that configuration and build, else of that configuration, else after them."""
-    last = len(ref.entries)
-    same = (i for i, e in enumerate(ref.entries) if e.configuration == configuration)
-    first = next(same, last)
-    exact = next(
-        (
-            i
-            for i, e in enumerate(ref.entries)
-            if e.configuration == configuration and e.build == build
-        ),
-        None,
-    )
-    return (exact, 0) if exact is not None else (first, 1)
+    same = [i for i, e in enumerate(ref.entries) if e.configuration == configuration]
+    exact = [i for i in same if ref.entries[i].build == build]
+    return (exact[0], 0) if exact else (same[0] if same else len(ref.entries), 1)
 
 
 def configuration_rows(
@@ -147,7 +134,7 @@ def configuration_rows(
     tg128 {label} | tg128 here | build."""
     ms = [m for m in measurements if not m.workload.is_traffic]
     shown = {w for w in workloads if not w.is_traffic} | {m.workload for m in ms}
-    columns = sorted(shown, key=_workload_order)
+    columns = sorted(shown, key=Workload.table_order)
     groups: dict[tuple[str, str], dict[str, Measurement]] = {}
     for m in ms:
         groups.setdefault((m.configuration, m.build), {})[m.workload.name] = m

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..measure.measurement import Measurement
@@ -142,15 +142,7 @@ class NcmoePoint:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "ncmoe": self.ncmoe,
-            "configuration": self.configuration,
-            "medians": self.medians,
-            "spreads": self.spreads,
-            "samples": self.samples,
-            "gpu_memory_mib": self.gpu_memory_mib,
-            "prefill_rx_mbs": self.prefill_rx_mbs,
-        }
+        return asdict(self)
 
 
 @dataclass
@@ -165,10 +157,7 @@ class NcmoeSweepResult:
 
     @property
     def workloads(self) -> list[str]:
-        seen: list[str] = []
-        for p in self.points:
-            seen += [w for w in p.medians if w not in seen]
-        return seen
+        return list(dict.fromkeys(w for p in self.points for w in p.medians))
 
     def headers(self) -> list[str]:
         return [

@@ -4,13 +4,11 @@ system RAM), as PNGs in the style of :mod:`.plot`."""
 
 from __future__ import annotations
 
-import io
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..fs import write_output
-from .plot import _COLOURS, DPI
+from .plot import _COLOURS, DPI, save_png
 
 
 def plot_sweep(points: Sequence[Mapping[str, Any]], title: str, path: Path) -> Path:
@@ -52,10 +50,7 @@ def plot_sweep(points: Sequence[Mapping[str, Any]], title: str, path: Path) -> P
     right.legend(fontsize=8)
     right.grid(alpha=0.3, which="both")
     right.set_title("latency", fontsize=10)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=DPI)
-    write_output(Path(path), buf.getvalue(), "--plot")
-    return Path(path)
+    return save_png(fig, Path(path), "--plot")
 
 
 def plot_ncmoe_sweep(points: Sequence[Mapping[str, Any]], title: str, path: Path) -> Path:
@@ -70,9 +65,7 @@ def plot_ncmoe_sweep(points: Sequence[Mapping[str, Any]], title: str, path: Path
     axes = fig.subplots(1, 3 if memory else 2)
     fig.suptitle(title, fontsize=11)
     xs = [int(p["ncmoe"]) for p in points]
-    workloads: list[str] = []
-    for p in points:
-        workloads += [w for w in p["medians"] if w not in workloads]
+    workloads = list(dict.fromkeys(w for p in points for w in p["medians"]))
     for ax, kind, what in ((axes[0], "pp", "prefill"), (axes[1], "tg", "decode")):
         for i, w in enumerate(x for x in workloads if x.startswith(kind)):
             here = [(int(p["ncmoe"]), float(p["medians"][w])) for p in points if w in p["medians"]]
@@ -106,10 +99,7 @@ def plot_ncmoe_sweep(points: Sequence[Mapping[str, Any]], title: str, path: Path
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
         ax.set_title("GPU memory", fontsize=10)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=DPI)
-    write_output(Path(path), buf.getvalue(), "--plot")
-    return Path(path)
+    return save_png(fig, Path(path), "--plot")
 
 
 def _label_points(ax: Any, points: Sequence[tuple[float, float]], fmt: str) -> None:

@@ -4,12 +4,10 @@ line below it (a dead end's), coloured by the duel's fate; in the style of :mod:
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
-from ..fs import write_output
 from ..verdicts.race import RaceResult
-from .plot import _COLOURS, DPI
+from .plot import _COLOURS, DPI, save_png
 
 FATE_COLOURS = {"faster": _COLOURS[2], "slower": _COLOURS[3]}
 """A leader's colour, a dropped one's; a tie's is grey."""
@@ -43,7 +41,4 @@ def plot_race(result: RaceResult, title: str, path: Path) -> Path:
     ax.set_title(f"{title}\n{result.answer()}", fontsize=9)
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.12), frameon=False)
     ax.grid(alpha=0.3, axis="x")
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=DPI)
-    write_output(Path(path), buf.getvalue(), "--plot")
-    return Path(path)
+    return save_png(fig, Path(path), "--plot")

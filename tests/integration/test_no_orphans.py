@@ -177,7 +177,7 @@ def _record_as_left_by(servers: Path, pid: int, owner: int, **changes: Any) -> N
     command line as they are now), with *changes* to those fields."""
     data = {
         "pid": pid,
-        "start_time": orphans.start_time(pid),
+        "start_time": orphans.started(pid),
         "cmdline": orphans.cmdline(pid),
         "owner_pid": owner,
         "owner_start_time": 12345,
@@ -221,7 +221,7 @@ def test_next_session_stops_a_server_left_by_a_dead_owner_and_nothing_else(
         _record_as_left_by(servers, orphan.pid, dead.pid)
         _record_as_left_by(servers, ungrouped.pid, dead.pid)
         a, b = unrelated
-        _record_as_left_by(servers, a.pid, dead.pid, start_time=orphans.start_time(a.pid) + 1)
+        _record_as_left_by(servers, a.pid, dead.pid, start_time=orphans.started(a.pid) + 1)
         _record_as_left_by(servers, b.pid, dead.pid, cmdline=orphans.cmdline(orphan.pid))
         project.makepyfile(test_one="def test_one():\n    pass\n")
         result = project.runpytest_subprocess(timeout=60)

@@ -46,7 +46,6 @@ def test_query_rows_name_model_memory_compute_and_pcie_link():
         "90",
     )
     assert g.pcie == "gen 5 x16"
-    assert g.describe() == "GPU0 NVIDIA H200, 143771 MiB, compute 9.0, PCIe gen 5 x16"
 
 
 def test_a_link_below_its_maximum_says_so_and_unknown_fields_stay_empty():

@@ -69,6 +69,12 @@ def write_ledger(path: Path, entries: Sequence[Entry], waiters: Sequence[Waiter]
     path.write_text(json.dumps(data))
 
 
+def reserve(ledger: MemoryLedger, key: str, name: str, charge: Charge) -> Entry:
+    """Put this process's entry *key* in the ledger, as the pool does."""
+    with ledger.book() as book:
+        return book.put(key, name, charge)
+
+
 def on_disk(ledger: MemoryLedger) -> dict:
     data = json.loads(ledger.path.read_text())
     assert isinstance(data, dict)
@@ -113,7 +119,7 @@ def test_reserve_started_release_round_trip(tmp_path: Path) -> None:
     assert ledger.path == tmp_path / LEDGER_FILE
     assert ledger.entries() == []
 
-    entry = ledger.reserve("p|c|b1", "server one", CHARGE)
+    entry = reserve(ledger, "p|c|b1", "server one", CHARGE)
     assert (entry.owner, entry.owner_start) == (os.getpid(), start_of(os.getpid()))
     assert (entry.server, entry.server_start) == (0, 0)
     assert entry.since > 0
@@ -141,9 +147,9 @@ def test_reserve_started_release_round_trip(tmp_path: Path) -> None:
 
 def test_reserving_a_key_again_replaces_its_entry(tmp_path: Path) -> None:
     ledger = MemoryLedger(tmp_path)
-    ledger.reserve("k", "first", Charge(private=1))
-    ledger.reserve("other", "other", Charge(private=2))
-    ledger.reserve("k", "second", Charge(private=3))
+    reserve(ledger, "k", "first", Charge(private=1))
+    reserve(ledger, "other", "other", Charge(private=2))
+    reserve(ledger, "k", "second", Charge(private=3))
     by_key = {e.key: e for e in ledger.entries()}
     assert sorted(by_key) == ["k", "other"]
     assert by_key["k"].name == "second"
@@ -153,7 +159,7 @@ def test_reserving_a_key_again_replaces_its_entry(tmp_path: Path) -> None:
 
 def test_release_of_an_unknown_key_changes_nothing(tmp_path: Path) -> None:
     ledger = MemoryLedger(tmp_path)
-    ledger.reserve("k", "server", CHARGE)
+    reserve(ledger, "k", "server", CHARGE)
     before = ledger.path.read_text()
     ledger.release("no such key")
     assert ledger.path.read_text() == before
@@ -165,26 +171,11 @@ def test_release_of_an_unknown_key_changes_nothing(tmp_path: Path) -> None:
     assert ledger.entries() == []
 
 
-def test_release_all_drops_every_entry_and_wait_of_this_process(tmp_path: Path) -> None:
-    ledger = MemoryLedger(tmp_path)
-    ledger.reserve("a", "a", CHARGE)
-    ledger.reserve("b", "b", Charge(private=1))
-    with ledger.book() as book:
-        book.wait("c", Charge(private=7))
-    assert len(on_disk(ledger)["waiting"]) == 1
-
-    ledger.release_all()
-    assert ledger.entries() == []
-    data = on_disk(ledger)
-    assert data == {"version": VERSION, "entries": [], "waiting": []}
-
-
 def test_a_ledger_that_did_not_change_is_not_written(tmp_path: Path) -> None:
     ledger = MemoryLedger(tmp_path)
     assert ledger.entries() == []
     assert not ledger.path.exists()  # reading an empty ledger writes nothing
     ledger.release("nothing")
-    ledger.release_all()
     assert not ledger.path.exists()
 
 
@@ -207,15 +198,15 @@ def test_an_entry_of_another_live_process_is_kept_and_is_the_others(tmp_path: Pa
         theirs = Entry(other.pid, start_of(other.pid), "p|c|b", "theirs", CHARGE, since=1.0)
         write_ledger(ledger.path, [theirs])
 
-        mine = ledger.reserve("p|c|mine", "mine", Charge(private=1))
+        mine = reserve(ledger, "p|c|mine", "mine", Charge(private=1))
         with ledger.book() as book:
             assert book.others() == [theirs]
             assert book.mine() == [mine]
             assert book.changed is False
         assert ledger.entries() == [theirs, mine]
 
-        # releasing everything of this process leaves the other's entry
-        ledger.release_all()
+        # releasing this process's entry leaves the other's
+        ledger.release("p|c|mine")
         assert ledger.entries() == [theirs]
         # a process cannot drop another's entry, even by its key
         ledger.release("p|c|b")
@@ -282,8 +273,8 @@ from pathlib import Path
 from pytest_moeperf.host.ledger import Charge, MemoryLedger
 
 ledger = MemoryLedger(Path(sys.argv[1]))
-ledger.reserve("p|c|child", "child's server", Charge(private=11, vram=((0, 22),)))
 with ledger.book() as book:
+    book.put("p|c|child", "child's server", Charge(private=11, vram=((0, 22),)))
     book.wait("child waits", Charge(private=33))
 print("ready", flush=True)
 sys.stdin.read()  # until the test closes stdin
@@ -292,7 +283,7 @@ sys.stdin.read()  # until the test closes stdin
 
 def test_another_process_writing_the_same_ledger(tmp_path: Path) -> None:
     ledger = MemoryLedger(tmp_path)
-    mine = ledger.reserve("p|c|mine", "mine", Charge(private=1))
+    mine = reserve(ledger, "p|c|mine", "mine", Charge(private=1))
     child = subprocess.Popen(
         [sys.executable, "-c", CHILD, str(tmp_path)],
         stdin=subprocess.PIPE,
@@ -364,7 +355,7 @@ def test_an_unreadable_ledger_reads_as_empty(tmp_path: Path, text: str) -> None:
     ledger.path.write_text(text)
     assert ledger.entries() == []
     # and the next change writes a good ledger over it
-    entry = ledger.reserve("k", "server", CHARGE)
+    entry = reserve(ledger, "k", "server", CHARGE)
     data = on_disk(ledger)
     assert data["version"] == VERSION
     assert [Entry.from_dict(e) for e in data["entries"]] == [entry]

@@ -122,8 +122,7 @@ def ccache_stats(job: BuildJob) -> dict[str, int]:
         "preprocessed_cache_hit": "preprocessed_hits",
         "cache_miss": "misses",
     }
-    found = {name: int(stats[key]) for key, name in want.items() if stats.get(key, "").isdigit()}
-    return found
+    return {name: int(stats[key]) for key, name in want.items() if stats.get(key, "").isdigit()}
 
 
 def _zero_ccache(job: BuildJob) -> None:

@@ -38,10 +38,6 @@ class BuildVersion:
     release: str = ""  # e.g. "0.6.0-dev" (newer builds only)
     target: str = ""  # e.g. "Linux x86_64"
 
-    @property
-    def label(self) -> str:
-        return f"b{self.number}" if self.number is not None else "b?"
-
 
 # version: 0.6.0-dev (build 11434, commit unknown)
 _VERSION_NEW = re.compile(
@@ -212,9 +208,6 @@ class Build:
                 "give the path of llama.cpp's llama-server"
             )
         return _remember(_flags_cache, self.server, parsed)
-
-    def has_flag(self, flag: str) -> bool:
-        return flag in self.flags()
 
     def missing_flags(self, args: Sequence[str]) -> list[str]:
         """The flags in an argument list that this build does not know, in order, once each.

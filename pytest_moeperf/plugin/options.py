@@ -32,6 +32,7 @@ from ..errors import MoeperfError
 from ..fs import check_output
 from ..llama.build import resolve_server_binary
 from ..run.profiles import host_memory
+from ..run.rounds import AUTO_CAP, AUTO_ROUNDS
 from ..run.session import Options
 
 
@@ -41,7 +42,9 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption(
         "--moeperf-profile",
         metavar="NAME",
-        help="profile to measure (default: ini moeperf_profile, else 'embedded')",
+        help="profile of the tests whose marker names none (default: ini moeperf_profile, "
+        "else 'embedded'); a name that is no profile is a usage error, and so is a "
+        "--moeperf-profile no collected test uses",
     )
     group.addoption(
         "--moeperf-config",
@@ -59,7 +62,8 @@ def add_options(parser: pytest.Parser) -> None:
         "--moeperf-repetitions",
         type=int,
         metavar="N",
-        help=f"timed repetitions per workload (default: the profile's, else {REPETITIONS})",
+        help="timed repetitions per workload (default: the profile's repetitions, else "
+        f"{REPETITIONS})",
     )
     group.addoption(
         "--moeperf-replay",
@@ -100,14 +104,16 @@ def add_options(parser: pytest.Parser) -> None:
         metavar="N",
         default=MAX_ROUNDS,
         help="the most paired rounds a verdict may take before it must say undecided "
-        f"(default {MAX_ROUNDS})",
+        f"(default {MAX_ROUNDS}; --moeperf-max-repetitions is the old name)",
     )
     group.addoption(
         "--moeperf-budget",
         type=float,
         metavar="SECONDS",
         help="seconds a verdict (claim, dead end, baseline check) may keep measuring before "
-        f"it must say undecided (default: the profile's budget, {BUDGET:g})",
+        "it must say undecided, servers' starts not counted (default: the profile's budget, "
+        f'{BUDGET:g}; a profile\'s budget = "auto" buys each verdict {AUTO_ROUNDS} rounds at '
+        f"the pace of its first, at most {AUTO_CAP:g} s)",
     )
     group.addoption(
         "--moeperf-undecided",
@@ -116,7 +122,8 @@ def add_options(parser: pytest.Parser) -> None:
         choices=("skip", "pass", "fail"),
         default="skip",
         help="what an undecided verdict does to its test: skip it (default), let it pass (the "
-        "summary still shows it undecided) or fail it, as the gate's --undecided does to a run",
+        "summary still shows it undecided) or fail it, as the gate's --undecided does to a run "
+        "(--moeperf-inconclusive is the old name)",
     )
     group.addoption(
         "--moeperf-allow-empty",
@@ -131,7 +138,8 @@ def add_options(parser: pytest.Parser) -> None:
         type=float,
         metavar="S",
         default=STARTUP_TIMEOUT,
-        help=f"seconds a server may take to become ready (default {STARTUP_TIMEOUT:g})",
+        help=f"seconds a server may take to become ready (default {STARTUP_TIMEOUT:g}; must be "
+        "> 0, like every timeout)",
     )
     group.addoption(
         "--moeperf-request-timeout",
@@ -154,7 +162,7 @@ def add_options(parser: pytest.Parser) -> None:
         default=PROBE_TOLERANCE,
         help="two calibration probes (memory bandwidth, compute) that differ by more than this "
         "share are two hosts: baselines of the other do not apply, and a host whose probe moved "
-        "that much during the run makes later verdicts undecided. Default: %(default)r",
+        "that much during the run makes later verdicts undecided (default %(default)r)",
     )
     group.addoption(
         "--moeperf-reprobe-seconds",
@@ -162,8 +170,8 @@ def add_options(parser: pytest.Parser) -> None:
         metavar="S",
         default=REPROBE_SECONDS,
         help="a verdict probes its CPUs again when their last probe is older than S seconds, "
-        "to notice the host changing under the run (0: before every verdict). "
-        "Default: %(default)r",
+        f"to notice the host changing under the run (default {REPROBE_SECONDS:g}; 0: before "
+        "every verdict)",
     )
     group.addoption(
         "--moeperf-busy-limit",
@@ -172,7 +180,7 @@ def add_options(parser: pytest.Parser) -> None:
         default=BUSY_LIMIT,
         help="share of a server's CPUs that other work may take while it is measured for the "
         "numbers to decide a verdict or be accepted as baselines (above it: undecided, "
-        "accept refused). Default: %(default)r",
+        "accept refused; default %(default)r)",
     )
     group.addoption(
         "--moeperf-numa-min-share",
@@ -181,15 +189,15 @@ def add_options(parser: pytest.Parser) -> None:
         default=NUMA_MIN_SHARE,
         help="share of a NUMA-pinned server's memory (/proc/PID/numa_maps: model file and "
         "heap) that must lie on its node; below it the test warns (fails with "
-        "--moeperf-strict-warnings). Default: %(default)r",
+        "--moeperf-strict-warnings; default %(default)r)",
     )
     group.addoption(
         "--moeperf-host-memory",
         metavar="SIZE",
         help="RAM the session's servers may hold together, e.g. 96G (default: env "
-        "MOEPERF_HOST_MEMORY, else the host's available memory at the start): a server starts "
-        "only where it fits, idle ones are stopped first, and two sides that do not fit "
-        "together are measured across restarts",
+        "MOEPERF_HOST_MEMORY, else the host's available memory, MemAvailable, at the start): "
+        "a server starts only where it fits, idle ones are stopped first, and two sides that "
+        "do not fit together are measured across restarts",
     )
     group.addoption(
         "--moeperf-process-block",

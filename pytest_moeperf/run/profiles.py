@@ -25,51 +25,12 @@ from ..host.machine import HOST_KEYS, identity_differences, numa_nodes, online_c
 from ..measure.mix import Mix, Shape
 from ..measure.traffic import Traffic
 from ..measure.workload import Workload
+from .profile_keys import NUMA_MODES, PROFILE_KEYS, TRAFFIC_KEYS, names
 
-NUMA_MODES = ("distribute", "isolate", "numactl")
 _NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.-]*[A-Za-z0-9_-])?")
-_PIN_KEYS = {"cpus", "numa_node", "numa"}
-_CONFIG_KEYS = _PIN_KEYS | {
-    "flags",
-    "env",
-    "description",
-    "requires_gpus",
-    "gpus",
-    "build",
-    "binary",
-    "ram_gib",
-    "vram_gib",
-    "traffic",
-}
-_TRAFFIC_KEYS = {
-    "mix",
-    "concurrency",
-    "requests",
-    "rate",
-    "arrivals",
-    "ttft_target_ms",
-    "e2e_target_ms",
-    "poll_seconds",
-}
-_PROFILE_KEYS = _CONFIG_KEYS | {
-    "builds",
-    "model",
-    "model_overrides",
-    "cmake_args",
-    "baseline",
-    "reference",
-    "reference_label",
-    "workloads",
-    "repetitions",
-    "configurations",
-    "memory_bandwidth_gbs",
-    "budget",
-    "sample_requests",
-    "process_block",
-    "cuda",
-    "host",
-    "required",
-}
+_CONFIG_KEYS = names(PROFILE_KEYS, configuration=True)
+_TRAFFIC_KEYS = names(TRAFFIC_KEYS)
+_PROFILE_KEYS = names(PROFILE_KEYS)  # the parser refuses any other key (_check_keys)
 
 
 class HostLacks(ConfigError, Unavailable):

@@ -1,19 +1,23 @@
 """The defaults are named once (``defaults.py``) and everything that states one says the same:
 the pytest options' help texts, the ``moeperf`` command's arguments and the reference's table
-of options (``docs/reference/options.md``); every option, profile key and environment variable
-the code knows has its row there. A setting's bad value is refused by the one check its option
-and argument share."""
+of options (generated into ``docs/reference/options.md`` from the options' help when the site
+is built); every option, profile key and environment variable the code knows has its row
+there. A setting's bad value is refused by the one check its option and argument share."""
 
 from __future__ import annotations
 
+import importlib.util
 import re
+from functools import cache
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 from pytest_moeperf import defaults
 from pytest_moeperf.commands import make_parser
 from pytest_moeperf.defaults import SettingError
+from pytest_moeperf.host.machine import HOST_KEYS
 from pytest_moeperf.plugin import hooks
 from pytest_moeperf.run import profiles
 
@@ -35,11 +39,27 @@ STATED = {
 }
 
 
+@cache
+def _hook() -> ModuleType:
+    """``docs/hooks/reference.py``, the MkDocs hook that generates the reference's tables."""
+    spec = importlib.util.spec_from_file_location("hook", ROOT / "docs" / "hooks" / "reference.py")
+    assert spec is not None and spec.loader is not None
+    hook = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hook)
+    return hook
+
+
+def _built(page: Path) -> str:
+    """*page* as the site shows it: the hook's tables in place of its placeholders."""
+    text = page.read_text()
+    built = _hook().on_page_markdown(text, None)
+    assert "<!-- generated:" not in built, f"{page.name}: a placeholder the hook does not know"
+    return built
+
+
 def _readme_default(option: str) -> float:
-    row = next(
-        line for line in OPTIONS.read_text().splitlines() if line.startswith(f"| `{option} ")
-    )
-    m = re.search(r"\(default[^)0-9]*?([0-9]+(?:\.[0-9]+)?)", row)
+    row = next(line for line in _built(OPTIONS).splitlines() if line.startswith(f"| `{option} "))
+    m = re.search(r"\bdefault\b[^)0-9]*?([0-9]+(?:\.[0-9]+)?)", row)
     assert m, f"the reference's row of {option} states no default: {row}"
     return float(m.group(1))
 
@@ -107,37 +127,47 @@ def test_every_environment_variable_the_project_reads_is_in_the_reference():
     assert sorted(read - listed) == []
 
 
+def _rows(page: str) -> list[list[str]]:
+    """The cells of every row of *page*'s tables (not their heads or rules)."""
+    return [
+        [c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]]
+        for line in page.splitlines()
+        if line.startswith("| ") and not line.startswith(("| option |", "| key |"))
+    ]
+
+
 def test_every_pytest_option_and_profile_key_has_its_row_in_the_reference():
-    """The reference cannot drift from the code: each ``--moeperf-*`` option the plugin adds
-    and each key a profile, a configuration or a traffic table takes is in its table."""
+    """The reference cannot drift from the code: each option and ini key the plugin adds and
+    each key a profile, a configuration, a traffic table or a host table takes is in the
+    built page's table."""
     parser = pytest.Parser(_ispytest=True)
     hooks.pytest_addoption(parser)
     options = {
-        name
-        for group in parser._groups
-        for option in group.options
-        for name in option.names()
-        if name.startswith("--moeperf")
+        name for group in parser._groups for option in group.options for name in option.names()
     }
-    assert options
-    table = OPTIONS.read_text()
-    assert sorted(o for o in options if f"`{o}" not in table) == []
+    assert len(options) > 20 and set(parser._inidict)
+    rows = _rows(_built(OPTIONS))
+    named = {n.split()[0] for row in rows for n in re.findall(r"`([^`]+)`", row[0])}
+    assert sorted(options - named) == []
+    inis = {row[1].strip("`") for row in rows if row[1]}
+    assert sorted(set(parser._inidict) - inis) == []
     keys = profiles._PROFILE_KEYS | profiles._TRAFFIC_KEYS
-    text = PROFILE_KEYS.read_text()
-    assert sorted(k for k in keys if f"`{k}`" not in text) == []
+    rows = _rows(_built(PROFILE_KEYS))
+    listed = {k for row in rows for k in re.findall(r"`([^`]+)`", row[0])}
+    assert sorted(keys - listed) == []
+    host = next(row for row in rows if row[0] == "`host`")
+    assert sorted(k for k in HOST_KEYS if f"`{k}`" not in host[-1]) == []
 
 
 def test_the_command_reference_is_generated_from_the_parser_and_the_tables_name_no_stranger():
     """The reference's list of ``moeperf`` options is the parser's own (made when the site is
     built); the hand-written tables name no option or profile key the code does not know."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("hook", ROOT / "docs" / "hooks" / "reference.py")
-    assert spec is not None and spec.loader is not None
-    hook = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(hook)
+    hook = _hook()
     assert hook.PLACEHOLDER in OPTIONS.read_text()
-    page = hook.on_page_markdown(OPTIONS.read_text(), None)
+    assert hook.PYTEST_OPTIONS in OPTIONS.read_text()
+    assert hook.PROFILE_KEYS in PROFILE_KEYS.read_text()
+    assert hook.TRAFFIC_KEYS in PROFILE_KEYS.read_text()
+    page = _built(OPTIONS)
     parser = make_parser()
     sub = next(a for a in parser._actions if a.dest == "command")
     for verb, p in sub.choices.items():
@@ -148,8 +178,9 @@ def test_the_command_reference_is_generated_from_the_parser_and_the_tables_name_
     pytest_parser = pytest.Parser(_ispytest=True)
     hooks.pytest_addoption(pytest_parser)
     known = {n for g in pytest_parser._groups for o in g.options for n in o.names()}
-    named = set(re.findall(r"^\| `(--moeperf-[a-z-]+)", OPTIONS.read_text(), re.MULTILINE))
-    assert sorted(named - known) == []
+    rows = _rows(page.split("## The `moeperf` command")[0])
+    named = {n.split()[0] for row in rows for n in re.findall(r"`([^`]+)`", row[0])}
+    assert named and sorted(named - known) == []
     keys = profiles._PROFILE_KEYS | profiles._TRAFFIC_KEYS
-    rows = set(re.findall(r"^\| `([a-z_]+)`", PROFILE_KEYS.read_text(), re.MULTILINE))
-    assert sorted(rows - keys) == []
+    listed = {k for row in _rows(_built(PROFILE_KEYS)) for k in re.findall(r"`([^`]+)`", row[0])}
+    assert listed and sorted(listed - keys) == []

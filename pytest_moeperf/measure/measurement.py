@@ -297,7 +297,7 @@ class Measurement:
                 figure = Figure(value, spread)
             if not samples and figure is None:
                 raise ValueError("has no samples (and no stored figure)")
-            stored = d.get("conditions", d.get("extra")) or {}  # "extra": results format 1
+            stored = d.get("conditions") or {}
             if not isinstance(stored, dict):
                 raise ValueError(f"conditions {stored!r} must be an object")
             return cls(

@@ -21,16 +21,11 @@ from ..run.rounds import Decided, decide_baseline, decide_pair
 from ..run.session import PerfSession
 from ..run.source import Side
 from ..store.accepted import host_for
-from ..store.record import BenchRound, VerdictRecord
+from ..store.record import BenchRound
 from ..verdicts.attribution import server_over_bench
-from ..verdicts.judge import (
-    BaselineCheck,
-    BaselineRow,
-    Claim,
-    Operand,
-    Verdict,
-    judge_baseline,
-)
+from ..verdicts.baseline_check import BaselineCheck, BaselineRow, judge_baseline
+from ..verdicts.claims import Claim, Operand
+from ..verdicts.judge import Verdict
 from ..verdicts.sequential import Rule
 
 
@@ -180,18 +175,7 @@ class MoePerf:
         self.verdicts.append(got.verdict)
         if rule.kind != "change":  # a claim or a dead end: beside the profile's reference
             self._reference_row(got.verdict, left=got.b, right=got.a)
-        record = VerdictRecord(
-            self.nodeid,
-            got.verdict,
-            got.pair,
-            label,
-            got.moved,
-            got.plan.to_dict() if got.plan else None,
-            {"seed": got.coin.seed, "orders": list(got.coin.orders)} if got.coin else None,
-            got.blocks,
-            got.taken,
-        )
-        session.verdicts.append(record)
+        session.verdicts.append(got.record(self.nodeid, label))
         return got.verdict
 
     def _reference_row(self, verdict: Verdict, left: Measurement, right: Measurement) -> None:

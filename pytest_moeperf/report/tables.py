@@ -9,8 +9,10 @@ from typing import Any
 from ..host.probe import Probe
 from ..llama.startup import StartupFinding
 from ..measure.measurement import Measurement
+from ..measure.workload import Workload
 from ..store.record import BenchRound
-from ..verdicts.judge import BaselineRow, Verdict
+from ..verdicts.baseline_check import BaselineRow
+from ..verdicts.judge import Verdict
 
 
 def text_table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
@@ -88,7 +90,7 @@ def summary_rows(measurements: Iterable[Measurement]) -> tuple[list[str], list[l
     """One row per (configuration, build), one column per workload, in the shape of ADR-0042's
     llama-bench table: configuration | pp tok/s | tg tok/s | spread | build."""
     ms = [m for m in measurements if not m.workload.is_traffic]  # traffic: traffic_rows
-    workloads = sorted({m.workload for m in ms}, key=lambda w: (w.kind != "pp", w.depth, w.tokens))
+    workloads = sorted({m.workload for m in ms}, key=Workload.table_order)
     groups: dict[tuple[str, str, str], dict[str, Measurement]] = {}
     for m in ms:
         profile = m.conditions.profile

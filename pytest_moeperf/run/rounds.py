@@ -20,15 +20,9 @@ from typing import Generic, TypeVar
 
 from ..defaults import BUDGET, MARGIN
 from ..measure.measurement import Measurement
-from ..store.record import SideRounds
-from ..verdicts.judge import (
-    BaselineCheck,
-    Verdict,
-    busy_reason,
-    judge_rounds,
-    judge_unpaired,
-    overridden,
-)
+from ..store.record import SideRounds, VerdictRecord
+from ..verdicts.baseline_check import BaselineCheck, overridden
+from ..verdicts.judge import Verdict, busy_reason, judge_rounds, judge_unpaired
 from ..verdicts.sequential import Coin, Plan, Rule
 from .profiles import Profile
 from .source import Feed, Side, Source
@@ -77,6 +71,21 @@ class Decided:
         if len(self.sides) != 2:
             return None
         return (self.sides[0], self.sides[1])
+
+    def record(self, test: str, asked: str) -> VerdictRecord:
+        """The verdict as the run record keeps it, with all a replay needs to judge its
+        rounds again: where they lie, the looks, the coin, the process blocks."""
+        return VerdictRecord(
+            test,
+            self.verdict,
+            self.pair,
+            asked,
+            self.moved,
+            self.plan.to_dict() if self.plan else None,
+            {"seed": self.coin.seed, "orders": list(self.coin.orders)} if self.coin else None,
+            self.blocks,
+            self.taken,
+        )
 
 
 @dataclass(frozen=True)

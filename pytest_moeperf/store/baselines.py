@@ -63,8 +63,8 @@ from ..host.probe import Probe
 from ..measure.stats import Figure
 from ..measure.workload import Workload
 from ..verdicts.calibration import NoiseFigure
+from ..verdicts.claims import CONFIGURATION_NAME
 from ..verdicts.creep import PairedChange
-from ..verdicts.judge import CONFIGURATION_NAME
 from .hosts import BaselineHost, canonical_workload, is_number
 
 SCHEMA = 2

@@ -25,12 +25,14 @@ from ..fs import load_json
 from ..llama.bench import BenchResult
 from ..measure.measurement import Measurement
 from ..measure.workload import Workload
-from ..verdicts.judge import BaselineCheck, Verdict
+from ..verdicts.baseline_check import BaselineCheck
+from ..verdicts.judge import Verdict
 
 RESULTS_VERSION = 2
 """The version of the results file this module writes (``moeperf_results``)."""
 READABLE_VERSIONS = (1, 2)
-"""Versions it reads: 1 named the measurement conditions ``extra`` and kept no rounds.
+"""Versions it reads: 1 named the measurement conditions ``extra``, a verdict's label ``claim``,
+and kept no rounds.
 
 The version changes when a field is renamed, moved or read differently, not when an optional
 field is added that older files lack and older readers ignore: version 2 files written before
@@ -54,6 +56,26 @@ def version_problem(data: Any) -> str | None:
     if version not in READABLE_VERSIONS:
         return f"results format {version} is not one this pytest-moeperf reads"
     return None
+
+
+_FORMAT_1_KEYS = {"measurements": ("extra", "conditions"), "verdicts": ("claim", "label")}
+"""What format 1 named otherwise, in each of the document's lists: (its key, the current one)."""
+
+
+def _upgraded(data: dict[str, Any]) -> dict[str, Any]:
+    """*data* (a readable document) in the current shape, for the classes' ``from_dict``."""
+    if data["moeperf_results"] != 1:
+        return data
+    out = dict(data)
+    for kind, (old, new) in _FORMAT_1_KEYS.items():
+        if isinstance(data.get(kind), list):
+            out[kind] = [
+                {new: d[old], **{k: v for k, v in d.items() if k != old}}
+                if isinstance(d, dict) and old in d
+                else d
+                for d in data[kind]
+            ]
+    return out
 
 
 @dataclass(frozen=True)
@@ -272,6 +294,7 @@ class RunRecord:
         problem = version_problem(data)
         if problem is not None:
             raise ValueError(problem)
+        data = _upgraded(data)
         stored = data.get("measurements")
         if not isinstance(stored, list):
             raise ValueError("no measurements list")
@@ -312,10 +335,67 @@ def read_record(path: Path, what: str = "results file") -> RunRecord:
     """The run record in *path*; one :class:`ResultsError` line naming the file (and *what*
     named it, e.g. ``--moeperf-replay``) when it cannot be read."""
     data = load_json(path, f"{what} {path}", ResultsError)
+    if _is_gate(data):
+        return read_gate(path, what).record
     try:
         return RunRecord.from_dict(data)
     except ValueError as exc:
         raise ResultsError(f"{what} {path}: {exc}") from None
+
+
+def _is_gate(data: object) -> bool:
+    return isinstance(data, dict) and "rows" in data and "outcome" in data
+
+
+@dataclass(frozen=True)
+class StoredGate:
+    """A gate's ``--json`` as ``moeperf gate --replay`` reads it: the gate's run record (its
+    rows' rounds) and what the gate was asked and saw beside it."""
+
+    record: RunRecord
+    baseline: str
+    candidate: str
+    """The builds' names, as the gate's table shows them."""
+    margin: float
+    rows: tuple[tuple[str, str], ...]
+    """(configuration, workload) of each row, in the gate's order."""
+    seconds: tuple[float, ...]
+    """Each row's seconds of measuring (a replay takes none)."""
+    skipped: tuple[tuple[str, str], ...]
+    """Each configuration the gate did not measure, and why."""
+    busy: float
+    loadavg: tuple[float, float, float]
+    """The host's load before the first row."""
+
+
+def read_gate(path: Path, what: str = "--replay") -> StoredGate:
+    """The stored gate in *path* (a gate's ``--json``); one :class:`ResultsError` line naming
+    the file when it is not one, or of before gates kept their run record."""
+    data = load_json(path, f"{what} {path}", ResultsError)
+    if not _is_gate(data):
+        raise ResultsError(f"{what} {path}: not a gate's --json (it has no rows and outcome)")
+    if "record" not in data:
+        raise ResultsError(
+            f"{what} {path}: written by a gate of before gates kept their run record; "
+            "run the gate again with --json to have one that replays"
+        )
+    try:
+        load = data.get("loadavg_before") or (0.0, 0.0, 0.0)
+        return StoredGate(
+            RunRecord.from_dict(data["record"]),
+            str(data["baseline"]),
+            str(data["candidate"]),
+            float(data["margin"]),
+            tuple((str(r["configuration"]), str(r["workload"])) for r in data["rows"]),
+            tuple(float(r["seconds"]) for r in data["rows"]),
+            tuple((str(s["configuration"]), str(s["reason"])) for s in data.get("skipped", [])),
+            float(data.get("host_busy_before") or 0.0),
+            (float(load[0]), float(load[1]), float(load[2])),
+        )
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
+        raise ResultsError(
+            f"{what} {path}: unreadable gate ({type(exc).__name__}: {exc})"
+        ) from None
 
 
 def rounds_of(

@@ -1,4 +1,4 @@
-"""Judging: claims between two measurements, absolute baseline checks and build-change gates.
+"""Judging: claims between two measurements, dead ends and build-change gates.
 
 Every verdict comes from an interval, never from two point values, so noise alone makes a
 result *undecided* rather than a pass or a failure.
@@ -7,14 +7,12 @@ result *undecided* rather than a pass or a failure.
 from __future__ import annotations
 
 import math
-import re
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, get_args, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, get_args, runtime_checkable
 
 from ..defaults import BUSY_LIMIT, CONFIDENCE, MARGIN, MIN_REL_SPREAD
-from ..errors import MoeperfError
 from ..measure.stats import (
     Figure,
     RatioInterval,
@@ -22,10 +20,8 @@ from ..measure.stats import (
     ratio_interval_from_summary,
     relative_uncertainty,
     repetitions_to_decide,
-    with_session_term,
 )
-from ..measure.workload import Workload
-from .creep import SessionSpread
+from .claims import Claim
 from .sequential import Decision, Plan, Rule, look
 
 if TYPE_CHECKING:
@@ -35,149 +31,17 @@ Outcome = Decision
 """holds / fails for claims and dead ends; faster / slower / small-faster / small-slower /
 unchanged for a change; undecided for either."""
 OUTCOMES: tuple[str, ...] = get_args(Decision)
-Relation = Literal[">=", "<="]
 Values = Sequence[float] | Figure
 """Raw throughput samples (tok/s), or a stored :class:`~pytest_moeperf.stats.Figure`."""
-
-CONFIGURATION_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9_.-]*[A-Za-z0-9_-])?$")
-"""Configuration names: letters, digits, ``-``, ``_`` and ``.``, not ending in ``.``."""
-BUILD_NAME = re.compile(r"^[A-Za-z0-9_./+:-]+$")
-
-_OPERAND = re.compile(
-    r"^(?P<configuration>[^\[\]\s]+?)"
-    r"(?:\[(?P<build>[^\[\]\s]*)\])?"
-    r"\.(?P<workload>(?:pp|tg)\d+(?:@d\d+)?|traffic\.\w+)$"
-)
-_FACTOR = re.compile(
-    r"^(?P<factor>[+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*(?:\*|\u00d7|x(?=\s))\s*(?P<rest>.*)$"
-)
-_EXAMPLE = "write e.g. 'lm-none.pp2048 >= 2.0 * mmap.pp2048'"
-
-
-class ClaimError(MoeperfError, ValueError):
-    """A claim's text cannot be parsed."""
-
-
-@dataclass(frozen=True)
-class Operand:
-    """One side of a claim: a configuration's workload, optionally on a named build."""
-
-    configuration: str
-    workload: Workload
-    build: str | None = None
-
-    @property
-    def key(self) -> tuple[str | None, str, str]:
-        """``(build, configuration, workload name)``, the key baseline files use."""
-        return (self.build, self.configuration, self.workload.name)
-
-    @property
-    def id(self) -> str:
-        build = f":{self.build}" if self.build else ""
-        return _id_safe(f"{self.configuration}{build}.{self.workload.compact.replace('@', '-')}")
-
-    def __str__(self) -> str:
-        build = f"[{self.build}]" if self.build else ""
-        return f"{self.configuration}{build}.{self.workload.compact}"
-
-
-def _id_safe(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.:+-]", "_", text)
-
-
-def _parse_operand(text: str, claim_text: str) -> Operand:
-    m = _OPERAND.fullmatch(text)
-    if not m:
-        raise ClaimError(
-            f"claim {claim_text!r}: {text!r} is not CONFIGURATION[BUILD].WORKLOAD "
-            f"(workload ppN, tgN, tgN@dD or traffic.METRIC); {_EXAMPLE}"
-        )
-    configuration, build = m.group("configuration"), m.group("build")
-    if not CONFIGURATION_NAME.fullmatch(configuration):
-        raise ClaimError(
-            f"claim {claim_text!r}: configuration {configuration!r} may hold only letters, "
-            "digits, '-', '_' and '.' (not last)"
-        )
-    if build is not None and not BUILD_NAME.fullmatch(build):
-        raise ClaimError(f"claim {claim_text!r}: build {build!r} in [...] is empty or malformed")
-    try:
-        workload = Workload.parse(m.group("workload").replace("@", " @ "))
-    except MoeperfError as e:
-        raise ClaimError(f"claim {claim_text!r}: {e}") from None
-    return Operand(configuration, workload, build)
-
-
-@dataclass(frozen=True)
-class Claim:
-    """``left <relation> factor * right`` between two measurements' medians, e.g.
-    ``lm-none.pp2048 >= 2.0 * mmap.pp2048`` (prefill at least doubles) or
-    ``cache-6gib.tg128 <= 0.70 * mmap.tg128`` (a dead end: stays at least 30 % slower)."""
-
-    left: Operand
-    relation: Relation
-    factor: float
-    right: Operand
-
-    def __post_init__(self) -> None:
-        if self.relation not in (">=", "<="):
-            raise ClaimError(f"claim relation {self.relation!r}: use '>=' or '<='")
-        if not (math.isfinite(self.factor) and self.factor > 0):
-            raise ClaimError(f"claim factor {self.factor!r} must be a positive finite number")
-
-    @classmethod
-    def parse(cls, text: str) -> Claim:
-        """Parse ``"A.pp2048 >= 2.0 * B.pp2048"``: the factor (written with ``*``, ``x`` or the
-        multiplication sign) defaults to 1, a build may follow the configuration in brackets
-        (``mmap[b11713].tg128``), and a depth the workload (``tg128@d8192``)."""
-        if not isinstance(text, str) or not text.strip():
-            raise ClaimError(f"claim {text!r} is empty; {_EXAMPLE}")
-        compact = re.sub(r"\s*@\s*", "@", text.strip())
-        relations = re.findall(r"[<>=!]=?", compact)
-        if relations not in ([">="], ["<="]):
-            raise ClaimError(
-                f"claim {text!r}: needs exactly one relation, '>=' or '<='; {_EXAMPLE}"
-            )
-        relation: Relation = ">=" if relations[0] == ">=" else "<="
-        left_text, right_text = (s.strip() for s in compact.split(relation))
-        factor = 1.0
-        m = _FACTOR.fullmatch(right_text)
-        if m:
-            factor = float(m.group("factor"))
-            right_text = m.group("rest").strip()
-            if not (math.isfinite(factor) and factor > 0):
-                raise ClaimError(f"claim {text!r}: factor {factor!r} must be positive and finite")
-        return cls(
-            _parse_operand(left_text, text), relation, factor, _parse_operand(right_text, text)
-        )
-
-    @property
-    def threshold(self) -> float:
-        """The bound on ``left / right``: the claim's factor."""
-        return self.factor
-
-    @property
-    def rule(self) -> Rule:
-        """How an interval of ``left / right`` decides this claim."""
-        return Rule("claim", threshold=self.factor, relation=self.relation)
-
-    @property
-    def id(self) -> str:
-        """A pytest-id-safe name: ``lm-none.pp2048-ge-2.0-mmap.pp2048``."""
-        rel = "ge" if self.relation == ">=" else "le"
-        factor = "" if self.factor == 1.0 else f"{self.factor!r}-"
-        return f"{self.left.id}-{rel}-{_id_safe(factor)}{self.right.id}"
-
-    def __str__(self) -> str:
-        factor = "" if self.factor == 1.0 else f"{self.factor!r} * "
-        return f"{self.left} {self.relation} {factor}{self.right}"
 
 
 @runtime_checkable
 class Judgement(Protocol):
     """What every verdict of this package is: a claim's or a gate row's :class:`Verdict`, a
-    :class:`BaselineCheck`, a creep chain's :class:`~pytest_moeperf.verdicts.creep.ChainedChange`.
-    Each has an outcome, one line that explains it, and one stored form (every field, and the
-    line) that the run record, the gate's and bisect's JSON keep."""
+    :class:`~pytest_moeperf.verdicts.baseline_check.BaselineCheck`, a creep chain's
+    :class:`~pytest_moeperf.verdicts.creep.ChainedChange`. Each has an outcome, one line that
+    explains it, and one stored form (every field, and the line) that the run record, the
+    gate's and bisect's JSON keep."""
 
     @property
     def outcome(self) -> str: ...
@@ -282,8 +146,7 @@ class Verdict:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Verdict:
-        """A verdict from :meth:`to_dict` (or from a results file of format 1, which named the
-        label ``claim``); ``ValueError`` or ``TypeError`` when malformed."""
+        """A verdict from :meth:`to_dict`; ``ValueError`` or ``TypeError`` when malformed."""
 
         def number(name: str) -> float | None:
             value = d.get(name)
@@ -299,7 +162,7 @@ class Verdict:
             low=float(d["low"]),
             high=float(d["high"]),
             threshold=float(d.get("threshold", 1.0)),
-            label=str(d.get("label", d.get("claim", ""))),
+            label=str(d.get("label", "")),
             relation=str(d.get("relation", ">=")),
             margin=number("margin"),
             confidence=float(d.get("confidence", CONFIDENCE)),
@@ -310,7 +173,7 @@ class Verdict:
         )
 
 
-def _interval(
+def unpaired_interval(
     a: Values, b: Values, *, confidence: float, min_rel_spread: float, seed: int
 ) -> tuple[RatioInterval, int | None]:
     """The ratio interval of *a* / *b*, and the repetitions per side behind it (``None`` when
@@ -333,7 +196,9 @@ def _interval(
     return iv, min(len(a), len(b))
 
 
-def _more(iv: RatioInterval, thresholds: Sequence[float], n: int | None) -> int | None:
+def more_to_decide(iv: RatioInterval, thresholds: Sequence[float], n: int | None) -> int | None:
+    """About how many more repetitions per side would decide *iv* against every threshold
+    (``None``: unknown, or none would)."""
     if n is None:
         return None
     counts = [repetitions_to_decide(iv, t, n) for t in thresholds]
@@ -369,11 +234,13 @@ def _judge_bound(
     seed: int = 0,
 ) -> Verdict:
     """A claim's *rule* (a bound on ``left / right``) judged once on an unpaired interval."""
-    iv, n = _interval(left, right, confidence=confidence, min_rel_spread=min_rel_spread, seed=seed)
+    iv, n = unpaired_interval(
+        left, right, confidence=confidence, min_rel_spread=min_rel_spread, seed=seed
+    )
     t = rule.threshold
     outcome = rule.outcome(iv.ratio, iv.low, iv.high, final=True)
     assert outcome is not None
-    more = _more(iv, [t], n) if outcome == "undecided" else None
+    more = more_to_decide(iv, [t], n) if outcome == "undecided" else None
     return Verdict(
         outcome=outcome,
         ratio=iv.ratio,
@@ -404,7 +271,7 @@ def _margin_interval(
     """:func:`_interval` of ``a / b`` for a rule with a *margin* around 1 (checked)."""
     if not (math.isfinite(margin) and 0 <= margin < 1):
         raise ValueError(f"margin {margin!r} must be in [0, 1)")
-    return _interval(a, b, confidence=confidence, min_rel_spread=min_rel_spread, seed=seed)
+    return unpaired_interval(a, b, confidence=confidence, min_rel_spread=min_rel_spread, seed=seed)
 
 
 def _around_one(
@@ -454,184 +321,8 @@ def judge_change(
     more = None
     if outcome == "undecided":
         inside = 1.0 - margin < iv.ratio < 1.0 + margin
-        more = _more(iv, [1.0 - margin, 1.0 + margin] if inside else [1.0], n)
+        more = more_to_decide(iv, [1.0 - margin, 1.0 + margin] if inside else [1.0], n)
     return _around_one(outcome, iv, more, label, "~", margin)
-
-
-@dataclass(frozen=True)
-class BaselineCheck:
-    """An absolute check of a measurement against a stored baseline, on the interval of
-    ``measured / baseline`` (medians): ``pass`` when the whole interval is no worse than the
-    tolerance allows, ``fail`` when the whole interval is worse, ``undecided`` when it
-    straddles the limit (the numbers cannot tell; more repetitions may)."""
-
-    outcome: Literal["pass", "fail", "undecided"]
-    measured: float
-    """Median of the measured samples, tok/s."""
-    baseline: float
-    tolerance: float
-    higher_is_better: bool = True
-    label: str = ""
-    low: float | None = None
-    """Lower end of the interval of ``measured / baseline`` (``None``: a point check)."""
-    high: float | None = None
-    more_repetitions: int | None = None
-    """When undecided: about how many more repetitions could decide it."""
-    confidence: float = CONFIDENCE
-    reason: str | None = None
-    """Why the numbers could not decide (host busy, host changed), when that made the check
-    undecided."""
-    between: str = ""
-    """The between-session term the interval holds (``between sessions 10.5 % (from 1
-    session ...)``), empty when it holds none."""
-
-    @property
-    def limit(self) -> float:
-        """The worst median that still passes."""
-        sign = -1 if self.higher_is_better else 1
-        return self.baseline * (1 + sign * self.tolerance)
-
-    @property
-    def change(self) -> float:
-        """``measured / baseline - 1`` (0.05 = 5 % above the baseline)."""
-        return self.measured / self.baseline - 1.0
-
-    @property
-    def change_pct(self) -> float:
-        return self.change * 100.0
-
-    @property
-    def interval_pct(self) -> str:
-        """The interval of the change, in per cent: ``[-4.1, +9.8]`` (empty without one)."""
-        if self.low is None or self.high is None:
-            return ""
-        return f"[{100 * (self.low - 1):+.1f}, {100 * (self.high - 1):+.1f}]"
-
-    @property
-    def verdict(self) -> str:
-        """The outcome, for tables."""
-        return self.outcome
-
-    def to_dict(self) -> dict[str, Any]:
-        """The check as the run record stores it: every field, and its line."""
-        return {**asdict(self), "explain": self.explain()}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> BaselineCheck:
-        """A check from :meth:`to_dict`, or from a record of before the interval was kept
-        (outcome, medians and tolerance only); ``ValueError`` or ``TypeError`` when
-        malformed."""
-        outcome = str(d["outcome"])
-        if outcome not in ("pass", "fail", "undecided"):
-            raise ValueError(f"baseline check outcome {outcome!r} is not pass, fail or undecided")
-
-        def number(name: str) -> float | None:
-            return None if d.get(name) is None else float(d[name])
-
-        more = d.get("more_repetitions")
-        return cls(
-            outcome,  # type: ignore[arg-type]
-            float(d["measured"]),
-            float(d["baseline"]),
-            float(d["tolerance"]),
-            bool(d.get("higher_is_better", True)),
-            str(d.get("label", "")),
-            number("low"),
-            number("high"),
-            None if more is None else int(more),
-            float(d.get("confidence", CONFIDENCE)),
-            None if d.get("reason") is None else str(d["reason"]),
-            str(d.get("between", "")),
-        )
-
-    def explain(self) -> str:
-        """One line: ``mmap.pp2048 = 185.2 vs baseline 189.0 (-2.0 % [-3.1, -0.9], limit
-        179.6): pass``."""
-        label = f"{self.label} = " if self.label else ""
-        interval = f" {self.interval_pct}" if self.interval_pct else ""
-        line = (
-            f"{label}{self.measured:.4g} vs baseline {self.baseline:.4g} "
-            f"({self.change_pct:+.1f} %{interval}, limit {self.limit:.4g}): {self.outcome}"
-        )
-        if self.between:
-            line += f"; {self.between}"
-        if self.reason:
-            line += f" ({self.reason})"
-        elif self.outcome == "undecided" and self.more_repetitions:
-            line += f" (about {self.more_repetitions} more repetitions would decide)"
-        elif self.outcome == "undecided" and self.between:
-            line += (
-                " (the between-session term alone reaches the limit: more repetitions "
-                "cannot decide; a paired gate against the baseline's build can)"
-            )
-        return line
-
-
-@dataclass(frozen=True)
-class BaselineRow:
-    """One measured row checked against its stored baseline, for reports."""
-
-    nodeid: str
-    measurement: Measurement
-    check: BaselineCheck
-
-
-def judge_baseline(
-    measured: Sequence[float],
-    baseline_value: float,
-    tolerance: float,
-    higher_is_better: bool = True,
-    *,
-    label: str = "",
-    baseline: Values | None = None,
-    confidence: float = CONFIDENCE,
-    min_rel_spread: float = MIN_REL_SPREAD,
-    seed: int = 0,
-    session: SessionSpread | None = None,
-) -> BaselineCheck:
-    """Judge *measured* against a stored baseline on the interval of ``median(measured) /
-    baseline`` (*baseline*: its samples or stored figure; a bare *baseline_value* counts as a
-    figure with no spread of its own). Higher is better: ``pass`` when the whole interval
-    lies at or above ``1 - tolerance``, ``fail`` when it lies wholly below, ``undecided``
-    otherwise; lower is better: the mirror image around ``1 + tolerance``. A noisy host gives
-    a wide interval, and a wide interval never fails. The baseline was measured in another
-    session: *session* (the host's between-session spread) widens the interval by the
-    difference of two sessions' levels, which no number of repetitions removes."""
-    if not measured:
-        raise ValueError("no measured samples")
-    if not (math.isfinite(baseline_value) and baseline_value > 0):
-        raise ValueError(f"baseline value {baseline_value!r} must be positive and finite")
-    if not (math.isfinite(tolerance) and 0 <= tolerance < 1):
-        raise ValueError(f"tolerance {tolerance!r} must be in [0, 1)")
-    med = statistics.median(measured)
-    if not math.isfinite(med):
-        raise ValueError(f"non-finite sample in {list(measured)!r}")
-    stored = baseline if baseline is not None else Figure(baseline_value, 0.0)
-    iv, n = _interval(
-        list(measured), stored, confidence=confidence, min_rel_spread=min_rel_spread, seed=seed
-    )
-    if session is not None:
-        iv = with_session_term(iv, session.difference_sd)
-    outcome: Literal["pass", "fail", "undecided"]
-    if higher_is_better:
-        t = 1 - tolerance
-        outcome = "pass" if iv.low >= t else "fail" if iv.high < t else "undecided"
-    else:
-        t = 1 + tolerance
-        outcome = "pass" if iv.high <= t else "fail" if iv.low > t else "undecided"
-    return BaselineCheck(
-        outcome=outcome,
-        measured=med,
-        baseline=baseline_value,
-        tolerance=tolerance,
-        higher_is_better=higher_is_better,
-        label=label,
-        low=iv.low,
-        high=iv.high,
-        more_repetitions=_more(iv, [t], n) if outcome == "undecided" else None,
-        confidence=confidence,
-        between=session.describe() if session is not None else "",
-    )
 
 
 def judge_dead_end(
@@ -653,7 +344,7 @@ def judge_dead_end(
     iv, n = _margin_interval(config, other, margin, confidence, min_rel_spread, seed)
     outcome = Rule("dead_end", margin=margin).outcome(iv.ratio, iv.low, iv.high, final=True)
     assert outcome is not None
-    more = _more(iv, [1.0, 1.0 - margin], n) if outcome == "undecided" else None
+    more = more_to_decide(iv, [1.0, 1.0 - margin], n) if outcome == "undecided" else None
     return _around_one(outcome, iv, more, label, "<", margin)
 
 
@@ -721,17 +412,3 @@ def undecided(verdict: Verdict, reason: str | None) -> Verdict:
         label=f"{verdict.label} ({reason})",
         reason=reason if verdict.reason is None else f"{verdict.reason}; {reason}",
     )
-
-
-R = TypeVar("R", "Verdict", "BaselineCheck")
-
-
-def overridden(result: R, reason: str | None) -> R:
-    """*result* (a verdict or a baseline check), made undecided when *reason* says its numbers
-    cannot decide: a busy host, a host that changed under them."""
-    if reason is None:
-        return result
-    if isinstance(result, Verdict):
-        return undecided(result, reason)
-    why = reason if result.reason is None else f"{result.reason}; {reason}"
-    return replace(result, outcome="undecided", more_repetitions=None, reason=why)

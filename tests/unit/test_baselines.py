@@ -27,7 +27,7 @@ from pytest_moeperf.store.baselines import (
     parse_baselines,
 )
 from pytest_moeperf.store.hosts import BaselineHost, fingerprint_mismatch, host_differences
-from pytest_moeperf.verdicts.judge import CONFIGURATION_NAME
+from pytest_moeperf.verdicts.claims import CONFIGURATION_NAME
 
 ADR = Path(__file__).resolve().parents[2] / "baselines" / "adr-0042.toml"
 

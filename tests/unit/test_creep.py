@@ -19,6 +19,7 @@ from pytest_moeperf.store.baselines import load_baselines, parse_baselines
 from pytest_moeperf.store.hosts import BaselineHost
 from pytest_moeperf.store.record import RunRecord
 from pytest_moeperf.store.sessions import session_medians
+from pytest_moeperf.verdicts.baseline_check import judge_baseline
 from pytest_moeperf.verdicts.calibration import NoiseFigure, lag1, noise_figure
 from pytest_moeperf.verdicts.creep import (
     PairedChange,
@@ -26,7 +27,6 @@ from pytest_moeperf.verdicts.creep import (
     link_spread,
     session_spread,
 )
-from pytest_moeperf.verdicts.judge import judge_baseline
 
 W = Workload.parse("pp512")
 FP = {"cpu_model": "test cpu", "cpus": 2}

@@ -15,17 +15,15 @@ from pytest_moeperf.errors import MoeperfError
 from pytest_moeperf.measure.stats import Figure
 from pytest_moeperf.measure.workload import Workload
 from pytest_moeperf.store.baselines import BaselineFile, load_baselines
-from pytest_moeperf.verdicts.judge import (
+from pytest_moeperf.verdicts.baseline_check import judge_baseline
+from pytest_moeperf.verdicts.claims import (
     BUILD_NAME,
     CONFIGURATION_NAME,
     Claim,
     ClaimError,
     Operand,
-    Verdict,
-    judge_baseline,
-    judge_change,
-    judge_claim,
 )
+from pytest_moeperf.verdicts.judge import Verdict, judge_change, judge_claim
 
 ADR = Path(__file__).resolve().parents[2] / "baselines" / "adr-0042.toml"
 

@@ -19,8 +19,9 @@ from pytest_moeperf.store.record import (
     VerdictRecord,
     bench_entry,
 )
+from pytest_moeperf.verdicts.baseline_check import BaselineCheck
 from pytest_moeperf.verdicts.creep import ChainedChange
-from pytest_moeperf.verdicts.judge import BaselineCheck, Judgement, Verdict
+from pytest_moeperf.verdicts.judge import Judgement, Verdict
 
 W = Workload.parse("pp512")
 
@@ -109,6 +110,29 @@ def test_records_of_before_a_field_was_kept_read_as_they_were():
     old["baseline_checks"][0]["key"][-1] = "traffic.ttft_p99"  # a latency: lower is better
     (latency,) = RunRecord.from_dict(old).baseline_checks
     assert latency.check.higher_is_better is False
+
+
+def test_format_1_keys_read_as_they_did():
+    """Format 1 named a measurement's conditions ``extra`` and a verdict's label ``claim``."""
+    record = _record()
+    old = json.loads(record.json_text())
+    old["moeperf_results"] = 1
+    (m,) = old["measurements"]
+    m["extra"] = m.pop("conditions")
+    label = "lm.pp512 / mmap.pp512"
+    old["verdicts"] = [
+        {"test": "t::a", "claim": label, "outcome": "holds", "ratio": 2.1, "low": 1.9,
+         "high": 2.3, "threshold": 2.0, "rounds": 12, "mde": 0.04, "method": "bootstrap"}
+    ]  # fmt: skip
+    back = RunRecord.from_dict(old)
+    assert back.version == 1
+    assert back.measurements == record.measurements
+    assert back.measurements[0].conditions == record.measurements[0].conditions
+    (verdict,) = back.verdicts
+    assert verdict.verdict.label == verdict.asked == label
+    assert (verdict.verdict.outcome, verdict.verdict.rounds, verdict.sides) == ("holds", 12, None)
+    m["conditions"] = {"profile": "q"}  # the current key wins where both are
+    assert RunRecord.from_dict(old).measurements[0].conditions.profile == "q"
 
 
 def test_an_unreadable_kind_names_itself():

@@ -26,7 +26,8 @@ from pytest_moeperf.report.tables import text_table
 from pytest_moeperf.run.session import Options, PerfSession
 from pytest_moeperf.store.baselines import BaselineEntry, load_baselines
 from pytest_moeperf.store.replay import Replay
-from pytest_moeperf.verdicts.judge import Claim, judge_claim, judge_dead_end
+from pytest_moeperf.verdicts.claims import Claim
+from pytest_moeperf.verdicts.judge import judge_claim, judge_dead_end
 from pytest_moeperf.verdicts.reference import (
     Reference,
     judge_traffic,

@@ -26,7 +26,7 @@ from pytest_moeperf.measure.traffic import (
 )
 from pytest_moeperf.measure.workload import Workload
 from pytest_moeperf.run.profiles import parse_profiles, traffic_of
-from pytest_moeperf.verdicts.judge import Claim
+from pytest_moeperf.verdicts.claims import Claim
 
 MIX = Mix((Shape(100, 10), Shape(50, 20)), "test")
 

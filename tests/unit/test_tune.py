@@ -24,7 +24,7 @@ from pytest_moeperf.run.tune import (
     tuned_tests,
     write_finding,
 )
-from pytest_moeperf.verdicts.judge import Claim
+from pytest_moeperf.verdicts.claims import Claim
 
 THREADS = {None: 1.0, "1": 0.5, "3": 1.01, "4": 1.3, "8": 0.6}
 UB = {None: 1.0, "64": 0.8, "512": 1.15}

@@ -1,0 +1,207 @@
+"""Baseline checks: a measurement judged against its stored baseline."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+from ..defaults import CONFIDENCE, MIN_REL_SPREAD
+from ..measure.stats import Figure, with_session_term
+from .creep import SessionSpread
+from .judge import Values, Verdict, more_to_decide, undecided, unpaired_interval
+
+if TYPE_CHECKING:
+    from ..measure.measurement import Measurement
+
+
+@dataclass(frozen=True)
+class BaselineCheck:
+    """An absolute check of a measurement against a stored baseline, on the interval of
+    ``measured / baseline`` (medians): ``pass`` when the whole interval is no worse than the
+    tolerance allows, ``fail`` when the whole interval is worse, ``undecided`` when it
+    straddles the limit (the numbers cannot tell; more repetitions may)."""
+
+    outcome: Literal["pass", "fail", "undecided"]
+    measured: float
+    """Median of the measured samples, tok/s."""
+    baseline: float
+    tolerance: float
+    higher_is_better: bool = True
+    label: str = ""
+    low: float | None = None
+    """Lower end of the interval of ``measured / baseline`` (``None``: a point check)."""
+    high: float | None = None
+    more_repetitions: int | None = None
+    """When undecided: about how many more repetitions could decide it."""
+    confidence: float = CONFIDENCE
+    reason: str | None = None
+    """Why the numbers could not decide (host busy, host changed), when that made the check
+    undecided."""
+    between: str = ""
+    """The between-session term the interval holds (``between sessions 10.5 % (from 1
+    session ...)``), empty when it holds none."""
+
+    @property
+    def limit(self) -> float:
+        """The worst median that still passes."""
+        sign = -1 if self.higher_is_better else 1
+        return self.baseline * (1 + sign * self.tolerance)
+
+    @property
+    def change(self) -> float:
+        """``measured / baseline - 1`` (0.05 = 5 % above the baseline)."""
+        return self.measured / self.baseline - 1.0
+
+    @property
+    def change_pct(self) -> float:
+        return self.change * 100.0
+
+    @property
+    def interval_pct(self) -> str:
+        """The interval of the change, in per cent: ``[-4.1, +9.8]`` (empty without one)."""
+        if self.low is None or self.high is None:
+            return ""
+        return f"[{100 * (self.low - 1):+.1f}, {100 * (self.high - 1):+.1f}]"
+
+    @property
+    def verdict(self) -> str:
+        """The outcome, for tables."""
+        return self.outcome
+
+    def to_dict(self) -> dict[str, Any]:
+        """The check as the run record stores it: every field, and its line."""
+        return {**asdict(self), "explain": self.explain()}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> BaselineCheck:
+        """A check from :meth:`to_dict`, or from a record of before the interval was kept
+        (outcome, medians and tolerance only); ``ValueError`` or ``TypeError`` when
+        malformed."""
+        outcome = str(d["outcome"])
+        if outcome not in ("pass", "fail", "undecided"):
+            raise ValueError(f"baseline check outcome {outcome!r} is not pass, fail or undecided")
+
+        def number(name: str) -> float | None:
+            return None if d.get(name) is None else float(d[name])
+
+        more = d.get("more_repetitions")
+        return cls(
+            outcome,  # type: ignore[arg-type]
+            float(d["measured"]),
+            float(d["baseline"]),
+            float(d["tolerance"]),
+            bool(d.get("higher_is_better", True)),
+            str(d.get("label", "")),
+            number("low"),
+            number("high"),
+            None if more is None else int(more),
+            float(d.get("confidence", CONFIDENCE)),
+            None if d.get("reason") is None else str(d["reason"]),
+            str(d.get("between", "")),
+        )
+
+    def explain(self) -> str:
+        """One line: ``mmap.pp2048 = 185.2 vs baseline 189.0 (-2.0 % [-3.1, -0.9], limit
+        179.6): pass``."""
+        label = f"{self.label} = " if self.label else ""
+        interval = f" {self.interval_pct}" if self.interval_pct else ""
+        line = (
+            f"{label}{self.measured:.4g} vs baseline {self.baseline:.4g} "
+            f"({self.change_pct:+.1f} %{interval}, limit {self.limit:.4g}): {self.outcome}"
+        )
+        if self.between:
+            line += f"; {self.between}"
+        if self.reason:
+            line += f" ({self.reason})"
+        elif self.outcome == "undecided" and self.more_repetitions:
+            line += f" (about {self.more_repetitions} more repetitions would decide)"
+        elif self.outcome == "undecided" and self.between:
+            line += (
+                " (the between-session term alone reaches the limit: more repetitions "
+                "cannot decide; a paired gate against the baseline's build can)"
+            )
+        return line
+
+
+@dataclass(frozen=True)
+class BaselineRow:
+    """One measured row checked against its stored baseline, for reports."""
+
+    nodeid: str
+    measurement: Measurement
+    check: BaselineCheck
+
+
+def judge_baseline(
+    measured: Sequence[float],
+    baseline_value: float,
+    tolerance: float,
+    higher_is_better: bool = True,
+    *,
+    label: str = "",
+    baseline: Values | None = None,
+    confidence: float = CONFIDENCE,
+    min_rel_spread: float = MIN_REL_SPREAD,
+    seed: int = 0,
+    session: SessionSpread | None = None,
+) -> BaselineCheck:
+    """Judge *measured* against a stored baseline on the interval of ``median(measured) /
+    baseline`` (*baseline*: its samples or stored figure; a bare *baseline_value* counts as a
+    figure with no spread of its own). Higher is better: ``pass`` when the whole interval
+    lies at or above ``1 - tolerance``, ``fail`` when it lies wholly below, ``undecided``
+    otherwise; lower is better: the mirror image around ``1 + tolerance``. A noisy host gives
+    a wide interval, and a wide interval never fails. The baseline was measured in another
+    session: *session* (the host's between-session spread) widens the interval by the
+    difference of two sessions' levels, which no number of repetitions removes."""
+    if not measured:
+        raise ValueError("no measured samples")
+    if not (math.isfinite(baseline_value) and baseline_value > 0):
+        raise ValueError(f"baseline value {baseline_value!r} must be positive and finite")
+    if not (math.isfinite(tolerance) and 0 <= tolerance < 1):
+        raise ValueError(f"tolerance {tolerance!r} must be in [0, 1)")
+    med = statistics.median(measured)
+    if not math.isfinite(med):
+        raise ValueError(f"non-finite sample in {list(measured)!r}")
+    stored = baseline if baseline is not None else Figure(baseline_value, 0.0)
+    iv, n = unpaired_interval(
+        list(measured), stored, confidence=confidence, min_rel_spread=min_rel_spread, seed=seed
+    )
+    if session is not None:
+        iv = with_session_term(iv, session.difference_sd)
+    outcome: Literal["pass", "fail", "undecided"]
+    if higher_is_better:
+        t = 1 - tolerance
+        outcome = "pass" if iv.low >= t else "fail" if iv.high < t else "undecided"
+    else:
+        t = 1 + tolerance
+        outcome = "pass" if iv.high <= t else "fail" if iv.low > t else "undecided"
+    return BaselineCheck(
+        outcome=outcome,
+        measured=med,
+        baseline=baseline_value,
+        tolerance=tolerance,
+        higher_is_better=higher_is_better,
+        label=label,
+        low=iv.low,
+        high=iv.high,
+        more_repetitions=more_to_decide(iv, [t], n) if outcome == "undecided" else None,
+        confidence=confidence,
+        between=session.describe() if session is not None else "",
+    )
+
+
+R = TypeVar("R", Verdict, BaselineCheck)
+
+
+def overridden(result: R, reason: str | None) -> R:
+    """*result* (a verdict or a baseline check), made undecided when *reason* says its numbers
+    cannot decide: a busy host, a host that changed under them."""
+    if reason is None:
+        return result
+    if isinstance(result, Verdict):
+        return undecided(result, reason)
+    why = reason if result.reason is None else f"{result.reason}; {reason}"
+    return replace(result, outcome="undecided", more_repetitions=None, reason=why)

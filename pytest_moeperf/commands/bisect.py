@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         result = run_bisect(
             session,
-            live,
+            live.stage,
             profile,
             builds,
             configurations=names,

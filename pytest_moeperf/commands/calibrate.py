@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         calibration = run_calibration(
             session,
-            live,
+            live.stage,
             profile,
             side(build),
             configurations=names,

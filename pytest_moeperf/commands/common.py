@@ -123,15 +123,15 @@ def configurations(args: argparse.Namespace, profile: Profile) -> list[str]:
     return names
 
 
-def live_session(args: argparse.Namespace) -> tuple[PerfSession, LiveSource]:
-    """The session of a gate, bisect or sweep, and its live source: profiles from --config
-    (else ./moeperf.toml), results under ./.moeperf, replies streamed so that every build is
-    measured alike."""
+def run_options(args: argparse.Namespace, replay: Path | None = None) -> Options:
+    """The options of a gate, bisect or sweep: profiles from --config (else ./moeperf.toml),
+    results under ./.moeperf, replies streamed so that every build is measured alike; with
+    *replay*, a stored run judged again instead."""
     root = Path.cwd()
     config_file = Path(args.config) if args.config else None
     if config_file is None and (root / "moeperf.toml").is_file():
         config_file = root / "moeperf.toml"
-    options = Options(
+    return Options(
         profile=args.profile,
         config_file=config_file,
         pyproject=root / "pyproject.toml",
@@ -142,10 +142,18 @@ def live_session(args: argparse.Namespace) -> tuple[PerfSession, LiveSource]:
         **({"busy_limit": args.busy_limit} if args.busy_limit is not None else {}),
         stream=True,  # both builds measured alike (older builds need streamed replies)
         process_block=args.process_block,
+        replay=replay,
     )
+
+
+def live_session(args: argparse.Namespace) -> tuple[PerfSession, LiveSource]:
+    """The session of a gate, bisect or sweep, and its live source (:func:`run_options`)."""
+    options = run_options(args)
     progress = say
     live = LiveSource(options, say if args.verbose else (lambda line: None), progress)
-    session = PerfSession(options, report=live.report, progress=progress, source=live, servers=live)
+    session = PerfSession(
+        options, report=live.report, progress=progress, source=live, servers=live.stage
+    )
     return session, live
 
 

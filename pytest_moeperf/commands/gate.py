@@ -8,14 +8,17 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime as dt
+from pathlib import Path
 
-from ..defaults import FIRST_LOOK, MAX_ROUNDS
+from ..defaults import FIRST_LOOK, MARGIN, MAX_ROUNDS
 from ..errors import MoeperfError
 from ..host.machine import parse_cpu_list
 from ..measure.workload import Workload
 from ..report.gate import gate_json_text, gate_markdown, gate_text
-from ..run.gate import CANDIDATE, BuildUnderTest, run_gate
+from ..run.gate import CANDIDATE, BuildUnderTest, StoredStage, run_gate
+from ..run.session import PerfSession
 from ..store.accept import accept_measurements, refusals, refuse
+from ..store.record import read_gate
 from ..verdicts.gate import UNDECIDED_POLICIES
 from .common import (
     add_run_arguments,
@@ -23,14 +26,21 @@ from .common import (
     check_run_arguments,
     configurations,
     live_session,
+    run_options,
     say,
     write_reports,
 )
 
 
 def add_arguments(g: argparse.ArgumentParser) -> None:
-    g.add_argument("--baseline", required=True, help="build number (e.g. 11053) or binary path")
-    g.add_argument("--candidate", required=True, help="build number (e.g. 11434) or binary path")
+    g.add_argument("--baseline", help="build number (e.g. 11053) or binary path")
+    g.add_argument("--candidate", help="build number (e.g. 11434) or binary path")
+    g.add_argument(
+        "--replay",
+        metavar="GATE.json",
+        help="judge a gate's --json again from the rounds it stored, starting no build and no "
+        "server (with the --config and --profile it ran with): the same rows and verdicts",
+    )
     add_run_arguments(g, configurations="configuration(s) to gate, comma separated (default: all)")
     add_workload_argument(g)
     g.add_argument(
@@ -89,8 +99,44 @@ def side(value: str, cpus: str | None = None) -> BuildUnderTest:
     return BuildUnderTest(int(value) if value.isdigit() else value, cpus)
 
 
+def _check_replay(args: argparse.Namespace) -> None:
+    """--replay's file exists, and nothing is asked that only a measuring gate uses."""
+    measuring = (  # what only a measuring gate uses: a replay judges the stored rows
+        ("--baseline", args.baseline is not None),
+        ("--candidate", args.candidate is not None),
+        ("--candidate-cpus", args.candidate_cpus is not None),
+        ("--accept", args.accept),
+        ("--attribute", args.attribute),
+        ("-c", bool(args.configuration)),
+        ("-w", bool(args.workload)),
+        ("--margin", args.margin != MARGIN),
+        ("--budget", args.budget is not None),
+        ("-r", args.repetitions != FIRST_LOOK),
+        ("--max-rounds", args.max_rounds != MAX_ROUNDS),
+        ("--process-block", args.process_block is not None),
+        ("--host-memory", args.host_memory is not None),
+    )
+    given = [option for option, used in measuring if used]
+    if given:
+        raise MoeperfError(
+            f"--replay: {', '.join(given)} shape a gate that measures; a replayed gate "
+            "takes its builds, rows, margin and looks from the file: leave them out"
+        )
+    if not Path(args.replay).is_file():
+        raise MoeperfError(f"--replay {args.replay}: no such file; name a gate's --json")
+
+
 def check_arguments(args: argparse.Namespace) -> None:
     """Every gate argument checked before any build or server work: one line each."""
+    if args.replay is not None:
+        _check_replay(args)
+    elif args.baseline is None or args.candidate is None:
+        missing = " and ".join(
+            o
+            for o, v in (("--baseline", args.baseline), ("--candidate", args.candidate))
+            if v is None
+        )
+        raise MoeperfError(f"{missing}: give both builds to gate (or --replay GATE.json)")
     if args.repetitions < 2:
         raise MoeperfError(
             f"-r/--repetitions {args.repetitions}: give at least 2 rounds before the first look"
@@ -108,8 +154,39 @@ def check_arguments(args: argparse.Namespace) -> None:
     check_run_arguments(args)
 
 
+def replay(args: argparse.Namespace) -> int:
+    """A stored gate judged again: each row's stored rounds through the same loop, looks and
+    Holm as when it ran (its stored plan and process blocks), its table printed."""
+    path = Path(args.replay)
+    stored = read_gate(path)
+    session = PerfSession(run_options(args, replay=path), progress=say)
+    configurations = list(dict.fromkeys(c for c, _ in stored.rows))
+    workloads = [Workload.parse(w) for w in dict.fromkeys(w for _, w in stored.rows)]
+    result = run_gate(
+        session,
+        StoredStage(stored.busy, stored.loadavg, stored.skipped),
+        session.profile(),
+        BuildUnderTest(stored.baseline),
+        BuildUnderTest(stored.candidate),
+        configurations=configurations + [c for c, _ in stored.skipped],
+        workloads=workloads or None,
+        margin=stored.margin,
+        undecided_policy=args.undecided,
+        check_output=False,
+    )
+    result.rows = [  # the time each row measured, as the gate took it
+        dataclasses.replace(r, seconds=s) for r, s in zip(result.rows, stored.seconds, strict=True)
+    ]
+    say(f"replayed {path}: no server started; the rows judged again from its stored rounds")
+    print(gate_text(result))
+    write_reports(args, gate_markdown(result), gate_json_text(result, stored.record))
+    return result.exit_code()
+
+
 def run(args: argparse.Namespace) -> int:
     check_arguments(args)
+    if args.replay is not None:
+        return replay(args)
     session, live = live_session(args)
     profile = session.profile()
     baseline, candidate = side(args.baseline), side(args.candidate, args.candidate_cpus)
@@ -117,7 +194,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         result = run_gate(
             session,
-            live,
+            live.stage,
             profile,
             baseline,
             candidate,
@@ -135,10 +212,11 @@ def run(args: argparse.Namespace) -> int:
             if args.verbose
             else None,
         )
+        record = session.run_record()  # the rows' rounds, for --replay
     finally:
         session.close()
     print(gate_text(result))
-    write_reports(args, gate_markdown(result), gate_json_text(result))
+    write_reports(args, gate_markdown(result), gate_json_text(result, record))
     if args.accept:
         refused = refusals(
             slower=[r.name for r in result.slower],

@@ -82,7 +82,12 @@ def run(args: argparse.Namespace) -> int:
         return _run_ncmoe(args, session, live, profile, names[0], ncmoe)
     try:
         result = run_sweep(
-            live, profile, profile.configuration(names[0]), slots, repetitions=args.repetitions
+            live,
+            live.stage,
+            profile,
+            profile.configuration(names[0]),
+            slots,
+            repetitions=args.repetitions,
         )
     finally:
         session.close()
@@ -103,6 +108,7 @@ def _run_ncmoe(
     try:
         result = run_ncmoe_sweep(
             live,
+            live.stage,
             profile,
             profile.configuration(name),
             values,

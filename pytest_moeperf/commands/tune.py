@@ -107,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
     }
     race = Race(
         session,
-        live,
+        live.stage,
         profile,
         base,
         knobs,

@@ -24,8 +24,7 @@ from ..measure.measurement import Measurement
 from ..measure.workload import Workload
 from ..store.record import SideRounds
 from ..verdicts.sequential import Coin
-from .launch import Launcher
-from .pool import ServerPool
+from .live_stage import LiveStage
 from .profiles import Configuration, Profile
 from .source import BLOCK_SAMPLES, PAIRED_METHOD, RESTART_METHOD, Feed, Side, side_rounds
 
@@ -35,10 +34,10 @@ warmup): what sets their length when nothing else does."""
 
 
 class Measuring(Protocol):
-    """What a live feed asks of its source."""
+    """What a live feed asks of its source: measurements, and the servers they are taken on
+    (restarted after a process block, held alive through the rounds)."""
 
-    launcher: Launcher
-    pool: ServerPool
+    stage: LiveStage
 
     def measure(
         self, profile: Profile, configuration: Configuration, workload: Workload,
@@ -76,7 +75,7 @@ class LivePairing(Feed):
         ]
         builds = [(s.configuration, m.build) for s, m in zip(self._sides, self._got, strict=True)]
         # one server always fits beside itself
-        self.restarts = self._keys[0] != self._keys[1] and not source.launcher.fit_together(
+        self.restarts = self._keys[0] != self._keys[1] and not source.stage.launcher.fit_together(
             profile, builds
         )
         self.block = 0 if self.restarts else (block if block is not None else self._auto_block())
@@ -103,14 +102,14 @@ class LivePairing(Feed):
     def take(self, index: int) -> tuple[float, ...] | None:
         if self.block and index and index % self.block == 0:  # a fresh process pair
             for side in self._sides:
-                self.source.launcher.restart(self.profile, side.configuration, side.build)
+                self.source.stage.launcher.restart(self.profile, side.configuration, side.build)
         # across restarts every round is a fresh pair: a block of its own
         self.blocks.append(index if self.restarts else index // self.block if self.block else 0)
         values = [0.0, 0.0]
         for i in (0, 1) if self.first(index) == "a" else (1, 0):
             side = self._sides[i]
             if self.restarts:  # a block: a fresh, warmed-up process and its median
-                self.source.launcher.restart(self.profile, side.configuration, side.build)
+                self.source.stage.launcher.restart(self.profile, side.configuration, side.build)
                 self._got[i] = self._take(side, len(self._got[i].samples) + BLOCK_SAMPLES)
                 values[i] = statistics.median(self._got[i].values[-BLOCK_SAMPLES:])
             else:
@@ -122,7 +121,7 @@ class LivePairing(Feed):
         return tuple(self._got)
 
     def setup_seconds(self) -> float:
-        return self.source.launcher.setup_seconds
+        return self.source.stage.launcher.setup_seconds
 
     def sides(self) -> tuple[SideRounds, ...]:
         per_round = BLOCK_SAMPLES if self.restarts else 1
@@ -132,7 +131,7 @@ class LivePairing(Feed):
         )
 
     def holding(self) -> contextlib.AbstractContextManager[None]:
-        return self.source.pool.using([] if self.restarts else self._keys)
+        return self.source.stage.pool.using([] if self.restarts else self._keys)
 
 
 class LiveSeries(Feed):
@@ -159,7 +158,7 @@ class LiveSeries(Feed):
         return (self._m,)
 
     def setup_seconds(self) -> float:
-        return self.source.launcher.setup_seconds
+        return self.source.stage.launcher.setup_seconds
 
     def sides(self) -> tuple[SideRounds, ...]:
         return (side_rounds(self.profile, self._m, 0),)

@@ -1,4 +1,5 @@
-"""The live source: samples measured now, on servers this session starts.
+"""The live source: samples measured now, on the servers its stage
+(:mod:`pytest_moeperf.run.live_stage`) starts.
 
 Each measurement runs under the locks of the server's CPUs and GPUs, after the calibration
 probe of its CPU set, with the other work and steal on those CPUs accounted (time-weighted
@@ -10,33 +11,26 @@ when the two servers do not fit in memory together, two blocks of a fresh proces
 
 from __future__ import annotations
 
-import contextlib
-import os
 import time
-from collections.abc import Callable, Iterable, Sequence
-from pathlib import Path
-from typing import Any, Protocol
+from collections.abc import Callable, Iterable
+from typing import Any
 
-from ..errors import MeasurementError, MoeperfError
+from ..errors import MeasurementError
 from ..host.gpu_telemetry import DmonSample, GpuSampler, GpuTelemetry
 from ..host.locks import measuring
-from ..host.machine import OtherWork, busy_fraction, host_fingerprint
+from ..host.machine import OtherWork
 from ..host.probe import Probe
-from ..llama.bench import run_bench
 from ..llama.flags import offloads_layers
 from ..llama.model_bytes import DecodeBytes
 from ..llama.startup import StartupFinding
-from ..llama.synthetic_model import BYTE_TOKEN_IDS
 from ..measure.measurement import Conditions, Measurement, Roofline, Sample
-from ..measure.meter import Meter, server_vocab
-from ..measure.output import greedy_tokens
+from ..measure.meter import Meter
 from ..measure.traffic import Pass, TrafficRun, run_pass
 from ..measure.workload import Workload
-from .artifacts import SYNTHETIC, Artifacts
 from .feeds import LivePairing, LiveSeries
-from .hostwatch import HostWatch
-from .launch import Launcher, gpu_env, server_names
-from .pool import ServerKey, ServerPool, ServerRecord
+from .launch import server_names
+from .live_stage import LiveSettings, LiveStage, banned
+from .pool import ServerKey, ServerRecord
 from .profiles import Configuration, Profile, traffic_of
 from .source import Feed, RunSource, Side
 
@@ -81,27 +75,8 @@ def decode_limit(
     return Roofline(bandwidth, source, db.per_token(depth), round(db.limit(bandwidth, depth), 3))
 
 
-class LiveSettings(Protocol):
-    """What the live source reads of the session's options."""
-
-    llama_server: tuple[Path, str] | None
-    rootdir: Path
-    results_dir: Path
-    repetitions: int | None
-    startup_timeout: float
-    request_timeout: float
-    configuration_timeout: float | None
-    stream: bool
-    busy_limit: float
-    numa_min_share: float
-    host_memory: int | None
-    process_block: int | None
-    probe_tolerance: float
-    reprobe_seconds: float
-
-
 class LiveSource(RunSource):
-    """Measurements taken now on this session's servers."""
+    """Measurements taken now on this session's servers (its :attr:`stage`)."""
 
     def __init__(
         self,
@@ -115,198 +90,63 @@ class LiveSource(RunSource):
         """Progress lines shown with ``-v`` (server started, measuring)."""
         self.progress = progress
         """Lines of long work shown always (building llama.cpp, a busy host)."""
-        self._host: dict[str, Any] | None = None
-        self._fingerprints: dict[str, dict[str, Any]] = {}
-        self._vocab: dict[Path, int] = {}
         self._budget_start: dict[ServerKey, float] = {}
         self._streams: dict[ServerKey, bool] = {}
         self._busy_warned: set[tuple[str, str, str, str]] = set()
-        self.pool = ServerPool(lambda: ServerPool.host_capacity(options.host_memory), report=report)
-        """The running servers and the scheduler that lets them start."""
-        self.artifacts = Artifacts(options, progress)
-        """The builds and models the servers run."""
-        self.hostwatch = HostWatch(options, report)
-        """The host probed before measurements and verdicts, and how it moved."""
-        worker = os.environ.get("PYTEST_XDIST_WORKER")  # its own logs: workers start together
-        log_dir = (
-            options.results_dir
-            / "logs"
-            / "-".join([time.strftime("%Y%m%d-%H%M%S"), *([worker] if worker else [])])
-        )
-        self.launcher = Launcher(
-            self.pool,
-            self.artifacts,
-            lambda: self.host,
-            log_dir=log_dir,
-            startup_timeout=options.startup_timeout,
-            report=report,
-            hostwatch=self.hostwatch,
-            busy_limit=options.busy_limit,
-            notice=self.notice,
-        )
-        self.traffic: dict[ServerKey, TrafficRun] = {}
-        """Every pass of traffic sent to each server, with its raw per-request timings."""
         self.gpu_samples: dict[tuple[str, str, str, str], list[DmonSample]] = {}
         """What ``nvidia-smi dmon`` saw of each measurement's GPUs, every call's samples."""
+        self.stage = LiveStage(
+            options, report, progress, self.notice, measured=(self.measurements, self.gpu_samples)
+        )
+        """This host and the servers the measurements are taken on."""
 
-    # -- the host -----------------------------------------------------------------------------
+    # -- the host and the servers, as the run's record tells them -----------------------------
     @property
     def host(self) -> dict[str, Any]:
-        """This host's fingerprint (taken once)."""
-        if self._host is None:
-            self._host = host_fingerprint()
-        return self._host
+        return self.stage.host
 
     @property
     def probes(self) -> dict[str, Probe]:
-        return self.hostwatch.probes
+        return self.stage.hostwatch.probes
 
     @property
     def host_changes(self) -> list[str]:
-        return self.hostwatch.host_changes
+        return self.stage.hostwatch.host_changes
 
     def host_moved(self, measurements: Iterable[Measurement], *, force: bool = False) -> list[str]:
         keys = {m.conditions.probe_cpus for m in measurements if m.conditions.probe_cpus}
         if force and not keys:
             keys = set(self.probes)
-        return self.hostwatch.host_moved(sorted(k for k in keys if k), force=force)
+        return self.stage.hostwatch.host_moved(sorted(k for k in keys if k), force=force)
 
     def notice(self, line: str) -> None:
         super().notice(line)
         self.progress(f"moeperf: {line}")
 
     def fingerprint(self, profile: Profile, label: str | None = None) -> dict[str, Any]:
-        """The facts *profile*'s numbers are taken on: the host with its probes, the
-        llama-server build (of the servers of build *label*, when given: the gate's candidate)
-        and the model (name, size of all its files, how many, hash of the first one's head)."""
-        probes = {k: p.to_dict() for k, p in sorted(self.probes.items())}
-        if label is not None or profile.name not in self._fingerprints:
-            fp = dict(self.host)
-            fp["probes"] = probes
-            rec = next(
-                (
-                    r
-                    for k, r in self.pool.servers.items()
-                    if k[0] == profile.name and label in (None, k[2])
-                ),
-                None,
-            )
-            if rec is not None:
-                fp["llama_server"] = rec.build.version().raw.strip().splitlines()[0]
-                model = rec.server.model
-                fp["model"] = model.name
-                fp["model_bytes"] = self.artifacts.model_size(model)
-                fp["model_shards"] = len(self.artifacts.model_files(model))
-                fp["model_sha256_16mib"] = self.artifacts.model_digest(model)
-                if label is None:
-                    self._fingerprints[profile.name] = fp
-            return fp
-        return {**self._fingerprints[profile.name], "probes": probes}
-
-    # -- servers ------------------------------------------------------------------------------
-    @property
-    def servers(self) -> dict[ServerKey, ServerRecord]:
-        return self.pool.servers
+        return self.stage.fingerprint(profile, label)
 
     @property
     def findings(self) -> dict[ServerKey, list[StartupFinding]]:
-        return self.pool.findings
-
-    def server(
-        self, profile: Profile, configuration: Configuration, label: str | None = None
-    ) -> ServerRecord:
-        return self.launcher.server(profile, configuration, label)
-
-    def stop_servers(self, keep: Callable[[ServerKey], bool] | None = None) -> None:
-        self.pool.stop_all(keep or (lambda k: False))
-
-    def close(self) -> None:
-        with contextlib.suppress(MoeperfError):
-            self.stop_servers()
-
-    def forget(self, profile: str, labels: Iterable[str]) -> None:
-        """Drop the measurements and stop the servers of these build labels of *profile*: a
-        gate's sides (``baseline``, ``candidate``) about to name other builds."""
-        gone = set(labels)
-        for key in [k for k in self.measurements if k[0] == profile and k[2] in gone]:
-            del self.measurements[key]
-        for server in [k for k in self.traffic if k[0] == profile and k[2] in gone]:
-            del self.traffic[server]
-        for key in [k for k in self.gpu_samples if k[0] == profile and k[2] in gone]:
-            del self.gpu_samples[key]
-        self.stop_servers(keep=lambda k: not (k[0] == profile and k[2] in gone))
-        self.pool.forget(lambda k: k[0] == profile and k[2] in gone)
+        return self.stage.pool.findings
 
     def load_times(self) -> dict[str, list[float]]:
-        return self.launcher.load_times()
+        return self.stage.launcher.load_times()
 
     @property
     def setup_seconds(self) -> float:
-        return self.launcher.setup_seconds
+        return self.stage.launcher.setup_seconds
 
     def reprobes(self) -> dict[str, list[dict[str, Any]]]:
         return {
             k: [{"at": at, **p.to_dict()} for at, p in seen]
-            for k, seen in sorted(self.hostwatch.reprobes.items())
+            for k, seen in sorted(self.stage.hostwatch.reprobes.items())
         }
 
     def traffic_runs(self) -> dict[str, dict[str, Any]]:
-        """Each server's traffic, every pass and request, by the server's name."""
-        keys = [k for k, run in self.traffic.items() if run.passes]
-        return {name: self.traffic[k].to_dict() for k, name in server_names(keys).items()}
-
-    def _vocab_of(self, rec: ServerRecord) -> int:
-        model = rec.server.model
-        if model not in self._vocab:
-            self._vocab[model] = server_vocab(rec.server.url) or 32000
-        return self._vocab[model]
-
-    @staticmethod
-    def _banned(profile: Profile) -> tuple[int, ...]:
-        """Token ids the synthetic model's servers must not generate (its byte tokens)."""
-        return tuple(BYTE_TOKEN_IDS) if profile.model.startswith(SYNTHETIC) else ()
-
-    # -- what a gate asks of the host beside its rounds ---------------------------------------
-    def check(
-        self, profile: Profile, configurations: Sequence[Configuration], labels: Sequence[str]
-    ) -> None:
-        """What this host or a build lacks for *configurations* (:class:`HostLacks`), before
-        any server or build starts."""
-        self.launcher.check(profile, configurations, tuple(labels))
-
-    def start(self, profile: Profile, configuration: Configuration, label: str | None) -> None:
-        """Start the server of (profile, configuration, build *label*) if it is not running
-        (:class:`Unavailable` when the build or the host cannot run it)."""
-        self.server(profile, configuration, label)
-
-    def greedy(self, profile: Profile, configuration: Configuration, label: str) -> tuple[int, ...]:
-        """The tokens the correctness guard's greedy request gets from that server."""
-        rec = self.server(profile, configuration, label)
-        return greedy_tokens(
-            rec.server.url,
-            vocab=self._vocab_of(rec),
-            ban_tokens=self._banned(profile),
-            timeout=self.options.request_timeout,
-        )
-
-    def traffic_of(self, profile: Profile, configuration: Configuration) -> TrafficRun:
-        """Every pass of traffic sent to the server of (profile, configuration)."""
-        return next(
-            run
-            for k, run in self.traffic.items()
-            if k[0] == profile.name and k[1] == configuration.name
-        )
-
-    def model_of(self, profile: Profile) -> tuple[Path, DecodeBytes | None]:
-        """*profile*'s model and what a decode step reads of it (``None``: unreadable)."""
-        model = self.artifacts.model_for(profile)
-        return model, self.artifacts.model_bytes(model)
-
-    @staticmethod
-    def host_load(seconds: float) -> tuple[float, tuple[float, float, float]]:
-        """The share of the host's CPUs other work took over the next *seconds*, and the
-        load averages."""
-        return busy_fraction(seconds), os.getloadavg()
+        traffic = self.stage.traffic
+        keys = [k for k, run in traffic.items() if run.passes]
+        return {name: traffic[k].to_dict() for k, name in server_names(keys).items()}
 
     # -- samples ------------------------------------------------------------------------------
     @property
@@ -320,14 +160,14 @@ class LiveSource(RunSource):
         """The measurement of *workload* on (profile, configuration, build), taken once a
         session and extended with more samples when more *repetitions* are asked later."""
         reps = repetitions or self.options.repetitions or profile.repetitions
-        rec = self.server(profile, configuration, build)
+        rec = self.stage.server(profile, configuration, build)
         key = (profile.name, configuration.name, rec.label, workload.name)
         have = self.measurements.get(key)
         if have is not None and len(have.samples) >= reps:
             return have
         start = len(have.samples) if have else 0
-        sent = len(self.traffic[key[:3]].passes) if key[:3] in self.traffic else 0
-        probe = self.hostwatch.probe(rec.server.cpus)
+        sent = len(self.stage.traffic[key[:3]].passes) if key[:3] in self.stage.traffic else 0
+        probe = self.stage.hostwatch.probe(rec.server.cpus)
         with measuring(rec.server.cpus, rec.gpus):
             # CPU time on the server's CPUs of anything but us and the server
             other = OtherWork(rec.server.pid or 0, cpus=rec.server.cpus)
@@ -353,13 +193,13 @@ class LiveSource(RunSource):
                 self.gpu_samples.setdefault(key, []).extend(sampler.samples)
             rec.server.verify_threads()  # after warmup: every thread still on its CPUs
             if rec.placement is None and configuration.pinning.numa_node is not None:
-                rec.placement = self.pool.placement(
+                rec.placement = self.stage.pool.placement(
                     key[:3], rec, configuration.pinning.numa_node, self.options.numa_min_share
                 )
             steal = other.steal()
             busy = other.share() + steal
         if workload.is_traffic:  # a metric read off passes sent before: their accounting
-            run = self.traffic[key[:3]]
+            run = self.stage.traffic[key[:3]]
             sent_now = len(run.passes) > sent or sent == 0
             busy, steal = run.account(ended - began if sent_now else 0.0, busy, steal)
         conditions = self._conditions(
@@ -403,8 +243,9 @@ class LiveSource(RunSource):
                 f"work while measuring {configuration.name} {workload}: expect noise (wide "
                 "intervals, undecided verdicts)"
             )
-        run = self.traffic.get(key[:3]) if workload.is_traffic else None
+        run = self.stage.traffic.get(key[:3]) if workload.is_traffic else None
         gpu_samples = self.gpu_samples.get(key)
+        db = self.stage.artifacts.model_bytes(rec.server.model) if workload.kind == "tg" else None
         return Conditions(
             profile=profile.name,
             flags=tuple(configuration.server_args),
@@ -414,16 +255,16 @@ class LiveSource(RunSource):
             log=str(rec.server.log_path),
             server_pid=rec.server.pid,
             server_ready_s=rec.server.ready_seconds,
-            server_starts=tuple(self.pool.starts.get(key[:3], [])),
+            server_starts=tuple(self.stage.pool.starts.get(key[:3], [])),
             streamed=self._streams.get(key[:3], False),
             spans=(*old.spans, span),
             measured_s=measured,
             busy_s=busy_s,
             steal_s=old.steal_s + steal * seconds,
-            probe_cpus=self.hostwatch.probe_key(rec.server.cpus),
+            probe_cpus=self.stage.hostwatch.probe_key(rec.server.cpus),
             placement=rec.placement,
             roofline=decode_limit(
-                self.artifacts.model_bytes(rec.server.model) if workload.kind == "tg" else None,
+                db,
                 profile.memory_bandwidth_gbs,
                 probe,
                 workload,
@@ -450,10 +291,10 @@ class LiveSource(RunSource):
         key = (profile.name, rec.configuration.name, rec.label)
         with Meter(
             rec.server.url,
-            vocab=self._vocab_of(rec),
+            vocab=self.stage.vocab(rec),
             request_timeout=self.options.request_timeout,
             stream=self.options.stream or self._streams.get(key, False),
-            ban_tokens=self._banned(profile),
+            ban_tokens=banned(profile),
         ) as meter:
             taken = meter.measure(
                 workload,
@@ -479,9 +320,9 @@ class LiveSource(RunSource):
         """Samples of a traffic metric beyond those its measurement holds, one per pass, until it
         has *repetitions* (:meth:`TrafficRun.samples`)."""
         key = (profile.name, configuration.name, rec.label)
-        run = self.traffic.get(key)
+        run = self.stage.traffic.get(key)
         if run is None:
-            run = self.traffic[key] = TrafficRun(
+            run = self.stage.traffic[key] = TrafficRun(
                 traffic_of(profile, configuration, self.options.rootdir)
             )
         have = self.measurements.get((*key, workload.name))
@@ -496,9 +337,9 @@ class LiveSource(RunSource):
             return run_pass(
                 rec.server.url,
                 run.traffic,
-                vocab=self._vocab_of(rec),
+                vocab=self.stage.vocab(rec),
                 seed=seed,
-                ban_tokens=self._banned(profile),
+                ban_tokens=banned(profile),
                 request_timeout=self.options.request_timeout,
                 requests=requests,
             )
@@ -511,29 +352,6 @@ class LiveSource(RunSource):
             return None
         first = self._budget_start.setdefault(key, time.monotonic())
         return first + self.options.configuration_timeout
-
-    def bench_sample(
-        self, profile: Profile, configuration: Configuration, workload: Workload,
-        label: str | None = None,
-    ) -> float:  # fmt: skip
-        """One llama-bench repetition (after its own warmup) of *workload* with the build,
-        model, flags, pinning and environment of (profile, configuration, build *label*), tok/s:
-        the compute without the server around it."""
-        _resolved, build = self.artifacts.build_for(profile, configuration, label)
-        model = self.artifacts.model_for(profile)
-        cpus = configuration.pinning.resolve()
-        with measuring(cpus, self.launcher.gpus_of(profile, configuration)):
-            results = run_bench(
-                build.bench,
-                model,
-                configuration.server_args,
-                [workload],
-                repetitions=1,
-                cpus=cpus,
-                env=gpu_env(configuration),
-                timeout=self.options.request_timeout,
-            )
-        return results[workload.name].values[0]
 
     # -- rounds -------------------------------------------------------------------------------
     def pair(self, profile: Profile, a: Side, b: Side, *, label: str, relation: str) -> Feed:

@@ -36,9 +36,9 @@ from ..store.hosts import BaselineHost
 from ..store.record import BenchRound, CheckRecord, RunRecord, VerdictRecord, bench_entry
 from ..store.replay import Replay
 from ..store.sessions import session_medians
+from ..verdicts.baseline_check import BaselineRow
 from ..verdicts.calibration import NoiseFigure
 from ..verdicts.creep import SessionSpread, session_spread
-from ..verdicts.judge import BaselineRow
 from ..verdicts.reference import DEFAULT_LABEL, Reference, ReferenceRow
 from ..verdicts.sequential import Plan
 from .live import LiveSource
@@ -125,7 +125,8 @@ class PerfSession:
             if options.replay is not None:
                 source = ReplaySource(Replay.load(options.replay), self.profiles)
             else:
-                source = servers = LiveSource(options, self.report, self.progress)
+                source = LiveSource(options, self.report, self.progress)
+                servers = source.stage
         self.source: RunSource = source
         """Where samples come from: live servers, or a replayed file."""
         self.servers: Servers | None = servers

@@ -9,9 +9,10 @@ measurements and *feeds* and never asks which kind it is:
   A live feed measures each round when asked; a stored feed gives the rounds that were
   measured (a verdict's blocks across restarts as the medians they were) and then no more.
   Rounds a feed holds already (:attr:`Feed.ready`) are judged together at the first look.
-- the live source (:mod:`pytest_moeperf.run.live`) starts servers under locks, accounts for
-  other work and steal while measuring, warms servers up and sends requests and traffic; the
-  replayed one (:mod:`pytest_moeperf.run.replayed`) reads a results or baseline file.
+- the live source (:mod:`pytest_moeperf.run.live`) measures under locks on the servers its
+  stage (:mod:`pytest_moeperf.run.live_stage`) starts, accounts for other work and steal while
+  measuring, warms servers up and sends requests and traffic; the replayed one
+  (:mod:`pytest_moeperf.run.replayed`) reads a results or baseline file.
 """
 
 from __future__ import annotations

@@ -29,20 +29,17 @@ from ..measure.workload import Workload
 from ..report.sweep import NcmoePoint, NcmoeSweepResult, SweepPoint, SweepResult
 from .pool import ServerKey
 from .profiles import Configuration, Profile
+from .source import Source
 
 
 class SweepHost(Protocol):
-    """What a sweep needs of the live host: configurations checked before any server
-    starts, measurements, each server's traffic, the model's layers, servers stopped."""
+    """What a sweep needs of the live host beside its source's measurements: configurations
+    checked before any server starts, each server's traffic, the model's layers, servers
+    stopped."""
 
     def check(
         self, profile: Profile, configurations: Sequence[Configuration], labels: Sequence[str]
     ) -> None: ...
-
-    def measure(
-        self, profile: Profile, configuration: Configuration, workload: Workload,
-        repetitions: int | None = None, build: str | None = None,
-    ) -> Measurement: ...  # fmt: skip
 
     def traffic_of(self, profile: Profile, configuration: Configuration) -> TrafficRun: ...
 
@@ -78,26 +75,28 @@ def at_slots(configuration: Configuration, slots: int) -> Configuration:
 
 
 def run_sweep(
-    live: SweepHost,
+    source: Source,
+    stage: SweepHost,
     profile: Profile,
     configuration: Configuration,
     slots: Sequence[int],
     *,
     repetitions: int = 3,
 ) -> SweepResult:
-    """Measure *configuration*'s traffic at each ``-np`` of *slots*, one server at a time."""
+    """Measure *configuration*'s traffic at each ``-np`` of *slots*, one server of *stage* at a
+    time."""
     if not slots or any(n < 1 for n in slots):
         raise ConfigError(f"--np {list(slots)}: give slot counts >= 1, e.g. 1,2,4")
-    live.check(profile, [configuration], ())  # before any server starts
+    stage.check(profile, [configuration], ())  # before any server starts
     points = []
     description = ""
     for n in slots:
         cfg = at_slots(configuration, n)
         ms: dict[str, Measurement] = {
-            metric: live.measure(profile, cfg, Workload.traffic(metric), repetitions)
+            metric: source.measure(profile, cfg, Workload.traffic(metric), repetitions)
             for metric in METRICS
         }
-        run = live.traffic_of(profile, cfg)
+        run = stage.traffic_of(profile, cfg)
         description = run.traffic.mix.describe()
         points.append(
             SweepPoint(
@@ -108,7 +107,7 @@ def run_sweep(
                 len(run.passes),
             )
         )
-        live.stop_servers()
+        stage.stop_servers()
     return SweepResult(configuration.name, description, points)
 
 
@@ -184,7 +183,8 @@ def at_ncmoe(configuration: Configuration, n: int) -> Configuration:
 
 
 def run_ncmoe_sweep(
-    live: SweepHost,
+    source: Source,
+    stage: SweepHost,
     profile: Profile,
     configuration: Configuration,
     values: Sequence[int] | None,
@@ -192,22 +192,23 @@ def run_ncmoe_sweep(
     repetitions: int = 3,
 ) -> NcmoeSweepResult:
     """Measure the profile's prefill and decode workloads on *configuration* at each
-    ``-ncmoe`` of *values* (``None``: :func:`ncmoe_all` of the model), one server at a time."""
-    live.check(profile, [configuration], ())  # before any server starts
+    ``-ncmoe`` of *values* (``None``: :func:`ncmoe_all` of the model), one server of *stage* at
+    a time."""
+    stage.check(profile, [configuration], ())  # before any server starts
     workloads = [w for w in profile.workloads if not w.is_traffic]
     if not workloads:
         raise ConfigError(
             f"profile {profile.name!r} lists no prefill or decode workload (pp512, tg64) to "
             "sweep -ncmoe with"
         )
-    model, db = live.model_of(profile)
+    model, db = stage.model_of(profile)
     n_layer = db.n_layer if db is not None else 0
     if values is None:
         values = ncmoe_all(n_layer)
     points = []
     for n in values:
         cfg = at_ncmoe(configuration, n)
-        ms = [live.measure(profile, cfg, w, repetitions) for w in workloads]
+        ms = [source.measure(profile, cfg, w, repetitions) for w in workloads]
         points.append(NcmoePoint.of(n, cfg.name, ms))
-        live.stop_servers()
+        stage.stop_servers()
     return NcmoeSweepResult(configuration.name, str(model.name), n_layer, points)

@@ -22,12 +22,12 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("pytest_moeperf.store",),
     ("pytest_moeperf.report",),
     # the run, in its own order: profiles; the servers, the host watch, builds and models;
-    # starting servers; the measuring sources (live, replayed); the session and the one
-    # decision loop; llama-bench beside the servers; the gate, bisect and the sweep; the
-    # calibration (A/A gates)
+    # starting servers, and the live stage (the host and its servers); the measuring sources
+    # (live, replayed); the session and the one decision loop; llama-bench beside the
+    # servers; the gate, bisect and the sweep; the calibration (A/A gates)
     ("pytest_moeperf.run", "pytest_moeperf.run.profiles"),
     ("pytest_moeperf.run.pool", "pytest_moeperf.run.hostwatch", "pytest_moeperf.run.artifacts"),
-    ("pytest_moeperf.run.launch",),
+    ("pytest_moeperf.run.launch", "pytest_moeperf.run.live_stage"),
     ("pytest_moeperf.run.source",),
     ("pytest_moeperf.run.feeds",),
     ("pytest_moeperf.run.live", "pytest_moeperf.run.replayed"),
@@ -221,9 +221,10 @@ def test_the_check_sees_an_upward_import(tmp_path, monkeypatch):
 @pytest.mark.parametrize("name", ["gate", "bisect", "sweep", "calibrate", "tune"])
 def test_the_commands_runs_take_the_narrow_source_not_the_live_one(name):
     """Gate, bisect, sweep and calibrate run on what they are given (a fake source in the unit
-    tests, a stored run), so none imports the live source's module, inside functions too."""
-    path = PACKAGE / "run" / f"{name}.py"
-    assert "pytest_moeperf.run.live" not in imports_of(path)
+    tests, a stored run), so none imports the live source's module or its stage's, inside
+    functions too."""
+    imported = imports_of(PACKAGE / "run" / f"{name}.py")
+    assert not imported & {"pytest_moeperf.run.live", "pytest_moeperf.run.live_stage"}
 
 
 def test_the_loop_reads_at_most_six_members_of_its_source():

@@ -22,7 +22,7 @@ from pytest_moeperf.run.profiles import Configuration
 from pytest_moeperf.run.rounds import decide_baseline, decide_pair, until_decided
 from pytest_moeperf.run.source import BLOCK_SAMPLES, RESTART_METHOD, Feed, Side, StoredFeed
 from pytest_moeperf.store.record import RunRecord, SideRounds, VerdictRecord, rounds_of
-from pytest_moeperf.verdicts.judge import judge_baseline
+from pytest_moeperf.verdicts.baseline_check import judge_baseline
 from pytest_moeperf.verdicts.sequential import Coin, Plan, Rule
 
 
@@ -242,8 +242,7 @@ class StubLive:
         self.calls: list[str] = []
         self.restarts: list[str] = []
         self.counts: dict[str, int] = {}
-        self.launcher = self
-        self.pool = self
+        self.stage = self.launcher = self.pool = self
 
     def measure(
         self, profile: Any, configuration: Configuration, workload: Any, n: int, build: Any

@@ -1,0 +1,238 @@
+"""The live stage: this host and the servers a session starts on it.
+
+What only a live host has, below the live source's samples: its fingerprint and load, the
+servers (started, asked for the correctness guard's greedy tokens, stopped, forgotten), the
+traffic each server was sent, and llama-bench run on a configuration's CPUs and GPUs under
+their locks. A gate, bisect, the sweeps and the fixture ask it for servers; the decision loop
+never does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from ..errors import MoeperfError
+from ..host.locks import measuring
+from ..host.machine import busy_fraction, host_fingerprint
+from ..llama.bench import run_bench
+from ..llama.model_bytes import DecodeBytes
+from ..llama.synthetic_model import BYTE_TOKEN_IDS
+from ..measure.meter import server_vocab
+from ..measure.output import greedy_tokens
+from ..measure.traffic import TrafficRun
+from ..measure.workload import Workload
+from .artifacts import SYNTHETIC, Artifacts
+from .hostwatch import HostWatch
+from .launch import Launcher, gpu_env
+from .pool import ServerKey, ServerPool, ServerRecord
+from .profiles import Configuration, Profile
+
+
+class LiveSettings(Protocol):
+    """What the live source and its stage read of the session's options."""
+
+    llama_server: tuple[Path, str] | None
+    rootdir: Path
+    results_dir: Path
+    repetitions: int | None
+    startup_timeout: float
+    request_timeout: float
+    configuration_timeout: float | None
+    stream: bool
+    busy_limit: float
+    numa_min_share: float
+    host_memory: int | None
+    process_block: int | None
+    probe_tolerance: float
+    reprobe_seconds: float
+
+
+def banned(profile: Profile) -> tuple[int, ...]:
+    """Token ids the synthetic model's servers must not generate (its byte tokens)."""
+    return tuple(BYTE_TOKEN_IDS) if profile.model.startswith(SYNTHETIC) else ()
+
+
+class LiveStage:
+    """This host and the servers a session starts on it (a gate's :class:`Stage`, a sweep's
+    host, the fixture's :class:`Servers`)."""
+
+    def __init__(
+        self,
+        options: LiveSettings,
+        report: Callable[[str], None],
+        progress: Callable[[str], None],
+        notice: Callable[[str], None],
+        measured: Sequence[dict[Any, Any]] = (),
+    ) -> None:
+        self.options = options
+        self.measured = measured
+        """What was measured on the servers, in stores keyed from the server's key (profile,
+        configuration, build label, ...): dropped with the servers by :meth:`forget`."""
+        self._host: dict[str, Any] | None = None
+        self._fingerprints: dict[str, dict[str, Any]] = {}
+        self._vocab: dict[Path, int] = {}
+        self.pool = ServerPool(lambda: ServerPool.host_capacity(options.host_memory), report=report)
+        """The running servers and the scheduler that lets them start."""
+        self.artifacts = Artifacts(options, progress)
+        """The builds and models the servers run."""
+        self.hostwatch = HostWatch(options, report)
+        """The host probed before measurements and verdicts, and how it moved."""
+        worker = os.environ.get("PYTEST_XDIST_WORKER")  # its own logs: workers start together
+        log_dir = (
+            options.results_dir
+            / "logs"
+            / "-".join([time.strftime("%Y%m%d-%H%M%S"), *([worker] if worker else [])])
+        )
+        self.launcher = Launcher(
+            self.pool,
+            self.artifacts,
+            lambda: self.host,
+            log_dir=log_dir,
+            startup_timeout=options.startup_timeout,
+            report=report,
+            hostwatch=self.hostwatch,
+            busy_limit=options.busy_limit,
+            notice=notice,
+        )
+        self.traffic: dict[ServerKey, TrafficRun] = {}
+        """Every pass of traffic sent to each server, with its raw per-request timings."""
+
+    # -- the host -----------------------------------------------------------------------------
+    @property
+    def host(self) -> dict[str, Any]:
+        """This host's fingerprint (taken once)."""
+        if self._host is None:
+            self._host = host_fingerprint()
+        return self._host
+
+    def fingerprint(self, profile: Profile, label: str | None = None) -> dict[str, Any]:
+        """The facts *profile*'s numbers are taken on: the host with its probes, the
+        llama-server build (of the servers of build *label*, when given: the gate's candidate)
+        and the model (name, size of all its files, how many, hash of the first one's head)."""
+        probes = {k: p.to_dict() for k, p in sorted(self.hostwatch.probes.items())}
+        if label is not None or profile.name not in self._fingerprints:
+            fp = dict(self.host)
+            fp["probes"] = probes
+            rec = next(
+                (
+                    r
+                    for k, r in self.pool.servers.items()
+                    if k[0] == profile.name and label in (None, k[2])
+                ),
+                None,
+            )
+            if rec is not None:
+                fp["llama_server"] = rec.build.version().raw.strip().splitlines()[0]
+                model = rec.server.model
+                fp["model"] = model.name
+                fp["model_bytes"] = self.artifacts.model_size(model)
+                fp["model_shards"] = len(self.artifacts.model_files(model))
+                fp["model_sha256_16mib"] = self.artifacts.model_digest(model)
+                if label is None:
+                    self._fingerprints[profile.name] = fp
+            return fp
+        return {**self._fingerprints[profile.name], "probes": probes}
+
+    @staticmethod
+    def host_load(seconds: float) -> tuple[float, tuple[float, float, float]]:
+        """The share of the host's CPUs other work took over the next *seconds*, and the
+        load averages."""
+        return busy_fraction(seconds), os.getloadavg()
+
+    # -- servers ------------------------------------------------------------------------------
+    @property
+    def servers(self) -> dict[ServerKey, ServerRecord]:
+        return self.pool.servers
+
+    def server(
+        self, profile: Profile, configuration: Configuration, label: str | None = None
+    ) -> ServerRecord:
+        return self.launcher.server(profile, configuration, label)
+
+    def stop_servers(self, keep: Callable[[ServerKey], bool] | None = None) -> None:
+        self.pool.stop_all(keep or (lambda k: False))
+
+    def close(self) -> None:
+        with contextlib.suppress(MoeperfError):
+            self.stop_servers()
+
+    def forget(self, profile: str, labels: Sequence[str]) -> None:
+        """Drop the measurements and stop the servers of these build labels of *profile*: a
+        gate's sides (``baseline``, ``candidate``) about to name other builds."""
+        gone = set(labels)
+        for store in (*self.measured, self.traffic):
+            for key in [k for k in store if k[0] == profile and k[2] in gone]:
+                del store[key]
+        self.stop_servers(keep=lambda k: not (k[0] == profile and k[2] in gone))
+        self.pool.forget(lambda k: k[0] == profile and k[2] in gone)
+
+    def vocab(self, rec: ServerRecord) -> int:
+        """The vocabulary size of the model *rec* serves (asked of it once a model)."""
+        model = rec.server.model
+        if model not in self._vocab:
+            self._vocab[model] = server_vocab(rec.server.url) or 32000
+        return self._vocab[model]
+
+    # -- what a gate or a sweep asks of the host beside its measurements ----------------------
+    def check(
+        self, profile: Profile, configurations: Sequence[Configuration], labels: Sequence[str]
+    ) -> None:
+        """What this host or a build lacks for *configurations* (:class:`HostLacks`), before
+        any server or build starts."""
+        self.launcher.check(profile, configurations, tuple(labels))
+
+    def start(self, profile: Profile, configuration: Configuration, label: str | None) -> None:
+        """Start the server of (profile, configuration, build *label*) if it is not running
+        (:class:`Unavailable` when the build or the host cannot run it)."""
+        self.server(profile, configuration, label)
+
+    def greedy(self, profile: Profile, configuration: Configuration, label: str) -> tuple[int, ...]:
+        """The tokens the correctness guard's greedy request gets from that server."""
+        rec = self.server(profile, configuration, label)
+        return greedy_tokens(
+            rec.server.url,
+            vocab=self.vocab(rec),
+            ban_tokens=banned(profile),
+            timeout=self.options.request_timeout,
+        )
+
+    def traffic_of(self, profile: Profile, configuration: Configuration) -> TrafficRun:
+        """Every pass of traffic sent to the server of (profile, configuration)."""
+        return next(
+            run
+            for k, run in self.traffic.items()
+            if k[0] == profile.name and k[1] == configuration.name
+        )
+
+    def model_of(self, profile: Profile) -> tuple[Path, DecodeBytes | None]:
+        """*profile*'s model and what a decode step reads of it (``None``: unreadable)."""
+        model = self.artifacts.model_for(profile)
+        return model, self.artifacts.model_bytes(model)
+
+    def bench_sample(
+        self, profile: Profile, configuration: Configuration, workload: Workload,
+        label: str | None = None,
+    ) -> float:  # fmt: skip
+        """One llama-bench repetition (after its own warmup) of *workload* with the build,
+        model, flags, pinning and environment of (profile, configuration, build *label*), tok/s:
+        the compute without the server around it."""
+        _resolved, build = self.artifacts.build_for(profile, configuration, label)
+        model = self.artifacts.model_for(profile)
+        cpus = configuration.pinning.resolve()
+        with measuring(cpus, self.launcher.gpus_of(profile, configuration)):
+            results = run_bench(
+                build.bench,
+                model,
+                configuration.server_args,
+                [workload],
+                repetitions=1,
+                cpus=cpus,
+                env=gpu_env(configuration),
+                timeout=self.options.request_timeout,
+            )
+        return results[workload.name].values[0]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ..store.record import RunRecord
 from ..verdicts.gate import GateResult, GateRow, versus
 from .tables import markdown_table, text_table
 
@@ -101,10 +102,11 @@ def gate_markdown(result: GateResult) -> str:
     return "\n".join(lines)
 
 
-def gate_json(result: GateResult) -> dict[str, Any]:
+def gate_json(result: GateResult, record: RunRecord | None = None) -> dict[str, Any]:
     """The gate as its JSON file holds it: every row's verdict, its accepted baselines, its
-    attribution and both sides' measurements."""
-    return {
+    attribution and both sides' measurements, and (given) the gate's run record, whose rounds
+    ``moeperf gate --replay`` judges again."""
+    out: dict[str, Any] = {
         "outputs": [c.to_dict() for c in result.outputs],
         "baseline": result.baseline,
         "candidate": result.candidate,
@@ -134,7 +136,10 @@ def gate_json(result: GateResult) -> dict[str, Any]:
             for r in result.rows
         ],
     }
+    if record is not None:
+        out["record"] = record.to_dict()
+    return out
 
 
-def gate_json_text(result: GateResult) -> str:
-    return json.dumps(gate_json(result), indent=1) + "\n"
+def gate_json_text(result: GateResult, record: RunRecord | None = None) -> str:
+    return json.dumps(gate_json(result, record), indent=1) + "\n"

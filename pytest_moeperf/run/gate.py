@@ -43,7 +43,7 @@ BASELINE, CANDIDATE = "baseline", "candidate"
 
 
 class Stage(Protocol):
-    """What a gate asks of the host beside its rounds (the live source gives it; a test's
+    """What a gate asks of the host beside its rounds (the live stage gives it; a test's
     fake or a stored gate gives what it has): configurations checked before any server
     starts, servers started and stopped, the correctness guard's tokens, the host's load."""
 
@@ -80,6 +80,50 @@ class Stage(Protocol):
     ) -> float:  # fmt: skip
         """One llama-bench repetition (the gate's ``--attribute``), tok/s."""
         ...
+
+
+class StoredStage:
+    """The stage of a stored gate judged again (``moeperf gate --replay``): no server starts,
+    every row's rounds come from the gate's run record, a configuration the gate skipped is
+    skipped again for its stored reason, and the host's load is the one the gate measured
+    before its first row (the file keeps no other)."""
+
+    def __init__(
+        self,
+        busy: float,
+        loadavg: tuple[float, float, float],
+        skipped: Sequence[tuple[str, str]] = (),
+    ) -> None:
+        self._load: list[tuple[float, tuple[float, float, float]]] = [(busy, loadavg)]
+        self._skipped = dict(skipped)
+
+    def check(
+        self, profile: Profile, configurations: Sequence[Configuration], labels: Sequence[str]
+    ) -> None:
+        for c in configurations:
+            if c.name in self._skipped:
+                raise HostLacks(self._skipped[c.name])
+
+    def forget(self, profile: str, labels: Sequence[str]) -> None:
+        pass
+
+    def start(self, profile: Profile, configuration: Configuration, label: str | None) -> None:
+        pass
+
+    def stop_servers(self, keep: Callable[[tuple[str, str, str]], bool] | None = None) -> None:
+        pass
+
+    def greedy(self, profile: Profile, configuration: Configuration, label: str) -> tuple[int, ...]:
+        raise ConfigError("a stored gate keeps no output to check again: replay it without")
+
+    def host_load(self, seconds: float) -> tuple[float, tuple[float, float, float]]:
+        return self._load.pop() if self._load else (0.0, (0.0, 0.0, 0.0))
+
+    def bench_sample(
+        self, profile: Profile, configuration: Configuration, workload: Workload,
+        label: str | None = None,
+    ) -> float:  # fmt: skip
+        raise ConfigError("a stored gate keeps no llama-bench rounds: replay it without")
 
 
 @dataclass(frozen=True)
@@ -335,6 +379,7 @@ class _Gating:
         )
         if got.resolution:  # said before the row measured; kept with the gate
             notes.append(got.resolution)
+        session.verdicts.append(got.record(f"gate {name}.{w.name}", label))
         change = _paired_change(got, baseline.name) if len(got.rounds[0]) >= 2 else None
         oldest = (
             _chained(session, self.profile, got.b, baseline.name, change, margin)

@@ -69,6 +69,10 @@ def test_gate_same_binary_twice_writes_table_markdown_and_json(
     [check] = data["outputs"]
     assert check["same"] and len(check["baseline"]) == 32, check
     assert "output: default: the same 32 greedy tokens on llama-server and llama-server" in out
+    # the stored gate judged again from its rounds alone: the same row and exit status
+    assert main(["gate", "--profile", "embedded-tiny", "--replay", "gate.json"]) == rc
+    table = out.split("\n\n")[1].split("\noutput:")[0].split("\nnote:")[0]
+    assert table in capsys.readouterr().out  # every row and column as measured
 
 
 def test_gate_rejects_an_unknown_configuration_before_building(tmp_path, capsys, monkeypatch):
@@ -162,6 +166,11 @@ def test_a_throttled_candidate_is_slower_and_exits_1(
     assert rc == data["exit_code"] and data["passed"] is False, data
     if row["verdict"]["outcome"] == "undecided":
         assert rc == 3 and data["outcome"] == "undecided", data
+    # the stored gate judged again from its rounds alone: the same verdict and exit status
+    replay = ["gate", "--profile", "embedded-tiny", "--replay", "gate.json", "--busy-limit", "1"]
+    assert main([*replay, "--json", "again.json"]) == rc
+    again = json.loads((tmp_path / "again.json").read_text())
+    assert [r["verdict"] for r in again["rows"]] == [row["verdict"]]
     slower_or_skip(row["verdict"], "a candidate capped to a fifth of a CPU, in 60 s")
     assert row["verdict"]["high"] < 0.95, row
     assert rc == 1 and data["outcome"] == "slower"

@@ -71,9 +71,18 @@ class FakeFeed(Feed):
     """Paired rounds of two sides: each round one value a side, a process offset a block."""
 
     def __init__(
-        self, host: Host, speeds: tuple[float, float], rng: random.Random, clock: Clock
+        self,
+        host: Host,
+        speeds: tuple[float, float],
+        rng: random.Random,
+        clock: Clock,
+        keys: Sequence[tuple[str, str, str, str]] = (),
+        taken: dict[Any, Measurement] | None = None,
     ) -> None:
         self.host, self.speeds, self.rng, self.clock = host, speeds, rng, clock
+        self.taken = taken
+        self.keys = list(keys) or [("p", "mmap", f"s{i}", "pp512") for i in range(2)]
+        """(profile, configuration, build, workload) of each side."""
         self.values: list[list[float]] = [[], []]
         self.blocks = []
         self.coin = Coin(seed=rng.randrange(2**32))
@@ -92,21 +101,28 @@ class FakeFeed(Feed):
         got = []
         for i, speed in enumerate(self.speeds):
             noise = self._offsets[i] + self.rng.gauss(0.0, self.host.sd)
-            got.append(speed * math.exp(noise))
+            tokens = Workload.parse(self.keys[i][3]).tokens
+            # the value as a stored sample gives it back, so a replay judges the same rounds
+            got.append(Sample(tokens, 1000.0 * tokens / (speed * math.exp(noise))).tok_per_s)
             self.values[i].append(got[-1])
         return tuple(got)
 
     def measurements(self) -> tuple[Measurement, ...]:
-        return tuple(_measurement(f"s{i}", v) for i, v in enumerate(self.values))
+        got = tuple(_measurement(k, v) for k, v in zip(self.keys, self.values, strict=True))
+        if self.taken is not None:  # what a session's source holds, for its run record
+            self.taken.update(zip(self.keys, got, strict=True))
+        return got
 
     def sides(self) -> tuple[SideRounds, ...]:
-        return tuple(SideRounds("p", "mmap", f"s{i}", "pp512", 0) for i in range(2))
+        return tuple(SideRounds(*k, 0) for k in self.keys)
 
 
-def _measurement(build: str, values: Sequence[float]) -> Measurement:
-    samples = tuple(Sample(512, 512.0 / v) for v in values)
-    told = Conditions(profile="p", measured_s=PACE * len(values), probe_cpus="0-1")
-    return Measurement("mmap", build, Workload.parse("pp512"), samples, told)
+def _measurement(key: tuple[str, str, str, str], values: Sequence[float]) -> Measurement:
+    profile, configuration, build, workload = key
+    w = Workload.parse(workload)
+    samples = tuple(Sample(w.tokens, 1000.0 * w.tokens / v) for v in values)
+    told = Conditions(profile=profile, measured_s=PACE * len(values), probe_cpus="0-1")
+    return Measurement(configuration, build, w, samples, told)
 
 
 class FakeSource(RunSource):
@@ -127,7 +143,10 @@ class FakeSource(RunSource):
     def pair(self, profile: Profile, a: Side, b: Side, *, label: str, relation: str) -> Feed:
         self.pairs.append((self.fake.key(profile, a), self.fake.key(profile, b)))
         speeds = (self.fake.speed(profile, a), self.fake.speed(profile, b))
-        return FakeFeed(self.fake, speeds, self.rng, self.clock)
+        keys = [
+            (profile.name, s.configuration.name, s.build or "", s.workload.name) for s in (a, b)
+        ]
+        return FakeFeed(self.fake, speeds, self.rng, self.clock, keys, self.measurements)
 
     def series(self, profile: Profile, configuration: Configuration, workload: Workload) -> Feed:
         raise AssertionError("the gate checks no baseline")

@@ -7,12 +7,19 @@ run them (the live host's servers are what the fake stands in for)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from _fake_host import PACE, FakeSource, FakeStage, builds, fake_clock, fake_session
 
+from pytest_moeperf.commands import main
 from pytest_moeperf.measure.workload import Workload
+from pytest_moeperf.report.gate import gate_json_text, gate_rows
+from pytest_moeperf.report.tables import text_table
 from pytest_moeperf.run.bisect import run_bisect
-from pytest_moeperf.run.gate import BuildUnderTest, run_gate
+from pytest_moeperf.run.gate import BuildUnderTest, StoredStage, run_gate
+from pytest_moeperf.run.session import PerfSession
+from pytest_moeperf.store.record import read_gate
 
 
 @pytest.fixture
@@ -121,3 +128,56 @@ def test_bisect_stops_when_the_bad_build_is_not_slower(tmp_path, clock):
     result, source, _ = _bisect(tmp_path, clock, [100.0, 90.0, 100.0])
     assert result.outcome == "no-slowdown" and result.exit_code == 1
     assert source.pairs == [(0, 2)] and not result.steps
+
+
+def test_a_stored_gate_replays_to_the_same_rows_and_verdicts(tmp_path, clock, capsys):
+    """``moeperf gate --replay``: the gate's --json keeps its run record, and judging its
+    stored rounds again through the same loop gives every row's verdict, interval, rounds and
+    Holm p-values as the gate measured them, and the same exit status."""
+    source = FakeSource(builds({0: 100.0, 1: 91.0}), clock)
+    session, profile = fake_session(tmp_path, source, ("mmap", "gone", "lm-none"))
+    measured = run_gate(
+        session, FakeStage(unavailable=["gone"]), profile, BuildUnderTest(0), BuildUnderTest(1)
+    )
+    path = tmp_path / "gate.json"
+    path.write_text(gate_json_text(measured, session.run_record()))
+    stored = read_gate(path)
+    assert stored.rows == (("mmap", "pp512"), ("lm-none", "pp512"))
+    replayed = PerfSession(dataclasses.replace(session.options, replay=path))
+    again = run_gate(
+        replayed,
+        StoredStage(stored.busy, stored.loadavg, stored.skipped),
+        replayed.profile("p"),
+        BuildUnderTest(stored.baseline),
+        BuildUnderTest(stored.candidate),
+        configurations=["mmap", "lm-none", "gone"],
+        margin=stored.margin,
+        check_output=False,
+    )
+    assert replayed.servers is None  # nothing started
+    assert [r.verdict.to_dict() for r in again.rows] == [r.verdict.to_dict() for r in measured.rows]
+    assert [(r.p_slower, r.p_faster, r.blocks) for r in again.rows] == [
+        (r.p_slower, r.p_faster, r.blocks) for r in measured.rows
+    ]
+    assert {r.verdict.outcome for r in measured.rows} >= {"slower"}
+    assert again.skipped == measured.skipped and again.exit_code() == measured.exit_code()
+    # the command: the same table's rows from the file alone
+    toml = tmp_path / "moeperf.toml"
+    code = main(["gate", "--replay", str(path), "--config", str(toml), "--profile", "p"])
+    out = capsys.readouterr().out
+    assert code == measured.exit_code()
+    assert text_table(*gate_rows(measured)) in out  # every row and column as measured
+
+
+def test_a_replay_refuses_what_only_a_measuring_gate_uses(tmp_path, capsys):
+    path = tmp_path / "gate.json"
+    path.write_text('{"rows": [], "outcome": "passed"}')
+    assert main(["gate", "--replay", str(path), "--baseline", "1", "--margin", "0.1"]) == 2
+    err = capsys.readouterr().err
+    assert "--replay: --baseline, --margin shape a gate that measures" in err
+    assert main(["gate", "--replay", str(path)]) == 2
+    assert "of before gates kept their run record" in capsys.readouterr().err
+    assert main(["gate", "--baseline", "1"]) == 2
+    assert "--candidate: give both builds to gate (or --replay GATE.json)" in (
+        capsys.readouterr().err
+    )

@@ -12,8 +12,10 @@ from ..errors import MoeperfError
 from ..llama.build import published_builds
 from ..measure.workload import Workload
 from ..report.bisect import bisect_json, bisect_markdown, bisect_text
-from ..run.bisect import run_bisect
+from ..run.bisect import replay_bisect, run_bisect
 from ..run.gate import BuildUnderTest
+from ..store.replay import read_bisect
+from ..verdicts.bisect import BisectResult
 from . import common
 
 
@@ -26,6 +28,12 @@ def add_arguments(bs: argparse.ArgumentParser) -> None:
         metavar="PATH",
         help="bisect these llama-server binaries instead, in order: the first good, the last bad",
     )
+    bs.add_argument(
+        "--replay",
+        metavar="BISECT.json",
+        help="judge a bisect's --json again from the rounds its gates stored, starting no build "
+        "and no server (with the --config and --profile it ran with): the same steps and answer",
+    )
     common.add_run_arguments(
         bs, configurations="configuration(s), comma separated (default: the profile's first)"
     )
@@ -33,7 +41,17 @@ def add_arguments(bs: argparse.ArgumentParser) -> None:
 
 
 def check_arguments(args: argparse.Namespace) -> None:
-    if args.binaries:
+    if args.replay is not None:
+        common.check_replay(
+            args,
+            "bisect",
+            "its builds, configurations, metric, margin and looks",
+            ("--good", args.good is not None),
+            ("--bad", args.bad is not None),
+            ("--binaries", bool(args.binaries)),
+            ("--metric", args.metric is not None),
+        )
+    elif args.binaries:
         if args.good is not None or args.bad is not None:
             raise MoeperfError("give --good/--bad build numbers or --binaries, not both")
         if len(args.binaries) < 2:
@@ -68,8 +86,27 @@ def _builds(args: argparse.Namespace) -> list[BuildUnderTest]:
     return builds
 
 
+def replay(args: argparse.Namespace) -> int:
+    """A stored bisect judged again: every gate's stored rounds through the same gate, and the
+    same search over their verdicts; its table printed."""
+    path = Path(args.replay)
+    options = common.run_options(args, replay=path)
+    result = replay_bisect(options, read_bisect(path), say=common.say)
+    common.say(f"replayed {path}: no build or server started; each gate judged again")
+    return _report(args, result)
+
+
+def _report(args: argparse.Namespace, result: BisectResult) -> int:
+    print(bisect_text(result))
+    as_json = json.dumps(bisect_json(result), indent=1) + "\n"
+    common.write_reports(args, bisect_markdown(result), as_json)
+    return result.exit_code
+
+
 def run(args: argparse.Namespace) -> int:
     check_arguments(args)
+    if args.replay is not None:
+        return replay(args)
     metric = Workload.parse(args.metric).require_rate("bisect") if args.metric else None
     session, live = common.live_session(args)
     profile = session.profile()
@@ -94,7 +131,4 @@ def run(args: argparse.Namespace) -> int:
         )
     finally:
         session.close()
-    print(bisect_text(result))
-    as_json = json.dumps(bisect_json(result), indent=1) + "\n"
-    common.write_reports(args, bisect_markdown(result), as_json)
-    return result.exit_code
+    return _report(args, result)

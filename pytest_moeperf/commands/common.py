@@ -114,6 +114,28 @@ def check_run_arguments(args: argparse.Namespace) -> None:
             check_output(Path(value), option)
 
 
+def check_replay(args: argparse.Namespace, what: str, takes: str, *own: tuple[str, bool]) -> None:
+    """--replay's file exists, and nothing is asked that only a measuring *what* uses: its own
+    options *own* (each with whether it was given) and the measuring ones of
+    :func:`add_run_arguments`; a replay takes what they shape (*takes*) from the file."""
+    measuring = (
+        *own,
+        ("-c", bool(args.configuration)),
+        ("--margin", args.margin != MARGIN),
+        ("--budget", args.budget is not None),
+        ("--process-block", args.process_block is not None),
+        ("--host-memory", args.host_memory is not None),
+    )
+    given = [option for option, used in measuring if used]
+    if given:
+        raise MoeperfError(
+            f"--replay: {', '.join(given)} shape a {what} that measures; a replayed {what} "
+            f"takes {takes} from the file: leave them out"
+        )
+    if not Path(args.replay).is_file():
+        raise MoeperfError(f"--replay {args.replay}: no such file; name a {what}'s --json")
+
+
 def configurations(args: argparse.Namespace, profile: Profile) -> list[str]:
     """The -c names (comma separated, repeatable), each checked against *profile* before any
     build work; empty when none was given."""

@@ -10,7 +10,7 @@ import dataclasses
 import datetime as dt
 from pathlib import Path
 
-from ..defaults import FIRST_LOOK, MARGIN, MAX_ROUNDS
+from ..defaults import FIRST_LOOK, MAX_ROUNDS
 from ..errors import MoeperfError
 from ..host.machine import parse_cpu_list
 from ..measure.workload import Workload
@@ -23,6 +23,7 @@ from ..verdicts.gate import UNDECIDED_POLICIES
 from .common import (
     add_run_arguments,
     add_workload_argument,
+    check_replay,
     check_run_arguments,
     configurations,
     live_session,
@@ -99,37 +100,22 @@ def side(value: str, cpus: str | None = None) -> BuildUnderTest:
     return BuildUnderTest(int(value) if value.isdigit() else value, cpus)
 
 
-def _check_replay(args: argparse.Namespace) -> None:
-    """--replay's file exists, and nothing is asked that only a measuring gate uses."""
-    measuring = (  # what only a measuring gate uses: a replay judges the stored rows
-        ("--baseline", args.baseline is not None),
-        ("--candidate", args.candidate is not None),
-        ("--candidate-cpus", args.candidate_cpus is not None),
-        ("--accept", args.accept),
-        ("--attribute", args.attribute),
-        ("-c", bool(args.configuration)),
-        ("-w", bool(args.workload)),
-        ("--margin", args.margin != MARGIN),
-        ("--budget", args.budget is not None),
-        ("-r", args.repetitions != FIRST_LOOK),
-        ("--max-rounds", args.max_rounds != MAX_ROUNDS),
-        ("--process-block", args.process_block is not None),
-        ("--host-memory", args.host_memory is not None),
-    )
-    given = [option for option, used in measuring if used]
-    if given:
-        raise MoeperfError(
-            f"--replay: {', '.join(given)} shape a gate that measures; a replayed gate "
-            "takes its builds, rows, margin and looks from the file: leave them out"
-        )
-    if not Path(args.replay).is_file():
-        raise MoeperfError(f"--replay {args.replay}: no such file; name a gate's --json")
-
-
 def check_arguments(args: argparse.Namespace) -> None:
     """Every gate argument checked before any build or server work: one line each."""
-    if args.replay is not None:
-        _check_replay(args)
+    if args.replay is not None:  # what only a measuring gate uses: a replay has the rows
+        check_replay(
+            args,
+            "gate",
+            "its builds, rows, margin and looks",
+            ("--baseline", args.baseline is not None),
+            ("--candidate", args.candidate is not None),
+            ("--candidate-cpus", args.candidate_cpus is not None),
+            ("--accept", args.accept),
+            ("--attribute", args.attribute),
+            ("-w", bool(args.workload)),
+            ("-r", args.repetitions != FIRST_LOOK),
+            ("--max-rounds", args.max_rounds != MAX_ROUNDS),
+        )
     elif args.baseline is None or args.candidate is None:
         missing = " and ".join(
             o

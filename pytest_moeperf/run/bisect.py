@@ -11,34 +11,44 @@ the bad build must be slower than the good one on this host, or there is nothing
 
 Finished steps are kept in a state file under the results directory, so an interrupted
 bisect run again with the same arguments goes on where it stopped; builds come from the
-build cache (with ccache, neighbouring builds compile in a fraction of a full build).
+build cache (with ccache, neighbouring builds compile in a fraction of a full build). Each
+gate's run record is kept beside them and in the result, so that ``moeperf bisect --replay``
+judges a stored bisect again from its rounds (:func:`replay_bisect`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import tempfile
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from .. import fs
 from ..defaults import MARGIN
-from ..errors import MoeperfError
+from ..errors import MoeperfError, ResultsError
 from ..measure.workload import Workload
-from ..verdicts.bisect import BisectResult, BisectStep, Comparison, StepVerdict
-from ..verdicts.gate import GateResult
-from .gate import BuildUnderTest, Stage, run_gate
-from .profiles import Profile
-from .session import PerfSession
+from ..store.replay import Replay, StoredBisect
+from ..verdicts.bisect import (
+    BisectResult,
+    BisectStep,
+    Comparison,
+    GateRecords,
+    StepVerdict,
+    records_list,
+    records_of,
+)
+from .gate import BuildUnderTest, Stage, StoredStage, run_gate
+from .profiles import Profile, load_profiles
+from .replayed import ReplaySource
+from .session import Options, PerfSession
 
 STATE_SCHEMA = 2
-"""The version of a bisect's state file (2: verdicts as the results file stores them)."""
-
-
-def _comparisons(result: GateResult) -> tuple[Comparison, ...]:
-    return tuple(Comparison(r.configuration, r.verdict) for r in result.rows)
+"""The version of a bisect's state file (2: verdicts as the results file stores them; the
+gates' run records, added since, are absent from older ones)."""
 
 
 class StateFile:
@@ -50,6 +60,7 @@ class StateFile:
         self.identity = identity
         self.premise: tuple[Comparison, ...] | None = None
         self.steps: dict[str, BisectStep] = {}
+        self.records: GateRecords = {}
         if self.path.is_file():
             try:
                 data = json.loads(self.path.read_text())
@@ -61,6 +72,7 @@ class StateFile:
                 if data.get("premise") is not None:
                     self.premise = tuple(Comparison.from_dict(c) for c in data["premise"])
                 self.steps = {s["build"]: BisectStep.from_dict(s) for s in data.get("steps", [])}
+                self.records = records_of(data.get("records", []))  # none in older states
 
     def save(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -69,8 +81,40 @@ class StateFile:
             "identity": self.identity,
             "premise": [c.to_dict() for c in self.premise] if self.premise is not None else None,
             "steps": [s.to_dict() for s in self.steps.values()],
+            "records": records_list(self.records),
         }
         fs.atomic_write_text(self.path, json.dumps(data, indent=1) + "\n")
+
+
+Gated = tuple[tuple[Comparison, ...], dict[str, Any]]
+"""A bisect's gate of a candidate against a baseline build: each configuration's verdict and
+the gate's run record (as the results file holds it)."""
+
+
+def _compare(
+    session: PerfSession,
+    stage: Stage,
+    profile: Profile,
+    baseline: BuildUnderTest,
+    candidate: BuildUnderTest,
+    configurations: Sequence[str],
+    metric: Workload,
+    margin: float,
+    budget: float | None = None,
+) -> tuple[Comparison, ...]:
+    """The gate of *candidate* against *baseline* on *metric*: each configuration's verdict."""
+    result = run_gate(
+        session, stage, profile, baseline, candidate,
+        configurations=configurations,
+        workloads=[metric],
+        margin=margin,
+        budget=budget,
+        check_output=False,  # bisect looks for a slowdown; the gate judges output
+    )  # fmt: skip
+    if result.skipped:
+        name, why = result.skipped[0]
+        raise MoeperfError(f"bisect: {name} cannot run on {candidate.name}: {why}")
+    return tuple(Comparison(r.configuration, r.verdict) for r in result.rows)
 
 
 def run_bisect(
@@ -89,6 +133,75 @@ def run_bisect(
     """Bisect *builds* (oldest first: the first good, the last bad) on *metric* of
     *configurations*. Finished steps found in *state_dir* are reused, and every new one is
     saved there as soon as it is measured."""
+
+    def gate(baseline: BuildUnderTest, candidate: BuildUnderTest) -> Gated:
+        before = len(session.verdicts)
+        got = _compare(
+            session, stage, profile, baseline, candidate, configurations, metric, margin, budget
+        )
+        # the gate forgot the previous gate's sides: the session holds this gate's alone
+        record = replace(session.run_record(), verdicts=session.verdicts[before:])
+        return got, record.to_dict()
+
+    return search(
+        gate, profile.name, builds,
+        configurations=configurations, metric=metric, margin=margin, state_dir=state_dir, say=say,
+    )  # fmt: skip
+
+
+def replay_bisect(
+    options: Options, stored: StoredBisect, say: Callable[[str], None] = lambda line: None
+) -> BisectResult:
+    """A stored bisect judged again (``moeperf bisect --replay``): each gate it ran judges its
+    stored rounds again (a session on that gate's run record, no build or server started),
+    and the same search runs over their verdicts, keeping its state in a directory of its
+    own."""
+    profiles = load_profiles(options.config_file, options.pyproject)
+    metric = Workload.parse(stored.metric)
+
+    def gate(baseline: BuildUnderTest, candidate: BuildUnderTest) -> Gated:
+        record = stored.records.get((baseline.name, candidate.name))
+        if record is None:
+            raise ResultsError(
+                f"--replay {stored.path}: keeps no run record of the gate of {candidate.name} "
+                f"against {baseline.name} (the bisect took it from the state of a bisect of "
+                "before they were kept): remove that state under .moeperf/bisect and run the "
+                "bisect again with --json to have one that replays"
+            )
+        source = ReplaySource(Replay.of_record(stored.path, record), profiles)
+        session = PerfSession(options, source=source)
+        stage = StoredStage(0.0, (0.0, 0.0, 0.0))  # a bisect's gates skip nothing
+        got = _compare(
+            session, stage, session.profile(), baseline, candidate,
+            stored.configurations, metric, stored.margin,
+        )  # fmt: skip
+        return got, record.to_dict()
+
+    with tempfile.TemporaryDirectory() as state_dir:
+        result = search(
+            gate, options.profile, [BuildUnderTest(b) for b in stored.builds],
+            configurations=stored.configurations, metric=metric, margin=stored.margin,
+            state_dir=Path(state_dir), say=say,
+        )  # fmt: skip
+    result.steps = {  # the time each step measured, as the bisect took it
+        b: replace(s, seconds=stored.seconds.get(b, s.seconds)) for b, s in result.steps.items()
+    }
+    return result
+
+
+def search(
+    gate: Callable[[BuildUnderTest, BuildUnderTest], Gated],
+    profile: str,
+    builds: Sequence[BuildUnderTest],
+    *,
+    configurations: Sequence[str],
+    metric: Workload,
+    margin: float,
+    state_dir: Path,
+    say: Callable[[str], None],
+) -> BisectResult:
+    """The bisect of *builds* on *profile*, each gate asked of *gate*: the premise, then the
+    steps, finished ones reused from the state file in *state_dir*, new ones saved there."""
     if len(builds) < 2:
         raise MoeperfError("bisect needs a good and a bad build")
     names = [b.name for b in builds]
@@ -97,7 +210,7 @@ def run_bisect(
     state = StateFile(
         state_dir,
         {
-            "profile": profile.name,
+            "profile": profile,
             "builds": [str(b.target) for b in builds],
             "configurations": list(configurations),
             "metric": metric.name,
@@ -105,28 +218,19 @@ def run_bisect(
         },
     )
 
-    def gate(baseline: BuildUnderTest, candidate: BuildUnderTest) -> tuple[Comparison, ...]:
-        result = run_gate(
-            session, stage, profile, baseline, candidate,
-            configurations=configurations,
-            workloads=[metric],
-            margin=margin,
-            budget=budget,
-            check_output=False,  # bisect looks for a slowdown; the gate judges output
-        )  # fmt: skip
-        if result.skipped:
-            name, why = result.skipped[0]
-            raise MoeperfError(f"bisect: {name} cannot run on {candidate.name}: {why}")
-        return _comparisons(result)
+    def compare(baseline: BuildUnderTest, candidate: BuildUnderTest) -> tuple[Comparison, ...]:
+        got, state.records[(baseline.name, candidate.name)] = gate(baseline, candidate)
+        return got
 
     good, bad = builds[0], builds[-1]
     if state.premise is None:
         say(f"premise: is {bad.name} slower than {good.name} on this host?")
-        state.premise = gate(good, bad)
+        state.premise = compare(good, bad)
         state.save()
     else:
         say(f"premise (from {state.path}): {bad.name} / {good.name} measured before")
-    result = BisectResult(names, metric.name, list(configurations), state.premise)
+    result = BisectResult(names, metric.name, list(configurations), state.premise, margin)
+    result.records = state.records
     for c in state.premise:
         say(f"  {c.configuration} {metric.name} {bad.name} / {good.name} = {c.text()}")
     if not any(c.outcome == "slower" for c in state.premise):
@@ -152,8 +256,8 @@ def run_bisect(
         else:
             say(f"step {b.name}: measuring against {good.name} and against {bad.name}")
             began = time.monotonic()
-            against_good = gate(good, b)
-            against_bad = gate(bad, b)
+            against_good = compare(good, b)
+            against_bad = compare(bad, b)
             s = BisectStep(b.name, against_good, against_bad, time.monotonic() - began)
             state.steps[b.name] = s
             state.save()

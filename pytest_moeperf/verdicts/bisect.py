@@ -11,6 +11,20 @@ from .judge import Verdict
 
 StepVerdict = Literal["good", "bad", "undecided"]
 
+GateRecords = dict[tuple[str, str], dict[str, Any]]
+"""Each gate's run record (as the results file holds it) by its (baseline, candidate) builds:
+what ``moeperf bisect --replay`` judges again."""
+
+
+def records_list(records: GateRecords) -> list[dict[str, Any]]:
+    """*records* as a bisect's --json and its state file hold them."""
+    return [{"baseline": b, "candidate": c, "record": r} for (b, c), r in records.items()]
+
+
+def records_of(items: Sequence[dict[str, Any]]) -> GateRecords:
+    """The records of :func:`records_list`."""
+    return {(str(d["baseline"]), str(d["candidate"])): d["record"] for d in items}
+
 
 @dataclass(frozen=True)
 class Comparison:
@@ -90,11 +104,14 @@ class BisectResult:
     metric: str
     configurations: list[str]
     premise: tuple[Comparison, ...]
+    margin: float
     steps: dict[str, BisectStep] = field(default_factory=dict)
     boundaries: list[tuple[str, str]] = field(default_factory=list)
     """(last good, first bad) pairs; more than one when undecided steps split the search."""
     stopped: str | None = None
     """Why the bisect did not search (the premise does not hold), or ``None``."""
+    records: GateRecords = field(default_factory=dict)
+    """The run record of each gate it ran (the premise's and each step's two)."""
 
     @property
     def outcome(self) -> Literal["found", "no-slowdown", "undecided"]:

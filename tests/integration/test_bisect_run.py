@@ -42,6 +42,13 @@ def test_bisect_names_the_first_slowed_binary_and_resumes(
     rc = main(args)
     out = capsys.readouterr()
     data = json.loads((tmp_path / "bisect.json").read_text())
+    # the stored bisect judged again from its gates' rounds alone: the same steps and answer
+    replay = ["bisect", "--profile", "embedded-tiny", "--busy-limit", "1", "--replay"]
+    assert main([*replay, "bisect.json", "--json", "again.json"]) == rc
+    replayed = json.loads((tmp_path / "again.json").read_text())
+    for key in ("premise", "steps", "boundaries", "outcome"):
+        assert replayed[key] == data[key], key
+    capsys.readouterr()  # the replay's lines are no part of the resumed run's
     truth = {"last_good": "llama-server-2", "first_bad": "llama-server-3-slowed"}
     slower_or_skip(data["premise"][0]["verdict"], "the premise gate of a binary slowed ~8x")
     if data["outcome"] == "undecided":

@@ -15,6 +15,7 @@ from pytest_moeperf.report.bisect import bisect_text
 from pytest_moeperf.run import bisect as bisect_mod
 from pytest_moeperf.run.bisect import run_bisect
 from pytest_moeperf.run.gate import BuildUnderTest
+from pytest_moeperf.store.record import RunRecord
 from pytest_moeperf.verdicts.bisect import Comparison, classify
 from pytest_moeperf.verdicts.gate import GateResult, GateRow
 from pytest_moeperf.verdicts.judge import Verdict
@@ -79,11 +80,20 @@ class _Profile:
     name = "p"  # all run_bisect reads of a profile; the rest goes to the (fake) gate
 
 
+class _Session:
+    """All run_bisect reads of a session beside the (fake) gate: its verdicts, its record."""
+
+    verdicts = ()
+
+    def run_record(self) -> RunRecord:
+        return RunRecord({})
+
+
 def _run(tmp_path: Path, fake: FakeGates, monkeypatch, n: int):
     monkeypatch.setattr(bisect_mod, "run_gate", fake)
     builds = [BuildUnderTest(i) for i in range(n)]  # named b0, b1, ...
     return run_bisect(
-        None,  # type: ignore[arg-type]
+        _Session(),  # type: ignore[arg-type]
         None,  # type: ignore[arg-type]
         _Profile(),  # type: ignore[arg-type]
         builds,

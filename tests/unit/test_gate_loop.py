@@ -8,12 +8,14 @@ run them (the live host's servers are what the fake stands in for)."""
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 from _fake_host import PACE, FakeSource, FakeStage, builds, fake_clock, fake_session
 
 from pytest_moeperf.commands import main
 from pytest_moeperf.measure.workload import Workload
+from pytest_moeperf.report.bisect import bisect_json, bisect_text
 from pytest_moeperf.report.gate import gate_json_text, gate_rows
 from pytest_moeperf.report.tables import text_table
 from pytest_moeperf.run.bisect import run_bisect
@@ -181,3 +183,35 @@ def test_a_replay_refuses_what_only_a_measuring_gate_uses(tmp_path, capsys):
     assert "--candidate: give both builds to gate (or --replay GATE.json)" in (
         capsys.readouterr().err
     )
+
+
+def test_a_stored_bisect_replays_to_the_same_steps_and_boundaries(
+    tmp_path, clock, capsys, monkeypatch
+):
+    """``moeperf bisect --replay``: the bisect's --json keeps each gate's run record, and its
+    gates judged again from their stored rounds give the same premise, steps and boundaries,
+    with no build or server, and nothing written under the bisect's state folder."""
+    speeds = [100.0, 100.0, 101.0, 99.0, 100.0, 80.0, 80.0, 81.0, 80.0]  # b5 is the first bad
+    measured, _, _ = _bisect(tmp_path, clock, speeds)
+    path = tmp_path / "bisect.json"
+    path.write_text(json.dumps(bisect_json(measured)))
+    assert len(measured.records) == 1 + 2 * len(measured.steps)  # the premise and each step's
+    monkeypatch.chdir(tmp_path)
+    toml = tmp_path / "moeperf.toml"
+    again = tmp_path / "again.json"
+    args = ["bisect", "--replay", str(path), "--config", str(toml), "--profile", "p"]
+    assert main([*args, "--json", str(again)]) == measured.exit_code == 0
+    assert bisect_text(measured) in capsys.readouterr().out  # premise, steps, time, answer
+    stored, replayed = json.loads(path.read_text()), json.loads(again.read_text())
+    for key in ("premise", "steps", "boundaries", "outcome", "records"):
+        assert replayed[key] == stored[key], key  # every Verdict.to_dict as measured
+    assert not (tmp_path / ".moeperf").exists()
+
+
+def test_a_bisect_replay_refuses_what_only_a_measuring_bisect_uses(tmp_path, capsys):
+    path = tmp_path / "bisect.json"
+    path.write_text('{"builds": ["b1", "b2"], "premise": [], "boundaries": []}')
+    assert main(["bisect", "--replay", str(path), "--good", "1", "--metric", "tg64"]) == 2
+    assert "--replay: --good, --metric shape a bisect that measures" in capsys.readouterr().err
+    assert main(["bisect", "--replay", str(path)]) == 2
+    assert "of before bisects kept their gates' run records" in capsys.readouterr().err

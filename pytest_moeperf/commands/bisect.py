@@ -14,7 +14,7 @@ from ..measure.workload import Workload
 from ..report.bisect import bisect_json, bisect_markdown, bisect_text
 from ..run.bisect import replay_bisect, run_bisect
 from ..run.gate import BuildUnderTest
-from ..store.replay import read_bisect
+from ..store.stored import read_bisect
 from ..verdicts.bisect import BisectResult
 from . import common
 

@@ -16,9 +16,12 @@ from ..host.machine import parse_cpu_list
 from ..measure.workload import Workload
 from ..report.gate import gate_json_text, gate_markdown, gate_text
 from ..run.gate import CANDIDATE, BuildUnderTest, StoredStage, run_gate
+from ..run.profiles import load_profiles
+from ..run.replayed import ReplaySource
 from ..run.session import PerfSession
 from ..store.accept import accept_measurements, refusals, refuse
-from ..store.record import read_gate
+from ..store.replay import Replay
+from ..store.stored import read_gate
 from ..verdicts.gate import UNDECIDED_POLICIES
 from .common import (
     add_run_arguments,
@@ -145,7 +148,10 @@ def replay(args: argparse.Namespace) -> int:
     Holm as when it ran (its stored plan and process blocks), its table printed."""
     path = Path(args.replay)
     stored = read_gate(path)
-    session = PerfSession(run_options(args, replay=path), progress=say)
+    options = run_options(args, replay=path)
+    profiles = load_profiles(options.config_file, options.pyproject)
+    source = ReplaySource(Replay.of_record(path, stored.record, "--replay"), profiles)
+    session = PerfSession(options, progress=say, source=source)
     configurations = list(dict.fromkeys(c for c, _ in stored.rows))
     workloads = [Workload.parse(w) for w in dict.fromkeys(w for _, w in stored.rows)]
     result = run_gate(

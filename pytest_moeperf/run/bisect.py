@@ -31,7 +31,8 @@ from .. import fs
 from ..defaults import MARGIN
 from ..errors import MoeperfError, ResultsError
 from ..measure.workload import Workload
-from ..store.replay import Replay, StoredBisect
+from ..store.replay import Replay
+from ..store.stored import StoredBisect
 from ..verdicts.bisect import (
     BisectResult,
     BisectStep,
@@ -168,7 +169,7 @@ def replay_bisect(
                 "before they were kept): remove that state under .moeperf/bisect and run the "
                 "bisect again with --json to have one that replays"
             )
-        source = ReplaySource(Replay.of_record(stored.path, record), profiles)
+        source = ReplaySource(Replay.of_record(stored.path, record, "--replay"), profiles)
         session = PerfSession(options, source=source)
         stage = StoredStage(0.0, (0.0, 0.0, 0.0))  # a bisect's gates skip nothing
         got = _compare(

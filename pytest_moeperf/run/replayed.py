@@ -104,11 +104,12 @@ def check_configurations(replay: Replay, profiles: Mapping[str, Profile]) -> Non
         if name is None:
             continue
         profile = profiles.get(name)
-        where = f"--moeperf-replay {replay.path}: {m.configuration} {m.workload} ({m.build})"
+        where = f"{replay.option} {replay.path}: {m.configuration} {m.workload} ({m.build})"
         if profile is None:
+            config = "--moeperf-config" if replay.option.startswith("--moeperf") else "--config"
             raise ResultsError(
                 f"{where} is of profile {name!r}, which no configuration file here defines; "
-                "replay it with the moeperf config that ran it (--moeperf-config)"
+                f"replay it with the moeperf config that ran it ({config})"
             )
         if m.configuration not in profile.configurations:
             known = ", ".join(profile.configurations)

@@ -335,67 +335,10 @@ def read_record(path: Path, what: str = "results file") -> RunRecord:
     """The run record in *path*; one :class:`ResultsError` line naming the file (and *what*
     named it, e.g. ``--moeperf-replay``) when it cannot be read."""
     data = load_json(path, f"{what} {path}", ResultsError)
-    if _is_gate(data):
-        return read_gate(path, what).record
     try:
         return RunRecord.from_dict(data)
     except ValueError as exc:
         raise ResultsError(f"{what} {path}: {exc}") from None
-
-
-def _is_gate(data: object) -> bool:
-    return isinstance(data, dict) and "rows" in data and "outcome" in data
-
-
-@dataclass(frozen=True)
-class StoredGate:
-    """A gate's ``--json`` as ``moeperf gate --replay`` reads it: the gate's run record (its
-    rows' rounds) and what the gate was asked and saw beside it."""
-
-    record: RunRecord
-    baseline: str
-    candidate: str
-    """The builds' names, as the gate's table shows them."""
-    margin: float
-    rows: tuple[tuple[str, str], ...]
-    """(configuration, workload) of each row, in the gate's order."""
-    seconds: tuple[float, ...]
-    """Each row's seconds of measuring (a replay takes none)."""
-    skipped: tuple[tuple[str, str], ...]
-    """Each configuration the gate did not measure, and why."""
-    busy: float
-    loadavg: tuple[float, float, float]
-    """The host's load before the first row."""
-
-
-def read_gate(path: Path, what: str = "--replay") -> StoredGate:
-    """The stored gate in *path* (a gate's ``--json``); one :class:`ResultsError` line naming
-    the file when it is not one, or of before gates kept their run record."""
-    data = load_json(path, f"{what} {path}", ResultsError)
-    if not _is_gate(data):
-        raise ResultsError(f"{what} {path}: not a gate's --json (it has no rows and outcome)")
-    if "record" not in data:
-        raise ResultsError(
-            f"{what} {path}: written by a gate of before gates kept their run record; "
-            "run the gate again with --json to have one that replays"
-        )
-    try:
-        load = data.get("loadavg_before") or (0.0, 0.0, 0.0)
-        return StoredGate(
-            RunRecord.from_dict(data["record"]),
-            str(data["baseline"]),
-            str(data["candidate"]),
-            float(data["margin"]),
-            tuple((str(r["configuration"]), str(r["workload"])) for r in data["rows"]),
-            tuple(float(r["seconds"]) for r in data["rows"]),
-            tuple((str(s["configuration"]), str(s["reason"])) for s in data.get("skipped", [])),
-            float(data.get("host_busy_before") or 0.0),
-            (float(load[0]), float(load[1]), float(load[2])),
-        )
-    except (KeyError, TypeError, ValueError, IndexError) as exc:
-        raise ResultsError(
-            f"{what} {path}: unreadable gate ({type(exc).__name__}: {exc})"
-        ) from None
 
 
 def rounds_of(

@@ -13,11 +13,9 @@ from typing import Any
 
 from ..defaults import MIN_REL_SPREAD
 from ..errors import ResultsError, Unavailable
-from ..fs import load_json
 from ..measure.measurement import Conditions, Measurement, Sample
 from ..measure.stats import Figure
 from ..measure.workload import Workload
-from ..verdicts.bisect import records_of
 from ..verdicts.reference import stand_in
 from .baselines import BaselineFile, load_baselines
 from .record import RunRecord, VerdictRecord, read_record
@@ -39,6 +37,8 @@ class Replay:
     """How the host changed under the stored run (its probes moved), one line each."""
     verdicts: list[VerdictRecord] = field(default_factory=list)
     """The stored run's verdicts, with where their rounds lie in the samples."""
+    option: str = "--moeperf-replay"
+    """The option that named the file, for messages (``--replay`` of ``moeperf gate``)."""
 
     @classmethod
     def load(cls, path: Path) -> Replay:
@@ -50,14 +50,15 @@ class Replay:
         return cls.of_record(path, read_record(path, "--moeperf-replay"))
 
     @classmethod
-    def of_record(cls, path: Path, record: RunRecord) -> Replay:
-        """The measurements and verdicts of *record* (read from *path*)."""
+    def of_record(cls, path: Path, record: RunRecord, option: str = "--moeperf-replay") -> Replay:
+        """The measurements and verdicts of *record* (read from *path*, named by *option*)."""
         return cls(
             path,
             record.measurements,
             record.host_fingerprint,
             host_changes=list(record.host_changes),
             verdicts=list(record.verdicts),
+            option=option,
         )
 
     @classmethod
@@ -139,49 +140,3 @@ def _traffic_stand_ins(bf: BaselineFile) -> list[Measurement]:
             fig = Figure(e.value, e.rel_spread or DEFAULT_REL_SPREAD)
             ms.append(Measurement(configuration, build, w, (), told, figure=fig))
     return ms
-
-
-@dataclass(frozen=True)
-class StoredBisect:
-    """A bisect's ``--json`` as ``moeperf bisect --replay`` reads it: each gate's run record and
-    what the bisect was asked."""
-
-    path: Path
-    builds: tuple[str, ...]
-    """The builds' names, oldest (good) first."""
-    metric: str
-    configurations: tuple[str, ...]
-    margin: float
-    records: dict[tuple[str, str], RunRecord]
-    """Each gate's run record, by its (baseline, candidate) builds."""
-    seconds: dict[str, float]
-    """Each step's seconds of measuring (a replay takes none)."""
-
-
-def read_bisect(path: Path, what: str = "--replay") -> StoredBisect:
-    """The stored bisect in *path* (a bisect's ``--json``); one :class:`ResultsError` line
-    naming the file when it is not one, or of before bisects kept their gates' run records."""
-    data = load_json(path, f"{what} {path}", ResultsError)
-    if not isinstance(data, dict) or "premise" not in data or "boundaries" not in data:
-        raise ResultsError(
-            f"{what} {path}: not a bisect's --json (it has no premise and boundaries)"
-        )
-    if "records" not in data:
-        raise ResultsError(
-            f"{what} {path}: written by a bisect of before bisects kept their gates' run "
-            "records; run the bisect again with --json to have one that replays"
-        )
-    try:
-        return StoredBisect(
-            path,
-            tuple(str(b) for b in data["builds"]),
-            str(data["metric"]),
-            tuple(str(c) for c in data["configurations"]),
-            float(data["margin"]),
-            {k: RunRecord.from_dict(r) for k, r in records_of(data["records"]).items()},
-            {str(s["build"]): float(s["seconds"]) for s in data["steps"]},
-        )
-    except (KeyError, TypeError, ValueError, IndexError) as exc:
-        raise ResultsError(
-            f"{what} {path}: unreadable bisect ({type(exc).__name__}: {exc})"
-        ) from None

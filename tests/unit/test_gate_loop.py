@@ -7,7 +7,6 @@ run them (the live host's servers are what the fake stands in for)."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
 import pytest
@@ -20,8 +19,10 @@ from pytest_moeperf.report.gate import gate_json_text, gate_rows
 from pytest_moeperf.report.tables import text_table
 from pytest_moeperf.run.bisect import run_bisect
 from pytest_moeperf.run.gate import BuildUnderTest, StoredStage, run_gate
+from pytest_moeperf.run.replayed import ReplaySource
 from pytest_moeperf.run.session import PerfSession
-from pytest_moeperf.store.record import read_gate
+from pytest_moeperf.store.replay import Replay
+from pytest_moeperf.store.stored import read_gate
 
 
 @pytest.fixture
@@ -145,7 +146,8 @@ def test_a_stored_gate_replays_to_the_same_rows_and_verdicts(tmp_path, clock, ca
     path.write_text(gate_json_text(measured, session.run_record()))
     stored = read_gate(path)
     assert stored.rows == (("mmap", "pp512"), ("lm-none", "pp512"))
-    replayed = PerfSession(dataclasses.replace(session.options, replay=path))
+    source = ReplaySource(Replay.of_record(path, stored.record, "--replay"), session.profiles)
+    replayed = PerfSession(session.options, source=source)
     again = run_gate(
         replayed,
         StoredStage(stored.busy, stored.loadavg, stored.skipped),
@@ -169,6 +171,10 @@ def test_a_stored_gate_replays_to_the_same_rows_and_verdicts(tmp_path, clock, ca
     out = capsys.readouterr().out
     assert code == measured.exit_code()
     assert text_table(*gate_rows(measured)) in out  # every row and column as measured
+    other = tmp_path / "other.toml"
+    other.write_text('[profiles.q]\nmodel = "m.gguf"\n[profiles.q.configurations.mmap]\n')
+    assert main(["gate", "--replay", str(path), "--config", str(other), "--profile", "q"]) == 2
+    assert f"--replay {path}: mmap pp512" in capsys.readouterr().err  # the option it was named by
 
 
 def test_a_replay_refuses_what_only_a_measuring_gate_uses(tmp_path, capsys):

@@ -92,8 +92,7 @@ class HostWatch:
                     taken[-2], taken[-1], tolerance=tolerance
                 ):
                     taken.append(run_probe(cpus))
-            probe = taken[-1]
-            self.probes[key] = probe
+            probe = self.probes[key] = taken[-1]
             self._probed_at[key] = time.time()
             self.report(f"moeperf: host probe: {probe.describe()} in {probe.seconds:.1f} s")
             if probe_moved(taken[-2], probe, tolerance=tolerance):
@@ -115,6 +114,7 @@ class HostWatch:
         probe beyond the probe tolerance: one line per figure, ``[]`` when the host is as it
         was. Every move is also kept in :attr:`host_changes`."""
         lines = []
+        tolerance = self.settings.probe_tolerance
         for key in sorted(keys):
             first = self.probes.get(key)
             if first is None:
@@ -125,14 +125,13 @@ class HostWatch:
                 cpus = parse_cpu_list(key)
                 with measuring(cpus):
                     seen.append((time.time(), run_probe(cpus)))
-                tolerance = self.settings.probe_tolerance
                 if probe_moved(first, seen[-1][1], tolerance=tolerance):
                     with measuring(cpus):  # a move must be confirmed by a second probe
                         seen.append((time.time(), run_probe(cpus)))
             if not seen:
                 continue
             recent = [p for _, p in seen[-2:]]
-            for line in probe_moved(first, *recent, tolerance=self.settings.probe_tolerance):
+            for line in probe_moved(first, *recent, tolerance=tolerance):
                 lines.append(line)
                 self._changes.pop(_figure(line), None)  # the latest values last
                 self._changes[_figure(line)] = line

@@ -83,7 +83,6 @@ class ConfigurationPlan:
     comments: tuple[str, ...] = ()
     fits: bool = True
     """Whether its estimate fits the GPUs' free memory (a sample server starts only if so)."""
-    env: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -113,38 +112,29 @@ class ProfilePlan:
 
     def table(self) -> dict[str, Any]:
         """The profile as the TOML table :func:`~.profiles.parse_profiles` reads."""
-        out: dict[str, Any] = {"description": self.description}
-        if self.host:
-            out["host"] = dict(self.host)
-        if self.build is not None:
-            out["build"] = self.build
-        if self.binary is not None:
-            out["binary"] = self.binary
-        out["model"] = self.model
-        if self.cuda:
-            out["cuda"] = True
-        if self.requires_gpus:
-            out["requires_gpus"] = self.requires_gpus
-        out["flags"] = list(self.flags)
-        if self.numa_node is not None:
-            out["numa_node"] = self.numa_node
-        if self.numa is not None:
-            out["numa"] = self.numa
-        out["workloads"] = list(self.workloads)
-        out["repetitions"] = self.repetitions
-        out["budget"] = self.budget
-        configs: dict[str, Any] = {}
-        for c in self.configurations:
-            ct: dict[str, Any] = {"description": c.description}
-            if c.flags:
-                ct["flags"] = list(c.flags)
-            if c.numa_node is not None:
-                ct["numa_node"] = c.numa_node
-            if c.env:
-                ct["env"] = dict(c.env)
-            configs[c.name] = ct
-        out["configurations"] = configs
-        return out
+        return present(
+            description=self.description,
+            host=dict(self.host) or None,
+            build=self.build,
+            binary=self.binary,
+            model=self.model,
+            cuda=self.cuda or None,
+            requires_gpus=self.requires_gpus or None,
+            flags=list(self.flags),
+            numa_node=self.numa_node,
+            numa=self.numa,
+            workloads=list(self.workloads),
+            repetitions=self.repetitions,
+            budget=self.budget,
+            configurations={
+                c.name: present(
+                    description=c.description,
+                    flags=list(c.flags) or None,
+                    numa_node=c.numa_node,
+                )
+                for c in self.configurations
+            },
+        )
 
     def toml(self) -> str:
         """The commented TOML text of the profile (to append to a moeperf.toml)."""
@@ -176,6 +166,11 @@ class ProfilePlan:
         lines += [f"note: {n}" for n in self.notes]
         lines += [f"could not decide: {u}" for u in self.undecided]
         return lines
+
+
+def present(**values: Any) -> dict[str, Any]:
+    """The keys of a profile table whose values are not ``None``, in the order given."""
+    return {k: v for k, v in values.items() if v is not None}
 
 
 def _key(name: str) -> str:
@@ -333,7 +328,7 @@ def plan_profile(
     if gpus:
         flags += ["-ngl", "999"]
         if model.experts:
-            ncmoe = server_flags is None or any(f in server_flags for f in _NCMOE_FLAGS)
+            ncmoe = server_flags is None or not server_flags.isdisjoint(_NCMOE_FLAGS)
             flags += ["-ncmoe", str(model.n_layer)] if ncmoe else ["-ot", "exps=CPU"]
             free = topology.vram_free_mib * 2**20
             if model.file_bytes < FIT_IN_VRAM * free:
@@ -354,7 +349,7 @@ def plan_profile(
         "(-b/-ub 2048 sped its prefill up 3.8x): add them to flags to compare"
     )
     lm = ["-lm", "none"]
-    if server_flags is not None and not any(f in server_flags for f in _LM_FLAGS):
+    if server_flags is not None and server_flags.isdisjoint(_LM_FLAGS):
         lm = ["--no-mmap"]
         notes.append("this llama-server has no -lm/--load-mode: --no-mmap stands in for -lm none")
     if server_flags is None:
@@ -370,15 +365,13 @@ def plan_profile(
 
     if any(n.physical_cores is None for n in topology.nodes):
         undecided.append("physical cores (no CPU topology in sysfs): -t is every CPU of the node")
-    configs: list[ConfigurationPlan] = []
     base_node = home if multi else None
-    gpu_count = len(gpus)
     mmap_own = tuple(threads(base_node))
     extra, mmap_comments, mmap_fit = _fitted(
         "mmap", model, model_path, (*flags, *mmap_own), topology
     )
     where = f", process on node {home}" if multi else ""
-    configs.append(
+    configs = [
         ConfigurationPlan(
             "mmap",
             f"default load mode (mmap){where}",
@@ -386,8 +379,8 @@ def plan_profile(
             comments=tuple(mmap_comments),
             fits=mmap_fit is None or mmap_fit.fits,
         )
-    )
-    fits = [("mmap", mmap_fit)]
+    ]
+    fits = [mmap_fit]
     for node in topology.nodes if multi else (None,):
         number = node.node if node is not None else None
         suffix = f"-node{number}" if number is not None else ""
@@ -396,7 +389,7 @@ def plan_profile(
             f"lm-none{suffix}", model, model_path, (*flags, *cflags), topology
         )
         cflags = (*cflags, *extra)
-        fits.append((f"lm-none{suffix}", fit))
+        fits.append(fit)
         fp = fit.footprint if fit else estimate(model, str(model_path), (*flags, *cflags), gpus=0)
         if node is not None and fp.private > node.memory_free:
             if fp.private <= node.memory_free + node.page_cache:
@@ -430,16 +423,9 @@ def plan_profile(
                 fits=fit is None or fit.fits,
             )
         )
-    for config_name, fit in fits:
-        if fit is not None and fit.changes:
-            said = next(
-                line
-                for c in configs
-                if c.name == config_name
-                for line in c.comments
-                if line.startswith(("fitted to", "does not fit"))
-            )
-            (notes if fit.fits else undecided).append(f"{config_name}: {said}")
+    for c, fit in zip(configs, fits, strict=True):
+        if fit is not None and fit.changes:  # _fitted's second comment says how it fitted
+            (notes if fit.fits else undecided).append(f"{c.name}: {c.comments[1]}")
 
     # -- the build -----------------------------------------------------------------------------
     if binary is None and build is None:
@@ -479,12 +465,12 @@ def plan_profile(
         name=name,
         description=f"{model_path.name}: mmap and -lm none"
         + (" per NUMA node" if multi else "")
-        + (f", {gpu_count} GPUs" if gpus else ", CPU only"),
+        + (f", {len(gpus)} GPUs" if gpus else ", CPU only"),
         model=str(model_path),
         binary=str(binary) if binary is not None else None,
         build=build if binary is None else None,
         cuda=bool(gpus),
-        requires_gpus=gpu_count,
+        requires_gpus=len(gpus),
         flags=tuple(flags),
         numa_node=base_node,
         numa="isolate" if multi else None,

@@ -84,8 +84,7 @@ class Launcher:
         began = time.monotonic()
         self.check(profile, [configuration])  # HostLacks -> skip, before any build work
         cpus = configuration.pinning.resolve()
-        gpus = len(self._host()["gpus"])
-        if profile.cuda and not gpus:
+        if profile.cuda and not self._host()["gpus"]:
             raise HostLacks(
                 f"profile {profile.name!r} builds llama.cpp with CUDA (cuda = true); "
                 "nvidia-smi finds no NVIDIA GPU on this host",

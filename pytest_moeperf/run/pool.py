@@ -22,6 +22,7 @@ import contextlib
 import os
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from math import inf
@@ -103,7 +104,6 @@ class Capacity:
 
 
 def charge_of(fp: Footprint, gpus: frozenset[int]) -> Charge:
-    """The ledger's charge of a server of footprint *fp* on *gpus*."""
     return Charge(fp.private, fp.shared, fp.model, tuple(sorted(fp.per_gpu(gpus).items())))
 
 
@@ -165,7 +165,7 @@ class ServerPool:
         self.starts: dict[ServerKey, list[float]] = {}
         """Seconds each start of a server took until ``/health`` answered (its load time)."""
         self._touched: dict[ServerKey, float] = {}
-        self._in_use: dict[ServerKey, int] = {}
+        self._in_use: Counter[ServerKey] = Counter()
 
     @staticmethod
     def host_capacity(ram: int | None, gpu_memory: dict[int, int] | None = None) -> Capacity:
@@ -219,10 +219,7 @@ class ServerPool:
         if self._gpu_reader is None:
             return
         entries = self.ledger.entries() if self.ledger is not None else []
-        ours: dict[int, dict[int, int]] = {}
-        for e in entries:
-            if e.server:
-                ours[e.server] = e.charge.vram_by_gpu()
+        ours = {e.server: e.charge.vram_by_gpu() for e in entries if e.server}
         for rec in self.servers.values():  # without a ledger: this pool's own
             pid = rec.server.pid
             if pid and rec.footprint is not None and rec.server.is_running():
@@ -282,16 +279,12 @@ class ServerPool:
         """The servers of *keys* are measured in this block: none is stopped to make room.
         When nothing is measured any more and another process waits for memory, idle servers
         are stopped for it."""
-        held_keys = list(keys)
-        for k in held_keys:
-            self._in_use[k] = self._in_use.get(k, 0) + 1
+        held_keys = Counter(keys)
+        self._in_use += held_keys
         try:
             yield
         finally:
-            for k in held_keys:
-                self._in_use[k] -= 1
-                if not self._in_use[k]:
-                    del self._in_use[k]
+            self._in_use -= held_keys  # a key whose count reaches 0 is dropped
             if not self._in_use:
                 self.yield_to_waiters()
 
@@ -329,22 +322,19 @@ class ServerPool:
             raise HostLacks(self._lacks(name, need, gpus), "ram_gib / vram_gib (free memory)")
         alive = {k: r for k, r in self.alive().items() if k != key}
         busy = {k: r for k, r in alive.items() if k in self._in_use}
-        if not self.fits(
-            [(need, gpus)] + [(r.footprint, r.gpus) for r in busy.values() if r.footprint]
-        ):  # stopping idle servers would not help: say so before stopping any
+
+        def together(recs: Iterable[ServerRecord]) -> list[tuple[Footprint, frozenset[int]]]:
+            return [(need, gpus)] + [(r.footprint, r.gpus) for r in recs if r.footprint is not None]
+
+        if not self.fits(together(busy.values())):
+            # stopping idle servers would not help: say so before stopping any
             names = ", ".join(r.server.name for r in busy.values())
             raise ServerError(
                 f"{name} ({need.describe()}) does not fit beside the servers being measured "
                 f"({names}; {self.capacity.describe()} for servers)"
             )
-
-        def together() -> list[tuple[Footprint, frozenset[int]]]:
-            return [(need, gpus)] + [
-                (r.footprint, r.gpus) for r in alive.values() if r.footprint is not None
-            ]
-
         for k in sorted(alive, key=lambda k: self._touched.get(k, 0.0)):
-            if self.fits(together()):
+            if self.fits(together(alive.values())):
                 break
             if k in self._in_use:
                 continue
@@ -473,7 +463,6 @@ class ServerPool:
                 del table[k]
 
     def stop_all(self, keep: Callable[[ServerKey], bool] = lambda k: False) -> None:
-        """Stop every running server except those *keep* selects."""
         for key in list(self.servers):
             if not keep(key):
                 self.stop(key)

@@ -42,7 +42,7 @@ from ..verdicts.race import Duel, RaceResult
 from ..verdicts.sequential import Plan, Rule
 from .artifacts import SYNTHETIC
 from .gate import Stage
-from .init import existing_profiles, table_toml, write_table
+from .init import existing_profiles, present, table_toml, write_table
 from .profiles import Configuration, Pinning, Profile, parse_profiles
 from .rounds import decide_pair
 from .session import PerfSession
@@ -132,12 +132,7 @@ class Knob:
         """A short name part, letters, digits, ``_``, ``.`` and ``-`` only: ``t2``, ``ub256``,
         ``no-op-offload``, ``numa_node1``, ``override-tensor_exps_CPU``."""
         base = self.name.removeprefix("env:").lstrip("-")
-        if value == PRESENT:
-            text = base
-        elif value == ABSENT:
-            text = f"no-{base}"
-        else:
-            text = f"{base}{value}"
+        text = base if value == PRESENT else f"no-{base}" if value == ABSENT else f"{base}{value}"
         return re.sub(r"[^A-Za-z0-9_.-]", "_", text).strip(".-_") or "x"
 
 
@@ -243,11 +238,10 @@ class Race:
     """Every candidate the race named, by name."""
 
     def plan(self) -> Plan:
-        family = duels_of(self.knobs)
         return Plan(
             first_look=FIRST_LOOK,
             max_rounds=MAX_ROUNDS,
-            alpha=FAMILY_ALPHA / family,
+            alpha=FAMILY_ALPHA / duels_of(self.knobs),
             dependence=self.session.dependence(self.profile),
         )
 
@@ -306,7 +300,7 @@ def run_race(race: Race) -> RaceResult:
     """Coordinate descent over the race's knobs from the base configuration (see the module),
     then the final leader confirmed against the base."""
     base = Candidate(())
-    result = RaceResult(f"{race.objective.name}", race.margin, base.name)
+    result = RaceResult(race.objective.name, race.margin, base.name)
     result.flags[base.name] = ()
     race.seen[base.name] = base
     leader = base
@@ -352,26 +346,22 @@ def tuned_table(race: Race, result: RaceResult, rootdir: Path) -> dict[str, Any]
     :func:`tuned_tests` names, ``base`` and the winner again as ``tuned``, each with its full
     flags, environment and pinning (paths made absolute: the file may lie elsewhere)."""
     p = race.profile
-    table: dict[str, Any] = {
-        "description": f"{p.name} tuned by moeperf tune on {result.objective}: {result.answer()}"
-    }
-    for key, value in (
-        ("build", p.build),
-        ("binary", p.binary and _absolute(p, p.binary, rootdir)),
-        ("model", _absolute(p, p.model, rootdir)),
-        ("model_overrides", dict(p.model_overrides) or None),
-        ("cmake_args", list(p.cmake_args) or None),
-        ("cuda", p.cuda or None),
-        ("requires_gpus", p.requires_gpus or None),
-        ("memory_bandwidth_gbs", p.memory_bandwidth_gbs),
-        ("workloads", [race.objective.name]),
-        ("repetitions", p.repetitions),
-        ("budget", race.budget or p.budget or "auto"),
-        ("sample_requests", p.sample_requests if p.sample_requests != 1 else None),
-        ("process_block", p.process_block),
-    ):
-        if value is not None:
-            table[key] = value
+    table = present(
+        description=f"{p.name} tuned by moeperf tune on {result.objective}: {result.answer()}",
+        build=p.build,
+        binary=p.binary and _absolute(p, p.binary, rootdir),
+        model=_absolute(p, p.model, rootdir),
+        model_overrides=dict(p.model_overrides) or None,
+        cmake_args=list(p.cmake_args) or None,
+        cuda=p.cuda or None,
+        requires_gpus=p.requires_gpus or None,
+        memory_bandwidth_gbs=p.memory_bandwidth_gbs,
+        workloads=[race.objective.name],
+        repetitions=p.repetitions,
+        budget=race.budget or p.budget or "auto",
+        sample_requests=p.sample_requests if p.sample_requests != 1 else None,
+        process_block=p.process_block,
+    )
     named = {result.start, result.leader} | {
         x
         for d in result.duels
@@ -389,32 +379,28 @@ def tuned_table(race: Race, result: RaceResult, rootdir: Path) -> dict[str, Any]
 
 def _absolute(p: Profile, value: str, rootdir: Path) -> str:
     """*value* (a model or binary) as the profile meant it, wherever the new file lies."""
-    if value.startswith(SYNTHETIC) or value.startswith(("/", "~", "$")):
+    if value.startswith((SYNTHETIC, "/", "~", "$")):
         return value
     return str(p.path(value, rootdir))
 
 
 def _configuration_table(cfg: Configuration, p: Profile, rootdir: Path) -> dict[str, Any]:
-    table: dict[str, Any] = {"description": cfg.description, "flags": list(cfg.flags)}
-    if cfg.env:
-        table["env"] = dict(cfg.env)
     pin = cfg.pinning
-    for key, value in (("cpus", pin.cpus), ("numa_node", pin.numa_node), ("numa", pin.numa)):
-        if value is not None:
-            table[key] = value
-    keys: tuple[tuple[str, Any], ...] = (
-        ("build", cfg.build),
-        ("binary", cfg.binary and _absolute(p, cfg.binary, rootdir)),
-        ("requires_gpus", cfg.requires_gpus if cfg.requires_gpus != p.requires_gpus else None),
-        ("gpus", list(cfg.gpus) if cfg.gpus is not None else None),
-        ("ram_gib", cfg.ram_gib),
-        ("vram_gib", cfg.vram_gib),
-        ("traffic", dict(cfg.traffic) or None),
+    return present(
+        description=cfg.description,
+        flags=list(cfg.flags),
+        env=dict(cfg.env) or None,
+        cpus=pin.cpus,
+        numa_node=pin.numa_node,
+        numa=pin.numa,
+        build=cfg.build,
+        binary=cfg.binary and _absolute(p, cfg.binary, rootdir),
+        requires_gpus=cfg.requires_gpus if cfg.requires_gpus != p.requires_gpus else None,
+        gpus=list(cfg.gpus) if cfg.gpus is not None else None,
+        ram_gib=cfg.ram_gib,
+        vram_gib=cfg.vram_gib,
+        traffic=dict(cfg.traffic) or None,
     )
-    for key, value in keys:
-        if value is not None:
-            table[key] = value
-    return table
 
 
 def check_finding(

@@ -46,10 +46,7 @@ def gpu_problems(configuration: Configuration, host_gpus: int) -> list[Problem]:
     )
     if configuration.requires_gpus > host_gpus:
         out.append(
-            Problem(
-                "requires_gpus",
-                f"requires_gpus = {configuration.requires_gpus}; {have}",
-            )
+            Problem("requires_gpus", f"requires_gpus = {configuration.requires_gpus}; {have}")
         )
     if not host_gpus:
         # a CPU host: GPU indices and split flags name nothing a server would use, and a
@@ -70,9 +67,8 @@ def gpu_problems(configuration: Configuration, host_gpus: int) -> list[Problem]:
     visible = _visible(configuration, host_gpus) if seen is None else min(seen, host_gpus)
     split = flag_value(flags, "-ts", "--tensor-split")
     if split is not None:
-        parts = [p for p in re.split(r"[,/]", split)]
         try:
-            shares = [float(p) for p in parts]
+            shares = [float(p) for p in re.split(r"[,/]", split)]
         except ValueError:
             shares = []
             out.append(Problem("-ts", f"-ts {split}: give one number a GPU, e.g. -ts 3,1"))
@@ -88,15 +84,14 @@ def gpu_problems(configuration: Configuration, host_gpus: int) -> list[Problem]:
     if mode is not None and mode.strip() not in SPLIT_MODES:
         out.append(Problem("-sm", f"-sm {mode}: use one of {', '.join(SPLIT_MODES)}"))
     main = flag_value(flags, "-mg", "--main-gpu")
-    if main is not None:
-        if not main.strip().isdigit() or int(main) >= max(visible, 1):
-            out.append(
-                Problem(
-                    "-mg",
-                    f"-mg {main}: the server sees {visible} GPU(s); give a position 0-"
-                    f"{max(visible - 1, 0)} among them",
-                )
+    if main is not None and (not main.strip().isdigit() or int(main) >= max(visible, 1)):
+        out.append(
+            Problem(
+                "-mg",
+                f"-mg {main}: the server sees {visible} GPU(s); give a position 0-"
+                f"{max(visible - 1, 0)} among them",
             )
+        )
     dev = flag_value(flags, "-dev", "--device")
     if dev is not None and dev.strip().lower() != "none":
         for name in dev.split(","):

@@ -37,6 +37,11 @@ def prompt_ids(n: int, *, seed: int, vocab: int) -> list[int]:
     return [rng.randrange(FIRST_ID, vocab) for _ in range(n)]
 
 
+def with_bans(body: dict[str, Any], ban_tokens: Sequence[int]) -> dict[str, Any]:
+    """*body* with ``logit_bias`` false for each of *ban_tokens* (never generated)."""
+    return {**body, "logit_bias": [[t, False] for t in ban_tokens]} if ban_tokens else body
+
+
 def build_requests(workload: Workload, *, seed: int, vocab: int) -> list[Request]:
     """The requests of one repetition of *workload*; the last one is timed.
 
@@ -141,8 +146,7 @@ class Meter:
         self.client.close()
 
     def post(self, body: dict[str, Any]) -> dict[str, Any]:
-        if self.ban_tokens:
-            body = {**body, "logit_bias": [[t, False] for t in self.ban_tokens]}
+        body = with_bans(body, self.ban_tokens)
         try:
             data = self._streamed(body) if self.stream else self._plain(body)
         except httpx.TimeoutException:

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 
 from ..errors import MeasurementError
-from .meter import prompt_ids, stream_events
+from .meter import prompt_ids, stream_events, with_bans
 
 GUARD_PROMPT = 64
 """Tokens of the guard's fixed prompt."""
@@ -75,7 +75,7 @@ class OutputCheck:
 def guard_body(vocab: int, ban_tokens: Sequence[int] = ()) -> dict[str, Any]:
     """The guard's request: a fixed prompt of random token ids, greedy decoding (temperature 0,
     top-k 1) with a fixed seed, exactly :data:`GUARD_TOKENS` tokens, token ids returned."""
-    body: dict[str, Any] = {
+    body = {
         "prompt": prompt_ids(GUARD_PROMPT, seed=GUARD_SEED, vocab=vocab),
         "n_predict": GUARD_TOKENS,
         "temperature": 0.0,
@@ -87,9 +87,7 @@ def guard_body(vocab: int, ban_tokens: Sequence[int] = ()) -> dict[str, Any]:
         "n_probs": 1,
         "stream": True,
     }
-    if ban_tokens:
-        body["logit_bias"] = [[t, False] for t in ban_tokens]
-    return body
+    return with_bans(body, ban_tokens)
 
 
 def tokens_of_event(event: dict[str, Any]) -> list[int]:

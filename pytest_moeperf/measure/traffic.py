@@ -38,7 +38,7 @@ import numpy as np
 from ..defaults import REQUEST_TIMEOUT
 from ..errors import ConfigError, MeasurementError
 from .measurement import Sample
-from .meter import prompt_ids, stream_events
+from .meter import prompt_ids, stream_events, with_bans
 from .mix import Mix, Shape
 from .workload import TRAFFIC_LATENCIES, Workload
 
@@ -247,7 +247,7 @@ def request_body(
     """The streamed ``/completion`` body of one request of *shape*: random token ids (a shared
     prefix for its ``cached`` tokens), exactly ``gen`` generated tokens, greedy."""
     prefix = prompt_ids(shape.cached, seed=CACHED_PREFIX_SEED, vocab=vocab) if shape.cached else []
-    body: dict[str, Any] = {
+    body = {
         "prompt": prefix + prompt_ids(shape.prompt - shape.cached, seed=seed, vocab=vocab),
         "n_predict": shape.gen,
         "ignore_eos": True,
@@ -255,9 +255,7 @@ def request_body(
         "cache_prompt": shape.cached > 0,
         "stream": True,
     }
-    if ban_tokens:
-        body["logit_bias"] = [[t, False] for t in ban_tokens]
-    return body
+    return with_bans(body, ban_tokens)
 
 
 def send(

@@ -100,99 +100,72 @@ def accept_measurements(
     """Store *measurements* as *profile*'s baselines of the host *fingerprint* describes in the
     file at *path*, unless *refused* gives reasons (then nothing is written and the error says
     them all, naming the option *what*). *changes* (a gate's accept) gives each (configuration,
-    workload) its paired change, stored with its entry as a link of the accepted chain. The
-    file is read, changed and written atomically under its lock (:func:`_write_accepted` says
-    how)."""
-    refuse(what, refused)
-    path = Path(path)
-    with baseline_lock(path):
-        return _write_accepted(
-            path,
-            profile,
-            list(measurements),
-            fingerprint,
-            date=date or dt.date.today(),
-            source=source,
-            probe_tolerance=probe_tolerance,
-            changes=changes or {},
-        )
-
-
-def _round(value: float) -> float:
-    """Six significant digits: far below run-to-run noise, and short in the file."""
-    return float(f"{value:.6g}")
-
-
-def _write_accepted(
-    path: Path | str,
-    profile: str,
-    measurements: Iterable[Measurement],
-    fingerprint: Mapping[str, Any],
-    *,
-    date: str | dt.date,
-    source: str,
-    probe_tolerance: float = PROBE_TOLERANCE,
-    changes: Mapping[tuple[str, str], PairedChange] | None = None,
-) -> BaselineFile:
-    """Store *measurements* as the baselines of *profile* on this host (*fingerprint*, with
-    its probe figures) in the file at *path* (created if missing) and return what was
-    written.
+    workload) its paired change, stored with its entry as a link of the accepted chain.
 
     The host is the file's ``[[host]]`` that :func:`host_differences` finds the same
     (fingerprint fields equal, probe figures within *probe_tolerance*); its fingerprint
     becomes *fingerprint*. A host the file does not hold yet is added as a new ``[[host]]``:
     another host's numbers are never replaced. Each measurement replaces this host's entry
     with the same (build, configuration, workload) in place, keeping its per-entry tolerance;
-    the replaced entry moves under ``[[history]]`` with ``replaced = date``. The file is
-    written atomically: a failure leaves the old file as it was."""
+    the replaced entry moves under ``[[history]]`` with ``replaced = date``. The file (created
+    if missing) is read, changed and written atomically under its lock: a failure leaves the
+    old file as it was. Returns what was written."""
+    refuse(what, refused)
     path = Path(path)
-    day = date.isoformat() if isinstance(date, dt.date) else str(date)
-    old = _read_for(path, profile)
-    hosts, host_id = _this_host(old, fingerprint, probe_tolerance)
-    entries = list(old.entries)
-    history = list(old.history)
-    index = {e.key: i for i, e in enumerate(entries) if e.host == host_id}
-    accepted: set[tuple[str, str, str]] = set()
-    for m in measurements:
-        samples = tuple(_round(v) for v in m.values)
-        if not samples:
-            raise BaselineError(f"{path}: measurement {m.key} has no samples to accept")
-        flags = " ".join(m.conditions.flags)
-        new = BaselineEntry(
-            build=m.build,
-            configuration=m.configuration,
-            workload=m.workload.name,
-            value=statistics.median(samples),
-            date=day,
-            source=source,
-            samples=samples,
-            repetitions=len(samples),
-            flags=flags or None,
-            host=host_id,
-            change=(changes or {}).get((m.configuration, m.workload.name)),
-        )
-        if new.key in accepted:
-            raise BaselineError(
-                f"{path}: two measurements of {', '.join(new.key)} given to accept; pass one"
+    with baseline_lock(path):
+        when = date or dt.date.today()
+        day = when.isoformat() if isinstance(when, dt.date) else str(when)
+        old = _read_for(path, profile)
+        hosts, host_id = _this_host(old, fingerprint, probe_tolerance)
+        entries = list(old.entries)
+        history = list(old.history)
+        index = {e.key: i for i, e in enumerate(entries) if e.host == host_id}
+        accepted: set[tuple[str, str, str]] = set()
+        for m in measurements:
+            samples = tuple(_round(v) for v in m.values)
+            if not samples:
+                raise BaselineError(f"{path}: measurement {m.key} has no samples to accept")
+            flags = " ".join(m.conditions.flags)
+            new = BaselineEntry(
+                build=m.build,
+                configuration=m.configuration,
+                workload=m.workload.name,
+                value=statistics.median(samples),
+                date=day,
+                source=source,
+                samples=samples,
+                repetitions=len(samples),
+                flags=flags or None,
+                host=host_id,
+                change=(changes or {}).get((m.configuration, m.workload.name)),
             )
-        accepted.add(new.key)
-        if new.key in index:
-            previous = entries[index[new.key]]
-            history.append(replace(previous, replaced=day))
-            entries[index[new.key]] = replace(new, tolerance=previous.tolerance)
-        else:
-            index[new.key] = len(entries)
-            entries.append(new)
-    bf = BaselineFile(
-        profile=profile,
-        tolerance=old.tolerance,
-        hosts=tuple(hosts),
-        entries=tuple(entries),
-        history=tuple(history),
-        note=old.note,
-        path=path,
-    )
-    return _write(path, bf)
+            if new.key in accepted:
+                raise BaselineError(
+                    f"{path}: two measurements of {', '.join(new.key)} given to accept; pass one"
+                )
+            accepted.add(new.key)
+            if new.key in index:
+                previous = entries[index[new.key]]
+                history.append(replace(previous, replaced=day))
+                entries[index[new.key]] = replace(new, tolerance=previous.tolerance)
+            else:
+                index[new.key] = len(entries)
+                entries.append(new)
+        bf = BaselineFile(
+            profile=profile,
+            tolerance=old.tolerance,
+            hosts=tuple(hosts),
+            entries=tuple(entries),
+            history=tuple(history),
+            note=old.note,
+            path=path,
+        )
+        return _write(path, bf)
+
+
+def _round(value: float) -> float:
+    """Six significant digits: far below run-to-run noise, and short in the file."""
+    return float(f"{value:.6g}")
 
 
 def _read_for(path: Path, profile: str) -> BaselineFile:

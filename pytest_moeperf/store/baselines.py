@@ -177,10 +177,8 @@ class BaselineFile:
         has one, without *host*), or ``None``; *workload* may be written in any form
         :meth:`Workload.parse` accepts."""
         wanted = (build, configuration, canonical_workload(workload))
-        for entry in self.entries:
-            if entry.key == wanted and (host is None or entry.host == host):
-                return entry
-        return None
+        found = (e for e in self.entries if e.key == wanted and (host is None or e.host == host))
+        return next(found, None)
 
     def tolerance_for(self, entry: BaselineEntry) -> float:
         """The entry's own tolerance, else the file's."""
@@ -250,7 +248,8 @@ def _plain(value: Any) -> Any:
 
 
 class _Fields:
-    """One ``[[entry]]`` table's fields, read with one-line errors naming the entry."""
+    """One ``[[entry]]`` (or ``[[host]]``) table's fields, read with one-line errors naming
+    the table."""
 
     def __init__(self, where: _Where, at: str, raw: Mapping[str, Any]) -> None:
         self.where, self.at, self.raw = where, at, raw
@@ -432,39 +431,38 @@ def _parse_hosts(where: _Where, raws: Any) -> tuple[BaselineHost, ...]:
         at = where.at("host", i)
         if not isinstance(raw, dict):
             where.fail(f"{at} is not a table; write it as [[host]]")
+        f = _Fields(where, at, raw)
         unknown = sorted(set(raw) - set(_HOST_FIELDS))
         if unknown:
-            where.fail(f"{at}: unknown field {unknown[0]!r} (known: {', '.join(_HOST_FIELDS)})")
+            f.bad(f"unknown field {unknown[0]!r} (known: {', '.join(_HOST_FIELDS)})")
         host_id = raw.get("id")
         if not isinstance(host_id, str) or not _HOST_ID.fullmatch(host_id):
-            where.fail(
-                f"{at}: id {_show(host_id)} must be a name of letters, digits, '-', '_' and '.'"
-            )
+            f.bad(f"id {_show(host_id)} must be a name of letters, digits, '-', '_' and '.'")
         if any(h.id == host_id for h in hosts):
-            where.fail(f"{at}: a second host with id {host_id!r}; host ids are unique")
+            f.bad(f"a second host with id {host_id!r}; host ids are unique")
         note = raw.get("note")
         if note is not None and not isinstance(note, str):
-            where.fail(f"{at}: note {_show(note)} must be a string")
+            f.bad(f"note {_show(note)} must be a string")
         fp = _check_free_form(where, f"{at}: fingerprint", raw.get("fingerprint", {}))
         probes = fp.get("probes", {})
         if not isinstance(probes, dict):
-            where.fail(f"{at}: fingerprint.probes must be a table of CPU list = probe figures")
+            f.bad("fingerprint.probes must be a table of CPU list = probe figures")
         for cpus, figures in probes.items():
             try:
                 Probe.from_dict(figures if isinstance(figures, dict) else {})
             except ValueError as e:
-                where.fail(f"{at}: probe on CPUs {cpus!r}: {e}")
+                f.bad(f"probe on CPUs {cpus!r}: {e}")
         noise_raw = raw.get("noise", {})
         if not isinstance(noise_raw, dict):
-            where.fail(f"{at}: noise must be a table of metric = noise figures")
+            f.bad("noise must be a table of metric = noise figures")
         noise: dict[str, NoiseFigure] = {}
         for metric, figure in noise_raw.items():
             if not isinstance(figure, dict):
-                where.fail(f"{at}: noise.{metric} must be a table (moeperf calibrate writes it)")
+                f.bad(f"noise.{metric} must be a table (moeperf calibrate writes it)")
             try:
                 noise[metric] = NoiseFigure.from_dict(figure)
             except ValueError as e:
-                where.fail(f"{at}: noise.{metric}: {e}; run moeperf calibrate again")
+                f.bad(f"noise.{metric}: {e}; run moeperf calibrate again")
         hosts.append(BaselineHost(host_id, fp, note, noise))
     return tuple(hosts)
 
@@ -569,18 +567,13 @@ def load_baselines(
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 _ESCAPES = {"\\": "\\\\", '"': '\\"', "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f"}
 _ESCAPES["\r"] = "\\r"
+_ESCAPED = re.compile(r'[\x00-\x1f\x7f"\\]')
 
 
 def _string(s: str) -> str:
-    out = []
-    for ch in s:
-        if ch in _ESCAPES:
-            out.append(_ESCAPES[ch])
-        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
-            out.append(f"\\u{ord(ch):04X}")
-        else:
-            out.append(ch)
-    return '"' + "".join(out) + '"'
+    """*s* as a TOML basic string: the short escapes, ``\\uXXXX`` for other control
+    characters."""
+    return '"' + _ESCAPED.sub(lambda m: _ESCAPES.get(m[0], f"\\u{ord(m[0]):04X}"), s) + '"'
 
 
 def _key(k: str) -> str:

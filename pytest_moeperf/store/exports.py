@@ -16,7 +16,7 @@ import os
 import platform
 import re
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,33 +29,36 @@ from ..llama.flags import bench_fields
 from ..measure.measurement import Measurement
 from .record import RunRecord, parse_date
 
-SETTING_FIELDS: tuple[str, ...] = (
-    "n_batch",
-    "n_ubatch",
-    "n_threads",
-    "cpu_mask",
-    "cpu_strict",
-    "poll",
-    "type_k",
-    "type_v",
-    "n_gpu_layers",
-    "n_cpu_moe",
-    "split_mode",
-    "main_gpu",
-    "no_kv_offload",
-    "flash_attn",
-    "devices",
-    "tensor_split",
-    "tensor_buft_overrides",
-    "load_mode",
-    "lazy_mode",
-    "embeddings",
-    "no_op_offload",
-    "no_host",
-    "repack",
-    "fit_target",
-    "fit_min_ctx",
-)
+_DEFAULTS: dict[str, Any] = {
+    "n_batch": 2048,
+    "n_ubatch": 512,
+    "cpu_mask": "0x0",
+    "cpu_strict": False,
+    "poll": 50,
+    "type_k": "f16",
+    "type_v": "f16",
+    "n_gpu_layers": -1,
+    "n_cpu_moe": 0,
+    "split_mode": "layer",
+    "main_gpu": 0,
+    "no_kv_offload": False,
+    "flash_attn": -1,
+    "devices": "auto",
+    "tensor_split": "0.00",
+    "tensor_buft_overrides": "none",
+    "load_mode": "auto",
+    "lazy_mode": "auto",
+    "embeddings": False,
+    "no_op_offload": 0,
+    "no_host": False,
+    "repack": True,
+    "fit_target": 0,
+    "fit_min_ctx": 0,
+}
+"""llama-server b11434's defaults, for the setting fields no flag sets (all but
+``n_threads``)."""
+
+SETTING_FIELDS: tuple[str, ...] = ("n_batch", "n_ubatch", "n_threads", *list(_DEFAULTS)[2:])
 """llama-bench row fields that come from the configuration's flags (or their defaults)."""
 
 LLAMA_BENCH_FIELDS: tuple[str, ...] = (
@@ -124,11 +127,7 @@ n_prompt, n_gen, n_depth and every field taken from an explicit flag."""
 def benchmark_name(m: Measurement) -> str:
     """``configuration[build]-workload``, the workload written as llama.cpp's compare script
     writes it (``tg64@d512``)."""
-    return f"{m.configuration}[{m.build}]-{_compact(m.workload.name)}"
-
-
-def _compact(workload: str) -> str:
-    return workload.replace(" ", "")
+    return f"{m.configuration}[{m.build}]-{m.workload.compact}"
 
 
 def benchmark_json(record: RunRecord) -> dict[str, Any]:
@@ -136,27 +135,19 @@ def benchmark_json(record: RunRecord) -> dict[str, Any]:
     samples, grouped by profile and workload. Its timing data are the seconds of each request
     (prompt or decode time as llama-server timed it, one round per repetition); throughput in
     tok/s and what was run are in ``extra_info``."""
-    fingerprint = dict(record.fingerprint)
-    benchmarks = []
-    builds: list[str] = []
-    for m in record.measurements:
-        if not m.samples:
-            continue
-        if m.build not in builds:
-            builds.append(m.build)
-        benchmarks.append(_benchmark(m))
+    measured = [m for m in record.measurements if m.samples]
     date = parse_date(record.date)
     return {
-        "machine_info": _machine_info(fingerprint),
+        "machine_info": _machine_info(dict(record.fingerprint)),
         "commit_info": {
-            "id": "+".join(builds) or "unknown",
+            "id": "+".join(dict.fromkeys(m.build for m in measured)) or "unknown",
             "time": None,
             "author_time": None,
             "dirty": False,
             "project": "llama.cpp",
             "branch": "(unknown)",
         },
-        "benchmarks": benchmarks,
+        "benchmarks": [_benchmark(m) for m in measured],
         "datetime": (date or dt.datetime.now(dt.UTC)).astimezone(dt.UTC).isoformat(),
         "version": PYTEST_BENCHMARK_VERSION,
         "moeperf_plugin_version": record.plugin_version or __version__,
@@ -197,7 +188,7 @@ def _benchmark(m: Measurement) -> dict[str, Any]:
     return {
         "group": f"{profile} {m.workload.name}".strip(),
         "name": name,
-        "fullname": f"{profile}::{m.configuration}-{_compact(m.workload.name)}",
+        "fullname": f"{profile}::{m.configuration}-{m.workload.compact}",
         "params": {
             "profile": profile,
             "configuration": m.configuration,
@@ -240,36 +231,6 @@ def _benchmark(m: Measurement) -> dict[str, Any]:
 # llama-bench's JSONL rows
 
 
-def _defaults() -> dict[str, Any]:
-    """llama-server b11434's defaults, for fields no flag sets."""
-    return {
-        "n_batch": 2048,
-        "n_ubatch": 512,
-        "cpu_mask": "0x0",
-        "cpu_strict": False,
-        "poll": 50,
-        "type_k": "f16",
-        "type_v": "f16",
-        "n_gpu_layers": -1,
-        "n_cpu_moe": 0,
-        "split_mode": "layer",
-        "main_gpu": 0,
-        "no_kv_offload": False,
-        "flash_attn": -1,
-        "devices": "auto",
-        "tensor_split": "0.00",
-        "tensor_buft_overrides": "none",
-        "load_mode": "auto",
-        "lazy_mode": "auto",
-        "embeddings": False,
-        "no_op_offload": 0,
-        "no_host": False,
-        "repack": True,
-        "fit_target": 0,
-        "fit_min_ctx": 0,
-    }
-
-
 def _pinned_cpus(pinning: str, fingerprint: Mapping[str, Any]) -> frozenset[int] | None:
     """The CPUs a measurement's ``pinning`` (``"cpus 0-3"``, ``"node 1, --numa isolate"``)
     named, resolved against the fingerprint's NUMA nodes; ``None`` when unpinned or unknown."""
@@ -288,10 +249,6 @@ def _pinned_cpus(pinning: str, fingerprint: Mapping[str, Any]) -> frozenset[int]
     except Exception:
         return None
     return cpus
-
-
-def _hex_mask(cpus: Iterable[int]) -> str:
-    return hex(sum(1 << c for c in set(cpus)))
 
 
 def _test_time(m: Measurement, record: RunRecord) -> str:
@@ -325,12 +282,12 @@ def llama_bench_rows(record: RunRecord) -> list[dict[str, Any]]:
         fp = {**host, **dict(per_profile.get(profile) or {})}
         flags = list(m.conditions.flags)
         pinning = m.conditions.pinning
-        fields = {**_defaults(), **bench_fields(flags)}
+        fields = {**_DEFAULTS, **bench_fields(flags)}
         cpus = _pinned_cpus(pinning, fp)
         if "n_threads" not in fields:
             fields["n_threads"] = len(cpus) if cpus else int(fp.get("cpus") or os.cpu_count() or 1)
         if fields["cpu_mask"] == "0x0" and cpus:
-            fields["cpu_mask"] = _hex_mask(cpus)
+            fields["cpu_mask"] = hex(sum(1 << c for c in cpus))
         gpus = [str(g) for g in (fp.get("gpus") or [])]
         model = str(m.conditions.model or fp.get("model") or "")
         model_name = Path(model).name if model else "unknown"

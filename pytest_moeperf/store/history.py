@@ -97,11 +97,8 @@ def write_history(record: RunRecord, folder: Path, *, stamp: str | None = None) 
 
 def _next_number(machine_dir: Path) -> str:
     """The next ``NNNN`` of pytest-benchmark's file storage in *machine_dir*."""
-    numbers = [0]
-    if machine_dir.is_dir():
-        for p in machine_dir.glob("[0-9][0-9][0-9][0-9]_*.json"):
-            numbers.append(int(p.name[:4]))
-    return f"{max(numbers) + 1:04d}"
+    found = machine_dir.glob("[0-9][0-9][0-9][0-9]_*.json")
+    return f"{max((int(p.name[:4]) for p in found), default=0) + 1:04d}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -115,8 +112,6 @@ def read_history(folder: Path) -> tuple[list[RunRecord], list[str]]:
     folder = Path(folder)
     found: list[tuple[float, str, RunRecord]] = []
     problems: list[str] = []
-    if not folder.is_dir():
-        return [], []
     for path in sorted(folder.glob(RESULTS_GLOB)):
         if not path.is_file():
             continue

@@ -83,13 +83,11 @@ def fingerprint_mismatch(
     """One line per field of *fields* that both fingerprints have and that differs:
     ``cpu_model: baseline 'X', host 'Y'``. Numbers within 2 % of each other count as equal
     (tools report memory sizes slightly differently); lists and tuples compare alike."""
-    lines = []
-    for name in fields:
-        if name not in baseline_fp or name not in host_fp:
-            continue
-        if not _same(baseline_fp[name], host_fp[name]):
-            lines.append(f"{name}: baseline {baseline_fp[name]!r}, host {host_fp[name]!r}")
-    return lines
+    return [
+        f"{name}: baseline {baseline_fp[name]!r}, host {host_fp[name]!r}"
+        for name in fields
+        if name in baseline_fp and name in host_fp and not _same(baseline_fp[name], host_fp[name])
+    ]
 
 
 def _same(a: Any, b: Any) -> bool:

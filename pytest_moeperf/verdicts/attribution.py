@@ -96,17 +96,14 @@ def attribute(
     change = Rule("change", margin=margin)
 
     def judge(a: list[float], b: list[float], what: str) -> Verdict:
+        """``b / a`` of the rounds (server/bench: the server over its bench, as
+        :func:`server_over_bench`)."""
         return judge_rounds(change, a, b, plan, spent=True, label=f"{label} {what}")[0]
-
-    def over(s: list[float], b: list[float], what: str) -> Verdict:
-        v = server_over_bench(s, b, margin=margin, plan=plan, label=f"{label} {what}")
-        assert v is not None  # n >= 2
-        return v
 
     return Attribution(
         bench=judge(ba, bb, "llama-bench"),
-        server_bench=over(sb, bb, "candidate server/bench"),
-        baseline_server_bench=over(sa, ba, "baseline server/bench"),
+        server_bench=judge(bb, sb, "candidate server/bench"),
+        baseline_server_bench=judge(ba, sa, "baseline server/bench"),
         layer=judge(
             [s / b for s, b in zip(sa, ba, strict=True)],
             [s / b for s, b in zip(sb, bb, strict=True)],

@@ -101,10 +101,8 @@ class NoiseFigure:
         missing = [n for n in ("build", "date", "round_spread", "mde", "budget") if n not in d]
         if missing:
             raise ValueError(f"missing field {missing[0]!r}")
-        values: dict[str, Any] = {}
-        for name in known:
-            if name not in d:
-                continue
+        values: dict[str, Any] = {"gates": 0, "rounds": 0, "lag1": 0.0}
+        for name in (n for n in known if n in d):
             v = d[name]
             if name in ("build", "date"):
                 if not isinstance(v, str) or not v:
@@ -121,9 +119,6 @@ class NoiseFigure:
                     raise ValueError(f"{name} {v!r} must be >= 0")
                 v = float(v)
             values[name] = v
-        values.setdefault("gates", 0)
-        values.setdefault("rounds", 0)
-        values.setdefault("lag1", 0.0)
         return cls(**values)
 
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..defaults import (
@@ -129,19 +129,9 @@ class ChainedChange:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "since": self.since,
-            "builds": list(self.builds),
-            "ratio": self.ratio,
-            "low": self.low,
-            "high": self.high,
-            "outcome": self.outcome,
-            "margin": self.margin,
-            "confidence": self.confidence,
-            "link_term": self.link_term,
-            "link_basis": self.link_basis,
-            "explain": self.explain(),
-        }
+        """Every field but :attr:`label`, and its line."""
+        fields = {k: v for k, v in asdict(self).items() if k != "label"}
+        return {**fields, "builds": list(self.builds), "explain": self.explain()}
 
 
 def judge_chain(

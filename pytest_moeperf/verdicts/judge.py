@@ -6,7 +6,6 @@ result *undecided* rather than a pass or a failure.
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
@@ -221,81 +220,56 @@ def judge_claim(
     ``holds`` when the whole interval of ``left / right`` lies on the claim's side of its
     factor, ``fails`` when it lies wholly on the other side, ``undecided`` otherwise."""
     label = f"{claim.left} / {claim.right}"
-    return _judge_bound(claim.rule, left, right, label, confidence, min_rel_spread, seed)
+    return _judge_once(claim.rule, left, right, label, confidence, min_rel_spread, seed)
 
 
-def _judge_bound(
+def _bound(rule: Rule) -> dict[str, Any]:
+    """The verdict's fields that say what *rule* holds the ratio to: a claim's threshold, or
+    a margin around 1 (``~`` for a change, ``<`` for a dead end)."""
+    if rule.kind == "claim":
+        return {"threshold": rule.threshold, "relation": rule.relation, "margin": None}
+    relation = "~" if rule.kind == "change" else "<"
+    return {"threshold": 1.0, "relation": relation, "margin": rule.margin}
+
+
+def _judge_once(
     rule: Rule,
-    left: Values,
-    right: Values,
+    a: Values,
+    b: Values,
     label: str,
     confidence: float = CONFIDENCE,
     min_rel_spread: float = MIN_REL_SPREAD,
     seed: int = 0,
 ) -> Verdict:
-    """A claim's *rule* (a bound on ``left / right``) judged once on an unpaired interval."""
-    iv, n = unpaired_interval(
-        left, right, confidence=confidence, min_rel_spread=min_rel_spread, seed=seed
-    )
-    t = rule.threshold
+    """*rule* judged once on the unpaired interval of ``a / b``; an undecided verdict says
+    about how many more repetitions would decide it against each of the rule's edges."""
+    iv, n = unpaired_interval(a, b, confidence=confidence, min_rel_spread=min_rel_spread, seed=seed)
     outcome = rule.outcome(iv.ratio, iv.low, iv.high, final=True)
     assert outcome is not None
-    more = more_to_decide(iv, [t], n) if outcome == "undecided" else None
+    low_edge, high_edge = 1.0 - rule.margin, 1.0 + rule.margin
+    if rule.kind == "claim":
+        edges = [rule.threshold]
+    elif rule.kind == "dead_end":
+        edges = [1.0, low_edge]
+    else:
+        edges = [low_edge, high_edge] if low_edge < iv.ratio < high_edge else [1.0]
     return Verdict(
         outcome=outcome,
         ratio=iv.ratio,
         low=iv.low,
         high=iv.high,
-        threshold=t,
-        more_repetitions=more,
+        more_repetitions=more_to_decide(iv, edges, n) if outcome == "undecided" else None,
         label=label,
-        relation=rule.relation,
         confidence=confidence,
         method=iv.method,
+        **_bound(rule),
     )
 
 
 def judge_unpaired(rule: Rule, a: Values, b: Values, *, label: str) -> Verdict:
     """``a / b`` judged once by *rule*, for sides that cannot be paired in rounds: stored
     figures (a decision record's table cells) or fewer than two samples."""
-    if rule.kind == "change":
-        return judge_change(a, b, margin=rule.margin, label=label)
-    if rule.kind == "dead_end":
-        return judge_dead_end(a, b, margin=rule.margin, label=label)
-    return _judge_bound(rule, a, b, label)
-
-
-def _margin_interval(
-    a: Values, b: Values, margin: float, confidence: float, min_rel_spread: float, seed: int
-) -> tuple[RatioInterval, int | None]:
-    """:func:`_interval` of ``a / b`` for a rule with a *margin* around 1 (checked)."""
-    if not (math.isfinite(margin) and 0 <= margin < 1):
-        raise ValueError(f"margin {margin!r} must be in [0, 1)")
-    return unpaired_interval(a, b, confidence=confidence, min_rel_spread=min_rel_spread, seed=seed)
-
-
-def _around_one(
-    outcome: Outcome,
-    iv: RatioInterval,
-    more: int | None,
-    label: str,
-    relation: str,
-    margin: float,
-) -> Verdict:
-    """The verdict of a rule judged against 1 with a margin (gates, dead ends)."""
-    return Verdict(
-        outcome=outcome,
-        ratio=iv.ratio,
-        low=iv.low,
-        high=iv.high,
-        threshold=1.0,
-        more_repetitions=more,
-        label=label,
-        relation=relation,
-        margin=margin,
-        confidence=iv.confidence,
-        method=iv.method,
-    )
+    return _judge_once(rule, a, b, label)
 
 
 def judge_change(
@@ -315,14 +289,8 @@ def judge_change(
     :class:`~pytest_moeperf.verdicts.sequential.Rule` ``change``: slower / faster beyond the
     margin, small-slower / small-faster (a real change within it), unchanged, or undecided.
     Gates and ``moeperf.compare`` judge paired rounds instead (:func:`judge_rounds`)."""
-    iv, n = _margin_interval(candidate, baseline, margin, confidence, min_rel_spread, seed)
-    outcome = Rule("change", margin=margin).outcome(iv.ratio, iv.low, iv.high, final=True)
-    assert outcome is not None
-    more = None
-    if outcome == "undecided":
-        inside = 1.0 - margin < iv.ratio < 1.0 + margin
-        more = more_to_decide(iv, [1.0 - margin, 1.0 + margin] if inside else [1.0], n)
-    return _around_one(outcome, iv, more, label, "~", margin)
+    rule = Rule("change", margin=margin)
+    return _judge_once(rule, candidate, baseline, label, confidence, min_rel_spread, seed)
 
 
 def judge_dead_end(
@@ -341,11 +309,8 @@ def judge_dead_end(
     - ``fails``: ``low >= 1 - margin``, it is as fast (within *margin*) or faster: the dead
       end may have reopened;
     - ``undecided`` otherwise."""
-    iv, n = _margin_interval(config, other, margin, confidence, min_rel_spread, seed)
-    outcome = Rule("dead_end", margin=margin).outcome(iv.ratio, iv.low, iv.high, final=True)
-    assert outcome is not None
-    more = more_to_decide(iv, [1.0, 1.0 - margin], n) if outcome == "undecided" else None
-    return _around_one(outcome, iv, more, label, "<", margin)
+    rule = Rule("dead_end", margin=margin)
+    return _judge_once(rule, config, other, label, confidence, min_rel_spread, seed)
 
 
 def judge_rounds(
@@ -367,16 +332,13 @@ def judge_rounds(
     the rounds were taken, for the verdict's method."""
     st = look(rule, a, b, plan, spent=spent, min_rel_spread=min_rel_spread, blocks=blocks)
     iv = st.interval
-    relation = {"change": "~", "dead_end": "<", "claim": rule.relation}[rule.kind]
     verdict = Verdict(
         outcome=st.decision,
         ratio=iv.ratio,
         low=min(iv.low, iv.ratio),
         high=max(iv.high, iv.ratio),
-        threshold=rule.threshold if rule.kind == "claim" else 1.0,
         label=label,
-        relation=relation,
-        margin=None if rule.kind == "claim" else rule.margin,
+        **_bound(rule),
         confidence=1 - plan.alpha,
         method=f"{taken}{_design(iv.design_effect)}, trimmed t, corrected for looks",
         rounds=iv.rounds,

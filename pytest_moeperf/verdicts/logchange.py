@@ -24,14 +24,21 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from ..defaults import CONFIDENCE, FAMILY_ALPHA, MARGIN, SESSION_SPREAD
 from ..llama.logs import RequestTiming, log_sessions
 from .creep import SessionSpread, session_spread
-from .reference import Metric, Statistic, bootstrap_draws, log_requests, statistic_of
+from .reference import (
+    Metric,
+    Statistic,
+    bootstrap_draws,
+    log_requests,
+    rate_text,
+    statistic_of,
+)
 from .sequential import Decision, Rule
 
 __all__ = ["LogChange", "LogRow", "compare_logs", "log_rows", "logs_outcome"]
@@ -58,25 +65,12 @@ def log_rows(
 ) -> list[LogRow]:
     """ADR-0042's rows (``moeperf logstats``' thresholds), and every request's tokens over its
     time."""
+    prefill = "prefill, requests with ≥{:,} new tokens, aggregate"
+    decode = f"decode, requests with ≥{decode_min:,} generated, aggregate"
     return [
-        LogRow(
-            f"prefill, requests with ≥{prefill_min:,} new tokens, aggregate",
-            "prefill",
-            "aggregate",
-            prefill_min,
-        ),
-        LogRow(
-            f"prefill, requests with ≥{prefill_large_min:,} new tokens, aggregate",
-            "prefill",
-            "aggregate",
-            prefill_large_min,
-        ),
-        LogRow(
-            f"decode, requests with ≥{decode_min:,} generated, aggregate",
-            "decode",
-            "aggregate",
-            decode_min,
-        ),
+        LogRow(prefill.format(prefill_min), "prefill", "aggregate", prefill_min),
+        LogRow(prefill.format(prefill_large_min), "prefill", "aggregate", prefill_large_min),
+        LogRow(decode, "decode", "aggregate", decode_min),
         LogRow("decode, median", "decode", "median", decode_min),
         LogRow("all requests, prompt and generated tokens over their time", "all", "aggregate", 0),
     ]
@@ -128,9 +122,7 @@ class LogChange:
 
 
 def _rate(value: float | None) -> str:
-    if value is None:
-        return "—"
-    return f"{value:.1f}" if abs(value) >= 100 else f"{value:.2f}"
+    return "—" if value is None else rate_text(value)
 
 
 def _session_levels(timings: Sequence[RequestTiming], row: LogRow) -> list[float]:
@@ -178,34 +170,30 @@ def compare_logs(
             if same
             else session_spread(_session_levels(old, row), _session_levels(new, row), prior=prior)
         )
+        change = LogChange(
+            row.label, "undecided", len(a), len(b), session=session, confidence=1 - alpha
+        )
         if len(a) < 2 or len(b) < 2:
-            out.append(
-                LogChange(
-                    row.label, "undecided", len(a), len(b), session=session, confidence=1 - alpha
-                )
-            )
+            out.append(change)
             continue
         old_value, old_sd = _log_sd(a, row, seed)
         new_value, new_sd = _log_sd(b, row, seed + 1)
         # the same requests twice: one sample, whose ratio to itself is exactly 1
         request_sd = 0.0 if same else math.hypot(old_sd, new_sd)
-        sd = math.hypot(request_sd, 0.0 if session is None else session.difference_sd)
+        sd = math.hypot(request_sd, change.session_sd)
         ratio = new_value / old_value
         low, high = ratio * math.exp(-z * sd), ratio * math.exp(z * sd)
+        outcome = rule.outcome(ratio, low, high, final=True) or "undecided"
         out.append(
-            LogChange(
-                row.label,
-                rule.outcome(ratio, low, high, final=True) or "undecided",
-                len(a),
-                len(b),
+            replace(
+                change,
+                outcome=outcome,
                 old=old_value,
                 new=new_value,
                 ratio=ratio,
                 low=low,
                 high=high,
                 request_sd=request_sd,
-                session=session,
-                confidence=1 - alpha,
             )
         )
     return out

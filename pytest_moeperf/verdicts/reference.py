@@ -17,7 +17,7 @@ import math
 import re
 import statistics
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal, Protocol, TypeVar
 
 import numpy as np
@@ -43,6 +43,7 @@ __all__ = [
     "log_requests",
     "pick_entry",
     "pick_figure",
+    "rate_text",
     "stand_in",
     "statistic_of",
     "traffic_outcome",
@@ -183,12 +184,7 @@ class Reference:
     ) -> dict[tuple[str, str, str], ReferenceFigure]:
         """The reference's number for each of *measurements* that has one, by
         :attr:`Measurement.key`."""
-        found = {}
-        for m in measurements:
-            f = self.figure(m)
-            if f is not None:
-                found[m.key] = f
-        return found
+        return {m.key: f for m in measurements if (f := self.figure(m)) is not None}
 
     def row(
         self, nodeid: str, verdict: Verdict, left: Measurement, right: Measurement
@@ -372,17 +368,17 @@ class TrafficCheck:
     def explain(self) -> str:
         """One line: ``prefill, ... aggregate: 109.3 tok/s, 0.50 [0.44, 0.56] of 218.5 (limit
         207.6): fails``."""
-        stored, limit = _rate(self.stored), _rate(self.limit)
+        stored, limit = rate_text(self.stored), rate_text(self.limit)
         if self.value is None or self.low is None or self.high is None:
             return f"{self.label}: no requests in the log (stored {stored} tok/s): {self.outcome}"
         return (
-            f"{self.label}: {_rate(self.value)} tok/s (n={self.n:,}), "
+            f"{self.label}: {rate_text(self.value)} tok/s (n={self.n:,}), "
             f"{self.value / self.stored:.2f} [{self.low:.2f}, {self.high:.2f}] of {stored} "
             f"(limit {limit}): {self.outcome}"
         )
 
 
-def _rate(value: float) -> str:
+def rate_text(value: float) -> str:
     """tok/s as the record's tables write them: ``218.5``, ``14.60``."""
     return f"{value:.1f}" if abs(value) >= 100 else f"{value:.2f}"
 
@@ -408,9 +404,9 @@ def judge_traffic(
         raise ValueError(f"stored value {stored!r} must be positive and finite")
     if not (math.isfinite(tolerance) and 0 <= tolerance < 1):
         raise ValueError(f"tolerance {tolerance!r} must be in [0, 1)")
-    base = TrafficCheck(label, workload, "undecided", len(requests), stored, rel_spread, tolerance)
+    check = TrafficCheck(label, workload, "undecided", len(requests), stored, rel_spread, tolerance)
     if not requests:
-        return base
+        return check
     value, low, high = bootstrap_interval(
         requests, statistic, confidence=confidence, resamples=resamples, seed=seed
     )
@@ -422,14 +418,9 @@ def judge_traffic(
     lo, hi = ratio * math.exp(-down), ratio * math.exp(up)
     limit = 1 - tolerance
     outcome: TrafficOutcome = "holds" if lo >= limit else "fails" if hi < limit else "undecided"
-    return TrafficCheck(
-        label,
-        workload,
-        outcome,
-        len(requests),
-        stored,
-        rel_spread,
-        tolerance,
+    return replace(
+        check,
+        outcome=outcome,
         value=value,
         low=lo,
         high=hi,

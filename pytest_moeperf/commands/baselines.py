@@ -23,9 +23,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"{name}: profile {bf.profile}, {len(bf.hosts)} host(s)")
         for host in bf.hosts:
             dates = sorted({e.date for e in bf.entries if e.host == host.id})
-            when = ""
-            if dates:
-                when = f", recorded {dates[0]}" + (f" to {dates[-1]}" if len(dates) > 1 else "")
+            to = f" to {dates[-1]}" if len(dates) > 1 else ""
+            when = f", recorded {dates[0]}{to}" if dates else ""
             print(f"  {host.describe()}; {counts.get(host.id, 0)} entries{when}")
             for metric, figure in sorted(host.noise.items()):
                 print(f"    noise of {metric}: {figure.describe()}")

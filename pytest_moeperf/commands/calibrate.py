@@ -36,12 +36,7 @@ from .gate import side
 def add_arguments(g: argparse.ArgumentParser) -> None:
     add_run_arguments(g, configurations="configuration(s) to calibrate, comma separated")
     add_workload_argument(g)
-    g.add_argument(
-        "--gates",
-        type=int,
-        default=GATES,
-        help=f"A/A gates to run (default {GATES})",
-    )
+    g.add_argument("--gates", type=int, default=GATES, help=f"A/A gates to run (default {GATES})")
     g.add_argument(
         "--build",
         help="build number or llama-server binary on both sides (default: the profile's build)",
@@ -109,22 +104,13 @@ def run(args: argparse.Namespace) -> int:
             probe_tolerance=session.options.probe_tolerance,
         )
         stored = f"the figures of {', '.join(figures)} with [[host]] {host} in {path}"
-    print(
-        calibration_text(
-            calibration.rows,
-            figures,
-            build=calibration.build,
-            margin=args.margin,
-            stored=stored,
-        )
-    )
+    rows, label = calibration.rows, calibration.build
+    print(calibration_text(rows, figures, build=label, margin=args.margin, stored=stored))
     write_reports(
         args,
-        calibration_markdown(
-            calibration.rows, figures, build=calibration.build, margin=args.margin
-        ),
-        calibration_json(calibration.rows, figures),
+        calibration_markdown(rows, figures, build=label, margin=args.margin),
+        calibration_json(rows, figures),
     )
     if args.plot:
-        plot_calibration(calibration.rows, figures, args.margin, Path(args.plot))
+        plot_calibration(rows, figures, args.margin, Path(args.plot))
     return 0

@@ -102,14 +102,13 @@ def run(
     output = Path(args.output)
     existing_profiles(output, name, force=args.force)  # a taken name fails before any work
     binary: Build | None = None
+    flags: frozenset[str] | None = None
     if args.server is not None:
         try:
             binary = binary_build(args.server)
-            flags: frozenset[str] | None = binary.flags()
+            flags = binary.flags()
         except BuildError as exc:
             raise BuildError(f"--server {exc}") from None
-    else:
-        flags = None
     host = topology if topology is not None else read_topology()
 
     def plan_with(rates: Rates | None = None) -> ProfilePlan:
@@ -125,7 +124,6 @@ def run(
         )
 
     plan = plan_with()
-    rates: Rates | None = None
     if args.no_sample:
         rates = assumed_rates(model, "--no-sample")
     elif binary is None and args.build is None:

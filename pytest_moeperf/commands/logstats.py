@@ -77,7 +77,6 @@ def _fraction(value: str) -> float:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Declare ``moeperf logstats``'s arguments on *parser*."""
     parser.description = (
         "Real-traffic prefill/decode throughput from llama-server print_timing lines (the "
         "ADR-0042 table), one column per log, and the performance warnings each log contains."
@@ -231,7 +230,6 @@ def judge_log(
 
 
 def _usage_error(args: argparse.Namespace, baseline: str | None) -> str | None:
-    """The one-line usage error of *args*, if any."""
     for flag, used in (("--mix", args.mix), ("--baseline", baseline)):
         if used and len(args.logs) != 1:
             what = "writes the mix of" if flag == "--mix" else "judges"
@@ -239,7 +237,7 @@ def _usage_error(args: argparse.Namespace, baseline: str | None) -> str | None:
                 f"{flag} {what} one log; {len(args.logs)} were given "
                 "(use --rotated for a log's rotated predecessors)"
             )
-    configuration = getattr(args, "configuration", None)
+    configuration = args.configuration
     if configuration and not (baseline and _is_record(baseline)):
         return (
             f"--configuration {configuration} names a traffic column of a --baseline file; "
@@ -251,13 +249,6 @@ def _usage_error(args: argparse.Namespace, baseline: str | None) -> str | None:
 def _is_record(baseline: str) -> bool:
     """Whether ``--baseline`` names a baseline file (TOML) rather than an older log."""
     return Path(baseline).suffix == ".toml"
-
-
-def _parse(paths: Sequence[str], labels: Sequence[str], rotated: bool) -> dict[str, ParsedLog]:
-    return {
-        label: parse_log_files(rotated_series(log) if rotated else [Path(log)])
-        for label, log in zip(labels, paths, strict=True)
-    }
 
 
 def _print_findings(parsed: dict[str, ParsedLog]) -> None:
@@ -287,7 +278,7 @@ def run(args: argparse.Namespace) -> int:
     """Run ``moeperf logstats`` with parsed *args*; 0 on success, 2 on a user error; with
     ``--baseline FILE.toml``, 0 every row holds, 1 a row fails, 3 undecided; of two logs, 0
     no row slower and none undecided, 1 a row slower, 3 undecided."""
-    baseline: str | None = getattr(args, "baseline", None)
+    baseline: str | None = args.baseline
     why = _usage_error(args, baseline)
     if why:
         print(f"{_PROG}: error: {why}", file=sys.stderr)
@@ -297,7 +288,10 @@ def run(args: argparse.Namespace) -> int:
     compare = len(paths) == 2 and not record
     try:
         labels = _labels(paths)
-        parsed = _parse(paths, labels, args.rotated)
+        parsed = {
+            label: parse_log_files(rotated_series(log) if args.rotated else [Path(log)])
+            for label, log in zip(labels, paths, strict=True)
+        }
         stats = {
             label: traffic_stats(
                 p.timings,
@@ -317,7 +311,7 @@ def run(args: argparse.Namespace) -> int:
                 bf = load_baselines(baseline)
             except BaselineError as e:
                 raise BaselineError(f"--baseline {e}") from None
-            configuration, entries = _stored(bf, getattr(args, "configuration", None))
+            configuration, entries = _stored(bf, args.configuration)
             checks = judge_log(
                 parsed[labels[0]].timings,
                 bf,
@@ -325,12 +319,13 @@ def run(args: argparse.Namespace) -> int:
                 prefill_min=args.prefill_min,
                 decode_min=args.decode_min,
             )
+        rows = log_rows(args.prefill_min, args.prefill_large_min, args.decode_min)
         changes = (
             compare_logs(
                 parsed[labels[0]].timings,
                 parsed[labels[1]].timings,
-                log_rows(args.prefill_min, args.prefill_large_min, args.decode_min),
-                prior=getattr(args, "session_spread", SESSION_SPREAD),
+                rows,
+                prior=args.session_spread,
                 seed=SEED,
             )
             if compare
@@ -346,6 +341,14 @@ def run(args: argparse.Namespace) -> int:
         )
         for note in mix_notes:
             print(f"mix: {note}", file=sys.stderr)
+    outcome, status = "", 0  # the verdict of --baseline FILE.toml or of two logs, by row
+    judged: list[tuple[str, str]] = []
+    if record:
+        outcome = traffic_outcome(checks)
+        status, judged = EXIT[outcome], [(c.label, c.outcome) for c in checks]
+    elif compare:
+        outcome = logs_outcome(changes)
+        status, judged = COMPARE_EXIT[outcome], [(c.label, c.outcome) for c in changes]
     if args.json:
         doc: dict[str, Any] = {
             label: {
@@ -361,22 +364,20 @@ def run(args: argparse.Namespace) -> int:
             doc[labels[0]]["baseline"] = {
                 "path": str(baseline),
                 "configuration": configuration,
-                "outcome": traffic_outcome(checks),
+                "outcome": outcome,
                 "checks": [{**asdict(c), "explain": c.explain()} for c in checks],
             }
         if compare:
             doc["compare"] = {
                 "old": labels[0],
                 "new": labels[1],
-                "outcome": logs_outcome(changes),
+                "outcome": outcome,
                 "rows": [
                     {**asdict(c), "dominant": c.dominant, "explain": c.explain()} for c in changes
                 ],
             }
         print(json.dumps(doc, indent=2))
-        if record:
-            return EXIT[traffic_outcome(checks)]
-        return COMPARE_EXIT[logs_outcome(changes)] if compare else 0
+        return status
     if record:
         print(
             f"{labels[0]} against {baseline}, configuration {configuration} (interval over "
@@ -393,24 +394,13 @@ def run(args: argparse.Namespace) -> int:
             f"{len(changes)} rows, margin {100 * MARGIN:g} %)"
         )
         print(format_log_changes(labels[0], labels[1], changes))
-        judged = {c.label for c in changes}
-        empty = [
-            r.label
-            for r in log_rows(args.prefill_min, args.prefill_large_min, args.decode_min)
-            if r.label not in judged
-        ]
+        empty = [r.label for r in rows if r.label not in {c.label for c in changes}]
         if empty:
             print(f"left out, no request of them in either log: {'; '.join(empty)}")
     _print_findings(parsed)
-    if record:
-        held = traffic_outcome(checks)
-        print("\n" + _verdict_line(held, [(c.label, c.outcome) for c in checks]))
-        return EXIT[held]
-    if compare:
-        changed = logs_outcome(changes)
-        print("\n" + _verdict_line(changed, [(c.label, c.outcome) for c in changes]))
-        return COMPARE_EXIT[changed]
-    return 0
+    if outcome:
+        print("\n" + _verdict_line(outcome, judged))
+    return status
 
 
 def main(argv: list[str] | None = None) -> int:

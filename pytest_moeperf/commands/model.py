@@ -66,9 +66,7 @@ def overrides(pairs: Sequence[str]) -> dict[str, int | str]:
 
 def run(args: argparse.Namespace) -> int:
     spec = model_spec(
-        args.preset,
-        **overrides(args.set),
-        **({"seed": args.seed} if args.seed is not None else {}),
+        args.preset, **overrides(args.set), **({"seed": args.seed} if args.seed is not None else {})
     )
     t0 = time.monotonic()
     if args.output:

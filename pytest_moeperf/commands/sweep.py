@@ -6,17 +6,12 @@ system RAM (tok/s, GPU memory, PCIe traffic); a table and a plot."""
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from ..defaults import REPETITIONS
 from ..errors import MoeperfError
 from ..report.sweep import NcmoeSweepResult, SweepResult
 from ..report.sweep_plot import plot_ncmoe_sweep, plot_sweep
-from ..run.live import LiveSource
-from ..run.profiles import Profile
-from ..run.session import PerfSession
 from ..run.sweep import NCMOE_POINTS, parse_ncmoe, run_ncmoe_sweep, run_sweep
 from .common import (
     add_run_arguments,
@@ -78,58 +73,24 @@ def run(args: argparse.Namespace) -> int:
     if len(names) != 1:
         example = "experts-on-cpu" if args.ncmoe is not None else "traffic"
         raise MoeperfError(f"sweep: name the one configuration to sweep with -c, e.g. -c {example}")
-    if args.ncmoe is not None:
-        return _run_ncmoe(args, session, live, profile, names[0], ncmoe)
     try:
-        result = run_sweep(
-            live,
-            live.stage,
-            profile,
-            profile.configuration(names[0]),
-            slots,
-            repetitions=args.repetitions,
-        )
+        config = profile.configuration(names[0])
+        if args.ncmoe is not None:
+            title, plot = "-ncmoe sweep", plot_ncmoe_sweep
+            result: SweepResult | NcmoeSweepResult = run_ncmoe_sweep(
+                live, live.stage, profile, config, ncmoe, repetitions=args.repetitions
+            )
+        else:
+            title, plot = "slots sweep", plot_sweep
+            result = run_sweep(
+                live, live.stage, profile, config, slots, repetitions=args.repetitions
+            )
     finally:
         session.close()
-    return _report(
-        args, result, plot_sweep, f"slots sweep: {result.configuration} ({profile.name})"
-    )
-
-
-def _run_ncmoe(
-    args: argparse.Namespace,
-    session: PerfSession,
-    live: LiveSource,
-    profile: Profile,
-    name: str,
-    values: tuple[int, ...] | None,
-) -> int:
-    """The ``-ncmoe`` sweep of configuration *name* at *values* (``None``: all)."""
-    try:
-        result = run_ncmoe_sweep(
-            live,
-            live.stage,
-            profile,
-            profile.configuration(name),
-            values,
-            repetitions=args.repetitions,
-        )
-    finally:
-        session.close()
-    title = f"-ncmoe sweep: {result.configuration} ({profile.name})"
-    return _report(args, result, plot_ncmoe_sweep, title)
-
-
-def _report(
-    args: argparse.Namespace,
-    result: SweepResult | NcmoeSweepResult,
-    plot: Callable[[Sequence[Mapping[str, Any]], str, Path], Path],
-    title: str,
-) -> int:
-    """A sweep's table on stdout, its ``--markdown``/``--json`` files and its ``--plot``."""
     print(result.text())
     write_reports(args, result.markdown(), result.json_text())
     if args.plot:
+        title = f"{title}: {result.configuration} ({profile.name})"
         plot([p.to_dict() for p in result.points], title, Path(args.plot))
         print(f"plot: {args.plot}")
     return 0

@@ -79,11 +79,9 @@ def run(args: argparse.Namespace) -> int:
     names = common.configurations(args, profile) or [next(iter(profile.configurations))]
     if len(names) != 1:
         raise MoeperfError(f"tune: name one configuration to tune with -c, not {names}")
-    objective = Workload.parse(args.workload) if args.workload else None
-    if objective is None:
-        if not profile.workloads:
-            raise MoeperfError(f"profile {profile.name!r} lists no workloads: give -w pp512")
-        objective = profile.workloads[0]
+    if not args.workload and not profile.workloads:
+        raise MoeperfError(f"profile {profile.name!r} lists no workloads: give -w pp512")
+    objective = Workload.parse(args.workload) if args.workload else profile.workloads[0]
     objective = objective.require_rate("tune")
     name = args.name or f"{profile.name}-tuned"
     output, tests = _paths(args, name)

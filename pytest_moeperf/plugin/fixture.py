@@ -173,17 +173,13 @@ class MoePerf:
             self._touch(m)
         self._startup_warnings()
         self.verdicts.append(got.verdict)
-        if rule.kind != "change":  # a claim or a dead end: beside the profile's reference
-            self._reference_row(got.verdict, left=got.b, right=got.a)
+        # a claim or a dead end with the profile's ``reference``: the verdict's row beside the
+        # reference's numbers (for the summary's table and this test's failure message)
+        ref = session.reference(profile) if rule.kind != "change" else None
+        if ref is not None:
+            session.reference_rows.append(ref.row(self.nodeid, got.verdict, got.b, got.a))
         session.verdicts.append(got.record(self.nodeid, label))
         return got.verdict
-
-    def _reference_row(self, verdict: Verdict, left: Measurement, right: Measurement) -> None:
-        """With the profile's ``reference``, the verdict's row beside the reference's numbers
-        (for the summary's table and this test's failure message)."""
-        ref = self.session.reference(self.profile)
-        if ref is not None:
-            self.session.reference_rows.append(ref.row(self.nodeid, verdict, left, right))
 
     def _against_reference(self, verdict: Verdict) -> str:
         """The failure message's part on the reference: *verdict*'s reference line and the
@@ -226,15 +222,10 @@ class MoePerf:
     ) -> None:
         """Each side's server/bench ratio over the rounds, with its interval."""
         plan = self.session.plan(self.profile)
-        for i in (0, 1):
-            m = (got.a, got.b)[i]
-            label = f"{sides[i].configuration.name}.{sides[i].workload.compact} ({m.build})"
+        for side, m, rounds, values in zip(sides, (got.a, got.b), got.rounds, bench, strict=True):
+            label = f"{side.configuration.name}.{side.workload.compact} ({m.build})"
             ratio = server_over_bench(
-                got.rounds[i],
-                bench[i],
-                margin=MARGIN,
-                plan=plan,
-                label=f"{label} server / llama-bench",
+                rounds, values, margin=MARGIN, plan=plan, label=f"{label} server / llama-bench"
             )
             if ratio is not None:
                 self.session.bench_rounds.append(BenchRound(self.nodeid, label, ratio))

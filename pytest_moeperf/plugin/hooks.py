@@ -6,6 +6,7 @@ import contextlib
 import signal
 import threading
 from collections.abc import Callable, Generator, Iterator
+from functools import partial
 
 import pytest
 
@@ -53,13 +54,8 @@ def pytest_configure(config: pytest.Config) -> None:
         with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
             reporter.write_line(line)
 
-    def say(line: str) -> None:
-        write(line, always=False)
-
-    def announce(line: str) -> None:
-        write(line, always=True)
-
     options = options_of(config)
+    say, announce = partial(write, always=False), partial(write, always=True)
     try:
         config.stash[SESSION] = perf = PerfSession(options, report=say, progress=announce)
         if options.profile_named and options.profile not in perf.profiles:

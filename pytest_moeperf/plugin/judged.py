@@ -29,14 +29,9 @@ _WIDTH = 90
 
 def verdict_property(outcomes: Iterable[tuple[str, str | None]]) -> tuple[str, dict[str, Any]]:
     """The user property of a test whose verdicts had these (outcome, reason) pairs."""
-    decided = 0
-    undecided: list[str] = []
-    for outcome, reason in outcomes:
-        if outcome == "undecided":
-            undecided.append(reason or BUDGET_SPENT)
-        else:
-            decided += 1
-    return PROPERTY, {"decided": decided, "undecided": undecided}
+    pairs = list(outcomes)
+    undecided = [reason or BUDGET_SPENT for outcome, reason in pairs if outcome == "undecided"]
+    return PROPERTY, {"decided": len(pairs) - len(undecided), "undecided": undecided}
 
 
 def _kind(text: str) -> str:
@@ -77,13 +72,10 @@ class Judged:
         that did not pass (an error, a skip); its verdicts come with its call."""
         if "perf" not in report.keywords:
             return
-        counted = report.when == "call" or (report.when == "setup" and not report.passed)
-        if counted:
-            self.tests += 1
-        if report.failed:
-            self.failed += 1
-        if not counted:
+        self.failed += report.failed
+        if not (report.when == "call" or (report.when == "setup" and not report.passed)):
             return
+        self.tests += 1
         verdicts: dict[str, Any] = next(
             (v for k, v in report.user_properties if k == PROPERTY and isinstance(v, dict)), {}
         )

@@ -50,10 +50,6 @@ class DeadEndMarker:
     reason: str = ""
     margin: float = MARGIN
 
-    @property
-    def workload(self) -> Workload:
-        return Workload.parse(self.metric)
-
 
 def _name(value: Any, what: str, example: str) -> str:
     if not isinstance(value, str) or not value.strip():

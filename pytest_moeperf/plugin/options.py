@@ -282,16 +282,11 @@ def _options(config: pytest.Config) -> Options:
     )
     if opts.accept and opts.replay:
         raise SettingError("--moeperf-accept takes measured results, not --moeperf-replay")
-    outputs = []  # checked before anything is measured: never a PNG without its report
-    if opts.report_file is not None:
-        outputs += [
-            (opts.report_file, "--moeperf-report"),
-            (report_png(opts.report_file), "--moeperf-report (its PNG)"),
-        ]
+    if opts.report_file is not None:  # checked before anything is measured: never a PNG alone
+        check_output(opts.report_file, "--moeperf-report")
+        check_output(report_png(opts.report_file), "--moeperf-report (its PNG)")
     if opts.results_file is not None:
-        outputs.append((opts.results_file, "--moeperf-results"))
-    for path, what in outputs:
-        check_output(path, what)
+        check_output(opts.results_file, "--moeperf-results")
     if opts.repetitions is not None:
         check_rounds(opts.repetitions, "--moeperf-repetitions", at_least=1, what="repetitions")
     check_rounds(
@@ -301,24 +296,12 @@ def _options(config: pytest.Config) -> Options:
         what="the most rounds a verdict may take; a paired interval needs 2",
     )
     check_budget(opts.budget, "--moeperf-budget")
-    check_seconds(
-        opts.startup_timeout,
-        "--moeperf-startup-timeout",
-        "the startup timeout",
-        example=STARTUP_TIMEOUT,
-    )
-    check_seconds(
-        opts.request_timeout,
-        "--moeperf-request-timeout",
-        "the request timeout",
-        example=REQUEST_TIMEOUT,
-    )
-    check_seconds(
-        opts.configuration_timeout,
-        "--moeperf-configuration-timeout",
-        "the configuration timeout",
-        example=1800,
-    )
+    for value, name, example in (
+        (opts.startup_timeout, "startup", STARTUP_TIMEOUT),
+        (opts.request_timeout, "request", REQUEST_TIMEOUT),
+        (opts.configuration_timeout, "configuration", 1800),
+    ):
+        check_seconds(value, f"--moeperf-{name}-timeout", f"the {name} timeout", example=example)
     if opts.process_block is not None:
         check_rounds(opts.process_block, "--moeperf-process-block", at_least=0, what="0: never")
     check_probe_tolerance(opts.probe_tolerance, "--moeperf-probe-tolerance")

@@ -5,8 +5,6 @@ warnings) and the markdown report with its PNGs."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from ..fs import write_output
@@ -65,11 +63,6 @@ def _references(
     return out
 
 
-def _reference_png(png: Path, profile: str) -> Path:
-    """The PNG of a profile's reference against this host, beside the report's own PNG."""
-    return png.with_name(f"{png.stem}.reference-{profile}.png")
-
-
 def claims_rate_line(count: int, alpha: float = 0.05) -> str:
     """What the error rate of each claim means at this many claims (they are not corrected as
     a family: each stands for itself, as the decision record's rows do)."""
@@ -91,8 +84,9 @@ def write_report(perf: PerfSession) -> None:
     sections = []
     for ref, rows, ms, workloads in _references(perf):
         section = reference_markdown(ref, rows, ms, workloads)
-        if ms:
-            path = plot_reference(ref, ms, _reference_png(png, ref.profile), workloads)
+        if ms:  # the reference against this host, beside the report's own PNG
+            path = png.with_name(f"{png.stem}.reference-{ref.profile}.png")
+            path = plot_reference(ref, ms, path, workloads)
             perf.report_files.append(path)
             section += f"\n![{ref.label} beside this host]({path.name})\n"
         sections.append(section)
@@ -139,50 +133,40 @@ def terminal_summary(perf: PerfSession, reporter: pytest.TerminalReporter) -> No
         write(text_table(headers, rows))
         for line in roofline_warnings(perf.measurements.values()):
             write(f"warning: {line}", yellow=True)
-    gpus = gpu_telemetry_lines(perf.measurements.values())
-    if gpus:
-        write("")
-        write("GPUs while measuring (nvidia-smi dmon: median sm, max memory, median PCIe):")
-        for line in gpus:
-            write(f"  {line}")
-    # the record written at session finish holds every pass already: not serialised again
-    traffic = traffic_rows(perf.record.traffic if perf.record else perf.source.traffic_runs())
-    if traffic:
-        write("")
-        write("traffic (all passes; prefill and decode summed as logstats):")
-        write(text_table(TRAFFIC_HEADERS, traffic))
-    if perf.verdicts:
-        write("")
-        write(text_table(*verdict_rows([(v.test, v.verdict) for v in perf.verdicts])))
-        write(claims_rate_line(len(perf.verdicts)))
-    if perf.source.notices:  # what verdicts said before measuring (or after their first round)
-        write("")
-        write("said before deciding (resolution, budgets):")
-        for line in perf.source.notices:
-            write(f"  {line}")
-    for ref, ref_rows, ms, workloads in _references(perf):
-        write("")
-        for line in reference_text(ref, ref_rows, ms, workloads):
+
+    def block(*lines: str) -> None:  # a blank line, then *lines*
+        for line in ("", *lines):
             write(line)
+
+    if gpus := gpu_telemetry_lines(perf.measurements.values()):
+        title = "GPUs while measuring (nvidia-smi dmon: median sm, max memory, median PCIe):"
+        block(title, *(f"  {line}" for line in gpus))
+    # the record written at session finish holds every pass already: not serialised again
+    if traffic := traffic_rows(perf.record.traffic if perf.record else perf.source.traffic_runs()):
+        title = "traffic (all passes; prefill and decode summed as logstats):"
+        block(title, text_table(TRAFFIC_HEADERS, traffic))
+    if perf.verdicts:
+        table = text_table(*verdict_rows([(v.test, v.verdict) for v in perf.verdicts]))
+        block(table, claims_rate_line(len(perf.verdicts)))
+    if perf.source.notices:  # what verdicts said before measuring (or after their first round)
+        block(
+            "said before deciding (resolution, budgets):", *(f"  {n}" for n in perf.source.notices)
+        )
+    for ref, ref_rows, ms, workloads in _references(perf):
+        block(*reference_text(ref, ref_rows, ms, workloads))
     if perf.baseline_rows:
-        write("")
-        write(text_table(BASELINE_HEADERS, baseline_rows(perf.baseline_rows)))
+        block(text_table(BASELINE_HEADERS, baseline_rows(perf.baseline_rows)))
     if perf.bench_rounds:
-        write("")
-        write("llama-bench in the same rounds as the servers (same build, model, flags, pinning):")
-        write(text_table(BENCH_ROUND_HEADERS, bench_round_rows(perf.bench_rounds)))
+        title = "llama-bench in the same rounds as the servers (same build, model, flags, pinning):"
+        block(title, text_table(BENCH_ROUND_HEADERS, bench_round_rows(perf.bench_rounds)))
     if perf.bench or perf.bench_errors:
-        write("")
-        write("llama-bench cross-check (same model, flags, pinning):")
-        write(text_table(*bench_rows(perf)))
+        block(
+            "llama-bench cross-check (same model, flags, pinning):", text_table(*bench_rows(perf))
+        )
         for line in perf.bench_errors:
             write(f"  {line}", yellow=True)
-    startup = startup_lines(perf.source.findings)
-    if startup:
-        write("")
-        write("llama-server startup warnings:")
-        for line in startup:
-            write(f"  {line}")
+    if startup := startup_lines(perf.source.findings):
+        block("llama-server startup warnings:", *(f"  {line}" for line in startup))
     for path in perf.accepted:
         write(f"accepted as new baselines: {path}")
     for line in perf.history_problems:

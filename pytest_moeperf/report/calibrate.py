@@ -13,7 +13,7 @@ from typing import Any
 
 from ..verdicts.calibration import FALSE_ALARMS, SPURIOUS, NoiseFigure
 from ..verdicts.gate import GateRow
-from .plot import save_png
+from .plot import DPI, save_png
 from .tables import markdown_table, text_table
 
 HEADERS = [
@@ -158,7 +158,7 @@ def plot_calibration(
     from matplotlib.figure import Figure
 
     metrics = list(rows)
-    fig = Figure(figsize=(5.5 * len(metrics), 4.2), dpi=110, layout="constrained")
+    fig = Figure(figsize=(5.5 * len(metrics), 4.2), dpi=DPI, layout="constrained")
     axes = fig.subplots(1, len(metrics), squeeze=False)[0]
     for ax, metric in zip(axes, metrics, strict=True):
         f = figures[metric]

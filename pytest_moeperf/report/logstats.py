@@ -45,14 +45,10 @@ def format_traffic_table(stats_by_label: dict[str, TrafficStats]) -> str:
     out = _render(rows)
     notes: list[str] = []
     for label, s in stats_by_label.items():
-        if (s.prefill_min, s.prefill_large_min, s.decode_min) != (
-            first.prefill_min,
-            first.prefill_large_min,
-            first.decode_min,
-        ):
+        thresholds = (s.prefill_min, s.prefill_large_min, s.decode_min)
+        if thresholds != (first.prefill_min, first.prefill_large_min, first.decode_min):
             notes.append(
-                f"{label}: thresholds {s.prefill_min}/{s.prefill_large_min}/{s.decode_min} "
-                "differ from the row labels"
+                f"{label}: thresholds {'/'.join(map(str, thresholds))} differ from the row labels"
             )
         notes.extend(f"{label}: {note}" for note in s.notes)
     if notes:
@@ -79,6 +75,10 @@ def _rate(value: float, decode: bool) -> str:
     return f"{value:,.{2 if decode else 1}f}"
 
 
+def _counted(value: float | None, n: int, decode: bool) -> str:
+    return f"— (n={n:,})" if value is None else f"{_rate(value, decode)} (n={n:,})"
+
+
 def format_traffic_checks(log: str, stored: str, checks: Sequence[TrafficCheck]) -> str:
     """One log's real-traffic rows against the stored figures of the column *stored* (a
     baseline file's traffic configuration): metric | the log's tok/s (n) | log / stored with
@@ -101,7 +101,7 @@ def format_traffic_checks(log: str, stored: str, checks: Sequence[TrafficCheck])
         if c.value is None or c.low is None or c.high is None:
             here, ratio = f"— (n={c.n:,})", "—"
         else:
-            here = f"{_rate(c.value, decode)} (n={c.n:,})"
+            here = _counted(c.value, c.n, decode)
             ratio = f"{c.value / c.stored:.2f} [{c.low:.2f}, {c.high:.2f}]"
         spread = f" ± {100 * c.rel_spread:.0f} %" if c.rel_spread else ""
         rows.append(
@@ -151,10 +151,6 @@ def format_log_changes(old: str, new: str, changes: Sequence[LogChange]) -> str:
     ]
     for c in changes:
         decode = c.label.startswith("decode")
-
-        def cell(value: float | None, n: int, decode: bool = decode) -> str:
-            return f"— (n={n:,})" if value is None else f"{_rate(value, decode)} (n={n:,})"
-
         ratio = (
             "—"
             if c.ratio is None or c.low is None or c.high is None
@@ -164,9 +160,8 @@ def format_log_changes(old: str, new: str, changes: Sequence[LogChange]) -> str:
         if c.ratio is not None:
             terms += f" ({c.dominant} dominates)"
         mark = "" if c.outcome in ("unchanged", "faster", "small-faster", "small-slower") else " *"
-        rows.append(
-            [c.label, cell(c.old, c.n_old), cell(c.new, c.n_new), ratio, terms, c.outcome + mark]
-        )
+        old_cell, new_cell = _counted(c.old, c.n_old, decode), _counted(c.new, c.n_new, decode)
+        rows.append([c.label, old_cell, new_cell, ratio, terms, c.outcome + mark])
     out = _render(rows)
     sessions = [c.session for c in changes if c.session is not None]
     out.append("")

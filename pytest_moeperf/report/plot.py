@@ -156,10 +156,7 @@ def save_png(fig: Figure, path: Path, what: str) -> Path:
 
 
 def report_figure(
-    results: RunRecord,
-    history: Sequence[RunRecord],
-    *,
-    baselines: BaselineMarks | None = None,
+    results: RunRecord, history: Sequence[RunRecord], *, baselines: BaselineMarks | None = None
 ) -> Figure:
     """*results* as a figure. One panel per workload (``pp512``, ``tg64``, ...) shows each
     configuration's throughput: its median, the min-max range, every repetition, and its
@@ -303,7 +300,7 @@ def _throughput_panel(
             ax.plot(x, s.median, "o", mfc="white", mec=c, markersize=7, zorder=3)
         top = max(top, s.max)
         mark = marks.get((config, build, workload.name))
-        base = mark.value if mark is not None else None
+        base = mark.value if mark is not None else 0.0
         if mark is not None:
             ax.hlines(
                 mark.value,
@@ -316,20 +313,24 @@ def _throughput_panel(
             )
             labels[-1] += "\n" + mark_label(mark, s.median)
             top = max(top, mark.value)
-        ax.annotate(
+        _label(
+            ax,
             f"{s.median:.1f}" + (" (stored)" if stored else ""),
-            (x, max(s.max, base if base is not None else 0.0)),
-            textcoords="offset points",
-            xytext=(0, 9),
-            ha="center",
+            (x, max(s.max, base)),
+            9,
             fontsize=9,
             fontweight="bold",
         )
-    ax.set_xticks(range(len(categories)), labels, fontsize=8.5)
-    ax.set_xlim(-0.6, len(categories) - 0.4)
-    ax.set_ylim(0, top * 1.18 if top > 0 else 1.0)
     kind = "prefill" if workload.is_prefill else "decode"
-    ax.set_title(f"{workload.name} ({kind})", fontsize=11)
+    _bar_axes(ax, labels, top, f"{workload.name} ({kind})", fontsize=8.5)
+
+
+def _bar_axes(ax: Axes, labels: Sequence[str], top: float, title: str, **ticks: Any) -> None:
+    """A bar panel's axes: a tick per bar (*ticks* styles them), tok/s from 0 to above *top*."""
+    ax.set_xticks(range(len(labels)), labels, **ticks)
+    ax.set_xlim(-0.6, len(labels) - 0.4)
+    ax.set_ylim(0, top * 1.18 if top > 0 else 1.0)
+    ax.set_title(title, fontsize=11)
     ax.set_ylabel("tok/s")
     ax.grid(axis="y", alpha=0.3)
     ax.set_axisbelow(True)
@@ -357,14 +358,7 @@ def _latency_panel(ax: Axes, traffic: Mapping[str, Mapping[str, Any]]) -> None:
                 ax.vlines(x, p50, p99, colors="0.2", linewidth=1.4, zorder=3)
                 ax.plot(x, p90, "_", color="0.2", markersize=12, zorder=3)
                 ax.plot(x, p99, "v", color="0.2", markersize=5, zorder=3)
-            ax.annotate(
-                f"{p50:.0f}" if p50 >= 10 else f"{p50:.2g}",
-                (x, p50),
-                textcoords="offset points",
-                xytext=(0, 3),
-                ha="center",
-                fontsize=7.5,
-            )
+            _label(ax, f"{p50:.0f}" if p50 >= 10 else f"{p50:.2g}", (x, p50), 3, fontsize=7.5)
     ax.set_xticks(xs, labels, fontsize=7.5)
     ax.set_yscale("log")
     ax.set_ylabel("ms (bar p50, tick p90, triangle p99)")
@@ -420,14 +414,17 @@ def _trend_panel(
         ax.legend(fontsize=8, loc="lower left")
 
 
+def _label(ax: Axes, text: str, xy: tuple[float, float], dy: float, **style: Any) -> None:
+    """*text* centred *dy* points above the point *xy*."""
+    ax.annotate(text, xy, textcoords="offset points", xytext=(0, dy), ha="center", **style)
+
+
 # --------------------------------------------------------------------------------------------
 # Data
 
 
 def _trend(
-    results: RunRecord,
-    history: Sequence[RunRecord],
-    wanted: set[tuple[str, str]],
+    results: RunRecord, history: Sequence[RunRecord], wanted: set[tuple[str, str]]
 ) -> tuple[list[_Slot], dict[tuple[str, str, str], list[tuple[int, Measurement]]]]:
     """The x slots (one per run and build, oldest first, this run last) and, per (profile,
     configuration, workload) of this run, the measurement at each slot."""
@@ -540,14 +537,8 @@ def reference_figure(
             if f is not None:
                 ax.bar(x - 0.2, f.value, width=0.38, color="0.85", edgecolor="0.35", hatch="//")
                 note = "" if f.matched else f"\n({f.build})"
-                ax.annotate(
-                    f"{number(f.value)}{note}",
-                    (x - 0.2, f.value),
-                    textcoords="offset points",
-                    xytext=(0, 3),
-                    ha="center",
-                    fontsize=8,
-                    color="0.3",
+                _label(
+                    ax, f"{number(f.value)}{note}", (x - 0.2, f.value), 3, fontsize=8, color="0.3"
                 )
                 top = max(top, f.value)
             if m is not None:
@@ -562,30 +553,18 @@ def reference_figure(
                         ecolor="0.2",
                         capsize=4,
                     )
-                ax.annotate(
-                    number(s.median),
-                    (x + 0.2, s.max),
-                    textcoords="offset points",
-                    xytext=(0, 3),
-                    ha="center",
-                    fontsize=8,
-                    fontweight="bold",
-                )
+                _label(ax, number(s.median), (x + 0.2, s.max), 3, fontsize=8, fontweight="bold")
                 top = max(top, s.max)
         slanted = max((len(line) for lb in labels for line in lb.split("\n")), default=0) > 12
-        ax.set_xticks(
-            range(len(categories)),
+        _bar_axes(
+            ax,
             labels,
+            top,
+            f"{workload.name}: {ref.label} | here",
             fontsize=8,
             rotation=30 if slanted else 0,
             ha="right" if slanted else "center",
         )
-        ax.set_xlim(-0.6, len(categories) - 0.4)
-        ax.set_ylim(0, top * 1.18 if top > 0 else 1.0)
-        ax.set_title(f"{workload.name}: {ref.label} | here", fontsize=11)
-        ax.set_ylabel("tok/s")
-        ax.grid(axis="y", alpha=0.3)
-        ax.set_axisbelow(True)
     fig.supxlabel(REFERENCE_PLOT_CAPTION, fontsize=8, color="0.35")
     return fig
 

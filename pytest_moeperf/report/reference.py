@@ -100,20 +100,17 @@ def reference_rows(rows: Iterable[ReferenceRow]) -> tuple[list[str], list[list[s
     rows = list(rows)
     label = rows[0].reference if rows else "reference"
     headers = ["claim", "bound", label, "here [interval]", "verdict", "test"]
-    out = []
-    for r in rows:
-        mark = " *" if r.verdict.outcome in ("fails", "undecided") else ""
-        out.append(
-            [
-                r.verdict.label,
-                bound_text(r.verdict),
-                _reference_side(r),
-                _here_side(r),
-                r.verdict.outcome + mark,
-                r.nodeid.split("::")[-1],
-            ]
-        )
-    return headers, out
+    return headers, [
+        [
+            r.verdict.label,
+            bound_text(r.verdict),
+            _reference_side(r),
+            _here_side(r),
+            r.verdict.outcome + (" *" if r.verdict.outcome in ("fails", "undecided") else ""),
+            r.nodeid.split("::")[-1],
+        ]
+        for r in rows
+    ]
 
 
 def record_order(ref: Reference, configuration: str, build: str) -> tuple[int, int]:

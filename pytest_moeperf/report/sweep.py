@@ -33,6 +33,10 @@ class SweepPoint:
         }
 
 
+def _markdown(title: str, head: str, headers: list[str], rows: list[list[str]]) -> str:
+    return "\n".join([f"# {title}", "", head, "", markdown_table(headers, rows), ""])
+
+
 HEADERS = [
     "-np",
     "clients",
@@ -82,16 +86,7 @@ class SweepResult:
         return "\n".join([head, "", text_table(HEADERS, self.rows())])
 
     def markdown(self) -> str:
-        return "\n".join(
-            [
-                f"# Slots sweep: {self.configuration}",
-                "",
-                self.traffic,
-                "",
-                markdown_table(HEADERS, self.rows()),
-                "",
-            ]
-        )
+        return _markdown(f"Slots sweep: {self.configuration}", self.traffic, HEADERS, self.rows())
 
     def json_text(self) -> str:
         doc = {
@@ -196,16 +191,8 @@ class NcmoeSweepResult:
         return "\n".join([self.head(), "", text_table(self.headers(), self.rows())])
 
     def markdown(self) -> str:
-        return "\n".join(
-            [
-                f"# -ncmoe sweep: {self.configuration}",
-                "",
-                self.head(),
-                "",
-                markdown_table(self.headers(), self.rows()),
-                "",
-            ]
-        )
+        title = f"-ncmoe sweep: {self.configuration}"
+        return _markdown(title, self.head(), self.headers(), self.rows())
 
     def json_text(self) -> str:
         doc = {

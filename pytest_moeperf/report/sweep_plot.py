@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .plot import _COLOURS, DPI, save_png
+from .plot import _COLOURS, DPI, _label, save_png
 
 
 def plot_sweep(points: Sequence[Mapping[str, Any]], title: str, path: Path) -> Path:
@@ -105,11 +105,4 @@ def plot_ncmoe_sweep(points: Sequence[Mapping[str, Any]], title: str, path: Path
 def _label_points(ax: Any, points: Sequence[tuple[float, float]], fmt: str) -> None:
     """Each point's value written just above it."""
     for x, y in points:
-        ax.annotate(
-            fmt.format(y),
-            (x, y),
-            textcoords="offset points",
-            xytext=(0, 6),
-            ha="center",
-            fontsize=8,
-        )
+        _label(ax, fmt.format(y), (x, y), 6, fontsize=8)

@@ -108,21 +108,20 @@ def summary_rows(measurements: Iterable[Measurement]) -> tuple[list[str], list[l
         spreads = []
         limits = []
         for w in workloads:
-            limit = by_w[w.name].conditions.roofline if w.name in by_w else None
+            here = by_w.get(w.name)
+            if here is None:
+                cells.append("-")
+                continue
+            s, limit = here.summary, here.conditions.roofline
             if limit is not None and limit.limit_tok_s:
                 best = bandwidth.get(limit.bandwidth_source, limit.bandwidth_gbs)
                 ceiling = limit.limit_tok_s * best / limit.bandwidth_gbs
-                share = by_w[w.name].summary.median / ceiling
+                share = s.median / ceiling
                 seen = " (seen)" if best > limit.bandwidth_gbs else ""
                 limits.append(f"{w.name} {100 * share:.0f}% of {ceiling:.0f}{seen}")
-            if w.name not in by_w:
-                cells.append("-")
-                continue
-            m = by_w[w.name]
-            s = m.summary
             cells.append(f"{s.median:.1f}")
-            if m.figure is not None and not m.samples:
-                spreads.append(f"{w.kind} ±{100 * m.figure.rel_spread:.1f}% (stored)")
+            if here.figure is not None and not here.samples:
+                spreads.append(f"{w.kind} ±{100 * here.figure.rel_spread:.1f}% (stored)")
             else:
                 spreads.append(f"{w.kind} {100 * s.cv:.1f}%")
         rows.append(
@@ -219,9 +218,7 @@ def startup_lines(findings: Mapping[tuple[str, str, str], Sequence[StartupFindin
 
 
 def host_lines(
-    probes: Iterable[Probe],
-    changes: Sequence[str] = (),
-    measurements: Iterable[Measurement] = (),
+    probes: Iterable[Probe], changes: Sequence[str] = (), measurements: Iterable[Measurement] = ()
 ) -> list[str]:
     """The host as the run measured it: one line per probed CPU set, the most other work and
     steal seen on a server's CPUs while it was measured, then how the host changed."""
@@ -268,8 +265,9 @@ def start_lines(starts: Mapping[str, Sequence[float]], setup: float = 0.0) -> li
     return lines
 
 
-def measurement_rows(measurements: Iterable[Measurement]) -> tuple[list[str], list[list[str]]]:
-    """One row per measurement: configuration | workload | median | min..max | n | build."""
+def measured_table(measurements: Sequence[Measurement]) -> str:
+    """A text table, one row per measurement: configuration | workload | median | min..max |
+    n | build."""
     ms = list(measurements)
     units = {m.workload.unit for m in ms}
     unit = units.pop() if len(units) == 1 else ""
@@ -287,12 +285,7 @@ def measurement_rows(measurements: Iterable[Measurement]) -> tuple[list[str], li
                 m.build,
             ]
         )
-    return headers, rows
-
-
-def measured_table(measurements: Sequence[Measurement]) -> str:
-    """:func:`measurement_rows` as a text table."""
-    return text_table(*measurement_rows(measurements))
+    return text_table(headers, rows)
 
 
 def claim_failure(verdict: Verdict, measurements: Sequence[Measurement]) -> str:
@@ -369,11 +362,7 @@ def baseline_failure(rows: Sequence[BaselineRow], path: object) -> str:
     worst = [r for r in rows if r.check.outcome == "fail"]
     head = "; ".join(r.check.explain() for r in worst)
     return "\n".join(
-        [
-            f"below baseline ({path}): {head}",
-            "",
-            text_table(BASELINE_HEADERS, baseline_rows(rows)),
-        ]
+        [f"below baseline ({path}): {head}", "", text_table(BASELINE_HEADERS, baseline_rows(rows))]
     )
 
 
@@ -392,50 +381,36 @@ def markdown_report(
     (where sampled), traffic, baselines, claims, *sections* (markdown of their own, such as
     the claims against a recorded reference) and the host's fingerprint."""
     parts = ["# pytest-moeperf report", ""]
+
+    def section(title: str, *body: str) -> None:
+        parts.extend([f"## {title}", "", *body, ""])
+
     if host_lines:
         parts += [*(f"- {line}" for line in host_lines), ""]
     headers, summary = summary_rows(measurements)
     if summary:
-        parts += ["## Throughput (median of repetitions)", "", markdown_table(headers, summary), ""]
+        section("Throughput (median of repetitions)", markdown_table(headers, summary))
     if gpus := gpu_telemetry_lines(measurements):
-        parts += [
-            "## GPUs while measuring (nvidia-smi dmon: median sm, max memory, median PCIe)",
-            "",
+        section(
+            "GPUs while measuring (nvidia-smi dmon: median sm, max memory, median PCIe)",
             *(f"- {line}" for line in gpus),
-            "",
-        ]
+        )
     if traffic and (lines := traffic_rows(traffic)):
-        parts += [
-            "## Traffic (all passes; prefill and decode summed as logstats sums them)",
-            "",
+        section(
+            "Traffic (all passes; prefill and decode summed as logstats sums them)",
             markdown_table(TRAFFIC_HEADERS, lines),
-            "",
-        ]
+        )
     if rows:
-        parts += [
-            "## Against baselines",
-            "",
-            markdown_table(BASELINE_HEADERS, baseline_rows(rows)),
-            "",
-        ]
+        section("Against baselines", markdown_table(BASELINE_HEADERS, baseline_rows(rows)))
     if verdicts:
-        parts += ["## Claims", "", markdown_table(*verdict_rows(verdicts)), ""]
-    for section in sections:
-        parts += [section.rstrip("\n"), ""]
+        section("Claims", markdown_table(*verdict_rows(verdicts)))
+    for text in sections:
+        parts += [text.rstrip("\n"), ""]
     if bench:
-        parts += [
-            "## llama-bench cross-check (same model, flags, pinning)",
-            "",
-            markdown_table(*bench),
-            "",
-        ]
+        section("llama-bench cross-check (same model, flags, pinning)", markdown_table(*bench))
     if startup:
-        parts += ["## llama-server startup warnings", "", *(f"- {line}" for line in startup), ""]
+        section("llama-server startup warnings", *(f"- {line}" for line in startup))
     if fingerprint:
-        parts += [
-            "## Host",
-            "",
-            markdown_table(["field", "value"], [[k, str(v)] for k, v in fingerprint.items()]),
-            "",
-        ]
+        fields = [[k, str(v)] for k, v in fingerprint.items()]
+        section("Host", markdown_table(["field", "value"], fields))
     return "\n".join(parts)

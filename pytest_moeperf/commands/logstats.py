@@ -15,7 +15,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,14 +25,16 @@ from ..fs import write_output
 from ..llama.logs import (
     ParsedLog,
     RequestTiming,
+    TrafficStats,
     mix_of,
     parse_log_files,
     rotated_series,
     traffic_stats,
 )
+from ..measure.mix import Mix
 from ..report.logstats import format_log_changes, format_traffic_checks, format_traffic_table
 from ..store.baselines import TRAFFIC_METRIC, BaselineEntry, BaselineFile, load_baselines
-from ..verdicts.logchange import compare_logs, log_rows, logs_outcome
+from ..verdicts.logchange import LogChange, LogRow, compare_logs, log_rows, logs_outcome
 from ..verdicts.reference import (
     RESAMPLES,
     Metric,
@@ -274,6 +276,148 @@ def _verdict_line(outcome: str, rows: Sequence[tuple[str, str]]) -> str:
     return f"verdict: {outcome} ({'; '.join(named)})" if named else f"verdict: {outcome}"
 
 
+@dataclass(frozen=True)
+class _Logs:
+    """What ``moeperf logstats`` read, by label (an older log of ``--baseline`` first): each
+    log parsed and its traffic table, and the rows of the verdict: judged against a baseline
+    file (*record*, of *configuration*) or compared between two logs (*compare*)."""
+
+    labels: list[str]
+    parsed: dict[str, ParsedLog]
+    stats: dict[str, TrafficStats]
+    record: bool
+    compare: bool
+    rows: list[LogRow]
+    changes: list[LogChange]
+    configuration: str | None
+    checks: list[TrafficCheck]
+    mix: tuple[Mix, list[str]] | None
+    """``--mix``: the log's request mix (already written) and its notes."""
+
+
+def _read(args: argparse.Namespace, baseline: str | None) -> _Logs:
+    """Read the logs, write ``--mix``, and judge them against ``--baseline FILE.toml`` or
+    compare two logs; raises :class:`MoeperfError` for a log or file that cannot be read."""
+    record = baseline is not None and _is_record(baseline)
+    paths = [baseline, *args.logs] if baseline and not record else list(args.logs)
+    compare = len(paths) == 2 and not record
+    labels = _labels(paths)
+    parsed = {
+        label: parse_log_files(rotated_series(log) if args.rotated else [Path(log)])
+        for label, log in zip(labels, paths, strict=True)
+    }
+    stats = {
+        label: traffic_stats(
+            p.timings,
+            prefill_min=args.prefill_min,
+            prefill_large_min=args.prefill_large_min,
+            decode_min=args.decode_min,
+        )
+        for label, p in parsed.items()
+    }
+    mix = None
+    if args.mix:
+        mix = mix_of(parsed[labels[0]].timings, str(args.logs[0]))
+        write_output(Path(args.mix), json.dumps(mix[0].to_dict(), indent=1) + "\n", "--mix")
+    checks: list[TrafficCheck] = []
+    configuration = None
+    if record and baseline is not None:
+        try:
+            bf = load_baselines(baseline)
+        except BaselineError as e:
+            raise BaselineError(f"--baseline {e}") from None
+        configuration, entries = _stored(bf, args.configuration)
+        checks = judge_log(
+            parsed[labels[0]].timings,
+            bf,
+            entries,
+            prefill_min=args.prefill_min,
+            decode_min=args.decode_min,
+        )
+    rows = log_rows(args.prefill_min, args.prefill_large_min, args.decode_min)
+    changes = (
+        compare_logs(
+            parsed[labels[0]].timings,
+            parsed[labels[1]].timings,
+            rows,
+            prior=args.session_spread,
+            seed=SEED,
+        )
+        if compare
+        else []
+    )
+    return _Logs(labels, parsed, stats, record, compare, rows, changes, configuration, checks, mix)
+
+
+def _outcome(logs: _Logs) -> tuple[str, int, list[tuple[str, str]]]:
+    """The verdict of ``--baseline FILE.toml`` or of two logs: its outcome, the exit status
+    and each row's label and outcome (``""``, 0 and none without either)."""
+    if logs.record:
+        held = traffic_outcome(logs.checks)
+        return held, EXIT[held], [(c.label, c.outcome) for c in logs.checks]
+    if logs.compare:
+        moved = logs_outcome(logs.changes)
+        return moved, COMPARE_EXIT[moved], [(c.label, c.outcome) for c in logs.changes]
+    return "", 0, []
+
+
+def _json_doc(logs: _Logs, baseline: str | None, outcome: str) -> dict[str, Any]:
+    """``--json``: each log's table and findings, by label, with its verdict's rows."""
+    labels = logs.labels
+    doc: dict[str, Any] = {
+        label: {
+            "paths": list(p.paths),
+            "lines": p.lines,
+            "malformed_timing_lines": p.malformed,
+            "stats": logs.stats[label].to_dict(),
+            "startup_findings": [asdict(f) for f in p.findings],
+        }
+        for label, p in logs.parsed.items()
+    }
+    if logs.record:
+        doc[labels[0]]["baseline"] = {
+            "path": str(baseline),
+            "configuration": logs.configuration,
+            "outcome": outcome,
+            "checks": [{**asdict(c), "explain": c.explain()} for c in logs.checks],
+        }
+    if logs.compare:
+        doc["compare"] = {
+            "old": labels[0],
+            "new": labels[1],
+            "outcome": outcome,
+            "rows": [
+                {**asdict(c), "dominant": c.dominant, "explain": c.explain()} for c in logs.changes
+            ],
+        }
+    return doc
+
+
+def _print_tables(logs: _Logs, baseline: str | None) -> None:
+    """The real-traffic table, or the log's rows judged against a baseline file; then two
+    logs' rows compared."""
+    labels, changes = logs.labels, logs.changes
+    if logs.record:
+        print(
+            f"{labels[0]} against {baseline}, configuration {logs.configuration} (interval over "
+            f"the log's requests: bootstrap of {RESAMPLES:,} resamples, seed {SEED}, widened "
+            "by the stored figure's spread)"
+        )
+        print(format_traffic_checks(labels[0], str(logs.configuration), logs.checks))
+    else:
+        print(format_traffic_table(logs.stats))
+    if logs.compare:
+        print(
+            f"\n{labels[1]} against {labels[0]} (interval: both logs' bootstrap over requests "
+            f"and the between-session term; each row at {100 * FAMILY_ALPHA:g} % / "
+            f"{len(changes)} rows, margin {100 * MARGIN:g} %)"
+        )
+        print(format_log_changes(labels[0], labels[1], changes))
+        empty = [r.label for r in logs.rows if r.label not in {c.label for c in changes}]
+        if empty:
+            print(f"left out, no request of them in either log: {'; '.join(empty)}")
+
+
 def run(args: argparse.Namespace) -> int:
     """Run ``moeperf logstats`` with parsed *args*; 0 on success, 2 on a user error; with
     ``--baseline FILE.toml``, 0 every row holds, 1 a row fails, 3 undecided; of two logs, 0
@@ -283,121 +427,25 @@ def run(args: argparse.Namespace) -> int:
     if why:
         print(f"{_PROG}: error: {why}", file=sys.stderr)
         return 2
-    record = baseline is not None and _is_record(baseline)
-    paths = [baseline, *args.logs] if baseline and not record else list(args.logs)
-    compare = len(paths) == 2 and not record
     try:
-        labels = _labels(paths)
-        parsed = {
-            label: parse_log_files(rotated_series(log) if args.rotated else [Path(log)])
-            for label, log in zip(labels, paths, strict=True)
-        }
-        stats = {
-            label: traffic_stats(
-                p.timings,
-                prefill_min=args.prefill_min,
-                prefill_large_min=args.prefill_large_min,
-                decode_min=args.decode_min,
-            )
-            for label, p in parsed.items()
-        }
-        if args.mix:
-            mix, mix_notes = mix_of(parsed[labels[0]].timings, str(args.logs[0]))
-            write_output(Path(args.mix), json.dumps(mix.to_dict(), indent=1) + "\n", "--mix")
-        checks: list[TrafficCheck] = []
-        configuration = None
-        if record and baseline is not None:
-            try:
-                bf = load_baselines(baseline)
-            except BaselineError as e:
-                raise BaselineError(f"--baseline {e}") from None
-            configuration, entries = _stored(bf, args.configuration)
-            checks = judge_log(
-                parsed[labels[0]].timings,
-                bf,
-                entries,
-                prefill_min=args.prefill_min,
-                decode_min=args.decode_min,
-            )
-        rows = log_rows(args.prefill_min, args.prefill_large_min, args.decode_min)
-        changes = (
-            compare_logs(
-                parsed[labels[0]].timings,
-                parsed[labels[1]].timings,
-                rows,
-                prior=args.session_spread,
-                seed=SEED,
-            )
-            if compare
-            else []
-        )
+        logs = _read(args, baseline)
     except MoeperfError as e:
         print(f"{_PROG}: error: {e}", file=sys.stderr)
         return 2
-    if args.mix:
+    if logs.mix is not None:
+        mix, mix_notes = logs.mix
         print(
             f"mix: {mix.describe()}{', with arrival gaps' if mix.has_gaps else ''} -> {args.mix}",
             file=sys.stderr,
         )
         for note in mix_notes:
             print(f"mix: {note}", file=sys.stderr)
-    outcome, status = "", 0  # the verdict of --baseline FILE.toml or of two logs, by row
-    judged: list[tuple[str, str]] = []
-    if record:
-        outcome = traffic_outcome(checks)
-        status, judged = EXIT[outcome], [(c.label, c.outcome) for c in checks]
-    elif compare:
-        outcome = logs_outcome(changes)
-        status, judged = COMPARE_EXIT[outcome], [(c.label, c.outcome) for c in changes]
+    outcome, status, judged = _outcome(logs)
     if args.json:
-        doc: dict[str, Any] = {
-            label: {
-                "paths": list(p.paths),
-                "lines": p.lines,
-                "malformed_timing_lines": p.malformed,
-                "stats": stats[label].to_dict(),
-                "startup_findings": [asdict(f) for f in p.findings],
-            }
-            for label, p in parsed.items()
-        }
-        if record:
-            doc[labels[0]]["baseline"] = {
-                "path": str(baseline),
-                "configuration": configuration,
-                "outcome": outcome,
-                "checks": [{**asdict(c), "explain": c.explain()} for c in checks],
-            }
-        if compare:
-            doc["compare"] = {
-                "old": labels[0],
-                "new": labels[1],
-                "outcome": outcome,
-                "rows": [
-                    {**asdict(c), "dominant": c.dominant, "explain": c.explain()} for c in changes
-                ],
-            }
-        print(json.dumps(doc, indent=2))
+        print(json.dumps(_json_doc(logs, baseline, outcome), indent=2))
         return status
-    if record:
-        print(
-            f"{labels[0]} against {baseline}, configuration {configuration} (interval over "
-            f"the log's requests: bootstrap of {RESAMPLES:,} resamples, seed {SEED}, widened "
-            "by the stored figure's spread)"
-        )
-        print(format_traffic_checks(labels[0], str(configuration), checks))
-    else:
-        print(format_traffic_table(stats))
-    if compare:
-        print(
-            f"\n{labels[1]} against {labels[0]} (interval: both logs' bootstrap over requests "
-            f"and the between-session term; each row at {100 * FAMILY_ALPHA:g} % / "
-            f"{len(changes)} rows, margin {100 * MARGIN:g} %)"
-        )
-        print(format_log_changes(labels[0], labels[1], changes))
-        empty = [r.label for r in rows if r.label not in {c.label for c in changes}]
-        if empty:
-            print(f"left out, no request of them in either log: {'; '.join(empty)}")
-    _print_findings(parsed)
+    _print_tables(logs, baseline)
+    _print_findings(logs.parsed)
     if outcome:
         print("\n" + _verdict_line(outcome, judged))
     return status

@@ -571,6 +571,91 @@ def _check_binary(bench: Path | str | None) -> Path:
     return path
 
 
+def _check_plan(plan: BenchArgs, strict: bool, cpus: frozenset[int] | None) -> None:
+    """Refuse a *strict* run whose flags llama-bench cannot be given, and *cpus* to pin to that
+    are not online here."""
+    if plan.unknown and strict:
+        raise BenchError(
+            f"llama-bench cannot be given the server flag(s) {', '.join(plan.unknown)}; "
+            "its numbers would measure another configuration (server-only flags it may drop: "
+            f"{', '.join(plan.dropped) or 'none'})"
+        )
+    if cpus is not None:
+        missing = cpus - online_cpus()
+        if missing:
+            raise BenchError(
+                f"llama-bench: CPU {format_cpu_list(missing)} to pin to is not available here"
+            )
+
+
+def _run_one(
+    binary: Path,
+    command: list[str],
+    env: Mapping[str, str],
+    cpus: frozenset[int] | None,
+    left: float,
+    timeout: float,
+) -> str:
+    """The standard output of one llama-bench *command*, pinned to *cpus*, given *left*
+    seconds of the *timeout*; :class:`BenchError` when it cannot run, times out or fails."""
+
+    def pin() -> None:  # in the child, between fork and exec
+        orphans.die_with_parent()
+        if cpus is not None:
+            os.sched_setaffinity(0, cpus)
+
+    try:
+        proc = subprocess.run(
+            command,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            env=env,
+            preexec_fn=pin,
+            timeout=left,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        err = (exc.stderr or b"").decode("utf-8", "replace")
+        raise BenchError(
+            f"llama-bench did not finish within {timeout:.0f} s: {' '.join(command)}"
+            + (f"; last lines of its stderr:\n{_tail(err)}" if err.strip() else "")
+        ) from None
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise BenchError(f"llama-bench {binary} cannot be run: {exc}") from None
+    stdout = proc.stdout.decode("utf-8", "replace")
+    stderr = proc.stderr.decode("utf-8", "replace")
+    if proc.returncode != 0:
+        tail = _tail(stderr) or _tail(stdout) or "no output"
+        raise BenchError(
+            f"llama-bench exited with code {proc.returncode}: {' '.join(command)}; "
+            f"last lines of its output:\n{tail}"
+        )
+    return stdout
+
+
+def _asked_results(
+    results: Mapping[str, BenchResult], workloads: Sequence[Workload], plan: BenchArgs
+) -> dict[str, BenchResult]:
+    """*results* of exactly the *workloads* asked, in their order, marked with the flags the
+    *plan* dropped or could not translate; :class:`BenchError` when one lacks or is extra."""
+    asked = list(dict.fromkeys(w.name for w in workloads))
+    missing_w = [name for name in asked if name not in results]
+    if missing_w:
+        raise BenchError(
+            f"llama-bench output lacks {', '.join(missing_w)} (it reported "
+            f"{', '.join(results) or 'nothing'})"
+        )
+    extra = [name for name in results if name not in asked]
+    if extra:
+        raise BenchError(f"llama-bench ran tests that were not asked: {', '.join(extra)}")
+    return {
+        name: dataclasses.replace(
+            results[name], dropped=tuple(plan.dropped), unknown=tuple(plan.unknown)
+        )
+        for name in asked
+    }
+
+
 def run_bench(
     bench: Path | str | None,
     model: Path | str,
@@ -596,25 +681,8 @@ def run_bench(
     if not model_path.is_file():
         raise BenchError(f"llama-bench: model {model_path} does not exist")
     plan = bench_args(server_flags, workloads, repetitions)
-    if plan.unknown and strict:
-        raise BenchError(
-            f"llama-bench cannot be given the server flag(s) {', '.join(plan.unknown)}; "
-            "its numbers would measure another configuration (server-only flags it may drop: "
-            f"{', '.join(plan.dropped) or 'none'})"
-        )
-    if cpus is not None:
-        missing = cpus - online_cpus()
-        if missing:
-            raise BenchError(
-                f"llama-bench: CPU {format_cpu_list(missing)} to pin to is not available here"
-            )
+    _check_plan(plan, strict, cpus)
     full_env = {**os.environ, **(env or {})}
-
-    def pin() -> None:  # in the child, between fork and exec
-        orphans.die_with_parent()
-        if cpus is not None:
-            os.sched_setaffinity(0, cpus)
-
     deadline = time.monotonic() + timeout
     results: dict[str, BenchResult] = {}
     for args in plan.runs:
@@ -622,49 +690,9 @@ def run_bench(
         left = deadline - time.monotonic()
         if left <= 0:
             raise BenchError(f"llama-bench: no time left of the {timeout:.0f} s timeout")
-        try:
-            proc = subprocess.run(
-                command,
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                env=full_env,
-                preexec_fn=pin,
-                timeout=left,
-                check=False,
-            )
-        except subprocess.TimeoutExpired as exc:
-            err = (exc.stderr or b"").decode("utf-8", "replace")
-            raise BenchError(
-                f"llama-bench did not finish within {timeout:.0f} s: {' '.join(command)}"
-                + (f"; last lines of its stderr:\n{_tail(err)}" if err.strip() else "")
-            ) from None
-        except (OSError, subprocess.SubprocessError) as exc:
-            raise BenchError(f"llama-bench {binary} cannot be run: {exc}") from None
-        stdout = proc.stdout.decode("utf-8", "replace")
-        stderr = proc.stderr.decode("utf-8", "replace")
-        if proc.returncode != 0:
-            tail = _tail(stderr) or _tail(stdout) or "no output"
-            raise BenchError(
-                f"llama-bench exited with code {proc.returncode}: {' '.join(command)}; "
-                f"last lines of its output:\n{tail}"
-            )
+        stdout = _run_one(binary, command, full_env, cpus, left, timeout)
         for result in parse_bench_json(stdout, command):
             if result.name in results:
                 raise BenchError(f"llama-bench reported {result.name} twice: {' '.join(command)}")
             results[result.name] = result
-    asked = list(dict.fromkeys(w.name for w in workloads))
-    missing_w = [name for name in asked if name not in results]
-    if missing_w:
-        raise BenchError(
-            f"llama-bench output lacks {', '.join(missing_w)} (it reported "
-            f"{', '.join(results) or 'nothing'})"
-        )
-    extra = [name for name in results if name not in asked]
-    if extra:
-        raise BenchError(f"llama-bench ran tests that were not asked: {', '.join(extra)}")
-    return {
-        name: dataclasses.replace(
-            results[name], dropped=tuple(plan.dropped), unknown=tuple(plan.unknown)
-        )
-        for name in asked
-    }
+    return _asked_results(results, workloads, plan)

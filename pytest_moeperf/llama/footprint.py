@@ -119,6 +119,74 @@ def layer_shares(
     return {d: w / total for d, w in zip(devices, weights, strict=True) if w > 0}
 
 
+def _on_gpu(flags: Sequence[str], devices: Sequence[int], n_layer: int) -> float:
+    """The share of the model's layers ``-ngl`` offloads to *devices*: none without GPUs, all
+    where ``-ngl`` is not given or is ``all``, ``auto`` or negative."""
+    ngl_text = flag_value(flags, "-ngl", "--gpu-layers", "--n-gpu-layers")
+    if not devices:
+        return 0.0
+    if ngl_text is None or ngl_text in {"all", "auto"} or flag_int(ngl_text, 0) < 0:
+        return 1.0  # llama.cpp's default and -1: as many layers as fit, all here
+    return min(flag_int(ngl_text, n_layer), n_layer) / n_layer
+
+
+def _experts_in_ram(flags: Sequence[str], on_gpu: float, n_layer: int) -> float:
+    """The share of the routed experts kept in system RAM: those of the layers left on the
+    CPU, all of them under ``-cmoe`` or ``-ot ...exps=CPU``, the first N layers' under
+    ``-ncmoe N``."""
+    if not on_gpu:
+        return 1.0 - on_gpu
+    overrides = [o for v in flag_values(flags, "-ot", "--override-tensor") for o in v.split(",")]
+    if (
+        "-cmoe" in flags
+        or "--cpu-moe" in flags
+        or any("exps" in o and o.upper().endswith("=CPU") for o in overrides)
+    ):
+        return 1.0
+    ncmoe = flag_value(flags, "-ncmoe", "--n-cpu-moe")
+    if ncmoe is None:
+        return 1.0 - on_gpu
+    return max(1.0 - on_gpu, min(flag_int(ncmoe, 0), n_layer) / n_layer)
+
+
+def _kv_bytes(model: DecodeBytes, flags: Sequence[str]) -> int:
+    """The KV cache of the attention layers at the ``-c`` context, and a hybrid's recurrent
+    state of each ``-np`` slot."""
+    ctx = flag_int(flag_value(flags, "-c", "--ctx-size"), DEFAULT_CTX)
+    if ctx <= 0:  # -c 0: the model's training context
+        ctx = model.n_ctx_train or DEFAULT_CTX
+    slots = flag_int(flag_value(flags, "-np", "--parallel"), DEFAULT_SLOTS)
+    return model.kv_per_token_of_depth * ctx + model.recurrent_per_seq * (
+        slots if slots > 0 else DEFAULT_SLOTS
+    )
+
+
+def _vram_split(
+    flags: Sequence[str],
+    devices: Sequence[int],
+    free: Mapping[int, int] | None,
+    layered: int | None,
+    compute: int,
+    experts_in_ram: bool,
+) -> dict[int, int]:
+    """Bytes on each GPU: *layered* bytes (offloaded weights and KV cache) and a
+    ``--moe-cache-mib`` expert cache (where experts stay in RAM) split as :func:`layer_shares`
+    says, plus a *compute* buffer and the CUDA context on each GPU in use; with no layer
+    offloaded (*layered* ``None``), the main GPU's compute buffer alone (op offload)."""
+    if devices and layered is not None:
+        shares = layer_shares(flags, devices, free)
+        cache = flag_int(flag_value(flags, "--moe-cache-mib"), 0) * MIB if experts_in_ram else 0
+        return {
+            gpu: int((layered + max(cache, 0)) * share) + compute + CUDA_CONTEXT_BYTES
+            for gpu, share in shares.items()
+        }
+    if devices and "--no-op-offload" not in flags:
+        # -ngl 0 on a GPU build: large batches still run on the main GPU (op offload)
+        main = layer_shares([*flags, "-sm", "none"], devices)
+        return dict.fromkeys(main, compute + CUDA_CONTEXT_BYTES)
+    return {}
+
+
 def estimate(
     model: DecodeBytes,
     model_path: str,
@@ -133,41 +201,15 @@ def estimate(
     ``-ts`` is given (see :func:`layer_shares`)."""
     devices = list(range(gpus)) if isinstance(gpus, int) else list(gpus)
     n_layer = max(model.n_layer, 1)
-    ngl_text = flag_value(flags, "-ngl", "--gpu-layers", "--n-gpu-layers")
-    if not devices:
-        on_gpu = 0.0
-    elif ngl_text is None or ngl_text in {"all", "auto"} or flag_int(ngl_text, 0) < 0:
-        on_gpu = 1.0  # llama.cpp's default and -1: as many layers as fit, all here
-    else:
-        on_gpu = min(flag_int(ngl_text, n_layer), n_layer) / n_layer
-    experts_in_ram = 1.0 - on_gpu
-    if on_gpu:
-        overrides = [
-            o for v in flag_values(flags, "-ot", "--override-tensor") for o in v.split(",")
-        ]
-        if (
-            "-cmoe" in flags
-            or "--cpu-moe" in flags
-            or any("exps" in o and o.upper().endswith("=CPU") for o in overrides)
-        ):
-            experts_in_ram = 1.0
-        else:
-            ncmoe = flag_value(flags, "-ncmoe", "--n-cpu-moe")
-            if ncmoe is not None:
-                experts_in_ram = max(experts_in_ram, min(flag_int(ncmoe, 0), n_layer) / n_layer)
+    on_gpu = _on_gpu(flags, devices, n_layer)
+    experts_in_ram = _experts_in_ram(flags, on_gpu, n_layer)
     dense_stored = max(model.stored - model.experts_total - model.lookup_total, 0)
     dense_in_ram = int(dense_stored * (1.0 - on_gpu))
     experts_ram = int(model.experts_total * experts_in_ram)
     in_ram = dense_in_ram + experts_ram + model.lookup_total
     in_vram = max(model.stored - in_ram, 0)
-    ctx = flag_int(flag_value(flags, "-c", "--ctx-size"), DEFAULT_CTX)
-    if ctx <= 0:  # -c 0: the model's training context
-        ctx = model.n_ctx_train or DEFAULT_CTX
-    slots = flag_int(flag_value(flags, "-np", "--parallel"), DEFAULT_SLOTS)
     # the KV cache of the attention layers, and a hybrid's recurrent state of each slot
-    kv = model.kv_per_token_of_depth * ctx + model.recurrent_per_seq * (
-        slots if slots > 0 else DEFAULT_SLOTS
-    )
+    kv = _kv_bytes(model, flags)
     kv_on_gpu = 0 if ("-nkvo" in flags or "--no-kv-offload" in flags) else int(kv * on_gpu)
     ubatch = flag_int(flag_value(flags, "-ub", "--ubatch-size"), DEFAULT_UBATCH)
     compute = 4 * ubatch * (ACTIVATIONS_PER_EMBD * model.n_embd + model.n_vocab)
@@ -180,18 +222,8 @@ def estimate(
     # the pinned host buffer holds what the GPUs read from RAM; lookup tables are read a row
     # at a time on the CPU and stay in a plain buffer (ADR-0042's 74 GB is its experts alone)
     pinned = dense_in_ram + experts_ram if private_copy and devices else 0
-    split: dict[int, int] = {}
-    if devices and on_gpu:
-        shares = layer_shares(flags, devices, free)
-        cache = flag_int(flag_value(flags, "--moe-cache-mib"), 0) * MIB if experts_ram else 0
-        for gpu, share in shares.items():
-            split[gpu] = (
-                int((in_vram + kv_on_gpu + max(cache, 0)) * share) + compute + CUDA_CONTEXT_BYTES
-            )
-    elif devices and "--no-op-offload" not in flags:
-        # -ngl 0 on a GPU build: large batches still run on the main GPU (op offload)
-        main = layer_shares([*flags, "-sm", "none"], devices)
-        split = dict.fromkeys(main, compute + CUDA_CONTEXT_BYTES)
+    layered = in_vram + kv_on_gpu if on_gpu else None
+    split = _vram_split(flags, devices, free, layered, compute, bool(experts_ram))
     return Footprint(
         private=(in_ram if private_copy else repacked) + (kv - kv_on_gpu) + compute + PROCESS_BYTES,
         shared=0 if private_copy else in_ram,

@@ -246,6 +246,67 @@ def _recurrent_state(fields: Any, arch: str) -> int:
     return (rolling + state * inner) * STATE_BYTES_PER_ELEMENT
 
 
+@dataclass
+class _Tally:
+    """A model's tensor bytes by kind, summed over its tensor table."""
+
+    dense: int = 0
+    experts: int = 0
+    lookup: int = 0
+    lookup_total: int = 0
+    repacked_dense: int = 0
+    repacked_experts: int = 0
+    stored: int = 0
+    n_vocab: int = 0
+
+
+def _tally(readers: list[Any]) -> _Tally:
+    """The bytes of every tensor of *readers* (the shards) by kind: one row of each lookup
+    table per token, the routed experts, the dense rest; a model without ``output.weight``
+    (tied embeddings) reads ``token_embd`` in full as its output projection."""
+    tally = _Tally()
+    has_output = False
+    embd_bytes = 0
+    for t in (t for r in readers for t in r.tensors):
+        size = int(t.n_bytes)
+        tally.stored += size
+        repacked = size if int(t.tensor_type) in REPACKED_TYPES and len(t.shape) >= 2 else 0
+        if t.name.endswith(_LOOKUP_SUFFIX):
+            rows = int(t.shape[-1]) if len(t.shape) > 1 else 1
+            tally.lookup += size // max(rows, 1)
+            tally.lookup_total += size
+            if t.name == _LOOKUP_SUFFIX:
+                tally.n_vocab, embd_bytes = rows, size
+        elif _EXPERT_MARK in t.name:
+            tally.experts += size
+            tally.repacked_experts += repacked
+        else:
+            tally.dense += size
+            tally.repacked_dense += repacked
+            has_output = has_output or t.name == "output.weight"
+    if not has_output:  # tied embeddings: the output projection reads token_embd in full
+        tally.dense += embd_bytes
+    return tally
+
+
+def _kv_per_token(
+    fields: Any, arch: str, attention: int, heads_kv: Any, heads: Any, embd: int
+) -> int:
+    """KV-cache bytes per token of depth: keys and values of every KV head of the *attention*
+    layers (head sizes from the GGUF, else ``n_embd / heads``), f16."""
+    if isinstance(heads_kv, list):  # per-layer counts
+        kv_heads_total = sum(int(h) for h in heads_kv)
+    else:
+        kv_heads_total = int(heads_kv if heads_kv is not None else heads or 0) * attention
+    head_count = heads[0] if isinstance(heads, list) else heads
+    key_len = _value(fields, f"{arch}.attention.key_length")
+    value_len = _value(fields, f"{arch}.attention.value_length")
+    default_dim = embd // int(head_count) if head_count else 0
+    k_dim = int(key_len) if key_len is not None else default_dim
+    v_dim = int(value_len) if value_len is not None else default_dim
+    return kv_heads_total * (k_dim + v_dim) * KV_BYTES_PER_ELEMENT
+
+
 def decode_bytes(model: Path) -> DecodeBytes:
     """Read *model*'s tensor table and metadata (no weights are loaded) and count what a
     decode step reads; every shard of a split model is read (:func:`model_shards`). A file
@@ -260,64 +321,31 @@ def decode_bytes(model: Path) -> DecodeBytes:
         raise ModelError(f"{model}: GGUF without general.architecture; not a llama.cpp model")
     n_experts = int(_value(fields, f"{arch}.expert_count") or 0)
     n_used = int(_value(fields, f"{arch}.expert_used_count") or 0)
-    dense = experts = lookup = 0
-    repacked_dense = repacked_experts = 0
-    has_output = False
-    embd_bytes = lookup_total = stored = 0
-    n_vocab = 0
-    for t in (t for r in readers for t in r.tensors):
-        size = int(t.n_bytes)
-        stored += size
-        repacked = size if int(t.tensor_type) in REPACKED_TYPES and len(t.shape) >= 2 else 0
-        if t.name.endswith(_LOOKUP_SUFFIX):
-            rows = int(t.shape[-1]) if len(t.shape) > 1 else 1
-            lookup += size // max(rows, 1)
-            lookup_total += size
-            if t.name == _LOOKUP_SUFFIX:
-                n_vocab, embd_bytes = rows, size
-        elif _EXPERT_MARK in t.name:
-            experts += size
-            repacked_experts += repacked
-        else:
-            dense += size
-            repacked_dense += repacked
-            has_output = has_output or t.name == "output.weight"
-    if not has_output:  # tied embeddings: the output projection reads token_embd in full
-        dense += embd_bytes
+    tally = _tally(readers)
+    experts = tally.experts
     active = experts * n_used // n_experts if n_experts and n_used else experts
     n_layer = int(_value(fields, f"{arch}.block_count") or 0)
     heads_kv = _value(fields, f"{arch}.attention.head_count_kv")
     heads = _value(fields, f"{arch}.attention.head_count")
     embd = int(_value(fields, f"{arch}.embedding_length") or 0)
     attention = _attention_layers(fields, arch, n_layer, heads_kv, heads)
-    if isinstance(heads_kv, list):  # per-layer counts
-        kv_heads_total = sum(int(h) for h in heads_kv)
-    else:
-        kv_heads_total = int(heads_kv if heads_kv is not None else heads or 0) * attention
-    head_count = heads[0] if isinstance(heads, list) else heads
-    key_len = _value(fields, f"{arch}.attention.key_length")
-    value_len = _value(fields, f"{arch}.attention.value_length")
-    default_dim = embd // int(head_count) if head_count else 0
-    k_dim = int(key_len) if key_len is not None else default_dim
-    v_dim = int(value_len) if value_len is not None else default_dim
-    kv = kv_heads_total * (k_dim + v_dim) * KV_BYTES_PER_ELEMENT
     return DecodeBytes(
-        dense=dense,
+        dense=tally.dense,
         experts_active=active,
-        lookup=lookup,
-        kv_per_token_of_depth=kv,
+        lookup=tally.lookup,
+        kv_per_token_of_depth=_kv_per_token(fields, arch, attention, heads_kv, heads, embd),
         experts_used=n_used,
         experts=n_experts,
         experts_total=experts,
-        repacked_dense=repacked_dense,
-        repacked_experts=repacked_experts,
-        lookup_total=lookup_total,
+        repacked_dense=tally.repacked_dense,
+        repacked_experts=tally.repacked_experts,
+        lookup_total=tally.lookup_total,
         recurrent_per_seq=_recurrent_state(fields, arch) * (n_layer - attention),
         attention_layers=attention,
         n_layer=n_layer,
         n_embd=embd,
-        n_vocab=n_vocab,
-        stored=stored,
+        n_vocab=tally.n_vocab,
+        stored=tally.stored,
         n_ctx_train=int(_value(fields, f"{arch}.context_length") or 0),
         architecture=arch,
         shards=len(shards),

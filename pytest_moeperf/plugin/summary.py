@@ -133,40 +133,8 @@ def terminal_summary(perf: PerfSession, reporter: pytest.TerminalReporter) -> No
         write(text_table(headers, rows))
         for line in roofline_warnings(perf.measurements.values()):
             write(f"warning: {line}", yellow=True)
-
-    def block(*lines: str) -> None:  # a blank line, then *lines*
-        for line in ("", *lines):
-            write(line)
-
-    if gpus := gpu_telemetry_lines(perf.measurements.values()):
-        title = "GPUs while measuring (nvidia-smi dmon: median sm, max memory, median PCIe):"
-        block(title, *(f"  {line}" for line in gpus))
-    # the record written at session finish holds every pass already: not serialised again
-    if traffic := traffic_rows(perf.record.traffic if perf.record else perf.source.traffic_runs()):
-        title = "traffic (all passes; prefill and decode summed as logstats):"
-        block(title, text_table(TRAFFIC_HEADERS, traffic))
-    if perf.verdicts:
-        table = text_table(*verdict_rows([(v.test, v.verdict) for v in perf.verdicts]))
-        block(table, claims_rate_line(len(perf.verdicts)))
-    if perf.source.notices:  # what verdicts said before measuring (or after their first round)
-        block(
-            "said before deciding (resolution, budgets):", *(f"  {n}" for n in perf.source.notices)
-        )
-    for ref, ref_rows, ms, workloads in _references(perf):
-        block(*reference_text(ref, ref_rows, ms, workloads))
-    if perf.baseline_rows:
-        block(text_table(BASELINE_HEADERS, baseline_rows(perf.baseline_rows)))
-    if perf.bench_rounds:
-        title = "llama-bench in the same rounds as the servers (same build, model, flags, pinning):"
-        block(title, text_table(BENCH_ROUND_HEADERS, bench_round_rows(perf.bench_rounds)))
-    if perf.bench or perf.bench_errors:
-        block(
-            "llama-bench cross-check (same model, flags, pinning):", text_table(*bench_rows(perf))
-        )
-        for line in perf.bench_errors:
-            write(f"  {line}", yellow=True)
-    if startup := startup_lines(perf.source.findings):
-        block("llama-server startup warnings:", *(f"  {line}" for line in startup))
+    _measured_blocks(perf, reporter)
+    _bench_blocks(perf, reporter)
     for path in perf.accepted:
         write(f"accepted as new baselines: {path}")
     for line in perf.history_problems:
@@ -175,6 +143,58 @@ def terminal_summary(perf: PerfSession, reporter: pytest.TerminalReporter) -> No
         write(f"report: {path}")
     if perf.results_path is not None:
         write(f"results: {perf.results_path}")
+
+
+def _block(reporter: pytest.TerminalReporter, *lines: str) -> None:
+    """A blank line, then *lines*: one block of the terminal summary."""
+    for line in ("", *lines):
+        reporter.write_line(line)
+
+
+def _measured_blocks(perf: PerfSession, reporter: pytest.TerminalReporter) -> None:
+    """The summary's blocks of what the servers did: the GPUs, traffic, the claims' verdicts
+    and what they said before deciding, the claims beside a recorded reference, baseline
+    checks."""
+    if gpus := gpu_telemetry_lines(perf.measurements.values()):
+        title = "GPUs while measuring (nvidia-smi dmon: median sm, max memory, median PCIe):"
+        _block(reporter, title, *(f"  {line}" for line in gpus))
+    # the record written at session finish holds every pass already: not serialised again
+    if traffic := traffic_rows(perf.record.traffic if perf.record else perf.source.traffic_runs()):
+        title = "traffic (all passes; prefill and decode summed as logstats):"
+        _block(reporter, title, text_table(TRAFFIC_HEADERS, traffic))
+    if perf.verdicts:
+        table = text_table(*verdict_rows([(v.test, v.verdict) for v in perf.verdicts]))
+        _block(reporter, table, claims_rate_line(len(perf.verdicts)))
+    if perf.source.notices:  # what verdicts said before measuring (or after their first round)
+        _block(
+            reporter,
+            "said before deciding (resolution, budgets):",
+            *(f"  {n}" for n in perf.source.notices),
+        )
+    for ref, ref_rows, ms, workloads in _references(perf):
+        _block(reporter, *reference_text(ref, ref_rows, ms, workloads))
+    if perf.baseline_rows:
+        _block(reporter, text_table(BASELINE_HEADERS, baseline_rows(perf.baseline_rows)))
+
+
+def _bench_blocks(perf: PerfSession, reporter: pytest.TerminalReporter) -> None:
+    """The summary's blocks of llama-bench beside the servers (in their rounds, and the
+    cross-check with its errors), and llama-server's startup warnings."""
+    if perf.bench_rounds:
+        title = "llama-bench in the same rounds as the servers (same build, model, flags, pinning):"
+        _block(
+            reporter, title, text_table(BENCH_ROUND_HEADERS, bench_round_rows(perf.bench_rounds))
+        )
+    if perf.bench or perf.bench_errors:
+        _block(
+            reporter,
+            "llama-bench cross-check (same model, flags, pinning):",
+            text_table(*bench_rows(perf)),
+        )
+        for line in perf.bench_errors:
+            reporter.write_line(f"  {line}", yellow=True)
+    if startup := startup_lines(perf.source.findings):
+        _block(reporter, "llama-server startup warnings:", *(f"  {line}" for line in startup))
 
 
 def judged_summary(judged: Judged, allow_empty: bool, reporter: pytest.TerminalReporter) -> None:

@@ -169,20 +169,10 @@ def report_figure(
     new_figure = _figure_class()
 
     current = [m for m in results.measurements if m.values and not m.workload.is_traffic]
-    traffic = {
-        name: run["overall"]
-        for name, run in results.traffic.items()
-        if isinstance(run, dict) and isinstance(run.get("overall"), dict)
-    }
-    marks = {
-        (c, b, _canonical(w)): v if isinstance(v, PlotMark) else PlotMark(float(v))
-        for (c, b, w), v in (baselines or {}).items()
-    }
+    traffic = _traffic_latencies(results)
+    marks = _marks(baselines)
     workloads = sorted({m.workload for m in current}, key=Workload.table_order)
-    multi_profile = len({_profile(m) for m in current}) > 1
     categories = list(dict.fromkeys((_profile(m), m.configuration, m.build) for m in current))
-    configs = list(dict.fromkeys((p, c) for p, c, _ in categories))
-    colour = {pc: _COLOURS[i % len(_COLOURS)] for i, pc in enumerate(configs)}
     slots, trend = _trend(results, history, {(_profile(m), m.configuration) for m in current})
     has_trend = any(len({s for s, _ in pts}) > 1 for pts in trend.values())
 
@@ -204,6 +194,44 @@ def report_figure(
         ax = axes[0][0]
         ax.text(0.5, 0.5, "no measurements in this run", ha="center", va="center")
         ax.set_axis_off()
+    _workload_panels(axes, workloads, current, categories, marks, slots, trend, has_trend)
+    fig.supxlabel(_caption(current, marks), fontsize=8, color="0.35")
+    return fig
+
+
+def _traffic_latencies(results: RunRecord) -> dict[str, dict[str, Any]]:
+    """Each traffic run's overall latency figures (all passes), by server."""
+    return {
+        name: run["overall"]
+        for name, run in results.traffic.items()
+        if isinstance(run, dict) and isinstance(run.get("overall"), dict)
+    }
+
+
+def _marks(baselines: BaselineMarks | None) -> dict[tuple[str, str, str], PlotMark]:
+    """*baselines* as marks (a bare number: a baseline of this host), workload names as
+    :meth:`Workload.parse` writes them."""
+    return {
+        (c, b, _canonical(w)): v if isinstance(v, PlotMark) else PlotMark(float(v))
+        for (c, b, w), v in (baselines or {}).items()
+    }
+
+
+def _workload_panels(
+    axes: Any,
+    workloads: Sequence[Workload],
+    current: Sequence[Measurement],
+    categories: Sequence[tuple[str, str, str]],
+    marks: Mapping[tuple[str, str, str], PlotMark],
+    slots: Sequence[_Slot],
+    trend: Mapping[tuple[str, str, str], list[tuple[int, Measurement]]],
+    has_trend: bool,
+) -> None:
+    """Per workload, its throughput panel (a column of the first row) and, with the history
+    row, its median run over run below; a colour per (profile, configuration)."""
+    multi_profile = len({_profile(m) for m in current}) > 1
+    configs = list(dict.fromkeys((p, c) for p, c, _ in categories))
+    colour = {pc: _COLOURS[i % len(_COLOURS)] for i, pc in enumerate(configs)}
     rng = random.Random(0)
     for col, workload in enumerate(workloads):
         ax = axes[0][col]
@@ -220,11 +248,14 @@ def report_figure(
         )
         if has_trend:
             _trend_panel(axes[1][col], workload, slots, trend, colour, multi_profile)
+
+
+def _caption(current: Sequence[Measurement], marks: Mapping[tuple[str, str, str], PlotMark]) -> str:
+    """The figure's caption: how to read a bar, and the lines of the marks drawn."""
     drawn = [marks[m.key] for m in current if m.key in marks]
     caption = CAPTION + (BASELINE_CAPTION if any(d.reference is None for d in drawn) else "")
     caption += REFERENCE_CAPTION if any(d.reference is not None for d in drawn) else ""
-    fig.supxlabel(caption, fontsize=8, color="0.35")
-    return fig
+    return caption
 
 
 # --------------------------------------------------------------------------------------------

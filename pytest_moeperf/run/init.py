@@ -29,7 +29,7 @@ from ..defaults import BUDGET, FIRST_LOOK, MARGIN, REPETITIONS, STARTUP_TIMEOUT
 from ..errors import ConfigError, MoeperfError, OutputError
 from ..fs import check_output, write_output
 from ..host.machine import format_cpu_list
-from ..host.topology import GIB, Topology
+from ..host.topology import GIB, NumaNode, Topology
 from ..llama.fit import MIN_CONTEXT, MIN_UBATCH, Fitted, fit_gpus
 from ..llama.footprint import estimate
 from ..llama.model_bytes import DecodeBytes, split_name
@@ -279,6 +279,200 @@ def _fitted(
     return fit.flags, comments, fit
 
 
+def _home_node(topology: Topology, undecided: list[str]) -> int:
+    """The NUMA node the ``mmap`` configuration runs on: on a multi-node host the first GPU's
+    whose node is known, else the first node; what it leaves open goes to *undecided*."""
+    gpus = topology.gpus
+    multi = len(topology.nodes) > 1
+    home = topology.nodes[0].node
+    if gpus:
+        known = [g for g in gpus if g.numa_node is not None]
+        if multi and len(known) < len(gpus):
+            missing = ", ".join(f"GPU{g.index}" for g in gpus if g.numa_node is None)
+            undecided.append(
+                f"the NUMA node of {missing} (sysfs numa_node is -1 and nvidia-smi topo -m "
+                f"says N/A): mmap runs on node {home}; see `nvidia-smi topo -m`"
+            )
+        if known and multi:
+            home = known[0].numa_node or 0
+    if multi:
+        undecided.append(
+            f"which NUMA node serves best: mmap runs on node {home}"
+            + (" (GPU0's)" if gpus and gpus[0].numa_node == home else "")
+            + "; compare the lm-none-node* configurations (ADR-0042: node 1 decoded 15.7 tok/s, "
+            "node 0 11.7, unexplained), then move mmap with numa_node"
+        )
+    return home
+
+
+def _base_flags(
+    model: DecodeBytes,
+    topology: Topology,
+    server_flags: frozenset[str] | None,
+    large: bool,
+    undecided: list[str],
+) -> list[str]:
+    """The profile's own ``flags``: with GPUs every layer offloaded and an MoE model's experts
+    kept in RAM, then the context and one slot; what they leave open goes to *undecided*."""
+    flags: list[str] = []
+    if topology.gpus:
+        flags += ["-ngl", "999"]
+        if model.experts:
+            ncmoe = server_flags is None or not server_flags.isdisjoint(_NCMOE_FLAGS)
+            flags += ["-ncmoe", str(model.n_layer)] if ncmoe else ["-ot", "exps=CPU"]
+            free = topology.vram_free_mib * 2**20
+            if model.file_bytes < FIT_IN_VRAM * free:
+                undecided.append(
+                    f"whether the experts belong in VRAM: the model ({_gib(model.file_bytes)}) "
+                    f"fits in the GPUs' {_gib(free)} free; this profile keeps them in RAM as "
+                    "ADR-0042 did"
+                )
+        elif model.file_bytes > topology.vram_total_mib * 2**20:
+            undecided.append(
+                f"-ngl: the model ({_gib(model.file_bytes)}) is larger than the GPUs' "
+                f"{_gib(topology.vram_total_mib * 2**20)} and has no experts to keep in RAM; "
+                "lower -ngl in flags"
+            )
+    flags += ["-c", str(CONTEXT[large]), "-np", "1"]
+    undecided.append(
+        "-ub and -fa: llama.cpp's defaults are kept; ADR-0042 measured with -fa 1 -ub 2048 "
+        "(-b/-ub 2048 sped its prefill up 3.8x): add them to flags to compare"
+    )
+    return flags
+
+
+def _threads(topology: Topology, node: int | None) -> list[str]:
+    """``-t`` for a process on NUMA node *node* (``None``: on every node)."""
+    nodes = topology.nodes if node is None else (topology.node(node),)
+    return ["-t", str(sum(n.threads for n in nodes))]
+
+
+def _lm_none(
+    node: NumaNode | None,
+    model_path: Path,
+    model: DecodeBytes,
+    topology: Topology,
+    flags: Sequence[str],
+    lm: Sequence[str],
+    notes: list[str],
+    undecided: list[str],
+) -> tuple[ConfigurationPlan, Fitted | None]:
+    """The ``lm-none`` configuration pinned to *node* (``None``: unpinned, one node) and its fit:
+    where its copy does not fit the node's or the host's RAM, says so in *notes* or
+    *undecided*."""
+    number = node.node if node is not None else None
+    suffix = f"-node{number}" if number is not None else ""
+    cflags: tuple[str, ...] = (*lm, *_threads(topology, number))
+    extra, comments, fit = _fitted(
+        f"lm-none{suffix}", model, model_path, (*flags, *cflags), topology
+    )
+    cflags = (*cflags, *extra)
+    fp = fit.footprint if fit else estimate(model, str(model_path), (*flags, *cflags), gpus=0)
+    if node is not None and fp.private > node.memory_free:
+        if fp.private <= node.memory_free + node.page_cache:
+            comments.append(
+                f"node {node.node} has {_gib(node.memory_free)} free and "
+                f"{_gib(node.page_cache)} of page cache: drop the page cache before this "
+                "copy is made (sync; echo 3 | sudo tee /proc/sys/vm/drop_caches), as "
+                "ADR-0042 did, or part of it lands on the other node"
+            )
+        else:
+            comments.append(
+                f"node {node.node} holds {_gib(node.memory_total)}, "
+                f"{_gib(node.memory_free + node.page_cache)} of it free or page cache: "
+                "part of this copy lands on the other node whatever is dropped"
+            )
+        notes.append(f"lm-none-node{node.node}: " + comments[-1])
+    if fp.private > topology.memory_total > 0:
+        undecided.append(
+            f"-lm none: its copy ({_gib(fp.private)}) is larger than this host's "
+            f"{_gib(topology.memory_total)} of RAM; its configuration cannot start here"
+        )
+    copied = "experts copied into pinned RAM" if topology.gpus else "weights copied into RAM"
+    config = ConfigurationPlan(
+        f"lm-none{suffix}",
+        f"{copied} (-lm none)" + (f", process on node {number}" if number is not None else ""),
+        cflags,
+        numa_node=number,
+        comments=tuple(comments),
+        fits=fit is None or fit.fits,
+    )
+    return config, fit
+
+
+def _configurations(
+    model_path: Path,
+    model: DecodeBytes,
+    topology: Topology,
+    flags: Sequence[str],
+    lm: Sequence[str],
+    home: int,
+    notes: list[str],
+    undecided: list[str],
+) -> list[ConfigurationPlan]:
+    """``mmap`` (on node *home* of a multi-node host) and ``lm-none`` on each NUMA node, each
+    fitted to the GPUs' free memory: how a fit changed one goes to *notes*, one that does not
+    fit to *undecided*."""
+    multi = len(topology.nodes) > 1
+    mmap_own = tuple(_threads(topology, home if multi else None))
+    extra, mmap_comments, mmap_fit = _fitted(
+        "mmap", model, model_path, (*flags, *mmap_own), topology
+    )
+    where = f", process on node {home}" if multi else ""
+    configs = [
+        ConfigurationPlan(
+            "mmap",
+            f"default load mode (mmap){where}",
+            (*mmap_own, *extra),
+            comments=tuple(mmap_comments),
+            fits=mmap_fit is None or mmap_fit.fits,
+        )
+    ]
+    fits = [mmap_fit]
+    for node in topology.nodes if multi else (None,):
+        config, fit = _lm_none(node, model_path, model, topology, flags, lm, notes, undecided)
+        configs.append(config)
+        fits.append(fit)
+    for c, fit in zip(configs, fits, strict=True):
+        if fit is not None and fit.changes:  # _fitted's second comment says how it fitted
+            (notes if fit.fits else undecided).append(f"{c.name}: {c.comments[1]}")
+    return configs
+
+
+def _host_notes(topology: Topology) -> list[str]:
+    """What about the host's kernel settings may move the numbers."""
+    notes = []
+    if topology.numa_balancing == "1" and len(topology.nodes) > 1:
+        notes.append(
+            "kernel.numa_balancing is 1 (llama-server warns about it); ADR-0042 measured it as "
+            "no lever once the process is pinned (14.45 -> 14.72 tok/s)"
+        )
+    if topology.governor and topology.governor != "performance":
+        notes.append(
+            f"CPU governor {topology.governor}: clocks follow load; 'performance' gives "
+            "steadier numbers"
+        )
+    return notes
+
+
+def _header(
+    name: str, model_path: Path, model: DecodeBytes, topology: Topology, rates: Rates
+) -> tuple[str, ...]:
+    """The comment lines above the profile: the model, the host, the rates and how to run it."""
+    shards = f", {model.shards} shards" if model.shards > 1 else ""
+    experts = f"{model.experts} experts ({model.experts_used} used)" if model.experts else "dense"
+    return (
+        f"moeperf init: profile {name!r} for {model_path.name} on this host",
+        f"model: {model.architecture or '?'}, {model.n_layer} layers, {experts}, "
+        f"{_gib(model.file_bytes)}{shards}",
+        *(f"host: {line}" for line in topology.describe()),
+        f"rates: {rates.source}",
+        'paths are this host\'s: write $VARIABLES instead (model = "$MY_MODEL") to share the file',
+        f"run it: pytest -m perf tests/perf/test_{re.sub(r'[^A-Za-z0-9_]', '_', name)}.py "
+        f"--moeperf-profile {name}",
+    )
+
+
 def plan_profile(
     name: str,
     model_path: Path,
@@ -302,52 +496,8 @@ def plan_profile(
         rates = assumed_rates(model, "no timed sample")
     gpus = topology.gpus
     multi = len(topology.nodes) > 1
-
-    # -- where the process runs ---------------------------------------------------------------
-    home = topology.nodes[0].node
-    if gpus:
-        known = [g for g in gpus if g.numa_node is not None]
-        if multi and len(known) < len(gpus):
-            missing = ", ".join(f"GPU{g.index}" for g in gpus if g.numa_node is None)
-            undecided.append(
-                f"the NUMA node of {missing} (sysfs numa_node is -1 and nvidia-smi topo -m "
-                f"says N/A): mmap runs on node {home}; see `nvidia-smi topo -m`"
-            )
-        if known and multi:
-            home = known[0].numa_node or 0
-    if multi:
-        undecided.append(
-            f"which NUMA node serves best: mmap runs on node {home}"
-            + (" (GPU0's)" if gpus and gpus[0].numa_node == home else "")
-            + "; compare the lm-none-node* configurations (ADR-0042: node 1 decoded 15.7 tok/s, "
-            "node 0 11.7, unexplained), then move mmap with numa_node"
-        )
-
-    # -- flags ---------------------------------------------------------------------------------
-    flags: list[str] = []
-    if gpus:
-        flags += ["-ngl", "999"]
-        if model.experts:
-            ncmoe = server_flags is None or not server_flags.isdisjoint(_NCMOE_FLAGS)
-            flags += ["-ncmoe", str(model.n_layer)] if ncmoe else ["-ot", "exps=CPU"]
-            free = topology.vram_free_mib * 2**20
-            if model.file_bytes < FIT_IN_VRAM * free:
-                undecided.append(
-                    f"whether the experts belong in VRAM: the model ({_gib(model.file_bytes)}) "
-                    f"fits in the GPUs' {_gib(free)} free; this profile keeps them in RAM as "
-                    "ADR-0042 did"
-                )
-        elif model.file_bytes > topology.vram_total_mib * 2**20:
-            undecided.append(
-                f"-ngl: the model ({_gib(model.file_bytes)}) is larger than the GPUs' "
-                f"{_gib(topology.vram_total_mib * 2**20)} and has no experts to keep in RAM; "
-                "lower -ngl in flags"
-            )
-    flags += ["-c", str(CONTEXT[large]), "-np", "1"]
-    undecided.append(
-        "-ub and -fa: llama.cpp's defaults are kept; ADR-0042 measured with -fa 1 -ub 2048 "
-        "(-b/-ub 2048 sped its prefill up 3.8x): add them to flags to compare"
-    )
+    home = _home_node(topology, undecided)
+    flags = _base_flags(model, topology, server_flags, large, undecided)
     lm = ["-lm", "none"]
     if server_flags is not None and server_flags.isdisjoint(_LM_FLAGS):
         lm = ["--no-mmap"]
@@ -357,77 +507,9 @@ def plan_profile(
             "flags not checked against a llama-server --help (no --server): a build without "
             "one of them is skipped, naming the flag"
         )
-
-    # -- configurations ------------------------------------------------------------------------
-    def threads(node: int | None) -> list[str]:
-        nodes = topology.nodes if node is None else (topology.node(node),)
-        return ["-t", str(sum(n.threads for n in nodes))]
-
     if any(n.physical_cores is None for n in topology.nodes):
         undecided.append("physical cores (no CPU topology in sysfs): -t is every CPU of the node")
-    base_node = home if multi else None
-    mmap_own = tuple(threads(base_node))
-    extra, mmap_comments, mmap_fit = _fitted(
-        "mmap", model, model_path, (*flags, *mmap_own), topology
-    )
-    where = f", process on node {home}" if multi else ""
-    configs = [
-        ConfigurationPlan(
-            "mmap",
-            f"default load mode (mmap){where}",
-            (*mmap_own, *extra),
-            comments=tuple(mmap_comments),
-            fits=mmap_fit is None or mmap_fit.fits,
-        )
-    ]
-    fits = [mmap_fit]
-    for node in topology.nodes if multi else (None,):
-        number = node.node if node is not None else None
-        suffix = f"-node{number}" if number is not None else ""
-        cflags: tuple[str, ...] = (*lm, *threads(number))
-        extra, comments, fit = _fitted(
-            f"lm-none{suffix}", model, model_path, (*flags, *cflags), topology
-        )
-        cflags = (*cflags, *extra)
-        fits.append(fit)
-        fp = fit.footprint if fit else estimate(model, str(model_path), (*flags, *cflags), gpus=0)
-        if node is not None and fp.private > node.memory_free:
-            if fp.private <= node.memory_free + node.page_cache:
-                comments.append(
-                    f"node {node.node} has {_gib(node.memory_free)} free and "
-                    f"{_gib(node.page_cache)} of page cache: drop the page cache before this "
-                    "copy is made (sync; echo 3 | sudo tee /proc/sys/vm/drop_caches), as "
-                    "ADR-0042 did, or part of it lands on the other node"
-                )
-            else:
-                comments.append(
-                    f"node {node.node} holds {_gib(node.memory_total)}, "
-                    f"{_gib(node.memory_free + node.page_cache)} of it free or page cache: "
-                    "part of this copy lands on the other node whatever is dropped"
-                )
-            notes.append(f"lm-none-node{node.node}: " + comments[-1])
-        if fp.private > topology.memory_total > 0:
-            undecided.append(
-                f"-lm none: its copy ({_gib(fp.private)}) is larger than this host's "
-                f"{_gib(topology.memory_total)} of RAM; its configuration cannot start here"
-            )
-        copied = "experts copied into pinned RAM" if gpus else "weights copied into RAM"
-        configs.append(
-            ConfigurationPlan(
-                f"lm-none{suffix}",
-                f"{copied} (-lm none)"
-                + (f", process on node {number}" if number is not None else ""),
-                cflags,
-                numa_node=number,
-                comments=tuple(comments),
-                fits=fit is None or fit.fits,
-            )
-        )
-    for c, fit in zip(configs, fits, strict=True):
-        if fit is not None and fit.changes:  # _fitted's second comment says how it fitted
-            (notes if fit.fits else undecided).append(f"{c.name}: {c.comments[1]}")
-
-    # -- the build -----------------------------------------------------------------------------
+    configs = _configurations(model_path, model, topology, flags, lm, home, notes, undecided)
     if binary is None and build is None:
         undecided.append(
             "the llama-server build: give --server PATH or --build N, or write build = N or "
@@ -439,28 +521,7 @@ def plan_profile(
             f"the budget without a timed sample: {budget:g} s from {rates.source}; run "
             "moeperf init with --server on a quiet host, or set budget by hand"
         )
-    if topology.numa_balancing == "1" and multi:
-        notes.append(
-            "kernel.numa_balancing is 1 (llama-server warns about it); ADR-0042 measured it as "
-            "no lever once the process is pinned (14.45 -> 14.72 tok/s)"
-        )
-    if topology.governor and topology.governor != "performance":
-        notes.append(
-            f"CPU governor {topology.governor}: clocks follow load; 'performance' gives "
-            "steadier numbers"
-        )
-    shards = f", {model.shards} shards" if model.shards > 1 else ""
-    experts = f"{model.experts} experts ({model.experts_used} used)" if model.experts else "dense"
-    header = (
-        f"moeperf init: profile {name!r} for {model_path.name} on this host",
-        f"model: {model.architecture or '?'}, {model.n_layer} layers, {experts}, "
-        f"{_gib(model.file_bytes)}{shards}",
-        *(f"host: {line}" for line in topology.describe()),
-        f"rates: {rates.source}",
-        'paths are this host\'s: write $VARIABLES instead (model = "$MY_MODEL") to share the file',
-        f"run it: pytest -m perf tests/perf/test_{re.sub(r'[^A-Za-z0-9_]', '_', name)}.py "
-        f"--moeperf-profile {name}",
-    )
+    notes += _host_notes(topology)
     return ProfilePlan(
         name=name,
         description=f"{model_path.name}: mmap and -lm none"
@@ -472,13 +533,13 @@ def plan_profile(
         cuda=bool(gpus),
         requires_gpus=len(gpus),
         flags=tuple(flags),
-        numa_node=base_node,
+        numa_node=home if multi else None,
         numa="isolate" if multi else None,
         workloads=workloads,
         repetitions=REPETITIONS,
         budget=budget,
         configurations=tuple(configs),
-        header=header,
+        header=_header(name, model_path, model, topology, rates),
         notes=tuple(notes),
         undecided=tuple(undecided),
     )

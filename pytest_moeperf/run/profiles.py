@@ -422,6 +422,82 @@ def traffic_of(profile: Profile, configuration: Configuration, rootdir: Path) ->
         raise ConfigError(f"{where}: {exc}") from None
 
 
+def _model_overrides(where: str, value: Any) -> dict[str, int]:
+    """A profile's ``model_overrides``: GGUF keys the model is read with, set to integers."""
+    overrides = value or {}
+    if not isinstance(overrides, dict) or not all(
+        isinstance(v, int) and not isinstance(v, bool) for v in overrides.values()
+    ):
+        raise ConfigError(f"{where}: model_overrides must be a table of integers")
+    return dict(overrides)
+
+
+def _budget(where: str, table: Mapping[str, Any]) -> float | None:
+    """A profile's ``budget``: seconds a verdict may keep adding rounds (``None``: "auto")."""
+    if table.get("budget") == "auto":
+        return None
+    if isinstance(table.get("budget"), str):
+        raise ConfigError(
+            f'{where}: budget {table["budget"]!r}: give seconds, e.g. {BUDGET:g}, or "auto"'
+        )
+    budget = _opt(where, "budget", table.get("budget", BUDGET), (int, float))
+    if not (math.isfinite(budget) and budget > 0):
+        raise ConfigError(
+            f'{where}: budget must be a positive number of seconds, e.g. {BUDGET:g}, or "auto"'
+        )
+    return float(budget)
+
+
+def _builds(where: str, value: Any) -> dict[str, int | str]:
+    """A profile's ``builds``: other builds a claim may name, label -> build number or binary."""
+    builds = value or {}
+    if not isinstance(builds, dict) or not all(
+        isinstance(k, str)
+        and k.startswith("b")
+        and isinstance(v, int | str)
+        and not isinstance(v, bool)
+        for k, v in builds.items()
+    ):
+        raise ConfigError(
+            f"{where}: builds must map labels to build numbers or binaries, "
+            'e.g. builds = {b11053 = 11053, b11713 = "/opt/new/llama-server"}'
+        )
+    return dict(builds)
+
+
+def _configuration(cname: str, ctable: Any, base: Configuration) -> Configuration:
+    """Configuration *cname* of a profile from its table *ctable*, over *base* (the profile's
+    flags, pinning, env, GPUs, memory and traffic; its ``where`` names the profile)."""
+    cwhere = f"{base.where}, configuration {cname!r}"
+    if not isinstance(ctable, dict):
+        raise ConfigError(f"{cwhere}: must be a table")
+    if not _NAME.fullmatch(cname):
+        raise ConfigError(
+            f"{cwhere}: a configuration name is letters, digits, '-', '_' and '.', "
+            "not ending in '.'"
+        )
+    _check_keys(cwhere, ctable, _CONFIG_KEYS)
+    return Configuration(
+        name=cname,
+        profile=base.profile,
+        flags=base.flags + _str_list(cwhere, "flags", ctable.get("flags", [])),
+        pinning=_pinning(cwhere, ctable, base.pinning),
+        env={**base.env, **_env(cwhere, ctable.get("env"))},
+        description=_opt(cwhere, "description", ctable.get("description"), str) or "",
+        requires_gpus=_opt(cwhere, "requires_gpus", ctable.get("requires_gpus"), int)
+        or base.requires_gpus,
+        build=_opt(cwhere, "build", ctable.get("build"), int),
+        binary=_opt(cwhere, "binary", ctable.get("binary"), str),
+        gpus=_gpu_ids(cwhere, ctable["gpus"]) if "gpus" in ctable else base.gpus,
+        **{
+            k: _gib(cwhere, k, ctable[k]) if k in ctable else getattr(base, k)
+            for k in ("ram_gib", "vram_gib")
+        },
+        traffic=_traffic_table(cwhere, ctable.get("traffic"), base.traffic),
+        where=cwhere,
+    )
+
+
 def _profile(name: str, table: Any, source: str, base_dir: Path | None) -> Profile:
     where = f"{source}: profile {name!r}"
     if not isinstance(table, dict):
@@ -434,11 +510,7 @@ def _profile(name: str, table: Any, source: str, base_dir: Path | None) -> Profi
     model = _opt(where, "model", table.get("model"), str)
     if not model:
         raise ConfigError(f"{where}: model is missing: a GGUF path or 'synthetic:PRESET'")
-    overrides = table.get("model_overrides") or {}
-    if not isinstance(overrides, dict) or not all(
-        isinstance(v, int) and not isinstance(v, bool) for v in overrides.values()
-    ):
-        raise ConfigError(f"{where}: model_overrides must be a table of integers")
+    overrides = _model_overrides(where, table.get("model_overrides"))
     try:
         workloads = tuple(
             Workload.parse(w) for w in _str_list(where, "workloads", table.get("workloads", []))
@@ -448,19 +520,7 @@ def _profile(name: str, table: Any, source: str, base_dir: Path | None) -> Profi
     reps = _opt(where, "repetitions", table.get("repetitions", 3), int)
     if reps < 1:
         raise ConfigError(f"{where}: repetitions must be >= 1")
-    budget: float | None
-    if table.get("budget") == "auto":
-        budget = None
-    elif isinstance(table.get("budget"), str):
-        raise ConfigError(
-            f'{where}: budget {table["budget"]!r}: give seconds, e.g. {BUDGET:g}, or "auto"'
-        )
-    else:
-        budget = _opt(where, "budget", table.get("budget", BUDGET), (int, float))
-        if not (math.isfinite(budget) and budget > 0):
-            raise ConfigError(
-                f'{where}: budget must be a positive number of seconds, e.g. {BUDGET:g}, or "auto"'
-            )
+    budget = _budget(where, table)
     per_sample = _opt(where, "sample_requests", table.get("sample_requests", 1), int)
     if per_sample < 1:
         raise ConfigError(f"{where}: sample_requests must be >= 1 (timed requests per sample)")
@@ -475,7 +535,8 @@ def _profile(name: str, table: Any, source: str, base_dir: Path | None) -> Profi
     base_env = _env(where, table.get("env"))
     gpus = _opt(where, "requires_gpus", table.get("requires_gpus", 0), int)
     declared_gpus = _gpu_ids(where, table.get("gpus"))
-    memory = {k: _gib(where, k, table.get(k)) for k in ("ram_gib", "vram_gib")}
+    ram_gib = _gib(where, "ram_gib", table.get("ram_gib"))
+    vram_gib = _gib(where, "vram_gib", table.get("vram_gib"))
     base_traffic = _traffic_table(where, table.get("traffic"), {})
     cuda = table.get("cuda", False)
     if not isinstance(cuda, bool):
@@ -486,47 +547,26 @@ def _profile(name: str, table: Any, source: str, base_dir: Path | None) -> Profi
             f"{where}: required must be true or false (true: what the profile asks must be on "
             f"every host that runs it), got {required!r}"
         )
-    builds_table = table.get("builds") or {}
-    if not isinstance(builds_table, dict) or not all(
-        isinstance(k, str)
-        and k.startswith("b")
-        and isinstance(v, int | str)
-        and not isinstance(v, bool)
-        for k, v in builds_table.items()
-    ):
-        raise ConfigError(
-            f"{where}: builds must map labels to build numbers or binaries, "
-            'e.g. builds = {b11053 = 11053, b11713 = "/opt/new/llama-server"}'
-        )
+    builds_table = _builds(where, table.get("builds"))
     configs_table = table.get("configurations") or {}
     if not isinstance(configs_table, dict) or not configs_table:
         raise ConfigError(f"{where}: needs at least one [configurations.NAME] table")
-    configs: dict[str, Configuration] = {}
-    for cname, ctable in configs_table.items():
-        cwhere = f"{where}, configuration {cname!r}"
-        if not isinstance(ctable, dict):
-            raise ConfigError(f"{cwhere}: must be a table")
-        if not _NAME.fullmatch(cname):
-            raise ConfigError(
-                f"{cwhere}: a configuration name is letters, digits, '-', '_' and '.', "
-                "not ending in '.'"
-            )
-        _check_keys(cwhere, ctable, _CONFIG_KEYS)
-        configs[cname] = Configuration(
-            name=cname,
-            profile=name,
-            flags=base_flags + _str_list(cwhere, "flags", ctable.get("flags", [])),
-            pinning=_pinning(cwhere, ctable, base_pin),
-            env={**base_env, **_env(cwhere, ctable.get("env"))},
-            description=_opt(cwhere, "description", ctable.get("description"), str) or "",
-            requires_gpus=_opt(cwhere, "requires_gpus", ctable.get("requires_gpus"), int) or gpus,
-            build=_opt(cwhere, "build", ctable.get("build"), int),
-            binary=_opt(cwhere, "binary", ctable.get("binary"), str),
-            gpus=_gpu_ids(cwhere, ctable["gpus"]) if "gpus" in ctable else declared_gpus,
-            **{k: _gib(cwhere, k, ctable[k]) if k in ctable else v for k, v in memory.items()},
-            traffic=_traffic_table(cwhere, ctable.get("traffic"), base_traffic),
-            where=cwhere,
-        )
+    base = Configuration(
+        name="",
+        profile=name,
+        flags=base_flags,
+        pinning=base_pin,
+        env=base_env,
+        requires_gpus=gpus,
+        gpus=declared_gpus,
+        ram_gib=ram_gib,
+        vram_gib=vram_gib,
+        traffic=base_traffic,
+        where=where,
+    )
+    configs = {
+        cname: _configuration(cname, ctable, base) for cname, ctable in configs_table.items()
+    }
     return Profile(
         name=name,
         source=source,
@@ -534,7 +574,7 @@ def _profile(name: str, table: Any, source: str, base_dir: Path | None) -> Profi
         binary=binary,
         cmake_args=_str_list(where, "cmake_args", table.get("cmake_args", [])),
         model=model,
-        model_overrides=dict(overrides),
+        model_overrides=overrides,
         flags=base_flags,
         pinning=base_pin,
         env=base_env,
@@ -544,7 +584,7 @@ def _profile(name: str, table: Any, source: str, base_dir: Path | None) -> Profi
         memory_bandwidth_gbs=_bandwidth(where, table.get("memory_bandwidth_gbs")),
         workloads=workloads,
         repetitions=reps,
-        budget=None if budget is None else float(budget),
+        budget=budget,
         sample_requests=per_sample,
         process_block=block,
         cuda=cuda,
@@ -552,7 +592,7 @@ def _profile(name: str, table: Any, source: str, base_dir: Path | None) -> Profi
         description=_opt(where, "description", table.get("description"), str) or "",
         requires_gpus=gpus,
         base_dir=base_dir,
-        builds=dict(builds_table),
+        builds=builds_table,
         host=_host_table(where, table.get("host")),
         required=required,
     )

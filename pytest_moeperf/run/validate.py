@@ -62,9 +62,15 @@ def gpu_problems(configuration: Configuration, host_gpus: int) -> list[Problem]:
                     "GPUs that exist (nvidia-smi's indices)",
                 )
             )
-    flags = configuration.server_args
     seen = len(configuration.gpus) if configuration.gpus is not None else None
     visible = _visible(configuration, host_gpus) if seen is None else min(seen, host_gpus)
+    return out + _split_problems(configuration.server_args, visible)
+
+
+def _split_problems(flags: Sequence[str], visible: int) -> list[Problem]:
+    """What the split flags (``-ts``, ``-sm``, ``-mg``, ``-dev``) in *flags* ask of the
+    *visible* GPUs the server sees that is not there."""
+    out: list[Problem] = []
     split = flag_value(flags, "-ts", "--tensor-split")
     if split is not None:
         try:

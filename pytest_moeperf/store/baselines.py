@@ -467,13 +467,8 @@ def _parse_hosts(where: _Where, raws: Any) -> tuple[BaselineHost, ...]:
     return tuple(hosts)
 
 
-def parse_baselines(
-    text: str, *, name: str = "<baselines>", known_configurations: Iterable[str] | None = None
-) -> BaselineFile:
-    """Validate and read the TOML *text* of a baseline file; *name* is the file named in
-    errors. With *known_configurations*, a ``bench`` entry for any other configuration is an
-    error."""
-    where = _Where(name, text)
+def _parse_doc(where: _Where, text: str) -> tuple[dict[str, Any], int]:
+    """The TOML document of a baseline file and its schema, one this version reads."""
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
@@ -487,6 +482,12 @@ def parse_baselines(
             f"schema {_show(schema)} is not supported: this version reads schema "
             f"{' and '.join(map(str, READABLE_SCHEMAS))}"
         )
+    return doc, schema
+
+
+def _parse_top(where: _Where, doc: Mapping[str, Any], schema: int) -> tuple[str, Any, str | None]:
+    """The file's top-level ``profile``, ``tolerance`` and ``note``, after refusing a field
+    its *schema* does not have."""
     top = _TOP_FIELDS if schema == SCHEMA else _TOP_FIELDS_1
     unknown = sorted(set(doc) - set(top))
     if unknown:
@@ -503,14 +504,18 @@ def parse_baselines(
     note = doc.get("note")
     if note is not None and not isinstance(note, str):
         where.fail(f"note {_show(note)} must be a string")
-    if schema == 1:
-        fingerprint = _check_free_form(where, "[fingerprint]", doc.get("fingerprint", {}))
-        hosts: tuple[BaselineHost, ...] = (BaselineHost(FIRST_HOST, fingerprint),)
-    else:
-        hosts = _parse_hosts(where, doc.get("host", []))
-    host_ids = tuple(h.id for h in hosts)
-    known = frozenset(known_configurations) if known_configurations is not None else None
+    return profile, tolerance, note
 
+
+def _parse_sections(
+    where: _Where,
+    doc: Mapping[str, Any],
+    schema: int,
+    known: frozenset[str] | None,
+    host_ids: tuple[str, ...],
+) -> dict[str, tuple[BaselineEntry, ...]]:
+    """The ``[[entry]]`` and ``[[history]]`` tables, by section; in a schema 1 file an entry
+    may not name a host."""
     sections: dict[str, tuple[BaselineEntry, ...]] = {}
     for section in ("entry", "history"):
         raws = doc.get(section, [])
@@ -525,8 +530,15 @@ def parse_baselines(
             _parse_entry(where, section, i, raw, known, host_ids)
             for i, raw in enumerate(raws, start=1)
         )
+    return sections
+
+
+def _check_unique(
+    where: _Where, doc: Mapping[str, Any], entries: tuple[BaselineEntry, ...]
+) -> None:
+    """Refuse two entries of the same host, build, configuration and workload."""
     seen: dict[tuple[str, str, str, str], int] = {}
-    for i, entry in enumerate(sections["entry"], start=1):
+    for i, entry in enumerate(entries, start=1):
         key = (entry.host, *entry.key)
         if key in seen:
             at = where.entry("entry", i, doc["entry"][i - 1])
@@ -535,6 +547,26 @@ def parse_baselines(
                 "workload); keep one and move the other under [[history]]"
             )
         seen[key] = i
+
+
+def parse_baselines(
+    text: str, *, name: str = "<baselines>", known_configurations: Iterable[str] | None = None
+) -> BaselineFile:
+    """Validate and read the TOML *text* of a baseline file; *name* is the file named in
+    errors. With *known_configurations*, a ``bench`` entry for any other configuration is an
+    error."""
+    where = _Where(name, text)
+    doc, schema = _parse_doc(where, text)
+    profile, tolerance, note = _parse_top(where, doc, schema)
+    if schema == 1:
+        fingerprint = _check_free_form(where, "[fingerprint]", doc.get("fingerprint", {}))
+        hosts: tuple[BaselineHost, ...] = (BaselineHost(FIRST_HOST, fingerprint),)
+    else:
+        hosts = _parse_hosts(where, doc.get("host", []))
+    host_ids = tuple(h.id for h in hosts)
+    known = frozenset(known_configurations) if known_configurations is not None else None
+    sections = _parse_sections(where, doc, schema, known, host_ids)
+    _check_unique(where, doc, sections["entry"])
     return BaselineFile(
         profile=profile,
         tolerance=float(tolerance),

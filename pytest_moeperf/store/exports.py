@@ -268,6 +268,63 @@ def _stdev(values: Sequence[float]) -> float:
     return statistics.stdev(values) if len(values) > 1 else 0.0
 
 
+def _settings(
+    flags: list[str], cpus: frozenset[int] | None, fp: Mapping[str, Any]
+) -> dict[str, Any]:
+    """llama-bench's setting fields of a server started with *flags*: its defaults where no
+    flag sets one, the threads and CPU mask of the *cpus* pinned to (else the host's)."""
+    fields = {**_DEFAULTS, **bench_fields(flags)}
+    if "n_threads" not in fields:
+        fields["n_threads"] = len(cpus) if cpus else int(fp.get("cpus") or os.cpu_count() or 1)
+    if fields["cpu_mask"] == "0x0" and cpus:
+        fields["cpu_mask"] = hex(sum(1 << c for c in cpus))
+    return fields
+
+
+def _bench_row(m: Measurement, record: RunRecord, fp: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``llama-bench -o jsonl`` row of measurement *m* of *record*, on the host whose
+    fingerprint is *fp*."""
+    profile = m.conditions.profile
+    flags = list(m.conditions.flags)
+    pinning = m.conditions.pinning
+    fields = _settings(flags, _pinned_cpus(pinning, fp), fp)
+    gpus = [str(g) for g in (fp.get("gpus") or [])]
+    model = str(m.conditions.model or fp.get("model") or "")
+    model_name = Path(model).name if model else "unknown"
+    number = re.fullmatch(r"b(\d+)", m.build)
+    samples_ns = [round(s.ms * 1e6) for s in m.samples]
+    samples_ts = [s.tok_per_s for s in m.samples]
+    wl = m.workload
+    return {
+        "build_commit": m.build,
+        "build_number": int(number.group(1)) if number else 0,
+        "cpu_info": str(fp.get("cpu_model", "")),
+        "gpu_info": ", ".join(gpus),
+        "backends": "CUDA" if gpus else "CPU",
+        "model_filename": model,
+        "model_type": f"{model_name} [{m.configuration}]",
+        "model_size": int(fp.get("model_bytes") or 0),
+        "model_n_params": 0,
+        **{k: fields[k] for k in SETTING_FIELDS},
+        "n_prompt": wl.tokens if wl.is_prefill else 0,
+        "n_gen": 0 if wl.is_prefill else wl.tokens,
+        "n_depth": wl.depth,
+        "test_time": _test_time(m, record),
+        "avg_ns": int(sum(samples_ns) // len(samples_ns)),
+        "stddev_ns": int(_stdev([float(x) for x in samples_ns])),
+        "avg_ts": statistics.fmean(samples_ts),
+        "stddev_ts": _stdev(samples_ts),
+        "samples_ns": samples_ns,
+        "samples_ts": samples_ts,
+        "use_mmap": fields["load_mode"] in ("auto", "mmap", "mmap+mlock"),
+        "moeperf_profile": profile,
+        "moeperf_configuration": m.configuration,
+        "moeperf_workload": wl.name,
+        "moeperf_flags": flags,
+        "moeperf_pinning": pinning,
+    }
+
+
 def llama_bench_rows(record: RunRecord) -> list[dict[str, Any]]:
     """One ``llama-bench -o jsonl`` row per measurement with samples, in llama-bench b11434's
     field order and types (:data:`LLAMA_BENCH_FIELDS`, then :data:`LLAMA_BENCH_EXTRA_FIELDS`).
@@ -278,54 +335,10 @@ def llama_bench_rows(record: RunRecord) -> list[dict[str, Any]]:
     for m in record.measurements:
         if not m.samples or m.workload.is_traffic:  # llama-bench has no traffic
             continue
-        profile = m.conditions.profile
-        fp = {**host, **dict(per_profile.get(profile) or {})}
-        flags = list(m.conditions.flags)
-        pinning = m.conditions.pinning
-        fields = {**_DEFAULTS, **bench_fields(flags)}
-        cpus = _pinned_cpus(pinning, fp)
-        if "n_threads" not in fields:
-            fields["n_threads"] = len(cpus) if cpus else int(fp.get("cpus") or os.cpu_count() or 1)
-        if fields["cpu_mask"] == "0x0" and cpus:
-            fields["cpu_mask"] = hex(sum(1 << c for c in cpus))
-        gpus = [str(g) for g in (fp.get("gpus") or [])]
-        model = str(m.conditions.model or fp.get("model") or "")
-        model_name = Path(model).name if model else "unknown"
-        number = re.fullmatch(r"b(\d+)", m.build)
-        samples_ns = [round(s.ms * 1e6) for s in m.samples]
-        samples_ts = [s.tok_per_s for s in m.samples]
-        wl = m.workload
-        row: dict[str, Any] = {
-            "build_commit": m.build,
-            "build_number": int(number.group(1)) if number else 0,
-            "cpu_info": str(fp.get("cpu_model", "")),
-            "gpu_info": ", ".join(gpus),
-            "backends": "CUDA" if gpus else "CPU",
-            "model_filename": model,
-            "model_type": f"{model_name} [{m.configuration}]",
-            "model_size": int(fp.get("model_bytes") or 0),
-            "model_n_params": 0,
-            **{k: fields[k] for k in SETTING_FIELDS},
-            "n_prompt": wl.tokens if wl.is_prefill else 0,
-            "n_gen": 0 if wl.is_prefill else wl.tokens,
-            "n_depth": wl.depth,
-            "test_time": _test_time(m, record),
-            "avg_ns": int(sum(samples_ns) // len(samples_ns)),
-            "stddev_ns": int(_stdev([float(x) for x in samples_ns])),
-            "avg_ts": statistics.fmean(samples_ts),
-            "stddev_ts": _stdev(samples_ts),
-            "samples_ns": samples_ns,
-            "samples_ts": samples_ts,
-            "use_mmap": fields["load_mode"] in ("auto", "mmap", "mmap+mlock"),
-            "moeperf_profile": profile,
-            "moeperf_configuration": m.configuration,
-            "moeperf_workload": wl.name,
-            "moeperf_flags": flags,
-            "moeperf_pinning": pinning,
-        }
-        if not all(math.isfinite(v) for v in samples_ts):
-            continue
-        rows.append(row)
+        fp = {**host, **dict(per_profile.get(m.conditions.profile) or {})}
+        row = _bench_row(m, record, fp)
+        if all(math.isfinite(v) for v in row["samples_ts"]):
+            rows.append(row)
     return rows
 
 

@@ -26,11 +26,11 @@ from ..run.init import (
     assumed_rates,
     check_name,
     default_name,
-    existing_profiles,
     plan_profile,
     timed_sample,
     write_profile,
 )
+from ..run.profile_file import existing_profiles
 from .common import say
 
 DEFAULT_OUTPUT = "moeperf.toml"

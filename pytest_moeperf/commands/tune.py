@@ -15,7 +15,7 @@ from ..fs import check_output
 from ..measure.workload import Workload
 from ..report.tune import race_markdown, race_text
 from ..report.tune_plot import plot_race
-from ..run.init import existing_profiles
+from ..run.profile_file import existing_profiles
 from ..run.profiles import builtin_profiles
 from ..run.tune import Knob, Race, RaceState, duels_of, run_race, write_finding
 from . import common

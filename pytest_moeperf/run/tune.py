@@ -42,7 +42,7 @@ from ..verdicts.race import Duel, RaceResult
 from ..verdicts.sequential import Plan, Rule
 from .artifacts import SYNTHETIC
 from .gate import Stage
-from .init import existing_profiles, present, table_toml, write_table
+from .profile_file import existing_profiles, present, table_toml, write_table
 from .profiles import Configuration, Pinning, Profile, parse_profiles
 from .rounds import decide_pair
 from .session import PerfSession

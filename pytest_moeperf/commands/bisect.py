@@ -90,7 +90,7 @@ def replay(args: argparse.Namespace) -> int:
     """A stored bisect judged again: every gate's stored rounds through the same gate, and the
     same search over their verdicts; its table printed."""
     path = Path(args.replay)
-    options = common.run_options(args, replay=path)
+    options = common.run_options(args)
     result = replay_bisect(options, read_bisect(path), say=common.say)
     common.say(f"replayed {path}: no build or server started; each gate judged again")
     return _report(args, result)

@@ -145,10 +145,10 @@ def configurations(args: argparse.Namespace, profile: Profile) -> list[str]:
     return names
 
 
-def run_options(args: argparse.Namespace, replay: Path | None = None) -> Options:
+def run_options(args: argparse.Namespace) -> Options:
     """The options of a gate, bisect or sweep: profiles from --config (else ./moeperf.toml),
-    results under ./.moeperf, replies streamed so that every build is measured alike; with
-    *replay*, a stored run judged again instead."""
+    results under ./.moeperf, replies streamed so that every build is measured alike (a
+    replay gives its session its stored source itself)."""
     root = Path.cwd()
     config_file = Path(args.config) if args.config else None
     if config_file is None and (root / "moeperf.toml").is_file():
@@ -164,7 +164,6 @@ def run_options(args: argparse.Namespace, replay: Path | None = None) -> Options
         **({"busy_limit": args.busy_limit} if args.busy_limit is not None else {}),
         stream=True,  # both builds measured alike (older builds need streamed replies)
         process_block=args.process_block,
-        replay=replay,
     )
 
 

@@ -148,7 +148,7 @@ def replay(args: argparse.Namespace) -> int:
     Holm as when it ran (its stored plan and process blocks), its table printed."""
     path = Path(args.replay)
     stored = read_gate(path)
-    options = run_options(args, replay=path)
+    options = run_options(args)
     profiles = load_profiles(options.config_file, options.pyproject)
     source = ReplaySource(Replay.of_record(path, stored.record, "--replay"), profiles)
     session = PerfSession(options, progress=say, source=source)

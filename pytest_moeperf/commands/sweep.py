@@ -85,10 +85,11 @@ def run(args: argparse.Namespace) -> int:
             result = run_sweep(
                 live, live.stage, profile, config, slots, repetitions=args.repetitions
             )
+        record = session.run_record()  # every point's measurements, in the --json
     finally:
         session.close()
     print(result.text())
-    write_reports(args, result.markdown(), result.json_text())
+    write_reports(args, result.markdown(), result.json_text(record))
     if args.plot:
         title = f"{title}: {result.configuration} ({profile.name})"
         plot([p.to_dict() for p in result.points], title, Path(args.plot))

@@ -4,33 +4,12 @@ row per layer count (each workload's median, what the GPUs held and moved)."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
-from ..measure.measurement import Measurement
+from ..store.record import RunRecord
+from ..store.sweeps import NcmoePoint, SweepPoint, sweep_json_text
 from .tables import markdown_table, text_table
-
-
-@dataclass(frozen=True)
-class SweepPoint:
-    """One ``-np`` value: the medians over its passes, and every pass's figures."""
-
-    slots: int
-    configuration: str
-    medians: dict[str, float]
-    overall: dict[str, Any]
-    passes: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "np": self.slots,
-            "configuration": self.configuration,
-            "medians": self.medians,
-            "overall": self.overall,
-            "passes": self.passes,
-        }
 
 
 def _markdown(title: str, head: str, headers: list[str], rows: list[list[str]]) -> str:
@@ -88,56 +67,10 @@ class SweepResult:
     def markdown(self) -> str:
         return _markdown(f"Slots sweep: {self.configuration}", self.traffic, HEADERS, self.rows())
 
-    def json_text(self) -> str:
-        doc = {
-            "configuration": self.configuration,
-            "traffic": self.traffic,
-            "points": [p.to_dict() for p in self.points],
-        }
-        return json.dumps(doc, indent=1) + "\n"
-
-
-@dataclass(frozen=True)
-class NcmoePoint:
-    """One ``-ncmoe`` value: each workload's median tok/s and relative spread, the most GPU
-    memory any of its measurements saw held (all its GPUs together, MiB) and the PCIe traffic
-    to the GPUs while prefilling (median MB/s, all its GPUs together); ``None`` where no GPU
-    was sampled."""
-
-    ncmoe: int
-    configuration: str
-    medians: dict[str, float]
-    spreads: dict[str, float]
-    samples: dict[str, int]
-    gpu_memory_mib: float | None = None
-    prefill_rx_mbs: float | None = None
-
-    @classmethod
-    def of(cls, ncmoe: int, configuration: str, ms: Sequence[Measurement]) -> NcmoePoint:
-        memory: list[float] = []
-        rx: list[float] = []
-        for m in ms:
-            t = m.conditions.gpu_telemetry
-            if t is None:
-                continue
-            held = [g.max_memory_mib for g in t.gpus if g.max_memory_mib is not None]
-            if held:
-                memory.append(sum(held))
-            flow = [g.median_rx_mbs for g in t.gpus if g.median_rx_mbs is not None]
-            if m.workload.kind == "pp" and flow:
-                rx.append(sum(flow))
-        return cls(
-            ncmoe,
-            configuration,
-            {m.workload.name: m.summary.median for m in ms},
-            {m.workload.name: m.summary.cv for m in ms},
-            {m.workload.name: m.summary.n for m in ms},
-            max(memory) if memory else None,
-            max(rx) if rx else None,
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def json_text(self, record: RunRecord | None = None) -> str:
+        """The sweep's ``--json``, with (given) its run record: every point's measurements."""
+        head = {"configuration": self.configuration, "traffic": self.traffic}
+        return sweep_json_text(head, self.points, record)
 
 
 @dataclass
@@ -194,11 +127,7 @@ class NcmoeSweepResult:
         title = f"-ncmoe sweep: {self.configuration}"
         return _markdown(title, self.head(), self.headers(), self.rows())
 
-    def json_text(self) -> str:
-        doc = {
-            "configuration": self.configuration,
-            "model": self.model,
-            "n_layer": self.n_layer,
-            "points": [p.to_dict() for p in self.points],
-        }
-        return json.dumps(doc, indent=1) + "\n"
+    def json_text(self, record: RunRecord | None = None) -> str:
+        """The sweep's ``--json``, with (given) its run record: every point's measurements."""
+        head = {"configuration": self.configuration, "model": self.model, "n_layer": self.n_layer}
+        return sweep_json_text(head, self.points, record)

@@ -26,7 +26,8 @@ from ..llama.model_bytes import DecodeBytes
 from ..measure.measurement import Measurement
 from ..measure.traffic import TrafficRun
 from ..measure.workload import Workload
-from ..report.sweep import NcmoePoint, NcmoeSweepResult, SweepPoint, SweepResult
+from ..report.sweep import NcmoeSweepResult, SweepResult
+from ..store.sweeps import NcmoePoint, SweepPoint
 from .pool import ServerKey
 from .profiles import Configuration, Profile
 from .source import Source

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from pytest_moeperf.commands import main
-from pytest_moeperf.errors import ConfigError
+from pytest_moeperf.errors import ConfigError, ResultsError
 from pytest_moeperf.host.gpu_telemetry import GpuTelemetry, parse_dmon
 from pytest_moeperf.measure.measurement import Conditions, Measurement, Sample
 from pytest_moeperf.measure.workload import Workload
-from pytest_moeperf.report.sweep import NcmoePoint, NcmoeSweepResult
+from pytest_moeperf.report.sweep import NcmoeSweepResult, SweepResult
 from pytest_moeperf.report.sweep_plot import plot_ncmoe_sweep
 from pytest_moeperf.run.profiles import builtin_profiles
 from pytest_moeperf.run.sweep import (
@@ -24,6 +24,8 @@ from pytest_moeperf.run.sweep import (
     parse_ncmoe,
     without_expert_placement,
 )
+from pytest_moeperf.store.record import RunRecord
+from pytest_moeperf.store.sweeps import NcmoePoint, SweepPoint, read_sweep
 
 
 def test_ncmoe_values_in_the_order_given_or_all():
@@ -139,3 +141,43 @@ def test_the_table_json_and_plot_of_a_sweep(tmp_path: Path):
     png = plot_ncmoe_sweep(doc["points"], "sweep", tmp_path / "n.png")
     width, height = struct.unpack(">II", png.read_bytes()[16:24])
     assert width > 0 and height > 0
+
+
+def test_a_sweep_json_reads_back_with_its_run_record(tmp_path: Path):
+    t = GpuTelemetry.of(parse_dmon(DMON))
+    ms = [_m("pp512", 3000, t), _m("tg64", 150, t)]
+    ncmoe = NcmoeSweepResult("gpu", "m.gguf", 8, [NcmoePoint.of(4, "gpu-ncmoe4", ms)])
+    overall = {"ttft_p50": 120.0, "e2e_p99": None, "errors": 1}
+    medians = {"throughput": 41.5, "decode": 20.25, "prefill": 900.0, "requests": 0.5}
+    slots = SweepResult("traffic", "2 sizes", [SweepPoint(2, "traffic-np2", medians, overall, 3)])
+    record = RunRecord(fingerprint={"host": "h"}, measurements=ms)
+    for result, head in (
+        (ncmoe, {"model": "m.gguf", "n_layer": 8}),
+        (slots, {"traffic": "2 sizes"}),
+    ):
+        path = tmp_path / "sweep.json"
+        path.write_text(result.json_text(record))
+        stored = read_sweep(path)
+        assert stored.points == tuple(result.points)
+        assert stored.head == {"configuration": result.configuration, **head}
+        assert stored.record is not None
+        assert stored.record.to_dict() == record.to_dict()
+        path.write_text(result.json_text())  # written without one: none read back
+        assert read_sweep(path).record is None
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("[]", "not a sweep's --json"),
+        ('{"points": [{"np": 1}]}', "unreadable sweep (KeyError"),
+        ('{"n_layer": 8, "points": [{"ncmoe": "x"}]}', "unreadable sweep"),
+        ('{"points": [], "record": {"moeperf_results": 1}}', "unreadable sweep"),
+    ],
+)
+def test_a_stored_sweep_that_is_no_sweep_says_so_in_one_line(tmp_path: Path, text, message):
+    path = tmp_path / "bad.json"
+    path.write_text(text)
+    with pytest.raises(ResultsError, match=r"^sweep .*bad\.json: ") as got:
+        read_sweep(path)
+    assert message in str(got.value) and "\n" not in str(got.value)

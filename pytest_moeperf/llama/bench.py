@@ -28,7 +28,7 @@ from ..errors import MoeperfError
 from ..host.machine import format_cpu_list, online_cpus
 from ..measure.workload import Workload
 from . import orphans
-from .flags import EXPERTS_PATTERN, flash_attn
+from .flags import EXPERTS_PATTERN, canonical, flash_attn
 
 __all__ = [
     "BenchArgs",
@@ -46,177 +46,46 @@ class BenchError(MoeperfError):
 
 
 # --------------------------------------------------------------------------------------------
-# Flag translation tables (llama-server b11434 -> llama-bench b11434)
+# Flag translation tables (llama-server b11434 -> llama-bench b11434), by canonical name: every
+# spelling of a flag (:data:`~pytest_moeperf.llama.flags.SPELLINGS`) translates alike
 
-#: Server flags whose value llama-bench takes unchanged under the given name. A repeated flag
+#: Server flags whose value llama-bench takes unchanged under the same name. A repeated flag
 #: keeps its last value, as the server does (llama-bench would run one test per value).
-_SAME_VALUE: dict[str, str] = {
-    "-t": "-t",
-    "--threads": "-t",
-    "-lm": "-lm",
-    "--load-mode": "-lm",
-    "-ub": "-ub",
-    "--ubatch-size": "-ub",
-    "-b": "-b",
-    "--batch-size": "-b",
-    "--numa": "--numa",
-    "-ctk": "-ctk",
-    "--cache-type-k": "-ctk",
-    "-ctv": "-ctv",
-    "--cache-type-v": "-ctv",
-    "-sm": "-sm",
-    "--split-mode": "-sm",
-    "-mg": "-mg",
-    "--main-gpu": "-mg",
-    "-lzm": "-lzm",
-    "--lazy-mode": "-lzm",
-    "-C": "-C",
-    "--cpu-mask": "-C",
-    "--cpu-strict": "--cpu-strict",
-    "--poll": "--poll",
-    "--prio": "--prio",
-}
+_SAME_VALUE = frozenset(
+    "-t -lm -ub -b --numa -ctk -ctv -sm -mg -lzm -C --cpu-strict --poll --prio".split()
+)
 
-#: Server flags whose comma-separated list llama-bench spells with '/' (a comma there would
-#: mean one test per element).
-_SLASH_LIST: dict[str, str] = {
-    "-ts": "-ts",
-    "--tensor-split": "-ts",
-    "-dev": "-dev",
-    "--device": "-dev",
-}
+#: Server flags whose comma-separated list llama-bench spells with '/' under the same name (a
+#: comma there would mean one test per element).
+_SLASH_LIST = frozenset({"-ts", "-dev"})
 
 #: Server switches (no value) that llama-bench takes as ``flag 0|1``.
 _SWITCHES: dict[str, tuple[str, str]] = {
     "--repack": ("--repack", "1"),
     "-nr": ("--repack", "0"),
-    "--no-repack": ("--repack", "0"),
     "-kvo": ("-nkvo", "0"),
-    "--kv-offload": ("-nkvo", "0"),
     "-nkvo": ("-nkvo", "1"),
-    "--no-kv-offload": ("-nkvo", "1"),
     "--op-offload": ("-nopo", "0"),
     "--no-op-offload": ("-nopo", "1"),
     "--no-host": ("--no-host", "1"),
 }
 
-_FLASH_ATTN = {"-fa", "--flash-attn"}
-_GPU_LAYERS = {"-ngl", "--gpu-layers", "--n-gpu-layers"}
-_THREADS_BATCH = {"-tb", "--threads-batch"}
-_OVERRIDE = {"-ot", "--override-tensor"}
-_CPU_MOE = {"-cmoe", "--cpu-moe"}
-_N_CPU_MOE = {"-ncmoe", "--n-cpu-moe"}
-_FIT = {"-fit", "--fit"}
-
 #: Server-only flags that take a value and do not change what llama-bench measures.
 _DROP_VALUE = frozenset(
-    {
-        "-c",
-        "--ctx-size",
-        "-np",
-        "--parallel",
-        "--host",
-        "--port",
-        "-a",
-        "--alias",
-        "--tags",
-        "--log-file",
-        "--log-colors",
-        "-lv",
-        "--verbosity",
-        "--log-verbosity",
-        "--log-prompts-dir",
-        "-n",
-        "--predict",
-        "--n-predict",
-        "--keep",
-        "-to",
-        "--timeout",
-        "--threads-http",
-        "--api-key",
-        "--api-key-file",
-        "--api-prefix",
-        "--path",
-        "--cache-reuse",
-        "-cram",
-        "--cache-ram",
-        "-ctxcp",
-        "--ctx-checkpoints",
-        "--swa-checkpoints",
-        "-cms",
-        "--checkpoint-min-step",
-        "--slot-save-path",
-        "-sps",
-        "--slot-prompt-similarity",
-        "--sleep-idle-seconds",
-        "--sse-ping-interval",
-        "--media-path",
-        "--chat-template",
-        "--chat-template-file",
-        "--reasoning-format",
-        "-rea",
-        "--reasoning",
-        "--reasoning-budget",
-        "--temp",
-        "--temperature",
-        "--top-k",
-        "--top-p",
-        "--min-p",
-        "-s",
-        "--seed",
-        "--cors-origins",
-        "--cors-methods",
-        "--cors-headers",
-    }
+    """-c -np --host --port -a --tags --log-file --log-colors -lv --log-prompts-dir -n --keep -to
+    --threads-http --api-key --api-key-file --api-prefix --path --cache-reuse -cram -ctxcp -cms
+    --slot-save-path -sps --sleep-idle-seconds --sse-ping-interval --media-path --chat-template
+    --chat-template-file --reasoning-format -rea --reasoning-budget --temp --top-k --top-p
+    --min-p -s --cors-origins --cors-methods --cors-headers""".split()
 )
 
 #: Server-only switches (no value) that do not change what llama-bench measures.
 _DROP_SWITCH = frozenset(
-    {
-        "--jinja",
-        "--no-jinja",
-        "--metrics",
-        "--props",
-        "--slots",
-        "--no-slots",
-        "--log-disable",
-        "--log-prefix",
-        "--no-log-prefix",
-        "--log-timestamps",
-        "--no-log-timestamps",
-        "--log-jsonl",
-        "--no-log-jsonl",
-        "-v",
-        "--verbose",
-        "--log-verbose",
-        "--warmup",
-        "--no-warmup",
-        "-cb",
-        "--cont-batching",
-        "-nocb",
-        "--no-cont-batching",
-        "-kvu",
-        "--kv-unified",
-        "-no-kvu",
-        "--no-kv-unified",
-        "--cache-prompt",
-        "--no-cache-prompt",
-        "--cache-idle-slots",
-        "--no-cache-idle-slots",
-        "--context-shift",
-        "--no-context-shift",
-        "--ui",
-        "--no-ui",
-        "--webui",
-        "--no-webui",
-        "--perf",
-        "--no-perf",
-        "--ignore-eos",
-        "-sp",
-        "--special",
-        "--reuse-port",
-        "--offline",
-    }
+    """--jinja --no-jinja --metrics --props --slots --no-slots --log-disable --log-prefix
+    --no-log-prefix --log-timestamps --no-log-timestamps --log-jsonl --no-log-jsonl -v --warmup
+    --no-warmup -cb -nocb -kvu -no-kvu --cache-prompt --no-cache-prompt --cache-idle-slots
+    --no-cache-idle-slots --context-shift --no-context-shift --ui --no-ui --perf --no-perf
+    --ignore-eos -sp --reuse-port --offline""".split()
 )
 
 
@@ -281,7 +150,8 @@ def bench_args(
     i = 0
     while i < len(args):
         flag = args[i]
-        if flag in _TAKES_VALUE:
+        name = canonical(flag)
+        if name in _TAKES_VALUE:
             if i + 1 >= len(args):
                 t.unknown.append(flag)  # no value: the server would refuse it too
                 break
@@ -290,9 +160,9 @@ def bench_args(
         else:
             value, spelled = "", flag
             i += 1
-        handler = next((h for flags, h in _HANDLERS if flag in flags), None)
+        handler = next((h for names, h in _HANDLERS if name in names), None)
         if handler is not None:
-            handler(t, flag, value, spelled)
+            handler(t, name, value, spelled)
             continue
         if i < len(args) and _is_value(args[i]):
             spelled = f"{flag} {args[i]}"
@@ -336,18 +206,17 @@ class _Translation:
     unknown: list[str] = field(default_factory=list)
 
     def same_value(self, flag: str, value: str, spelled: str) -> None:
-        bench_flag = _SAME_VALUE[flag]
-        if bench_flag == "-t" and value.lstrip("-").isdigit() and int(value) <= 0:
+        if flag == "-t" and value.lstrip("-").isdigit() and int(value) <= 0:
             # -t -1: the server's default (all math cores), llama-bench's default too
             self.settings.pop("-t", None)
             self.dropped.append(spelled)
-        elif "," in value or (bench_flag == "-t" and not value.isdigit()):
+        elif "," in value or (flag == "-t" and not value.isdigit()):
             self.unknown.append(spelled)  # a list would run one llama-bench test per element
         else:
-            self.settings[bench_flag] = value
+            self.settings[flag] = value
 
     def slash_list(self, flag: str, value: str, spelled: str) -> None:
-        self.settings[_SLASH_LIST[flag]] = value.replace(",", "/")
+        self.settings[flag] = value.replace(",", "/")
 
     def switch(self, flag: str, value: str, spelled: str) -> None:
         bench_flag, bench_value = _SWITCHES[flag]
@@ -414,29 +283,22 @@ _HANDLERS: tuple[tuple[Collection[str], _Handler], ...] = (
     (_SAME_VALUE, _Translation.same_value),
     (_SLASH_LIST, _Translation.slash_list),
     (_SWITCHES, _Translation.switch),
-    (_FLASH_ATTN, _Translation.flash_attn),
-    (_GPU_LAYERS, _Translation.gpu_layers),
-    (_THREADS_BATCH, _Translation.batch_threads),
-    (_OVERRIDE, _Translation.override),
-    (_CPU_MOE, _Translation.cpu_moe),
-    (_N_CPU_MOE, _Translation.n_cpu_moe),
-    (_FIT, _Translation.fit),
+    ({"-fa"}, _Translation.flash_attn),
+    ({"-ngl"}, _Translation.gpu_layers),
+    ({"-tb"}, _Translation.batch_threads),
+    ({"-ot"}, _Translation.override),
+    ({"-cmoe"}, _Translation.cpu_moe),
+    ({"-ncmoe"}, _Translation.n_cpu_moe),
+    ({"-fit"}, _Translation.fit),
     (_DROP_VALUE, _Translation.drop),
     (_DROP_SWITCH, _Translation.drop),
 )
-"""Each family of server flags and how llama-bench gets it, in the order they are tried."""
-_TAKES_VALUE = frozenset().union(
-    _SAME_VALUE,
-    _SLASH_LIST,
-    _FLASH_ATTN,
-    _GPU_LAYERS,
-    _THREADS_BATCH,
-    _OVERRIDE,
-    _N_CPU_MOE,
-    _FIT,
-    _DROP_VALUE,
+"""Each family of server flags (canonical names) and how llama-bench gets it, in the order they
+are tried."""
+_TAKES_VALUE = (
+    _SAME_VALUE | _SLASH_LIST | _DROP_VALUE | {"-fa", "-ngl", "-tb", "-ot", "-ncmoe", "-fit"}
 )
-"""Server flags whose next argument is their value."""
+"""Server flags (canonical names) whose next argument is their value."""
 
 
 def _override_args(overrides: list[tuple[str, str]]) -> list[str]:

@@ -64,9 +64,9 @@ def _candidates(
     flags: Sequence[str], gpus: tuple[int, ...], rooms: Mapping[int, int], n_layer: int
 ) -> list[Candidate]:
     """The levers of the module, in order: every candidate keeps the ones before it."""
-    ub0 = flag_int(flag_value(flags, "-ub", "--ubatch-size"), DEFAULT_UBATCH)
-    ctx0 = flag_int(flag_value(flags, "-c", "--ctx-size"), DEFAULT_CTX)
-    ngl0 = min(flag_int(flag_value(flags, "-ngl", "--gpu-layers", "--n-gpu-layers"), 999), n_layer)
+    ub0 = flag_int(flag_value(flags, "-ub"), DEFAULT_UBATCH)
+    ctx0 = flag_int(flag_value(flags, "-c"), DEFAULT_CTX)
+    ngl0 = min(flag_int(flag_value(flags, "-ngl"), 999), n_layer)
     out: list[Candidate] = [((), gpus, ())]
     ubs = _halvings(ub0, MIN_UBATCH)
     out += [

@@ -1,30 +1,120 @@
-"""Reading llama-server argument lists: a flag's value, the GPUs a server of these flags
-uses, the experts' tensor pattern and ``-fa``'s spellings, and the llama-bench fields an
-argument list sets (what llama-bench's JSON rows would say of it: :func:`bench_fields`). The
-one place outside ``llama/bench.py``'s translation that knows llama.cpp's flags."""
+"""llama.cpp's flags: every spelling llama-server accepts for each (:data:`SPELLINGS`, the one
+place that lists them: every other module, ``llama/bench.py``'s translation too, names a flag
+by its canonical short name), reading a server's argument list (a flag's value, the GPUs a
+server of these flags uses, the experts' tensor pattern and ``-fa``'s spellings), and the
+llama-bench fields an argument list sets (what llama-bench's JSON rows would say of it:
+:func:`bench_fields`)."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import re
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 from ..host.gpus import visible_gpus
 
+_SPELLED = """
+-t --threads
+-tb --threads-batch
+-C --cpu-mask
+-c --ctx-size
+-n --predict --n-predict
+-b --batch-size
+-ub --ubatch-size
+-fa --flash-attn
+-kvo --kv-offload
+-nkvo --no-kv-offload
+-nr --no-repack
+-ctk --cache-type-k
+-ctv --cache-type-v
+-lm --load-mode
+-lzm --lazy-mode
+-dev --device
+-ot --override-tensor
+-cmoe --cpu-moe
+-ncmoe --n-cpu-moe
+-ngl --gpu-layers --n-gpu-layers
+-sm --split-mode
+-ts --tensor-split
+-mg --main-gpu
+-fit --fit
+-fitt --fit-target
+-fitc --fit-ctx
+-v --verbose --log-verbose
+-lv --verbosity --log-verbosity
+-s --seed
+--temp --temperature
+-ctxcp --ctx-checkpoints --swa-checkpoints
+-cms --checkpoint-min-step
+-cram --cache-ram
+-kvu --kv-unified
+-no-kvu --no-kv-unified
+-sp --special
+-np --parallel
+-cb --cont-batching
+-nocb --no-cont-batching
+-a --alias
+--ui --webui
+--no-ui --no-webui
+--embedding --embeddings
+-to --timeout
+-rea --reasoning
+-sps --slot-prompt-similarity
+"""
+SPELLINGS: dict[str, tuple[str, ...]] = {
+    line.split()[0]: tuple(line.split()) for line in _SPELLED.strip().splitlines()
+}
+"""Each llama-server flag of several spellings (``--help`` of b11434; a negative form such as
+``-nkvo`` is a flag of its own) by its canonical name, the first spelling: ``-ngl`` ->
+``("-ngl", "--gpu-layers", "--n-gpu-layers")``. A flag of one spelling (``--numa``) is not
+listed: that spelling is its canonical name."""
+_CANONICAL = {spelling: name for name, all_ in SPELLINGS.items() for spelling in all_}
+
+
+def spellings(name: str) -> tuple[str, ...]:
+    """Every spelling of the flag of canonical name *name*; ``(name,)`` for one not listed."""
+    return SPELLINGS.get(name, (name,))
+
+
+def canonical(arg: str) -> str:
+    """The canonical name of the flag *arg* spells exactly (``--gpu-layers`` -> ``-ngl``; not
+    ``--gpu-layers=4``); *arg* itself when it is no spelling :data:`SPELLINGS` lists."""
+    return _CANONICAL.get(arg, arg)
+
+
+def _spelled(names: Iterable[str]) -> tuple[str, ...]:
+    """Every spelling of each of *names*, once."""
+    return tuple(dict.fromkeys(s for name in names for s in spellings(name)))
+
 
 def flag_value(flags: Sequence[str], *names: str) -> str | None:
-    """The value of the last of *names* in *flags*, as llama-server reads it (the last one
-    wins): ``-c 4096``, or ``--ctx-size=4096`` for a long name; ``None`` when absent."""
-    value = None
+    """The value of the last of *names* (canonical names: any spelling counts) in *flags*, as
+    llama-server reads it (the last one wins): ``-c 4096``, or ``--ctx-size=4096`` for a long
+    spelling; ``None`` when absent."""
+    values = flag_values(flags, *names)
+    return values[-1] if values else None
+
+
+def flag_values(flags: Sequence[str], *names: str) -> list[str]:
+    """Every value of *names* (canonical names: any spelling counts) in *flags*, in order
+    (options that accumulate, like ``-ot``)."""
+    out = []
+    spelled = _spelled(names)
     for i, arg in enumerate(flags):
-        for name in names:
+        for name in spelled:
             if arg == name and i + 1 < len(flags):
-                value = flags[i + 1]
+                out.append(flags[i + 1])
             elif name.startswith("--") and arg.startswith(name + "="):
-                value = arg.split("=", 1)[1]
-    return value
+                out.append(arg.split("=", 1)[1])
+    return out
+
+
+def has_flag(flags: Sequence[str], name: str) -> bool:
+    """Whether *flags* hold the flag of canonical name *name* (one without a value, ``-cmoe``),
+    in any spelling."""
+    return any(spelling in flags for spelling in spellings(name))
 
 
 def flag_int(value: str | None, default: int) -> int:
@@ -36,10 +126,17 @@ def flag_int(value: str | None, default: int) -> int:
 
 
 def without_flags(
-    flags: Sequence[str], valued: Collection[str] = (), bare: Collection[str] = ()
+    flags: Sequence[str],
+    valued: Collection[str] = (),
+    bare: Collection[str] = (),
+    *,
+    exact: bool = False,
 ) -> list[str]:
     """*flags* without each flag of *valued* and the value after it, and without each of
-    *bare* (a flag that takes no value)."""
+    *bare* (a flag that takes no value): in every spelling of these canonical names, or only
+    as given when *exact*."""
+    if not exact:
+        valued, bare = _spelled(valued), _spelled(bare)
     out: list[str] = []
     skip = False
     for arg in flags:
@@ -49,18 +146,6 @@ def without_flags(
             skip = True
         elif arg not in bare:
             out.append(arg)
-    return out
-
-
-def flag_values(flags: Sequence[str], *names: str) -> list[str]:
-    """Every value of *names* in *flags*, in order (options that accumulate, like ``-ot``)."""
-    out = []
-    for i, arg in enumerate(flags):
-        for name in names:
-            if arg == name and i + 1 < len(flags):
-                out.append(flags[i + 1])
-            elif name.startswith("--") and arg.startswith(name + "="):
-                out.append(arg.split("=", 1)[1])
     return out
 
 
@@ -78,7 +163,7 @@ def gpus_used(
         return frozenset(declared)
     spec = env.get("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES"))
     visible = visible_gpus(spec) if spec is not None else list(range(host_gpus))
-    dev = flag_value(flags, "-dev", "--device")
+    dev = flag_value(flags, "-dev")
     if dev is not None:
         if dev.strip().lower() == "none":
             return frozenset()
@@ -88,7 +173,7 @@ def gpus_used(
             if m and int(m.group(1)) < len(visible):
                 picked.append(visible[int(m.group(1))])
         visible = picked
-    split = flag_value(flags, "-ts", "--tensor-split")
+    split = flag_value(flags, "-ts")
     if split is not None:
         shares = re.split(r"[,/]", split)
         with contextlib.suppress(ValueError):
@@ -103,7 +188,7 @@ def offloads_layers(gpus: Collection[int], flags: Sequence[str]) -> bool:
     main GPU (op offload), but every weight lives in system RAM."""
     if not gpus:
         return False
-    ngl = flag_value(flags, "-ngl", "--gpu-layers", "--n-gpu-layers")
+    ngl = flag_value(flags, "-ngl")
     return ngl is None or ngl.strip() != "0"
 
 
@@ -127,67 +212,44 @@ def flash_attn(value: str) -> Literal["on", "off", "auto"] | None:
 
 _BENCH_OPTIONS: dict[str, str] = {
     "-t": "threads",
-    "--threads": "threads",
     "-b": "batch",
-    "--batch-size": "batch",
     "-ub": "ubatch",
-    "--ubatch-size": "ubatch",
     "-C": "cpu_mask",
-    "--cpu-mask": "cpu_mask",
     "--cpu-strict": "cpu_strict",
     "--poll": "poll",
     "-ctk": "type_k",
-    "--cache-type-k": "type_k",
     "-ctv": "type_v",
-    "--cache-type-v": "type_v",
     "-ngl": "ngl",
-    "--gpu-layers": "ngl",
-    "--n-gpu-layers": "ngl",
     "-ncmoe": "ncmoe",
-    "--n-cpu-moe": "ncmoe",
     "-sm": "split_mode",
-    "--split-mode": "split_mode",
     "-mg": "main_gpu",
-    "--main-gpu": "main_gpu",
     "-fa": "flash_attn",
-    "--flash-attn": "flash_attn",
     "-dev": "devices",
-    "--device": "devices",
     "-ts": "tensor_split",
-    "--tensor-split": "tensor_split",
     "-ot": "override",
-    "--override-tensor": "override",
     "-lm": "load_mode",
-    "--load-mode": "load_mode",
     "-lzm": "lazy_mode",
-    "--lazy-mode": "lazy_mode",
-    "-nopo": "no_op_offload",
-    "--no-op-offload": "no_op_offload",
+    "-nopo": "no_op_offload",  # llama-bench's spelling
     "-fitt": "fit_target",
-    "--fit-target": "fit_target",
     "-fitc": "fit_min_ctx",
-    "--fit-ctx": "fit_min_ctx",
 }
-"""llama-server options that take a value and map to a llama-bench field."""
+"""llama-server options (canonical names) that take a value and map to a llama-bench field."""
 
 _BENCH_SWITCHES: dict[str, tuple[str, Any]] = {
     "-nkvo": ("no_kv_offload", True),
-    "--no-kv-offload": ("no_kv_offload", True),
     "-kvo": ("no_kv_offload", False),
-    "--kv-offload": ("no_kv_offload", False),
     "--embedding": ("embeddings", True),
-    "--embeddings": ("embeddings", True),
     "--no-host": ("no_host", True),
     "--repack": ("repack", True),
     "-nr": ("repack", False),
-    "--no-repack": ("repack", False),
     "--no-mmap": ("load_mode", "none"),
     "--mmap": ("load_mode", "mmap"),
     "--mlock": ("mlock", True),
     "-cmoe": ("cpu_moe", True),
-    "--cpu-moe": ("cpu_moe", True),
+    "--no-op-offload": ("no_op_offload", 1),
+    "--op-offload": ("no_op_offload", 0),
 }
-"""llama-server options without a value that map to a llama-bench field."""
+"""llama-server options (canonical names) without a value that map to a llama-bench field."""
 
 _EXPS_CPU = EXPERTS_PATTERN + "=CPU"
 """The tensor override ``--cpu-moe`` adds (llama.cpp's LLM_FFN_EXPS_REGEX on the CPU)."""
@@ -203,6 +265,7 @@ def _options(flags: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
     while i < len(args):
         arg = args[i]
         name, eq, inline = arg.partition("=") if arg.startswith("--") else (arg, "", "")
+        name = canonical(name)
         i += 1
         if name in _BENCH_SWITCHES:
             switch, setting = _BENCH_SWITCHES[name]

@@ -28,7 +28,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from .flags import flag_int, flag_value, flag_values
+from .flags import flag_int, flag_value, flag_values, has_flag
 from .model_bytes import DecodeBytes
 
 GIB = 2**30
@@ -102,11 +102,11 @@ def layer_shares(
     bytes per GPU, llama.cpp's default; evenly where *free* does not say."""
     if not devices:
         return {}
-    if (flag_value(flags, "-sm", "--split-mode") or "").strip() == "none":
-        main = flag_int(flag_value(flags, "-mg", "--main-gpu"), 0)
+    if (flag_value(flags, "-sm") or "").strip() == "none":
+        main = flag_int(flag_value(flags, "-mg"), 0)
         return {devices[main if 0 <= main < len(devices) else 0]: 1.0}
     weights = [0.0] * len(devices)
-    split = flag_value(flags, "-ts", "--tensor-split")
+    split = flag_value(flags, "-ts")
     if split is not None:
         with contextlib.suppress(ValueError):
             for i, text in enumerate(re.split(r"[,/]", split)[: len(devices)]):
@@ -122,7 +122,7 @@ def layer_shares(
 def _on_gpu(flags: Sequence[str], devices: Sequence[int], n_layer: int) -> float:
     """The share of the model's layers ``-ngl`` offloads to *devices*: none without GPUs, all
     where ``-ngl`` is not given or is ``all``, ``auto`` or negative."""
-    ngl_text = flag_value(flags, "-ngl", "--gpu-layers", "--n-gpu-layers")
+    ngl_text = flag_value(flags, "-ngl")
     if not devices:
         return 0.0
     if ngl_text is None or ngl_text in {"all", "auto"} or flag_int(ngl_text, 0) < 0:
@@ -136,14 +136,12 @@ def _experts_in_ram(flags: Sequence[str], on_gpu: float, n_layer: int) -> float:
     ``-ncmoe N``."""
     if not on_gpu:
         return 1.0 - on_gpu
-    overrides = [o for v in flag_values(flags, "-ot", "--override-tensor") for o in v.split(",")]
-    if (
-        "-cmoe" in flags
-        or "--cpu-moe" in flags
-        or any("exps" in o and o.upper().endswith("=CPU") for o in overrides)
+    overrides = [o for v in flag_values(flags, "-ot") for o in v.split(",")]
+    if has_flag(flags, "-cmoe") or any(
+        "exps" in o and o.upper().endswith("=CPU") for o in overrides
     ):
         return 1.0
-    ncmoe = flag_value(flags, "-ncmoe", "--n-cpu-moe")
+    ncmoe = flag_value(flags, "-ncmoe")
     if ncmoe is None:
         return 1.0 - on_gpu
     return max(1.0 - on_gpu, min(flag_int(ncmoe, 0), n_layer) / n_layer)
@@ -152,10 +150,10 @@ def _experts_in_ram(flags: Sequence[str], on_gpu: float, n_layer: int) -> float:
 def _kv_bytes(model: DecodeBytes, flags: Sequence[str]) -> int:
     """The KV cache of the attention layers at the ``-c`` context, and a hybrid's recurrent
     state of each ``-np`` slot."""
-    ctx = flag_int(flag_value(flags, "-c", "--ctx-size"), DEFAULT_CTX)
+    ctx = flag_int(flag_value(flags, "-c"), DEFAULT_CTX)
     if ctx <= 0:  # -c 0: the model's training context
         ctx = model.n_ctx_train or DEFAULT_CTX
-    slots = flag_int(flag_value(flags, "-np", "--parallel"), DEFAULT_SLOTS)
+    slots = flag_int(flag_value(flags, "-np"), DEFAULT_SLOTS)
     return model.kv_per_token_of_depth * ctx + model.recurrent_per_seq * (
         slots if slots > 0 else DEFAULT_SLOTS
     )
@@ -210,14 +208,14 @@ def estimate(
     in_vram = max(model.stored - in_ram, 0)
     # the KV cache of the attention layers, and a hybrid's recurrent state of each slot
     kv = _kv_bytes(model, flags)
-    kv_on_gpu = 0 if ("-nkvo" in flags or "--no-kv-offload" in flags) else int(kv * on_gpu)
-    ubatch = flag_int(flag_value(flags, "-ub", "--ubatch-size"), DEFAULT_UBATCH)
+    kv_on_gpu = 0 if has_flag(flags, "-nkvo") else int(kv * on_gpu)
+    ubatch = flag_int(flag_value(flags, "-ub"), DEFAULT_UBATCH)
     compute = 4 * ubatch * (ACTIVATIONS_PER_EMBD * model.n_embd + model.n_vocab)
-    private_copy = flag_value(flags, "-lm", "--load-mode") == "none" or "--no-mmap" in flags
+    private_copy = flag_value(flags, "-lm") == "none" or "--no-mmap" in flags
     # a CPU server repacks Q4_0/Q4_K/IQ4_NL matrices into anonymous memory, mmap or not (with
     # GPUs, which host buffer the CPU-resident weights get is not modelled: none counted)
     repacked = 0
-    if not devices and "--no-repack" not in flags:
+    if not devices and not has_flag(flags, "-nr"):
         repacked = model.repacked_dense + int(model.repacked_experts * experts_in_ram)
     # the pinned host buffer holds what the GPUs read from RAM; lookup tables are read a row
     # at a time on the CPU and stay in a plain buffer (ADR-0042's 74 GB is its experts alone)

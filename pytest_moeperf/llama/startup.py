@@ -301,7 +301,7 @@ def offload_failure(text: str, flags: Sequence[str]) -> str | None:
     (``-ngl`` not 0): llama.cpp's ``load_tensors: offloaded 0/49 layers to GPU``
     (``src/llama-model.cpp``); ``None`` when the log says layers went to a GPU, or does not
     say (a build or verbosity that does not print the line)."""
-    if (flag_value(flags, "-ngl", "--gpu-layers", "--n-gpu-layers") or "").strip() == "0":
+    if (flag_value(flags, "-ngl") or "").strip() == "0":
         return None
     for raw in text.splitlines():
         for message in log_messages(raw):

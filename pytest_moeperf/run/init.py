@@ -28,6 +28,7 @@ from ..errors import ConfigError
 from ..host.machine import format_cpu_list
 from ..host.topology import GIB, NumaNode, Topology
 from ..llama.fit import MIN_CONTEXT, MIN_UBATCH, Fitted, fit_gpus
+from ..llama.flags import spellings
 from ..llama.footprint import estimate
 from ..llama.model_bytes import DecodeBytes, split_name
 from ..llama.server import LlamaServer
@@ -54,8 +55,6 @@ Z_DECIDE = 2.24 + 0.84
 power (z 0.84)."""
 FIT_IN_VRAM = 0.9
 _NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.-]*[A-Za-z0-9_-])?")
-_LM_FLAGS = ("-lm", "--load-mode")
-_NCMOE_FLAGS = ("-ncmoe", "--n-cpu-moe")
 
 
 @dataclass(frozen=True)
@@ -289,7 +288,7 @@ def _base_flags(
     if topology.gpus:
         flags += ["-ngl", "999"]
         if model.experts:
-            ncmoe = server_flags is None or not server_flags.isdisjoint(_NCMOE_FLAGS)
+            ncmoe = server_flags is None or not server_flags.isdisjoint(spellings("-ncmoe"))
             flags += ["-ncmoe", str(model.n_layer)] if ncmoe else ["-ot", "exps=CPU"]
             free = topology.vram_free_mib * 2**20
             if model.file_bytes < FIT_IN_VRAM * free:
@@ -470,7 +469,7 @@ def plan_profile(
     home = _home_node(topology, undecided)
     flags = _base_flags(model, topology, server_flags, large, undecided)
     lm = ["-lm", "none"]
-    if server_flags is not None and server_flags.isdisjoint(_LM_FLAGS):
+    if server_flags is not None and server_flags.isdisjoint(spellings("-lm")):
         lm = ["--no-mmap"]
         notes.append("this llama-server has no -lm/--load-mode: --no-mmap stands in for -lm none")
     if server_flags is None:

@@ -209,9 +209,8 @@ class Launcher:
         host without GPUs there is nothing to offload to (``requires_gpus`` skips there)."""
         if not self._host()["gpus"] or not self.gpus_of(profile, configuration):
             return
-        if (
-            flag_value(configuration.server_args, "-ngl", "--gpu-layers", "--n-gpu-layers") or ""
-        ).strip() == "0" and "--no-op-offload" in configuration.server_args:
+        args = configuration.server_args
+        if (flag_value(args, "-ngl") or "").strip() == "0" and "--no-op-offload" in args:
             return  # nothing on the GPUs by design
         backends = build_backends(build)
         if backends.cuda is False:

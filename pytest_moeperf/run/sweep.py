@@ -118,9 +118,6 @@ def run_sweep(
 NCMOE_POINTS = 9
 """The most points ``--ncmoe all`` makes: every layer count from 0 to the model's, in even
 steps (0, 2, ..., 16 for 16 layers), the model's own count always last."""
-_NCMOE_FLAGS = {"-ncmoe", "--n-cpu-moe"}
-_CMOE_FLAGS = {"-cmoe", "--cpu-moe"}
-_NGL_FLAGS = ("-ngl", "--gpu-layers", "--n-gpu-layers")
 
 
 def parse_ncmoe(text: str) -> tuple[int, ...] | None:
@@ -157,15 +154,15 @@ def without_expert_placement(flags: Sequence[str]) -> list[str]:
     llama-server applies the first override pattern that matches a tensor, so a ``-cmoe``
     left beside a new ``-ncmoe`` would keep every layer's experts in RAM. ``-ot`` rules stay
     (they come first, and win over every point's ``-ncmoe``)."""
-    kept = without_flags(flags, valued=_NCMOE_FLAGS, bare=_CMOE_FLAGS)
-    return [arg for arg in kept if not arg.startswith("--n-cpu-moe=")]
+    kept = without_flags(flags, valued=("-ncmoe",), bare=("-cmoe",))
+    return [arg for arg in kept if flag_value([arg], "-ncmoe") is None]  # --n-cpu-moe=N
 
 
 def at_ncmoe(configuration: Configuration, n: int) -> Configuration:
     """*configuration* with the experts of its first *n* layers in system RAM (``-ncmoe n``
     in place of its own ``-cmoe`` / ``-ncmoe``), named ``<name>-ncmoe<n>``. A configuration
     that keeps no layer on a GPU (``-ngl 0``) has nothing to sweep."""
-    if (flag_value(configuration.flags, *_NGL_FLAGS) or "").strip() == "0":
+    if (flag_value(configuration.flags, "-ngl") or "").strip() == "0":
         raise ConfigError(
             f"{configuration.where or configuration.name}: the -ncmoe sweep moves experts off "
             "the GPUs, but -ngl 0 keeps every layer in system RAM: sweep a configuration "

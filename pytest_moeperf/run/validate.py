@@ -71,7 +71,7 @@ def _split_problems(flags: Sequence[str], visible: int) -> list[Problem]:
     """What the split flags (``-ts``, ``-sm``, ``-mg``, ``-dev``) in *flags* ask of the
     *visible* GPUs the server sees that is not there."""
     out: list[Problem] = []
-    split = flag_value(flags, "-ts", "--tensor-split")
+    split = flag_value(flags, "-ts")
     if split is not None:
         try:
             shares = [float(p) for p in re.split(r"[,/]", split)]
@@ -86,10 +86,10 @@ def _split_problems(flags: Sequence[str], visible: int) -> list[Problem]:
                     f"{visible} proportion(s), e.g. -ts {','.join(['1'] * max(visible, 1))}",
                 )
             )
-    mode = flag_value(flags, "-sm", "--split-mode")
+    mode = flag_value(flags, "-sm")
     if mode is not None and mode.strip() not in SPLIT_MODES:
         out.append(Problem("-sm", f"-sm {mode}: use one of {', '.join(SPLIT_MODES)}"))
-    main = flag_value(flags, "-mg", "--main-gpu")
+    main = flag_value(flags, "-mg")
     if main is not None and (not main.strip().isdigit() or int(main) >= max(visible, 1)):
         out.append(
             Problem(
@@ -98,7 +98,7 @@ def _split_problems(flags: Sequence[str], visible: int) -> list[Problem]:
                 f"{max(visible - 1, 0)} among them",
             )
         )
-    dev = flag_value(flags, "-dev", "--device")
+    dev = flag_value(flags, "-dev")
     if dev is not None and dev.strip().lower() != "none":
         for name in dev.split(","):
             m = re.fullmatch(r"\s*CUDA(\d+)\s*", name)

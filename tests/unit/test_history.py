@@ -362,6 +362,9 @@ def test_bench_fields() -> None:
         "n_ubatch": 2048,
         "load_mode": "none",
     }
+    # llama-server's --no-op-offload / --op-offload take no value: the -t after one is read
+    assert bench_fields(["--no-op-offload", "-t", "4"]) == {"no_op_offload": 1, "n_threads": 4}
+    assert bench_fields(["--no-op-offload", "--op-offload"]) == {"no_op_offload": 0}
     assert bench_fields(["--threads=4", "--no-mmap", "-ctk", "q8_0", "-nkvo"]) == {
         "n_threads": 4,
         "load_mode": "none",

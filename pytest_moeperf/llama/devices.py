@@ -42,9 +42,8 @@ def parse_list_devices(text: str) -> list[tuple[str, str]] | None:
     order (``[]`` for ``(none)``); ``None`` when the output has no ``Available devices:``
     line (a build before the option)."""
     lines = text.splitlines()
-    try:
-        first = next(i for i, line in enumerate(lines) if line.strip() == "Available devices:")
-    except StopIteration:
+    first = next((i for i, line in enumerate(lines) if line.strip() == "Available devices:"), None)
+    if first is None:
         return None
     devices = []
     for line in lines[first + 1 :]:
@@ -105,25 +104,24 @@ def build_backends(build: Build) -> BuildBackends:
         if key in _cache:
             return _cache[key]
     record = build.server.parent.parent / "build.json"
-    known = backends_of_record(record) if build.server.parent.name == "bin" else None
-    if known is not None:
-        with _guard:
-            _cache[key] = known
-        return known
+    found = backends_of_record(record) if build.server.parent.name == "bin" else None
+    if found is None:
+        found = _listing_backends(build.server)
+    with _guard:
+        _cache[key] = found
+    return found
+
+
+def _listing_backends(server: Path) -> BuildBackends:
     try:
         proc = subprocess.run(
-            [str(build.server), "--list-devices"],
+            [str(server), "--list-devices"],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             timeout=_RUN_TIMEOUT_S,
             check=False,
         )
-        found = backends_of_listing(
-            build.server, proc.returncode, proc.stdout.decode("utf-8", "replace")
-        )
     except (OSError, subprocess.SubprocessError) as e:
-        found = BuildBackends(None, f"{build.server} --list-devices failed ({e})")
-    with _guard:
-        _cache[key] = found
-    return found
+        return BuildBackends(None, f"{server} --list-devices failed ({e})")
+    return backends_of_listing(server, proc.returncode, proc.stdout.decode("utf-8", "replace"))

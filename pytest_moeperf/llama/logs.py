@@ -63,11 +63,6 @@ _SERVER_START = re.compile(
     r"|common_\w+: |ggml_\w+: |gguf_\w+: )"
 )
 
-
-def _is_server_line(text: str) -> bool:
-    return bool(_SERVER_START.match(text) or _SERVER_ANYWHERE.search(text))
-
-
 # --------------------------------------------------------------------------------------------
 # Per-request timings
 # --------------------------------------------------------------------------------------------
@@ -165,7 +160,7 @@ class TimingParser:
         """Consume one raw log line; returns the requests it finished."""
         return self._feed_messages(log_messages(raw), raw)
 
-    def _feed_messages(self, messages: list[str], raw: str = "") -> list[RequestTiming]:
+    def _feed_messages(self, messages: list[str], raw: str) -> list[RequestTiming]:
         self._raw = raw  # its timestamp is read only where a request's end is recorded
         self.lines += 1
         out: list[RequestTiming] = []
@@ -196,7 +191,7 @@ class TimingParser:
                     return True
                 if text.strip():
                     self._header = None
-            return _is_server_line(text)
+            return bool(_SERVER_START.match(text) or _SERVER_ANYWHERE.search(text))
         self._header = None
         key = (int(m["slot"]), int(m["task"]))
         func, rest = m["func"], text[m.end() :]

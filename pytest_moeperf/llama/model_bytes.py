@@ -97,13 +97,8 @@ class DecodeBytes:
 
     def per_token(self, depth: int = 0) -> int:
         """Bytes read to generate one token with *depth* tokens already in the context."""
-        return (
-            self.dense
-            + self.experts_active
-            + self.lookup
-            + self.recurrent_per_seq
-            + self.kv_per_token_of_depth * depth
-        )
+        fixed = self.dense + self.experts_active + self.lookup + self.recurrent_per_seq
+        return fixed + self.kv_per_token_of_depth * depth
 
     def limit(self, bandwidth_gbs: float, depth: int = 0) -> float:
         """The decode rate (tok/s) memory bandwidth *bandwidth_gbs* allows at *depth*."""

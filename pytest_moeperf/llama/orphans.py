@@ -55,9 +55,7 @@ def end_with_controller() -> None:
     worker's servers die with it (:func:`die_with_parent`), and the next session clears their
     pid files. A worker whose controller is already gone (the init process adopted it) ends
     at once."""
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    die_with_parent()
     if os.getppid() == 1:
         os.kill(os.getpid(), signal.SIGKILL)
 
@@ -65,18 +63,15 @@ def end_with_controller() -> None:
 def record(pid: int, command: list[str]) -> Path:
     """Write the pid file of a started server."""
     path = servers_dir() / f"{pid}.json"
-    atomic_write_text(
-        path,
-        json.dumps(
-            {
-                "pid": pid,
-                "start_time": started(pid),
-                "cmdline": command,
-                "owner_pid": os.getpid(),
-                "owner_start_time": started(os.getpid()),
-            }
-        ),
-    )
+    owner = os.getpid()
+    data = {
+        "pid": pid,
+        "start_time": started(pid),
+        "cmdline": command,
+        "owner_pid": owner,
+        "owner_start_time": started(owner),
+    }
+    atomic_write_text(path, json.dumps(data))
     return path
 
 

@@ -37,15 +37,6 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def tail(path: Path, lines: int = 20) -> str:
-    """The last *lines* lines of a text file ('' when it does not exist)."""
-    try:
-        data = path.read_bytes()[-16384:]
-    except OSError:
-        return ""
-    return "\n".join(data.decode("utf-8", "replace").splitlines()[-lines:])
-
-
 class LlamaServer:
     """One llama-server process.
 
@@ -97,22 +88,19 @@ class LlamaServer:
 
     def command(self, port: int) -> list[str]:
         """The argument list the server is started with."""
-        return [
-            str(self.binary),
-            "-m",
-            str(self.model),
-            "--host",
-            HOST,
-            "--port",
-            str(port),
-            *self.args,
-        ]
+        head = [str(self.binary), "-m", str(self.model), "--host", HOST, "--port", str(port)]
+        return [*head, *self.args]
 
     def is_running(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
     def log_tail(self, lines: int = 20) -> str:
-        return tail(self.log_path, lines)
+        """The last *lines* lines of the log ('' when it does not exist)."""
+        try:
+            data = self.log_path.read_bytes()[-16384:]
+        except OSError:
+            return ""
+        return "\n".join(data.decode("utf-8", "replace").splitlines()[-lines:])
 
     def cite_log(self, lines: int = 15) -> str:
         """``log PATH, last lines:`` and those lines, or that the log is empty: an error never
@@ -129,11 +117,9 @@ class LlamaServer:
             return self
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         for _ in range(self.bind_attempts):
-            try:
+            with contextlib.suppress(_BindLost):
                 self._start_once()
                 return self
-            except _BindLost:
-                continue
         raise ServerError(
             f"{self.name}: lost the race for a free port {self.bind_attempts} times; "
             f"log {self.log_path}"

@@ -49,8 +49,6 @@ from .synthetic_model import (
 )
 
 _ROPE_FREQ_BASE = 1_000_000.0
-
-
 _RMS_EPS = 1e-6
 
 
@@ -74,7 +72,7 @@ def write_model(spec: ModelSpec, path: Path, progress: Callable[[str], None] | N
     shard and GB written through *progress*. Raises :class:`ModelError` when the files cannot
     be written."""
     targets = shard_paths(spec, Path(path))
-    sizes = _sizes(spec)
+    sizes = _expected_sizes(spec)
     parent = targets[0].parent
     temps: list[Path] = []
     try:
@@ -125,7 +123,7 @@ def validate_model(path: Path, spec: ModelSpec) -> str | None:
     altered in place is not detected."""
     paths = shard_paths(spec, Path(path))
     n = len(paths)
-    for i, (shard, size) in enumerate(zip(paths, _sizes(spec), strict=True)):
+    for i, (shard, size) in enumerate(zip(paths, _expected_sizes(spec), strict=True)):
         reason = _check_file(shard, spec, i, size)
         if reason is None:
             continue
@@ -285,12 +283,8 @@ def _header_writer(spec: ModelSpec, shard: int = 0) -> gguf.GGUFWriter:
         w.add_int32(gguf.Keys.Split.LLM_KV_SPLIT_TENSORS_COUNT, _n_tensors(spec))
     if shard == 0:
         _add_model_metadata(w, spec)
-    for t in _shard_plan(spec)[shard]:
-        if t.gtype in (GGMLType.F16, GGMLType.F32):
-            dtype = np.dtype(np.float16 if t.gtype == GGMLType.F16 else np.float32)
-            w.add_tensor_info(t.name, t.np_shape, dtype, t.nbytes)
-        else:
-            w.add_tensor_info(t.name, t.np_shape, np.dtype(np.float32), t.nbytes, t.gtype)
+    for t in _shard_plan(spec)[shard]:  # the type is t.gtype (raw_dtype), f16 and f32 too
+        w.add_tensor_info(t.name, t.np_shape, np.dtype(np.float32), t.nbytes, t.gtype)
     return w
 
 
@@ -325,34 +319,30 @@ def _add_model_metadata(w: gguf.GGUFWriter, spec: ModelSpec) -> None:
         w.add_quantization_version(gguf.GGML_QUANT_VERSION)
 
 
-def _sizes(spec: ModelSpec) -> tuple[int, ...]:
-    try:
-        return _expected_sizes(spec)
-    except OSError as e:
-        raise ModelError(
-            f"cannot work out the size of model {file_name(spec)}: {e}; "
-            "set TMPDIR to a writable directory"
-        ) from e
-
-
 @functools.lru_cache(maxsize=16)
 def _expected_sizes(spec: ModelSpec) -> tuple[int, ...]:
     """The exact size of each file of *spec*: its header, padded, and its tensors, each
     padded."""
     sizes = []
-    with tempfile.TemporaryDirectory(prefix="moeperf-header-") as d:
-        for i, tensors in enumerate(_shard_plan(spec)):
-            probe = Path(d) / f"header-{i}.gguf"
-            writer = _header_writer(spec, i)
-            try:
-                writer.write_header_to_file(probe)
-                writer.write_kv_data_to_file()
-                writer.write_ti_data_to_file()
-                writer.flush()
-            finally:
-                writer.close()
-            header = probe.stat().st_size
-            sizes.append(_padded(header) + sum(_padded(t.nbytes) for t in tensors))
+    try:
+        with tempfile.TemporaryDirectory(prefix="moeperf-header-") as d:
+            for i, tensors in enumerate(_shard_plan(spec)):
+                probe = Path(d) / f"header-{i}.gguf"
+                writer = _header_writer(spec, i)
+                try:
+                    writer.write_header_to_file(probe)
+                    writer.write_kv_data_to_file()
+                    writer.write_ti_data_to_file()
+                    writer.flush()
+                finally:
+                    writer.close()
+                header = probe.stat().st_size
+                sizes.append(_padded(header) + sum(_padded(t.nbytes) for t in tensors))
+    except OSError as e:
+        raise ModelError(
+            f"cannot work out the size of model {file_name(spec)}: {e}; "
+            "set TMPDIR to a writable directory"
+        ) from e
     return tuple(sizes)
 
 
@@ -440,42 +430,33 @@ def _check_file(path: Path, spec: ModelSpec, shard: int, expected: int) -> str |
 def _leading_keys(head: bytes, max_keys: int = 8) -> dict[str, str | int | float]:
     """The string and scalar metadata at the start of a GGUF header, up to the first array."""
     pos = 4 + 4  # magic, version
-    if len(head) < pos + 16:
-        raise _ShortHeader
-    _n_tensors, n_kv = struct.unpack_from("<QQ", head, pos)
-    pos += 16
+
+    def take(n: int) -> int:
+        """Where the next *n* bytes start; :class:`_ShortHeader` when *head* ends first."""
+        nonlocal pos
+        if len(head) < pos + n:
+            raise _ShortHeader
+        pos += n
+        return pos - n
 
     def read_str() -> str:
-        nonlocal pos
-        if len(head) < pos + 8:
-            raise _ShortHeader
-        (n,) = struct.unpack_from("<Q", head, pos)
+        (n,) = struct.unpack_from("<Q", head, take(8))
         if n > 4096:
             raise ValueError("implausible string length")
-        if len(head) < pos + 8 + n:
-            raise _ShortHeader
-        raw = head[pos + 8 : pos + 8 + n]
-        pos += 8 + n
-        return raw.decode("utf-8", errors="replace")
+        start = take(n)
+        return head[start : start + n].decode("utf-8", errors="replace")
 
+    _n_tensors, n_kv = struct.unpack_from("<QQ", head, take(16))
     out: dict[str, str | int | float] = {}
-    try:
+    with contextlib.suppress(ValueError):
         for _ in range(min(n_kv, max_keys)):
             key = read_str()
-            if len(head) < pos + 4:
-                raise _ShortHeader
-            (vtype,) = struct.unpack_from("<I", head, pos)
-            pos += 4
+            (vtype,) = struct.unpack_from("<I", head, take(4))
             if vtype == gguf.GGUFValueType.STRING:
                 out[key] = read_str()
             elif vtype in _SCALARS:
                 fmt = _SCALARS[vtype]
-                if len(head) < pos + struct.calcsize(fmt):
-                    raise _ShortHeader
-                (out[key],) = struct.unpack_from(fmt, head, pos)
-                pos += struct.calcsize(fmt)
+                (out[key],) = struct.unpack_from(fmt, head, take(struct.calcsize(fmt)))
             else:
                 break
-    except ValueError:
-        pass
     return out

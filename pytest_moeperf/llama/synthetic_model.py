@@ -71,15 +71,9 @@ blocks."""
 STRING_FIELDS: tuple[str, ...] = ("quant",)
 """The spec fields that hold text; every other field is an integer."""
 
-_GGML_TYPE: dict[str, GGMLType] = {
-    "f16": GGMLType.F16,
-    "q8_0": GGMLType.Q8_0,
-    "q4_0": GGMLType.Q4_0,
-}
+_GGML_TYPE: dict[str, GGMLType] = {q: GGMLType[q.upper()] for q in QUANT_TYPES}
 _FILE_TYPE: dict[str, gguf.LlamaFileType] = {
-    "f16": gguf.LlamaFileType.MOSTLY_F16,
-    "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
-    "q4_0": gguf.LlamaFileType.MOSTLY_Q4_0,
+    q: gguf.LlamaFileType[f"MOSTLY_{q.upper()}"] for q in QUANT_TYPES
 }
 _LATER_FIELD_DEFAULTS: dict[str, int | str] = {"quant": "f16", "split": 1}
 """Fields added after files were first cached: at these values they stay out of the digest and
@@ -169,14 +163,10 @@ def _check_spec(spec: ModelSpec) -> None:
         )
     if spec.seed >= 2**64:
         raise ModelError(f"model spec seed={spec.seed} is too large: use a value < 2**64")
-    if spec.n_layer > MAX_LAYERS:
-        raise ModelError(
-            f"model spec n_layer={spec.n_layer} exceeds llama.cpp's limit: use <= {MAX_LAYERS}"
-        )
-    if spec.n_expert > MAX_EXPERTS:
-        raise ModelError(
-            f"model spec n_expert={spec.n_expert} exceeds llama.cpp's limit: use <= {MAX_EXPERTS}"
-        )
+    for name, limit in (("n_layer", MAX_LAYERS), ("n_expert", MAX_EXPERTS)):
+        value = getattr(spec, name)
+        if value > limit:
+            raise ModelError(f"model spec {name}={value} exceeds llama.cpp's limit: use <= {limit}")
     if spec.n_expert_used > spec.n_expert:
         raise ModelError(
             f"model spec n_expert_used={spec.n_expert_used} exceeds n_expert={spec.n_expert}: "
@@ -270,13 +260,12 @@ def model_spec(preset: str = "tiny", **overrides: int | str) -> ModelSpec:
 def summary(spec: ModelSpec) -> str:
     """Size, weight type and file count, e.g. ``3.8 GB q4_0 in 3 files``."""
     n = spec.estimated_bytes()
-    size = (
-        f"{n / 1e9:.1f} GB"
-        if n >= 1e9
-        else f"{n / 1e6:.0f} MB"
-        if n >= 1e7
-        else (f"{n / 1e6:.1f} MB")
-    )
+    if n >= 1e9:
+        size = f"{n / 1e9:.1f} GB"
+    elif n >= 1e7:
+        size = f"{n / 1e6:.0f} MB"
+    else:
+        size = f"{n / 1e6:.1f} MB"
     files = f" in {spec.split} files" if spec.split > 1 else ""
     return f"{size} {spec.quant}{files}"
 
@@ -402,10 +391,6 @@ def _tensor_chunks(spec: ModelSpec, t: _Tensor) -> Iterator[np.ndarray]:
         a = rng.standard_normal((min(step, rows - start), ne0), dtype=np.float32)
         a *= scale
         yield a
-
-
-# ----------------------------------------------------------------------------------------------
-# cheap header reading
 
 
 def _padded(n: int) -> int:

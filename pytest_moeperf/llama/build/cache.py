@@ -255,12 +255,10 @@ def build_llama(
 
 def _keep_log(job: BuildJob, failed_log: Path) -> bool:
     """Keep a failed build's log beside the cache entries; whether there was one."""
-    try:
+    with contextlib.suppress(OSError):
         if job.log.is_file() and job.log.stat().st_size > 0:
             shutil.copyfile(job.log, failed_log)
             return True
-    except OSError:
-        pass
     return False
 
 

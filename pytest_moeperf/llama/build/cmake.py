@@ -13,9 +13,8 @@ from ...errors import BuildError
 from .job import BuildJob, Progress
 from .runner import (
     _c_locale_env,
-    _disk_full,
+    _raise_if_disk_full,
     _run_logged,
-    _says_disk_full,
     _StepFailed,
     _zero_ccache,
 )
@@ -65,16 +64,12 @@ def configure(job: BuildJob, tree: Path, build_dir: Path) -> None:
         cmd.append(f"-DCMAKE_MAKE_PROGRAM={tc.make_program}")
     cmd += [*BASE_CMAKE_ARGS, f"-DLLAMA_BUILD_NUMBER={job.number}"]
     if job.ccache is not None:
-        cmd += [
-            f"-DCMAKE_C_COMPILER_LAUNCHER={job.ccache}",
-            f"-DCMAKE_CXX_COMPILER_LAUNCHER={job.ccache}",
-        ]
+        cmd += [f"-DCMAKE_{lang}_COMPILER_LAUNCHER={job.ccache}" for lang in ("C", "CXX")]
     cmd += job.cmake_args
     try:
         _run_logged(cmd, job, env=_c_locale_env(job))
     except _StepFailed as e:
-        if _says_disk_full(e.tail):
-            raise _disk_full(job) from None
+        _raise_if_disk_full(job, e)
         raise BuildError(
             f"cmake could not configure llama.cpp b{job.number} (exit {e.rc}): "
             f"{_cmake_error(e.tail)}; check the cmake arguments {list(job.cmake_args)}"
@@ -88,9 +83,8 @@ _MAKE_STATUS = re.compile(r"^\[\s*(\d+)%\]")
 class _PercentReporter:
     """Turns ``[N/M]`` (Ninja) or ``[ NN%]`` (Make) lines into a progress line at each 5 %."""
 
-    def __init__(self, progress: Progress, step: int = 5) -> None:
+    def __init__(self, progress: Progress) -> None:
         self.progress = progress
-        self.step = step
         self.last = -1
 
     def __call__(self, line: str) -> None:
@@ -107,7 +101,7 @@ class _PercentReporter:
             if not m:
                 return
             pct = int(m.group(1))
-        bucket = pct // self.step
+        bucket = pct // 5
         if bucket > self.last:
             self.last = bucket
             self.progress(f"compiling: {pct}%{detail}")
@@ -120,21 +114,12 @@ def compile_targets(job: BuildJob, build_dir: Path) -> None:
     via = f" through ccache ({job.ccache})" if job.ccache is not None else ""
     job.progress(f"compiling {' and '.join(TARGETS)} with {job.jobs} jobs{via}")
     _zero_ccache(job)
-    cmd = [
-        str(tc.cmake),
-        "--build",
-        str(build_dir),
-        "--config",
-        "Release",
-        "--target",
-        *TARGETS,
-        f"-j{job.jobs}",
-    ]
+    cmd = [str(tc.cmake), "--build", str(build_dir), "--config", "Release"]
+    cmd += ["--target", *TARGETS, f"-j{job.jobs}"]
     try:
         _run_logged(cmd, job, on_line=_PercentReporter(job.progress), env=_c_locale_env(job))
     except _StepFailed as e:
-        if _says_disk_full(e.tail):
-            raise _disk_full(job) from None
+        _raise_if_disk_full(job, e)
         raise BuildError(
             f"compiling llama.cpp b{job.number} failed ({tc.generator} exit {e.rc}); "
             "its output follows:\n" + "\n".join(_compile_errors(e.tail))

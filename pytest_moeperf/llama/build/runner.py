@@ -40,9 +40,9 @@ def _run_logged(
     *,
     on_line: Callable[[str], None] | None = None,
     env: Mapping[str, str] | None = None,
-) -> list[str]:
-    """Run *cmd*, appending its output to the job's log; return the output's tail, raise
-    :class:`_StepFailed` on a non-zero exit."""
+) -> None:
+    """Run *cmd*, appending its output to the job's log; raise :class:`_StepFailed` with the
+    output's tail on a non-zero exit."""
     tail: collections.deque[str] = collections.deque(maxlen=_TAIL_LINES)
     with job.log.open("a", encoding="utf-8", errors="replace") as log:
         log.write(f"$ {shlex.join(str(c) for c in cmd)}\n")
@@ -76,30 +76,24 @@ def _run_logged(
         log.write(f"# exit {rc}\n")
     if rc != 0:
         raise _StepFailed(rc, list(tail))
-    return list(tail)
 
 
-def _c_locale_env(job: BuildJob | None = None) -> dict[str, str]:
-    env = dict(os.environ)
-    env["LC_ALL"] = "C"
-    env.pop("MAKEFLAGS", None)
-    if job is not None and job.ccache is not None and job.ccache_dir is not None:
-        env.update(_ccache_env(job))
-    return env
+def _c_locale_env(job: BuildJob) -> dict[str, str]:
+    """The environment of a step: C locale, no ``MAKEFLAGS``, and ccache's settings.
 
-
-def _ccache_env(job: BuildJob) -> dict[str, str]:
-    """Every build of a cache root shares one ccache directory. Each build compiles in a work
+    Every build of a cache root shares one ccache directory. Each build compiles in a work
     directory of its own (``builds/.work-KEY-PID``): with the builds directory as the base
     directory, ccache rewrites the paths below it to relative ones, so neighbouring builds,
     whose sources mostly agree, hit each other's objects."""
-    assert job.ccache_dir is not None
-    return {
-        "CCACHE_DIR": str(job.ccache_dir),
-        "CCACHE_BASEDIR": str(job.work.parent),
-        "CCACHE_NOHASHDIR": "true",
-        "CCACHE_MAXSIZE": "5G",
-    }
+    env = dict(os.environ)
+    env["LC_ALL"] = "C"
+    env.pop("MAKEFLAGS", None)
+    if job.ccache is not None and job.ccache_dir is not None:
+        env["CCACHE_DIR"] = str(job.ccache_dir)
+        env["CCACHE_BASEDIR"] = str(job.work.parent)
+        env["CCACHE_NOHASHDIR"] = "true"
+        env["CCACHE_MAXSIZE"] = "5G"
+    return env
 
 
 def ccache_stats(job: BuildJob) -> dict[str, int]:
@@ -161,5 +155,7 @@ def _disk_full(job: BuildJob) -> BuildError:
     )
 
 
-def _says_disk_full(lines: Sequence[str]) -> bool:
-    return any("No space left on device" in line or "ENOSPC" in line for line in lines)
+def _raise_if_disk_full(job: BuildJob, failed: _StepFailed) -> None:
+    """Raise :func:`_disk_full`'s error when a failed step's output says the disk is full."""
+    if any("No space left on device" in line or "ENOSPC" in line for line in failed.tail):
+        raise _disk_full(job) from None

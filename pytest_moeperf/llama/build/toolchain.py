@@ -83,17 +83,13 @@ def find_compiler(cmake_args: Sequence[str] = ()) -> Path:
     )
 
 
-_compiler_ids: dict[str, str] = {}
-
-
+@functools.cache
 def compiler_identity(cxx: Path) -> str:
-    """First line of ``<cxx> --version`` (e.g. ``c++ (Debian 12.2.0-14) 12.2.0``)."""
-    key = str(cxx)
-    if key in _compiler_ids:
-        return _compiler_ids[key]
+    """First line of ``<cxx> --version`` (e.g. ``c++ (Debian 12.2.0-14) 12.2.0``), asked once
+    per process."""
     try:
         proc = subprocess.run(
-            [key, "--version"],
+            [str(cxx), "--version"],
             stdin=subprocess.DEVNULL,
             capture_output=True,
             timeout=_RUN_TIMEOUT_S,
@@ -106,8 +102,7 @@ def compiler_identity(cxx: Path) -> str:
         raise BuildError(
             f"C++ compiler {cxx} --version failed (exit {proc.returncode}): install g++ or set CXX"
         )
-    _compiler_ids[key] = lines[0].strip()
-    return _compiler_ids[key]
+    return lines[0].strip()
 
 
 def find_nvcc() -> Path | None:

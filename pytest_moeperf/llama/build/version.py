@@ -13,7 +13,7 @@ import re
 import subprocess
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar
 
@@ -54,14 +54,9 @@ _BUILT_WITH = re.compile(
 def parse_version(text: str) -> BuildVersion | None:
     """Parse the output of ``llama-server --version`` (stdout and stderr together); ``None``
     when it holds no ``version:`` line."""
-    m = _VERSION_NEW.search(text)
-    release = ""
-    if m:
-        release = m.group("release")
-    else:
-        m = _VERSION_OLD.search(text)
-        if not m:
-            return None
+    m = _VERSION_NEW.search(text) or _VERSION_OLD.search(text)
+    if not m:
+        return None
     number = int(m.group("number"))
     built = _BUILT_WITH.search(text)
     return BuildVersion(
@@ -69,7 +64,7 @@ def parse_version(text: str) -> BuildVersion | None:
         commit=m.group("commit"),
         compiler=built.group("compiler").strip() if built else "",
         raw=text,
-        release=release,
+        release=m.groupdict().get("release", ""),
         target=(built.group("target") or "") if built else "",
     )
 
@@ -264,7 +259,5 @@ def binary_build(path: str | Path) -> Build:
         )
     bench = p.parent / "llama-bench"
     build = Build(server=p, bench=bench if bench.is_file() and os.access(bench, os.X_OK) else None)
-    version = build.version()  # raises when it is not a llama-server
-    if version.number is None:
-        return build
-    return Build(server=build.server, bench=build.bench, number=version.number)
+    number = build.version().number  # raises when it is not a llama-server
+    return build if number is None else replace(build, number=number)

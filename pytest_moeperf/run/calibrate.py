@@ -13,7 +13,7 @@ import datetime as dt
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from ..defaults import BUDGET, FIRST_LOOK, MARGIN, MAX_ROUNDS
+from ..defaults import BUDGET, MARGIN
 from ..measure.workload import Workload
 from ..verdicts.calibration import NoiseFigure, noise_figure
 from ..verdicts.gate import GateResult, GateRow
@@ -82,8 +82,6 @@ def run_calibration(
             build,
             configurations=configurations,
             workloads=workloads,
-            first_look=FIRST_LOOK,
-            max_rounds=MAX_ROUNDS,
             budget=seconds,
             margin=margin,
             check_output=False,  # the same binary: its output is its own

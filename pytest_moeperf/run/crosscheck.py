@@ -61,11 +61,9 @@ def cross_check(session: PerfSession) -> None:
         return
     servers = session.servers.servers
     groups: dict[ServerKey, list[Measurement]] = {}
-    for (profile, config, label, _w), m in session.measurements.items():
-        if m.workload.is_traffic:  # llama-bench has no traffic
-            continue
-        if m.samples and (profile, config, label) in servers:
-            groups.setdefault((profile, config, label), []).append(m)
+    for measured, m in session.measurements.items():
+        if m.samples and measured[:3] in servers and not m.workload.is_traffic:  # bench has none
+            groups.setdefault(measured[:3], []).append(m)
     for key, ms in groups.items():
         rec = servers[key]
         reps = max(len(m.samples) for m in ms)
@@ -95,14 +93,6 @@ def bench_rows(session: PerfSession) -> tuple[list[str], list[list[str]]]:
     for key, b in session.bench.items():
         server = session.measurements[key].summary.median
         bench = statistics.median(b.values)
-        rows.append(
-            [
-                key[1],
-                key[3],
-                f"{server:.1f}",
-                f"{bench:.1f}",
-                f"{100 * (server / bench - 1):+.1f}",
-                key[2],
-            ]
-        )
+        gap = f"{100 * (server / bench - 1):+.1f}"
+        rows.append([key[1], key[3], f"{server:.1f}", f"{bench:.1f}", gap, key[2]])
     return BENCH_HEADERS, rows

@@ -69,11 +69,9 @@ class LivePairing(Feed):
             raise MoeperfError(f"{label}: both sides are the same measurement; name two")
         self.start = (len(self._got[0].samples), len(self._got[1].samples))
         """Each side's first sample of this verdict's rounds (the earlier ones not paired)."""
-        self._keys = [
-            (profile.name, s.configuration.name, m.build)
-            for s, m in zip(self._sides, self._got, strict=True)
-        ]
-        builds = [(s.configuration, m.build) for s, m in zip(self._sides, self._got, strict=True)]
+        taken = list(zip(self._sides, self._got, strict=True))
+        self._keys = [(profile.name, s.configuration.name, m.build) for s, m in taken]
+        builds = [(s.configuration, m.build) for s, m in taken]
         # one server always fits beside itself
         self.restarts = self._keys[0] != self._keys[1] and not source.stage.launcher.fit_together(
             profile, builds
@@ -81,7 +79,6 @@ class LivePairing(Feed):
         self.block = 0 if self.restarts else (block if block is not None else self._auto_block())
         """Rounds a process pair serves before both are restarted (0: never)."""
         self.blocks: list[int] = []
-        """The process block of each round taken."""
         self.method = RESTART_METHOD if self.restarts else PAIRED_METHOD
         if self.block:
             self.method = f"{PAIRED_METHOD} in process blocks of {self.block}"

@@ -137,11 +137,8 @@ class BuildUnderTest:
 
     @property
     def name(self) -> str:
-        base = (
-            f"b{self.target}"
-            if isinstance(self.target, int)
-            else os.path.basename(str(self.target))
-        )
+        target = self.target
+        base = f"b{target}" if isinstance(target, int) else os.path.basename(target)
         return f"{base} (cpus {self.cpus})" if self.cpus else base
 
 
@@ -381,16 +378,12 @@ class _Gating:
             notes.append(got.resolution)
         session.verdicts.append(got.record(f"gate {name}.{w.name}", label))
         change = _paired_change(got, baseline.name) if len(got.rounds[0]) >= 2 else None
-        oldest = (
-            _chained(session, self.profile, got.b, baseline.name, change, margin)
-            if change
-            else None
-        )
-        where = (
-            attribute(got.rounds, bench, margin=margin, plan=self.plan, label=label)
-            if beside
-            else None
-        )
+        oldest = None
+        if change:
+            oldest = _chained(session, self.profile, got.b, baseline.name, change, margin)
+        where = None
+        if beside:
+            where = attribute(got.rounds, bench, margin=margin, plan=self.plan, label=label)
         d = [math.log(y / x) for x, y in zip(*got.rounds, strict=True)]
         p_slower, p_faster = row_p_values(d, got.blocks, got.plan or self.plan, margin)
         return GateRow(
@@ -426,15 +419,12 @@ def _closing_notes(
         f"creep: every link of an accepted chain carries {basis}"
         for basis in sorted({r.oldest.link_basis for r in rows if r.oldest})
     ]
-    calibrated = plan.dependence != DEFAULT_DEPENDENCE
-    notes.append(
-        f"dependence: every row's error carries {plan.dependence.describe()} "
-        + (
-            "(this host's, from moeperf calibrate)"
-            if calibrated
-            else "(the defaults: moeperf calibrate measures this host's)"
-        )
+    whose = (
+        "(this host's, from moeperf calibrate)"
+        if plan.dependence != DEFAULT_DEPENDENCE
+        else "(the defaults: moeperf calibrate measures this host's)"
     )
+    notes.append(f"dependence: every row's error carries {plan.dependence.describe()} {whose}")
     after, _ = stage.host_load(0.5)
     if after > session.options.busy_limit:
         notes.append(f"the host was {100 * after:.0f} % busy with other work right after the gate")

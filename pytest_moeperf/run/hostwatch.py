@@ -26,11 +26,6 @@ class ProbeSettings(Protocol):
     reprobe_seconds: float
 
 
-def _figure(change: str) -> str:
-    """The probe figure a host-change line is about: ``"compute on CPUs 0-1"``."""
-    return change.split(":", 1)[0]
-
-
 class HostWatch:
     """The probes of a run by CPU set (``"0-1"``) and the host changes they show."""
 
@@ -133,8 +128,9 @@ class HostWatch:
             recent = [p for _, p in seen[-2:]]
             for line in probe_moved(first, *recent, tolerance=tolerance):
                 lines.append(line)
-                self._changes.pop(_figure(line), None)  # the latest values last
-                self._changes[_figure(line)] = line
+                figure = line.split(":", 1)[0]  # what the line is about: "compute on CPUs 0-1"
+                self._changes.pop(figure, None)  # the latest values last
+                self._changes[figure] = line
         return lines
 
     @property

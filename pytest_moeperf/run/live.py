@@ -65,10 +65,8 @@ def decode_limit(
     over the generated tokens) and the rate the memory bandwidth allows
     (:func:`decode_bandwidth`); ``None`` for prefill, an unreadable model (*db* ``None``), or a
     server with layers *on_gpus*."""
-    if workload.kind != "tg" or db is None:
-        return None
     chosen = decode_bandwidth(stated_gbs, probe, on_gpus=on_gpus)
-    if chosen is None:
+    if workload.kind != "tg" or db is None or chosen is None:
         return None
     bandwidth, source = chosen
     depth = max(workload.depth, 1) + workload.tokens // 2
@@ -79,10 +77,7 @@ class LiveSource(RunSource):
     """Measurements taken now on this session's servers (its :attr:`stage`)."""
 
     def __init__(
-        self,
-        options: LiveSettings,
-        report: Callable[[str], None],
-        progress: Callable[[str], None],
+        self, options: LiveSettings, report: Callable[[str], None], progress: Callable[[str], None]
     ) -> None:
         super().__init__()
         self.options = options
@@ -117,7 +112,7 @@ class LiveSource(RunSource):
         keys = {m.conditions.probe_cpus for m in measurements if m.conditions.probe_cpus}
         if force and not keys:
             keys = set(self.probes)
-        return self.stage.hostwatch.host_moved(sorted(k for k in keys if k), force=force)
+        return self.stage.hostwatch.host_moved(keys, force=force)
 
     def notice(self, line: str) -> None:
         super().notice(line)

@@ -83,16 +83,12 @@ class LiveStage:
         self.hostwatch = HostWatch(options, report)
         """The host probed before measurements and verdicts, and how it moved."""
         worker = os.environ.get("PYTEST_XDIST_WORKER")  # its own logs: workers start together
-        log_dir = (
-            options.results_dir
-            / "logs"
-            / "-".join([time.strftime("%Y%m%d-%H%M%S"), *([worker] if worker else [])])
-        )
+        logs = time.strftime("%Y%m%d-%H%M%S") + (f"-{worker}" if worker else "")
         self.launcher = Launcher(
             self.pool,
             self.artifacts,
             lambda: self.host,
-            log_dir=log_dir,
+            log_dir=options.results_dir / "logs" / logs,
             startup_timeout=options.startup_timeout,
             report=report,
             hostwatch=self.hostwatch,
@@ -116,17 +112,11 @@ class LiveStage:
         and the model (name, size of all its files, how many, hash of the first one's head)."""
         probes = {k: p.to_dict() for k, p in sorted(self.hostwatch.probes.items())}
         if label is not None or profile.name not in self._fingerprints:
-            fp = dict(self.host)
-            fp["probes"] = probes
-            rec = next(
-                (
-                    r
-                    for k, r in self.pool.servers.items()
-                    if k[0] == profile.name and label in (None, k[2])
-                ),
-                None,
-            )
-            if rec is not None:
+            fp = {**self.host, "probes": probes}
+            servers = self.pool.servers.items()
+            mine = [r for k, r in servers if k[0] == profile.name and label in (None, k[2])]
+            if mine:
+                rec = mine[0]
                 fp["llama_server"] = rec.build.version().raw.strip().splitlines()[0]
                 model = rec.server.model
                 fp["model"] = model.name

@@ -124,12 +124,6 @@ def held(
     return private + sum(shared.values()), vram
 
 
-def session_root() -> int:
-    """The pid that stands for this pytest session in the ledger: an xdist worker's
-    controller, else this process."""
-    return os.getppid() if os.environ.get("PYTEST_XDIST_WORKER") else os.getpid()
-
-
 def _ledger_key(key: ServerKey) -> str:
     return "|".join(key)
 
@@ -206,7 +200,8 @@ class ServerPool:
         not charged to this one's budget; their VRAM counts always (the cards are shared)."""
         if self.capacity.ram_free_now:
             return [e.charge for e in entries]
-        root = session_root()
+        # the pid that stands for this pytest session: an xdist worker's controller, else us
+        root = os.getppid() if os.environ.get("PYTEST_XDIST_WORKER") else os.getpid()
         out = []
         for e in entries:
             ours = e.owner == root or parent(e.owner) == root
@@ -240,9 +235,7 @@ class ServerPool:
         return None
 
     def fits(
-        self,
-        needs: Iterable[tuple[Footprint, frozenset[int]]],
-        others: Sequence[Charge] = (),
+        self, needs: Iterable[tuple[Footprint, frozenset[int]]], others: Sequence[Charge] = ()
     ) -> bool:
         """Whether servers of these footprints fit the capacity together (beside the other
         processes' *others*)."""

@@ -124,10 +124,7 @@ PROFILE_KEYS: tuple[Key, ...] = (
         "`cpus`, `numa_nodes` (a count), `gpus` (names); `moeperf init` writes them. On a "
         "host with every fact given, what cannot run is an error naming the key, not a skip",
     ),
-    Key(
-        ("required",),
-        "`true`: what cannot run is an error on every host (default `false`)",
-    ),
+    Key(("required",), "`true`: what cannot run is an error on every host (default `false`)"),
 )
 """The keys of ``[profiles.NAME]``, and (``configuration``) of its configurations."""
 

@@ -412,10 +412,8 @@ def traffic_of(profile: Profile, configuration: Configuration, rootdir: Path) ->
     where = f"{configuration.where}, traffic"
     try:
         if isinstance(mix, str):
-            loaded = Mix.load(profile.path(mix, rootdir))
-        else:
-            loaded = Mix.from_items(mix, where)
-        return _make_traffic(table, loaded)
+            return _make_traffic(table, Mix.load(profile.path(mix, rootdir)))
+        return _make_traffic(table, Mix.from_items(mix, where))
     except HostLacks:
         raise
     except ConfigError as exc:
@@ -530,14 +528,19 @@ def _profile(name: str, table: Any, source: str, base_dir: Path | None) -> Profi
             f"{where}: process_block must be >= 0 (paired rounds per pair of server processes; "
             "0: never restart)"
         )
-    base_flags = _str_list(where, "flags", table.get("flags", []))
-    base_pin = _pinning(where, table, Pinning())
-    base_env = _env(where, table.get("env"))
-    gpus = _opt(where, "requires_gpus", table.get("requires_gpus", 0), int)
-    declared_gpus = _gpu_ids(where, table.get("gpus"))
-    ram_gib = _gib(where, "ram_gib", table.get("ram_gib"))
-    vram_gib = _gib(where, "vram_gib", table.get("vram_gib"))
-    base_traffic = _traffic_table(where, table.get("traffic"), {})
+    base = Configuration(  # the profile's own settings, which its configurations extend
+        name="",
+        profile=name,
+        flags=_str_list(where, "flags", table.get("flags", [])),
+        pinning=_pinning(where, table, Pinning()),
+        env=_env(where, table.get("env")),
+        requires_gpus=_opt(where, "requires_gpus", table.get("requires_gpus", 0), int),
+        gpus=_gpu_ids(where, table.get("gpus")),
+        ram_gib=_gib(where, "ram_gib", table.get("ram_gib")),
+        vram_gib=_gib(where, "vram_gib", table.get("vram_gib")),
+        traffic=_traffic_table(where, table.get("traffic"), {}),
+        where=where,
+    )
     cuda = table.get("cuda", False)
     if not isinstance(cuda, bool):
         raise ConfigError(f"{where}: cuda must be true or false, got {cuda!r}")
@@ -551,19 +554,6 @@ def _profile(name: str, table: Any, source: str, base_dir: Path | None) -> Profi
     configs_table = table.get("configurations") or {}
     if not isinstance(configs_table, dict) or not configs_table:
         raise ConfigError(f"{where}: needs at least one [configurations.NAME] table")
-    base = Configuration(
-        name="",
-        profile=name,
-        flags=base_flags,
-        pinning=base_pin,
-        env=base_env,
-        requires_gpus=gpus,
-        gpus=declared_gpus,
-        ram_gib=ram_gib,
-        vram_gib=vram_gib,
-        traffic=base_traffic,
-        where=where,
-    )
     configs = {
         cname: _configuration(cname, ctable, base) for cname, ctable in configs_table.items()
     }
@@ -575,9 +565,9 @@ def _profile(name: str, table: Any, source: str, base_dir: Path | None) -> Profi
         cmake_args=_str_list(where, "cmake_args", table.get("cmake_args", [])),
         model=model,
         model_overrides=overrides,
-        flags=base_flags,
-        pinning=base_pin,
-        env=base_env,
+        flags=base.flags,
+        pinning=base.pinning,
+        env=base.env,
         baseline=_opt(where, "baseline", table.get("baseline"), str),
         reference=_opt(where, "reference", table.get("reference"), str),
         reference_label=_opt(where, "reference_label", table.get("reference_label"), str),
@@ -590,7 +580,7 @@ def _profile(name: str, table: Any, source: str, base_dir: Path | None) -> Profi
         cuda=cuda,
         configurations=configs,
         description=_opt(where, "description", table.get("description"), str) or "",
-        requires_gpus=gpus,
+        requires_gpus=base.requires_gpus,
         base_dir=base_dir,
         builds=builds_table,
         host=_host_table(where, table.get("host")),

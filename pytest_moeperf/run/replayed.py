@@ -14,7 +14,6 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..errors import ResultsError
-from ..host.probe import Probe
 from ..measure.dependence import Dependence
 from ..measure.measurement import Measurement
 from ..measure.workload import Workload
@@ -83,10 +82,6 @@ class ReplaySource(RunSource):
 
     def fingerprint(self, profile: Profile, label: str | None = None) -> dict[str, Any]:
         return dict(self.replay.fingerprint)
-
-    @property
-    def probes(self) -> dict[str, Probe]:
-        return {}
 
     @property
     def host_changes(self) -> list[str]:

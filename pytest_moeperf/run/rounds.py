@@ -60,25 +60,15 @@ class Decided:
     """What the verdict said it could resolve before it measured (a calibrated host; empty
     otherwise)."""
 
-    @property
-    def first(self) -> tuple[int, ...]:
-        """Index of each side's first sample in this verdict's rounds."""
-        return tuple(s.first for s in self.sides)
-
-    @property
-    def pair(self) -> tuple[SideRounds, SideRounds] | None:
-        """Where the two sides' rounds lie (``None``: judged unpaired, on stored figures)."""
-        if len(self.sides) != 2:
-            return None
-        return (self.sides[0], self.sides[1])
-
     def record(self, test: str, asked: str) -> VerdictRecord:
         """The verdict as the run record keeps it, with all a replay needs to judge its
         rounds again: where they lie, the looks, the coin, the process blocks."""
+        # where the two sides' rounds lie (None: judged unpaired, on stored figures)
+        pair = (self.sides[0], self.sides[1]) if len(self.sides) == 2 else None
         return VerdictRecord(
             test,
             self.verdict,
-            self.pair,
+            pair,
             asked,
             self.moved,
             self.plan.to_dict() if self.plan else None,
@@ -256,7 +246,8 @@ def decide_pair(
     within *budget* seconds; sides that cannot be paired (stored figures) judged once. The
     verdict is undecided when the host was busier than *busy_limit* or (with *host_decides*)
     changed under the rounds."""
-    feed = source.pair(profile, a, b, label=label, relation=_relation(rule))
+    relation = {"change": "~", "dead_end": "<", "claim": rule.relation}[rule.kind]  # as shown
+    feed = source.pair(profile, a, b, label=label, relation=relation)
     began = time.monotonic()
     said = ""
     if feed.unpaired is not None:
@@ -340,8 +331,3 @@ def decide_baseline(
     (m,) = feed.measurements()
     reason, _moved = _overrides(source, feed, [m], busy_limit, True)
     return Checked(overridden(check, reason), m)
-
-
-def _relation(rule: Rule) -> str:
-    """The relation a verdict of *rule* is shown with (``~``, ``<``, ``>=``, ``<=``)."""
-    return {"change": "~", "dead_end": "<", "claim": rule.relation}[rule.kind]

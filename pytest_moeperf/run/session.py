@@ -274,13 +274,8 @@ class PerfSession:
         if self._history is None:
             self._history, _ = read_history(self.options.results_dir)
         bf = self.baselines(profile)
-        stored = [
-            e.value
-            for e in (
-                accepted_history(bf, host.id, entry.configuration, entry.workload) if bf else []
-            )
-            if e.build == entry.build and e.samples
-        ]
+        accepted = accepted_history(bf, host.id, entry.configuration, entry.workload) if bf else []
+        stored = [e.value for e in accepted if e.build == entry.build and e.samples]
         medians = session_medians(
             self._history,
             host,

@@ -127,9 +127,7 @@ class StoredFeed(Feed):
         self.method = method
 
     def take(self, index: int) -> tuple[float, ...] | None:
-        if index >= self.ready:
-            return None
-        return tuple(v[index] for v in self._values)
+        return tuple(v[index] for v in self._values) if index < self.ready else None
 
     def more(self, index: int) -> bool:
         return index < self.ready

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import fs
-from ..defaults import FAMILY_ALPHA, FIRST_LOOK, MAX_ROUNDS
+from ..defaults import FAMILY_ALPHA
 from ..errors import ConfigError, MoeperfError, ServerError, Unavailable
 from ..fs import write_output
 from ..llama.flags import without_flags
@@ -93,19 +93,17 @@ class Knob:
 
     def apply(self, configuration: Configuration, value: str) -> Configuration:
         """*configuration* with this knob at *value* (a flag after its own: the last counts)."""
+        numa = configuration.pinning.numa
         if self.name.startswith("env:"):
             return replace(configuration, env={**configuration.env, self.name[4:]: value})
         if self.name == "numa_node":
-            pin = configuration.pinning
-            return replace(configuration, pinning=Pinning(None, int(value), pin.numa))
+            return replace(configuration, pinning=Pinning(None, int(value), numa))
         if self.name == "cpus":
-            return replace(configuration, pinning=Pinning(value, None, configuration.pinning.numa))
+            return replace(configuration, pinning=Pinning(value, None, numa))
         mine = (self.name,)
-        flags = tuple(
-            without_flags(configuration.flags, mine, ())
-            if self.valued
-            else without_flags(configuration.flags, (), mine)
-        )
+        valued, bare = (mine, ()) if self.valued else ((), mine)
+        # as spelled, like current(): a -t knob leaves a --threads alone
+        flags = tuple(without_flags(configuration.flags, valued, bare, exact=True))
         if value == PRESENT:
             flags += (self.name,)
         elif value != ABSENT:
@@ -145,7 +143,7 @@ class Candidate:
 
     @property
     def name(self) -> str:
-        return "-".join(_label(k, v) for k, v in self.settings) or "base"
+        return "-".join(Knob(k, (v,)).label(v) for k, v in self.settings) or "base"
 
     def describe(self) -> tuple[str, ...]:
         """What it sets on the base: ``-t 4``, ``--no-op-offload``, ``no -fa``, ``A=1``,
@@ -164,19 +162,10 @@ class Candidate:
         return replace(cfg, name=self.name, description=f"{base.name} tuned: {self.name}")
 
 
-def _same(race: Race, knob: Knob, value: str, leader: Candidate) -> bool:
-    """Whether *knob* at *value* is what *leader* runs already."""
-    return knob.current(leader.configuration(race.base, race.knobs)) == value
-
-
 def _setting(knob: str, value: str) -> str:
     if knob.startswith("env:") or not knob.startswith("-"):
         return f"{knob.removeprefix('env:')}={value}"
     return knob if value == PRESENT else f"no {knob}" if value == ABSENT else f"{knob} {value}"
-
-
-def _label(knob: str, value: str) -> str:
-    return Knob(knob, (value,)).label(value)
 
 
 def duels_of(knobs: Sequence[Knob]) -> int:
@@ -237,14 +226,6 @@ class Race:
     seen: dict[str, Candidate] = field(default_factory=dict)
     """Every candidate the race named, by name."""
 
-    def plan(self) -> Plan:
-        return Plan(
-            first_look=FIRST_LOOK,
-            max_rounds=MAX_ROUNDS,
-            alpha=FAMILY_ALPHA / duels_of(self.knobs),
-            dependence=self.session.dependence(self.profile),
-        )
-
     def duel(self, leader: Candidate, challenger: Candidate, *, confirm: bool = False) -> Duel:
         """*challenger* against *leader* in paired rounds (from the state file when measured
         before; the confirmation is always a duel of its own); :class:`Unavailable` or
@@ -275,7 +256,10 @@ class Race:
                 Side(cfg_a, w),
                 Side(cfg_b, w),
                 label=label,
-                plan=self.plan(),
+                plan=Plan(  # the default first look and round cap
+                    alpha=FAMILY_ALPHA / duels_of(self.knobs),
+                    dependence=self.session.dependence(self.profile),
+                ),
                 budget=self.budget,
                 busy_limit=self.session.options.busy_limit,
                 on_look=lambda v, spent: self.say(
@@ -307,7 +291,8 @@ def run_race(race: Race) -> RaceResult:
     for knob in race.knobs:
         for value in knob.values:
             challenger = leader.setting(knob, value)
-            if challenger.name in result.flags or _same(race, knob, value, leader):
+            current = knob.current(leader.configuration(race.base, race.knobs))
+            if challenger.name in result.flags or current == value:
                 continue  # raced already, or the leader's own setting (-t 2 on -t 2)
             result.flags[challenger.name] = challenger.describe()
             race.seen[challenger.name] = challenger

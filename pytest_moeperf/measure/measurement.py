@@ -47,12 +47,7 @@ class Sample:
         tokens, ms = d.get("tokens"), d.get("ms")
         if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
             raise ValueError(f"sample tokens {tokens!r} must be a whole number >= 1")
-        if (
-            isinstance(ms, bool)
-            or not isinstance(ms, int | float)
-            or not math.isfinite(ms)
-            or ms <= 0
-        ):
+        if isinstance(ms, bool) or not isinstance(ms, int | float) or not 0 < ms < math.inf:
             raise ValueError(f"sample ms {ms!r} must be a positive finite number")
         return cls(tokens=tokens, ms=float(ms))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import random
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -180,16 +180,14 @@ class Meter:
     def _streamed(self, body: dict[str, Any], attempts: int = 3) -> dict[str, Any]:
         """The last event that carries ``timings``; a stream cut short (the connection closed
         early, no final event) is asked again, up to *attempts* times."""
-        for attempt in range(1, attempts + 1):
+        for _ in range(attempts):
             try:
                 return self._stream_once(body)
             except (httpx.RemoteProtocolError, _CutShort) as exc:
-                if attempt == attempts:
-                    raise MeasurementError(
-                        f"{self.url}/completion: the event stream was cut short {attempts} "
-                        f"times ({exc})"
-                    ) from None
-        raise AssertionError("unreachable")
+                cut = exc
+        raise MeasurementError(
+            f"{self.url}/completion: the event stream was cut short {attempts} times ({cut})"
+        ) from None
 
     def _stream_once(self, body: dict[str, Any]) -> dict[str, Any]:
         last: dict[str, Any] = {}
@@ -227,9 +225,7 @@ class Meter:
         build: str,
         repetitions: int = 3,
         warmup: bool = True,
-        seed: int = 0,
         first: int = 0,
-        on_sample: Callable[[int, Sample], None] | None = None,
         deadline: float | None = None,
         requests_per_sample: int = 1,
     ) -> Measurement:
@@ -239,7 +235,7 @@ class Meter:
         if requests_per_sample < 1:
             raise ValueError(f"requests_per_sample {requests_per_sample!r} must be >= 1")
         if warmup:
-            self.run_once(workload, seed=10_000 + seed)
+            self.run_once(workload, seed=10_000)
         samples = []
         for i in range(first, first + repetitions):
             if deadline is not None and time.monotonic() > deadline:
@@ -248,13 +244,10 @@ class Meter:
                     f"{i - first} of {repetitions} repetitions (configuration timeout)"
                 )
             parts = [
-                self.run_once(workload, seed=seed * 1000 + (i + 1) * requests_per_sample + j)
+                self.run_once(workload, seed=(i + 1) * requests_per_sample + j)
                 for j in range(requests_per_sample)
             ]
-            s = Sample(sum(p.tokens for p in parts), sum(p.ms for p in parts))
-            samples.append(s)
-            if on_sample:
-                on_sample(i, s)
+            samples.append(Sample(sum(p.tokens for p in parts), sum(p.ms for p in parts)))
         return Measurement(
             configuration=configuration, build=build, workload=workload, samples=tuple(samples)
         )

@@ -48,10 +48,9 @@ class OutputCheck:
 
     def describe(self, baseline: str = "baseline", candidate: str = "candidate") -> str:
         n = len(self.baseline)
-        if self.same:
-            return f"{self.configuration}: the same {n} greedy tokens on {baseline} and {candidate}"
         i = self.first_difference
-        assert i is not None
+        if i is None:
+            return f"{self.configuration}: the same {n} greedy tokens on {baseline} and {candidate}"
 
         def at(tokens: tuple[int, ...]) -> str:
             return str(tokens[i]) if i < len(tokens) else "(ended)"

@@ -111,10 +111,6 @@ class RequestRecord:
     predicted_ms: float = 0.0
     error: str | None = None
 
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
     def to_dict(self) -> dict[str, Any]:
         return {
             "i": self.index,
@@ -156,7 +152,7 @@ class Pass:
 
     @property
     def answered(self) -> list[RequestRecord]:
-        return [r for r in self.records if r.ok]
+        return [r for r in self.records if r.error is None]
 
     @property
     def errors(self) -> int:
@@ -369,12 +365,6 @@ class Poller:
             return f"{type(exc).__name__}: {exc}"
         return r if r.status_code == 200 else f"HTTP {r.status_code}"
 
-    def metrics(self) -> dict[str, float] | str:
-        """The server's counters, or why there are none (a server without ``--metrics``
-        answers 501)."""
-        r = self._get("/metrics")
-        return r if isinstance(r, str) else parse_prometheus(r.text)
-
     def slots(self) -> list[dict[str, Any]] | str:
         r = self._get("/slots")
         if isinstance(r, str):
@@ -392,8 +382,10 @@ class Poller:
         ]
 
     def poll(self) -> dict[str, float] | str:
-        """Read ``/metrics`` (and, when polling, ``/slots``, kept as a poll): the counters."""
-        metrics = self.metrics()
+        """Read ``/metrics`` (and, when polling, ``/slots``, kept as a poll): the counters, or
+        why there are none (a server without ``--metrics`` answers 501)."""
+        r = self._get("/metrics")
+        metrics = r if isinstance(r, str) else parse_prometheus(r.text)
         if self.interval is not None:
             self.polls.append(
                 {"t": round(self.clock(), 3), "metrics": metrics, "slots": self.slots()}
@@ -466,13 +458,12 @@ def run_pass(
         started = clock()
         threads: list[threading.Thread] = []
         if traffic.open_loop:
-            times = arrival_times(traffic, seed)[:count]
 
             def at(i: int) -> None:
                 with httpx.Client(base_url=url, timeout=request_timeout) as client:
                     one(i, client)
 
-            for i, when in enumerate(times):
+            for i, when in enumerate(arrival_times(traffic, seed)[:count]):
                 delay = when - (clock() - started)
                 if delay > 0:
                     time.sleep(delay)
@@ -533,10 +524,9 @@ class TrafficRun:
             self.measured_s += seconds
             self.busy_s += busy * seconds
             self.steal_s += steal * seconds
-            return busy, steal
-        if not self.measured_s:
-            return busy, steal
-        return self.busy_s / self.measured_s, self.steal_s / self.measured_s
+        elif self.measured_s:
+            return self.busy_s / self.measured_s, self.steal_s / self.measured_s
+        return busy, steal
 
     @property
     def overall(self) -> Pass:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from ..defaults import CONFIDENCE, MIN_REL_SPREAD
 from ..measure.stats import Figure, with_session_term
 from .creep import SessionSpread
-from .judge import Values, Verdict, more_to_decide, undecided, unpaired_interval
+from .judge import Values, Verdict, more_to_decide, unpaired_interval
 
 if TYPE_CHECKING:
     from ..measure.measurement import Measurement
@@ -51,13 +51,9 @@ class BaselineCheck:
         return self.baseline * (1 + sign * self.tolerance)
 
     @property
-    def change(self) -> float:
-        """``measured / baseline - 1`` (0.05 = 5 % above the baseline)."""
-        return self.measured / self.baseline - 1.0
-
-    @property
     def change_pct(self) -> float:
-        return self.change * 100.0
+        """``measured / baseline - 1``, in per cent (5.0 = 5 % above the baseline)."""
+        return (self.measured / self.baseline - 1.0) * 100.0
 
     @property
     def interval_pct(self) -> str:
@@ -84,10 +80,9 @@ class BaselineCheck:
         if outcome not in ("pass", "fail", "undecided"):
             raise ValueError(f"baseline check outcome {outcome!r} is not pass, fail or undecided")
 
-        def number(name: str) -> float | None:
-            return None if d.get(name) is None else float(d[name])
+        def optional(name: str, kind: type) -> Any:
+            return None if d.get(name) is None else kind(d[name])
 
-        more = d.get("more_repetitions")
         return cls(
             outcome,  # type: ignore[arg-type]
             float(d["measured"]),
@@ -95,11 +90,11 @@ class BaselineCheck:
             float(d["tolerance"]),
             bool(d.get("higher_is_better", True)),
             str(d.get("label", "")),
-            number("low"),
-            number("high"),
-            None if more is None else int(more),
+            optional("low", float),
+            optional("high", float),
+            optional("more_repetitions", int),
             float(d.get("confidence", CONFIDENCE)),
-            None if d.get("reason") is None else str(d["reason"]),
+            optional("reason", str),
             str(d.get("between", "")),
         )
 
@@ -145,7 +140,6 @@ def judge_baseline(
     baseline: Values | None = None,
     confidence: float = CONFIDENCE,
     min_rel_spread: float = MIN_REL_SPREAD,
-    seed: int = 0,
     session: SessionSpread | None = None,
 ) -> BaselineCheck:
     """Judge *measured* against a stored baseline on the interval of ``median(measured) /
@@ -167,7 +161,7 @@ def judge_baseline(
         raise ValueError(f"non-finite sample in {list(measured)!r}")
     stored = baseline if baseline is not None else Figure(baseline_value, 0.0)
     iv, n = unpaired_interval(
-        list(measured), stored, confidence=confidence, min_rel_spread=min_rel_spread, seed=seed
+        list(measured), stored, confidence=confidence, min_rel_spread=min_rel_spread, seed=0
     )
     if session is not None:
         iv = with_session_term(iv, session.difference_sd)
@@ -198,10 +192,11 @@ R = TypeVar("R", Verdict, BaselineCheck)
 
 def overridden(result: R, reason: str | None) -> R:
     """*result* (a verdict or a baseline check), made undecided when *reason* says its numbers
-    cannot decide: a busy host, a host that changed under them."""
+    cannot decide (a busy host, a host that changed under them): it gets the reason (a verdict's
+    label too), and no promise that more repetitions would decide."""
     if reason is None:
         return result
-    if isinstance(result, Verdict):
-        return undecided(result, reason)
     why = reason if result.reason is None else f"{result.reason}; {reason}"
+    if isinstance(result, Verdict):
+        result = replace(result, mde=None, label=f"{result.label} ({reason})")
     return replace(result, outcome="undecided", more_repetitions=None, reason=why)

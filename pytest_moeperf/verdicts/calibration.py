@@ -31,8 +31,7 @@ SPURIOUS = ("small-slower", "small-faster")
 def lag1(values: Sequence[float]) -> float:
     """The lag-1 autocorrelation of *values* in their order (0 with fewer than 3, or none
     spread)."""
-    n = len(values)
-    if n < 3:
+    if len(values) < 3:
         return 0.0
     mean = statistics.fmean(values)
     dev = [v - mean for v in values]
@@ -142,9 +141,7 @@ def noise_figure(
     explain."""
     if not outcomes:
         raise ValueError("a noise figure needs at least one A/A gate")
-    squares = 0.0
-    df = 0
-    cross = 0.0
+    squares, cross, df = 0.0, 0.0, 0
     between: list[float] = []
     for i, d in enumerate(round_log_ratios):
         gate_blocks = list(blocks[i]) if i < len(blocks) and blocks[i] else [0] * len(d)

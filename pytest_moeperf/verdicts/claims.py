@@ -125,11 +125,6 @@ class Claim:
         )
 
     @property
-    def threshold(self) -> float:
-        """The bound on ``left / right``: the claim's factor."""
-        return self.factor
-
-    @property
     def rule(self) -> Rule:
         """How an interval of ``left / right`` decides this claim."""
         return Rule("claim", threshold=self.factor, relation=self.relation)

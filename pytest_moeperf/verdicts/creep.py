@@ -140,7 +140,6 @@ def judge_chain(
     *,
     margin: float = MARGIN,
     label: str = "",
-    confidence: float = CHAIN_CONFIDENCE,
     link_term: float | LinkSpread = LINK_TERM,
 ) -> ChainedChange:
     """The candidate's change since the oldest build of *links* (each ``(build, its accepted
@@ -148,8 +147,8 @@ def judge_chain(
     the chain's start) plus *current* (this gate's paired change over the newest link's
     build): the sum of the log-ratios, its standard error the root of the sum of squares (each
     change's own, and *link_term* for each: a build pair's change moves between sessions), a
-    normal interval at *confidence*, judged by the ``change`` rule at its end. *link_term* is
-    a log standard deviation, or the host's measured :class:`LinkSpread`."""
+    normal interval at :data:`CHAIN_CONFIDENCE`, judged by the ``change`` rule at its end.
+    *link_term* is a log standard deviation, or the host's measured :class:`LinkSpread`."""
     basis = link_term.describe() if isinstance(link_term, LinkSpread) else ""
     if isinstance(link_term, LinkSpread):
         link_term = link_term.log_sd
@@ -158,7 +157,7 @@ def judge_chain(
     changes = [c for _, c in links] + [current]
     centre = sum(c.log_ratio for c in changes)
     se = math.sqrt(sum(c.se**2 + link_term**2 for c in changes))
-    z = statistics.NormalDist().inv_cdf(0.5 + confidence / 2)
+    z = statistics.NormalDist().inv_cdf(0.5 + CHAIN_CONFIDENCE / 2)
     low, high = math.exp(centre - z * se), math.exp(centre + z * se)
     ratio = math.exp(centre)
     outcome = Rule("change", margin=margin).outcome(ratio, low, high, final=True)
@@ -171,7 +170,6 @@ def judge_chain(
         high=high,
         outcome=str(outcome),
         margin=margin,
-        confidence=confidence,
         label=label,
         link_term=link_term,
         link_basis=basis,

@@ -20,9 +20,6 @@ from .sequential import Plan
 
 UNDECIDED_POLICIES = ("exit-3", "pass", "fail")
 """What undecided rows make of a gate: exit status 3, a pass (0) or a failure (1)."""
-OUTCOMES = ("passed", "slower", "undecided", "different-output")
-"""What a gate found: every row measured and none slower, a metric slower, rows undecided
-or configurations not measured, the candidate's greedy output different."""
 
 
 @dataclass(frozen=True)
@@ -114,9 +111,9 @@ class GateResult:
 
     @property
     def outcome(self) -> str:
-        """One of :data:`OUTCOMES`: ``different-output`` (unless allowed), ``slower``,
-        ``undecided`` (undecided rows, or a configuration skipped: never measured), else
-        ``passed``. The undecided policy does not change it; it changes the exit code."""
+        """What the gate found: ``different-output`` (unless allowed), ``slower``, ``undecided``
+        (undecided rows, or a configuration skipped: never measured), else ``passed``. The
+        undecided policy does not change it; it changes the exit code."""
         if self.different and not self.allow_different:
             return "different-output"
         if self.slower:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Protocol, get_args, runtime_checkable
 
 from ..defaults import BUSY_LIMIT, CONFIDENCE, MARGIN, MIN_REL_SPREAD
@@ -147,14 +147,13 @@ class Verdict:
     def from_dict(cls, d: Mapping[str, Any]) -> Verdict:
         """A verdict from :meth:`to_dict`; ``ValueError`` or ``TypeError`` when malformed."""
 
-        def number(name: str) -> float | None:
+        def optional(name: str, kind: type) -> Any:
             value = d.get(name)
-            return None if value is None else float(value)
+            return None if value is None else kind(value)
 
         outcome = str(d["outcome"])
         if outcome not in OUTCOMES:
             raise ValueError(f"outcome {outcome!r} is not one of {', '.join(OUTCOMES)}")
-        rounds = d.get("rounds")
         return cls(
             outcome=outcome,  # type: ignore[arg-type]
             ratio=float(d["ratio"]),
@@ -163,12 +162,12 @@ class Verdict:
             threshold=float(d.get("threshold", 1.0)),
             label=str(d.get("label", "")),
             relation=str(d.get("relation", ">=")),
-            margin=number("margin"),
+            margin=optional("margin", float),
             confidence=float(d.get("confidence", CONFIDENCE)),
             method=str(d.get("method", "")),
-            rounds=None if rounds is None else int(rounds),
-            mde=number("mde"),
-            reason=None if d.get("reason") is None else str(d["reason"]),
+            rounds=optional("rounds", int),
+            mde=optional("mde", float),
+            reason=optional("reason", str),
         )
 
 
@@ -177,9 +176,6 @@ def unpaired_interval(
 ) -> tuple[RatioInterval, int | None]:
     """The ratio interval of *a* / *b*, and the repetitions per side behind it (``None`` when
     both are stored figures)."""
-    if isinstance(a, Figure) and isinstance(b, Figure):
-        iv = ratio_interval_from_summary(*a, *b, confidence=confidence)
-        return iv, None
     if isinstance(a, Figure) or isinstance(b, Figure):
 
         def fig(v: Values) -> Figure:
@@ -190,7 +186,7 @@ def unpaired_interval(
 
         iv = ratio_interval_from_summary(*fig(a), *fig(b), confidence=confidence)
         sampled = [len(v) for v in (a, b) if not isinstance(v, Figure)]
-        return iv, min(sampled)
+        return iv, min(sampled, default=None)
     iv = ratio_interval(a, b, confidence=confidence, seed=seed, min_rel_spread=min_rel_spread)
     return iv, min(len(a), len(b))
 
@@ -201,26 +197,15 @@ def more_to_decide(iv: RatioInterval, thresholds: Sequence[float], n: int | None
     if n is None:
         return None
     counts = [repetitions_to_decide(iv, t, n) for t in thresholds]
-    if any(c is None for c in counts):
-        return None
-    return max(c for c in counts if c is not None)
+    return None if None in counts else max(c for c in counts if c is not None)
 
 
-def judge_claim(
-    claim: Claim,
-    left: Values,
-    right: Values,
-    *,
-    confidence: float = CONFIDENCE,
-    min_rel_spread: float = MIN_REL_SPREAD,
-    seed: int = 0,
-) -> Verdict:
+def judge_claim(claim: Claim, left: Values, right: Values, *, seed: int = 0) -> Verdict:
     """Judge *claim* on the left and right measurements (samples or stored figures).
 
     ``holds`` when the whole interval of ``left / right`` lies on the claim's side of its
     factor, ``fails`` when it lies wholly on the other side, ``undecided`` otherwise."""
-    label = f"{claim.left} / {claim.right}"
-    return _judge_once(claim.rule, left, right, label, confidence, min_rel_spread, seed)
+    return judge_unpaired(claim.rule, left, right, label=f"{claim.left} / {claim.right}", seed=seed)
 
 
 def _bound(rule: Rule) -> dict[str, Any]:
@@ -232,18 +217,12 @@ def _bound(rule: Rule) -> dict[str, Any]:
     return {"threshold": 1.0, "relation": relation, "margin": rule.margin}
 
 
-def _judge_once(
-    rule: Rule,
-    a: Values,
-    b: Values,
-    label: str,
-    confidence: float = CONFIDENCE,
-    min_rel_spread: float = MIN_REL_SPREAD,
-    seed: int = 0,
-) -> Verdict:
-    """*rule* judged once on the unpaired interval of ``a / b``; an undecided verdict says
-    about how many more repetitions would decide it against each of the rule's edges."""
-    iv, n = unpaired_interval(a, b, confidence=confidence, min_rel_spread=min_rel_spread, seed=seed)
+def judge_unpaired(rule: Rule, a: Values, b: Values, *, label: str, seed: int = 0) -> Verdict:
+    """``a / b`` judged once by *rule* on its unpaired interval, for sides that cannot be paired
+    in rounds: stored figures (a decision record's table cells) or fewer than two samples. An
+    undecided verdict says about how many more repetitions would decide it against each of the
+    rule's edges."""
+    iv, n = unpaired_interval(a, b, confidence=CONFIDENCE, min_rel_spread=MIN_REL_SPREAD, seed=seed)
     outcome = rule.outcome(iv.ratio, iv.low, iv.high, final=True)
     assert outcome is not None
     low_edge, high_edge = 1.0 - rule.margin, 1.0 + rule.margin
@@ -260,16 +239,9 @@ def _judge_once(
         high=iv.high,
         more_repetitions=more_to_decide(iv, edges, n) if outcome == "undecided" else None,
         label=label,
-        confidence=confidence,
         method=iv.method,
         **_bound(rule),
     )
-
-
-def judge_unpaired(rule: Rule, a: Values, b: Values, *, label: str) -> Verdict:
-    """``a / b`` judged once by *rule*, for sides that cannot be paired in rounds: stored
-    figures (a decision record's table cells) or fewer than two samples."""
-    return _judge_once(rule, a, b, label)
 
 
 def judge_change(
@@ -277,8 +249,6 @@ def judge_change(
     baseline: Values,
     *,
     margin: float = MARGIN,
-    confidence: float = CONFIDENCE,
-    min_rel_spread: float = MIN_REL_SPREAD,
     seed: int = 0,
     label: str = "candidate / baseline",
 ) -> Verdict:
@@ -290,27 +260,17 @@ def judge_change(
     margin, small-slower / small-faster (a real change within it), unchanged, or undecided.
     Gates and ``moeperf.compare`` judge paired rounds instead (:func:`judge_rounds`)."""
     rule = Rule("change", margin=margin)
-    return _judge_once(rule, candidate, baseline, label, confidence, min_rel_spread, seed)
+    return judge_unpaired(rule, candidate, baseline, label=label, seed=seed)
 
 
-def judge_dead_end(
-    config: Values,
-    other: Values,
-    *,
-    margin: float = MARGIN,
-    confidence: float = CONFIDENCE,
-    min_rel_spread: float = MIN_REL_SPREAD,
-    seed: int = 0,
-    label: str = "dead end / other",
-) -> Verdict:
+def judge_dead_end(config: Values, other: Values, *, label: str = "dead end / other") -> Verdict:
     """Is a dead end still slower? On the interval of ``config / other``:
 
     - ``holds``: ``high < 1``, the configuration is surely slower: the dead end stands;
-    - ``fails``: ``low >= 1 - margin``, it is as fast (within *margin*) or faster: the dead
+    - ``fails``: ``low >= 1 - MARGIN``, it is as fast (within the margin) or faster: the dead
       end may have reopened;
     - ``undecided`` otherwise."""
-    rule = Rule("dead_end", margin=margin)
-    return _judge_once(rule, config, other, label, confidence, min_rel_spread, seed)
+    return judge_unpaired(Rule("dead_end"), config, other, label=label)
 
 
 def judge_rounds(
@@ -321,7 +281,6 @@ def judge_rounds(
     *,
     spent: bool = False,
     label: str = "",
-    min_rel_spread: float = MIN_REL_SPREAD,
     blocks: Sequence[int] | None = None,
     taken: str = "paired rounds",
 ) -> tuple[Verdict, int]:
@@ -330,8 +289,10 @@ def judge_rounds(
     look (0: final). *spent*: the budget is over, so the verdict must be final now. *blocks*:
     each round's process block (the process term over them widens the interval); *taken* says how
     the rounds were taken, for the verdict's method."""
-    st = look(rule, a, b, plan, spent=spent, min_rel_spread=min_rel_spread, blocks=blocks)
+    st = look(rule, a, b, plan, spent=spent, blocks=blocks)
     iv = st.interval
+    design = iv.design_effect
+    dependence = f" (dependence: error variance x{design:.2f})" if design > 1.005 else ""
     verdict = Verdict(
         outcome=st.decision,
         ratio=iv.ratio,
@@ -340,16 +301,12 @@ def judge_rounds(
         label=label,
         **_bound(rule),
         confidence=1 - plan.alpha,
-        method=f"{taken}{_design(iv.design_effect)}, trimmed t, corrected for looks",
+        method=f"{taken}{dependence}, trimmed t, corrected for looks",
         rounds=iv.rounds,
         mde=iv.mde(),
         interim=not st.final,
     )
     return verdict, st.more
-
-
-def _design(effect: float) -> str:
-    return f" (dependence: error variance x{effect:.2f})" if effect > 1.005 else ""
 
 
 def busy_reason(measurements: Sequence[Measurement], busy_limit: float = BUSY_LIMIT) -> str | None:
@@ -358,19 +315,3 @@ def busy_reason(measurements: Sequence[Measurement], busy_limit: float = BUSY_LI
     verdicts need nothing more: a wide spread only widens their interval."""
     busy = max((m.conditions.host_busy for m in measurements), default=0.0)
     return f"host {100 * busy:.0f} % busy with other work" if busy > busy_limit else None
-
-
-def undecided(verdict: Verdict, reason: str | None) -> Verdict:
-    """*verdict*, made undecided when *reason* says the numbers cannot decide (too noisy, or
-    taken on a host that changed); an undecided verdict gets the reason too, and no promise
-    that more repetitions would decide."""
-    if reason is None:
-        return verdict
-    return replace(
-        verdict,
-        outcome="undecided",
-        more_repetitions=None,
-        mde=None,
-        label=f"{verdict.label} ({reason})",
-        reason=reason if verdict.reason is None else f"{verdict.reason}; {reason}",
-    )

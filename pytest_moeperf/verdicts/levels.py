@@ -37,8 +37,6 @@ PATHS = 40_000
 SEED = 20261201
 VERSION = 2
 """Bumped when the statistic or the simulation changes (old cached levels are not read)."""
-
-
 LAG1_STEP = 0.05
 """A host's lag-1 is calibrated at the next multiple of this at or above it (few levels to
 simulate, never a smaller one than the host's)."""

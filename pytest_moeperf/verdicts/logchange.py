@@ -142,14 +142,12 @@ def compare_logs(
     new: Sequence[RequestTiming],
     rows: Sequence[LogRow],
     *,
-    margin: float = MARGIN,
-    family_alpha: float = FAMILY_ALPHA,
     prior: float = SESSION_SPREAD,
     seed: int = 0,
 ) -> list[LogChange]:
     """Each of *rows* that either log has requests of (the others are left out), the *new*
-    log's over the *old* log's, judged by the change rule at ``family_alpha`` over those rows
-    (two-sided) with both logs' request spread and the
+    log's over the *old* log's, judged by the change rule at :data:`MARGIN` and
+    :data:`FAMILY_ALPHA` over those rows (two-sided) with both logs' request spread and the
     between-session term (see the module), whose *prior* is a session level's log standard
     deviation where the logs hold too few sessions to measure it."""
     same = tuple(old) == tuple(new)
@@ -159,9 +157,9 @@ def compare_logs(
     }
     # a row neither log has a request of says nothing, and is no member of the family
     rows = [r for r in rows if requests[r][0] or requests[r][1]]
-    alpha = family_alpha / max(1, len(rows))
+    alpha = FAMILY_ALPHA / max(1, len(rows))
     z = statistics.NormalDist().inv_cdf(1 - alpha / 2)
-    rule = Rule("change", margin=margin)
+    rule = Rule("change", margin=MARGIN)
     out = []
     for row in rows:
         a, b = requests[row]

@@ -38,7 +38,6 @@ __all__ = [
     "StoredFigure",
     "TrafficCheck",
     "bootstrap_draws",
-    "bootstrap_interval",
     "judge_traffic",
     "log_requests",
     "pick_entry",
@@ -147,17 +146,12 @@ def stand_in(entries: Iterable[E], configuration: str, workload: str, build: str
 
 
 def pick_figure(
-    entries: Iterable[StoredFigure],
-    configuration: str,
-    workload: str,
-    build: str,
-    *,
-    kind: str = "bench",
+    entries: Iterable[StoredFigure], configuration: str, workload: str, build: str
 ) -> ReferenceFigure | None:
     """:func:`pick_entry`'s number, and which entry it is, for a measurement on *build*; for a
     traffic metric, the record's row that stands for it (:func:`stand_in`)."""
     e = stand_in(entries, configuration, workload, build) or pick_entry(
-        entries, configuration, workload, build, kind=kind
+        entries, configuration, workload, build
     )
     return None if e is None else ReferenceFigure(e.value, e.build, e.date, e.host, build)
 
@@ -178,13 +172,6 @@ class Reference:
     def figure(self, m: Measurement) -> ReferenceFigure | None:
         """The reference's number for measurement *m* (``None``: the file has none)."""
         return pick_figure(self.entries, m.configuration, m.workload.name, m.build)
-
-    def figures(
-        self, measurements: Iterable[Measurement]
-    ) -> dict[tuple[str, str, str], ReferenceFigure]:
-        """The reference's number for each of *measurements* that has one, by
-        :attr:`Measurement.key`."""
-        return {m.key: f for m in measurements if (f := self.figure(m)) is not None}
 
     def row(
         self, nodeid: str, verdict: Verdict, left: Measurement, right: Measurement
@@ -226,12 +213,6 @@ class ReferenceRow:
             return None
         return self.reference_left.value / self.reference_right.value
 
-    @property
-    def hosts(self) -> tuple[str, ...]:
-        """The hosts the reference's numbers of this row come from."""
-        figs = (self.reference_left, self.reference_right)
-        return tuple(dict.fromkeys(f.host for f in figs if f is not None))
-
 
 # --------------------------------------------------------------------------------------------
 # A production log against a file's traffic entries
@@ -252,8 +233,6 @@ def log_requests(
     for t in timings:
         if not t.complete:
             continue
-        tokens: int | None
-        ms: float | None
         if metric == "prefill":
             tokens, ms = t.prompt_tokens, t.prompt_ms
         elif metric == "decode":
@@ -283,14 +262,10 @@ def statistic_of(requests: Sequence[tuple[int, float]], statistic: Statistic) ->
 
 
 def bootstrap_draws(
-    requests: Sequence[tuple[int, float]],
-    statistic: Statistic,
-    *,
-    resamples: int = RESAMPLES,
-    seed: int = 0,
+    requests: Sequence[tuple[int, float]], statistic: Statistic, *, seed: int = 0
 ) -> tuple[float, np.ndarray]:
-    """The statistic of *requests* (:func:`statistic_of`) and its *resamples* bootstrap draws
-    over requests, seeded."""
+    """The statistic of *requests* (:func:`statistic_of`) and its :data:`RESAMPLES` bootstrap
+    draws over requests, seeded."""
     if not requests:
         raise ValueError("no requests")
     tokens = np.array([t for t, _ in requests], dtype=float)
@@ -300,29 +275,10 @@ def bootstrap_draws(
     n = len(requests)
     per = max(1, _CHUNK // n)
     stats: list[np.ndarray] = []
-    left = resamples
-    while left > 0:
-        k = min(per, left)
-        idx = rng.integers(0, n, size=(k, n))
+    for start in range(0, RESAMPLES, per):
+        idx = rng.integers(0, n, size=(min(per, RESAMPLES - start), n))
         stats.append(_statistic(tokens[idx], ms[idx], statistic))
-        left -= k
     return value, np.concatenate(stats)
-
-
-def bootstrap_interval(
-    requests: Sequence[tuple[int, float]],
-    statistic: Statistic,
-    *,
-    confidence: float = CONFIDENCE,
-    resamples: int = RESAMPLES,
-    seed: int = 0,
-) -> tuple[float, float, float]:
-    """The statistic of *requests* and its percentile bootstrap interval over requests
-    (:func:`bootstrap_draws`), seeded: ``(value, low, high)`` in tok/s."""
-    value, drawn = bootstrap_draws(requests, statistic, resamples=resamples, seed=seed)
-    tail = (1 - confidence) / 2
-    low, high = (float(q) for q in np.quantile(drawn, [tail, 1 - tail]))
-    return value, min(low, value), max(high, value)
 
 
 @dataclass(frozen=True)
@@ -392,14 +348,13 @@ def judge_traffic(
     workload: str,
     tolerance: float,
     rel_spread: float = 0.0,
-    confidence: float = CONFIDENCE,
-    resamples: int = RESAMPLES,
     seed: int = 0,
 ) -> TrafficCheck:
     """Judge a log's *requests* against a *stored* real-traffic figure. The interval of
-    ``log / stored`` is the log's bootstrap interval over requests (:func:`bootstrap_interval`)
-    with the stored figure's relative standard uncertainty *rel_spread* added in quadrature on
-    the log scale (the stored level is itself an estimate, of another log)."""
+    ``log / stored`` is the log's percentile bootstrap interval over requests
+    (:func:`bootstrap_draws`, seeded) with the stored figure's relative standard uncertainty
+    *rel_spread* added in quadrature on the log scale (the stored level is itself an estimate,
+    of another log)."""
     if not (math.isfinite(stored) and stored > 0):
         raise ValueError(f"stored value {stored!r} must be positive and finite")
     if not (math.isfinite(tolerance) and 0 <= tolerance < 1):
@@ -407,10 +362,11 @@ def judge_traffic(
     check = TrafficCheck(label, workload, "undecided", len(requests), stored, rel_spread, tolerance)
     if not requests:
         return check
-    value, low, high = bootstrap_interval(
-        requests, statistic, confidence=confidence, resamples=resamples, seed=seed
-    )
-    z = statistics.NormalDist().inv_cdf(0.5 + confidence / 2)
+    value, drawn = bootstrap_draws(requests, statistic, seed=seed)
+    tail = (1 - CONFIDENCE) / 2
+    low, high = (float(q) for q in np.quantile(drawn, [tail, 1 - tail]))
+    low, high = min(low, value), max(high, value)
+    z = statistics.NormalDist().inv_cdf(0.5 + CONFIDENCE / 2)
     spread = z * log_sigma(rel_spread)
     down = math.hypot(math.log(value / low), spread) if low > 0 else math.inf
     up = math.hypot(math.log(high / value), spread)
@@ -424,7 +380,6 @@ def judge_traffic(
         value=value,
         low=lo,
         high=hi,
-        confidence=confidence,
         request_width=math.log(high / low) / 2 if low > 0 else math.inf,
     )
 

@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from ..defaults import FIRST_LOOK, MARGIN, MAX_ROUNDS, MIN_REL_SPREAD
+from ..defaults import FIRST_LOOK, MARGIN, MAX_ROUNDS
 from ..measure.dependence import DEFAULT_DEPENDENCE, Dependence
 from ..measure.stats import PairedInterval, paired_interval
 from .calibration import NoiseFigure, Resolution
@@ -196,7 +196,6 @@ def look(
     plan: Plan,
     *,
     spent: bool = False,
-    min_rel_spread: float = MIN_REL_SPREAD,
     blocks: Sequence[int] | None = None,
 ) -> Look:
     """Judge the rounds so far (``a[i]``, ``b[i]``; the ratio is ``b / a``). *spent*: no more
@@ -207,7 +206,6 @@ def look(
         b[:n],
         alpha=plan.nominal_alpha(),
         trim=plan.trim,
-        min_rel_spread=min_rel_spread,
         blocks=blocks[:n] if blocks else None,
         dependence=plan.dependence,
     )

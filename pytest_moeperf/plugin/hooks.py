@@ -34,17 +34,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "perf: a performance test (deselected unless -m selects it)")
-    config.addinivalue_line(
-        "markers",
+    for marker in (
+        "perf: a performance test (deselected unless -m selects it)",
         "moeperf(configurations=[...], profile=None): the configurations a perf test measures; "
         "implies perf; lets the plugin keep each server alive exactly as long as needed",
-    )
-    config.addinivalue_line(
-        "markers",
         f"dead_end(config, slower_than, metric, reason='', margin={MARGIN}): a configuration "
         "recorded as slower; xfail while it stays slower, strict failure if it is not",
-    )
+    ):
+        config.addinivalue_line("markers", marker)
 
     def write(line: str, always: bool) -> None:
         reporter = config.pluginmanager.get_plugin("terminalreporter")

@@ -225,11 +225,9 @@ def add_options(parser: pytest.Parser) -> None:
 
 def report_png(report: Path) -> Path:
     """The PNG written beside the markdown report *report*."""
-    return (
-        report.with_suffix(".png")
-        if report.suffix != ".png"
-        else report.with_name(report.stem + ".plot.png")
-    )
+    if report.suffix == ".png":
+        return report.with_name(report.stem + ".plot.png")
+    return report.with_suffix(".png")
 
 
 def options_of(config: pytest.Config) -> Options:

@@ -10,7 +10,7 @@ import pytest
 from ..fs import write_output
 from ..measure.measurement import Measurement
 from ..measure.workload import Workload
-from ..report.plot import plot_marks, plot_reference, plot_report
+from ..report.plot import plot_marks, plot_report, reference_figure, save_png
 from ..report.reference import reference_markdown, reference_text
 from ..report.tables import (
     BASELINE_HEADERS,
@@ -86,7 +86,7 @@ def write_report(perf: PerfSession) -> None:
         section = reference_markdown(ref, rows, ms, workloads)
         if ms:  # the reference against this host, beside the report's own PNG
             path = png.with_name(f"{png.stem}.reference-{ref.profile}.png")
-            path = plot_reference(ref, ms, path, workloads)
+            save_png(reference_figure(ref, ms, workloads), path, "--moeperf-report")
             perf.report_files.append(path)
             section += f"\n![{ref.label} beside this host]({path.name})\n"
         sections.append(section)

@@ -10,8 +10,9 @@ from ..verdicts.bisect import BisectResult, Comparison, records_list
 from .tables import markdown_table, text_table
 
 
-def _named(c: Comparison, configurations: Sequence[str]) -> str:
-    return c.text() if len(configurations) == 1 else f"{c.configuration} {c.text()}"
+def _named(comparisons: Sequence[Comparison], result: BisectResult) -> str:
+    one = len(result.configurations) == 1
+    return "; ".join(c.text() if one else f"{c.configuration} {c.text()}" for c in comparisons)
 
 
 def bisect_rows(result: BisectResult) -> tuple[list[str], list[list[str]]]:
@@ -25,8 +26,8 @@ def bisect_rows(result: BisectResult) -> tuple[list[str], list[list[str]]]:
         rows.append(
             [
                 name,
-                "; ".join(_named(c, result.configurations) for c in step.against_good),
-                "; ".join(_named(c, result.configurations) for c in step.against_bad),
+                _named(step.against_good, result),
+                _named(step.against_bad, result),
                 step.verdict,
                 f"{step.seconds:.0f} s",
             ]
@@ -34,15 +35,11 @@ def bisect_rows(result: BisectResult) -> tuple[list[str], list[list[str]]]:
     return headers, rows
 
 
-def premise_text(result: BisectResult) -> str:
-    """The premise's comparisons, one per configuration."""
-    return "; ".join(_named(c, result.configurations) for c in result.premise)
-
-
 def bisect_text(result: BisectResult) -> str:
+    premise = _named(result.premise, result)
     head = (
         f"bisect {', '.join(result.configurations)} {result.metric}: {result.builds[-1]} / "
-        f"{result.builds[0]} = {premise_text(result)}; {len(result.builds) - 2} build(s) between"
+        f"{result.builds[0]} = {premise}; {len(result.builds) - 2} build(s) between"
     )
     table = [text_table(*bisect_rows(result)), ""] if result.steps else []
     return "\n".join([head, "", *table, result.conclusion()])

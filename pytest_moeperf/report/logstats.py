@@ -12,8 +12,6 @@ from ..llama.logs import Aggregate, TrafficStats
 from ..verdicts.logchange import LogChange
 from ..verdicts.reference import TrafficCheck
 
-__all__ = ["format_log_changes", "format_traffic_checks", "format_traffic_table"]
-
 
 def _cell(a: Aggregate, digits: int) -> str:
     rate = a.tok_per_s

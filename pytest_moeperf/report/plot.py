@@ -17,6 +17,7 @@ from ..fs import write_output
 from ..measure.measurement import Measurement
 from ..measure.workload import Workload
 from ..store.accepted import host_for
+from ..store.hosts import canonical_workload
 from ..store.record import RunRecord, parse_date
 from ..verdicts.reference import Reference, ReferenceFigure, pick_figure
 from .reference import number, record_order
@@ -212,7 +213,7 @@ def _marks(baselines: BaselineMarks | None) -> dict[tuple[str, str, str], PlotMa
     """*baselines* as marks (a bare number: a baseline of this host), workload names as
     :meth:`Workload.parse` writes them."""
     return {
-        (c, b, _canonical(w)): v if isinstance(v, PlotMark) else PlotMark(float(v))
+        (c, b, canonical_workload(w)): v if isinstance(v, PlotMark) else PlotMark(float(v))
         for (c, b, w), v in (baselines or {}).items()
     }
 
@@ -262,17 +263,8 @@ def _caption(current: Sequence[Measurement], marks: Mapping[tuple[str, str, str]
 # Panels
 
 
-_COLOURS = (
-    "#1f77b4",
-    "#ff7f0e",
-    "#2ca02c",
-    "#d62728",
-    "#9467bd",
-    "#8c564b",
-    "#e377c2",
-    "#7f7f7f",
-    "#bcbd22",
-    "#17becf",
+_COLOURS = tuple(
+    "#1f77b4 #ff7f0e #2ca02c #d62728 #9467bd #8c564b #e377c2 #7f7f7f #bcbd22 #17becf".split()
 )
 
 
@@ -344,14 +336,8 @@ def _throughput_panel(
             )
             labels[-1] += "\n" + mark_label(mark, s.median)
             top = max(top, mark.value)
-        _label(
-            ax,
-            f"{s.median:.1f}" + (" (stored)" if stored else ""),
-            (x, max(s.max, base)),
-            9,
-            fontsize=9,
-            fontweight="bold",
-        )
+        text = f"{s.median:.1f}" + (" (stored)" if stored else "")
+        _label(ax, text, (x, max(s.max, base)), 9, fontsize=9, fontweight="bold")
     kind = "prefill" if workload.is_prefill else "decode"
     _bar_axes(ax, labels, top, f"{workload.name} ({kind})", fontsize=8.5)
 
@@ -488,13 +474,6 @@ def _same_run(a: RunRecord, b: RunRecord) -> bool:
     return bool(ma) and json.dumps(ma, sort_keys=True) == json.dumps(mb, sort_keys=True)
 
 
-def _canonical(workload: str) -> str:
-    try:
-        return Workload.parse(workload).name
-    except MoeperfError:
-        return workload
-
-
 def _profile(m: Measurement) -> str:
     return m.conditions.profile
 
@@ -598,13 +577,3 @@ def reference_figure(
         )
     fig.supxlabel(REFERENCE_PLOT_CAPTION, fontsize=8, color="0.35")
     return fig
-
-
-def plot_reference(
-    ref: Reference,
-    measurements: Iterable[Measurement],
-    path: Path,
-    workloads: Iterable[Workload] = (),
-) -> Path:
-    """:func:`reference_figure` as a PNG at *path* (written atomically); returns *path*."""
-    return save_png(reference_figure(ref, measurements, workloads), Path(path), "--moeperf-report")

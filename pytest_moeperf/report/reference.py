@@ -15,19 +15,6 @@ from ..verdicts.judge import Verdict
 from ..verdicts.reference import Reference, ReferenceRow, pick_figure
 from .tables import markdown_table, text_table
 
-__all__ = [
-    "bound_text",
-    "configuration_rows",
-    "number",
-    "record_order",
-    "reference_failure",
-    "reference_line",
-    "reference_markdown",
-    "reference_rows",
-    "reference_text",
-    "reference_title",
-]
-
 
 def number(value: float) -> str:
     """A throughput as the record's tables write it: one decimal from 100 up (``391.4``),
@@ -83,13 +70,13 @@ def reference_line(row: ReferenceRow) -> str:
     return " | ".join(parts)
 
 
-def reference_title(label: str, path: str, hosts: Iterable[str]) -> str:
+def reference_title(ref: Reference) -> str:
     """Whose numbers a reference holds: ``ADR-0042 (baselines/adr-0042.toml), numbers of
     host adr-0042: a reference beside this host's, never a change``."""
-    ids = ", ".join(dict.fromkeys(hosts)) or "unknown"
+    ids = ", ".join(dict.fromkeys(ref.hosts)) or "unknown"
     which = "host" if "," not in ids else "hosts"
     return (
-        f"{label} ({path}), numbers of {which} {ids}: a reference beside this host's, "
+        f"{ref.label} ({ref.path}), numbers of {which} {ids}: a reference beside this host's, "
         "never a change"
     )
 
@@ -165,7 +152,7 @@ def reference_failure(
     per-configuration table of the measurements the test touched."""
     return "\n".join(
         [
-            f"against {reference_title(ref.label, ref.path, ref.hosts)}:",
+            f"against {reference_title(ref)}:",
             reference_line(row),
             "",
             text_table(*configuration_rows(measurements, ref, workloads)),
@@ -181,10 +168,8 @@ def reference_text(
 ) -> list[str]:
     """The terminal summary's lines of one reference: its title, the table of every row, the
     per-configuration table of *measurements*."""
-    if not rows:
-        return []
     return [
-        f"against {reference_title(ref.label, ref.path, ref.hosts)}:",
+        f"against {reference_title(ref)}:",
         text_table(*reference_rows(rows)),
         "",
         text_table(*configuration_rows(measurements, ref, workloads)),
@@ -199,13 +184,11 @@ def reference_markdown(
 ) -> str:
     """The markdown report's section of one reference: title, every row, the configuration
     table."""
-    if not rows:
-        return ""
     return "\n".join(
         [
             f"## Against the reference {ref.label}",
             "",
-            reference_title(ref.label, ref.path, ref.hosts) + ".",
+            reference_title(ref) + ".",
             "",
             markdown_table(*reference_rows(rows)),
             "",

@@ -10,6 +10,9 @@ from typing import Any
 
 from .plot import _COLOURS, DPI, _label, save_png
 
+NP = "-np (slots = concurrent clients)"
+NCMOE = "-ncmoe (layers with their experts in system RAM)"
+
 
 def plot_sweep(points: Sequence[Mapping[str, Any]], title: str, path: Path) -> Path:
     """The slots sweep as a PNG at *path*: throughput of all slots together and of one slot
@@ -28,13 +31,8 @@ def plot_sweep(points: Sequence[Mapping[str, Any]], title: str, path: Path) -> P
         ys = [float(p["medians"][key]) for p in points]
         left.plot(slots, ys, "o-", color=colour, label=label)
         _label_points(left, list(zip(slots, ys, strict=True)), "{:.1f}")
-    left.set_xlabel("-np (slots = concurrent clients)")
-    left.set_ylabel("generated tok/s (median over passes)")
-    left.set_xticks(slots)
-    left.set_ylim(bottom=0)
+    _axes(left, NP, "generated tok/s (median over passes)", slots, "decode throughput")
     left.legend(fontsize=8)
-    left.grid(alpha=0.3)
-    left.set_title("decode throughput", fontsize=10)
     for key, label, style in (
         ("ttft_p50", "TTFT p50", "o-"),
         ("ttft_p99", "TTFT p99", "v--"),
@@ -43,7 +41,7 @@ def plot_sweep(points: Sequence[Mapping[str, Any]], title: str, path: Path) -> P
         xs = [int(p["np"]) for p in points if p["overall"].get(key) is not None]
         ys = [float(p["overall"][key]) for p in points if p["overall"].get(key) is not None]
         right.plot(xs, ys, style, label=label)
-    right.set_xlabel("-np (slots = concurrent clients)")
+    right.set_xlabel(NP)
     right.set_ylabel("ms")
     right.set_yscale("log")
     right.set_xticks(slots)
@@ -69,20 +67,9 @@ def plot_ncmoe_sweep(points: Sequence[Mapping[str, Any]], title: str, path: Path
     for ax, kind, what in ((axes[0], "pp", "prefill"), (axes[1], "tg", "decode")):
         for i, w in enumerate(x for x in workloads if x.startswith(kind)):
             here = [(int(p["ncmoe"]), float(p["medians"][w])) for p in points if w in p["medians"]]
-            ax.plot(
-                [x for x, _ in here],
-                [y for _, y in here],
-                "o-",
-                color=_COLOURS[i % len(_COLOURS)],
-                label=w,
-            )
+            ax.plot(*zip(*here, strict=True), "o-", color=_COLOURS[i % len(_COLOURS)], label=w)
             _label_points(ax, here, "{:.0f}")
-        ax.set_xlabel("-ncmoe (layers with their experts in system RAM)")
-        ax.set_ylabel("tok/s (median over repetitions)")
-        ax.set_xticks(xs)
-        ax.set_ylim(bottom=0)
-        ax.grid(alpha=0.3)
-        ax.set_title(what, fontsize=10)
+        _axes(ax, NCMOE, "tok/s (median over repetitions)", xs, what)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)
     if memory:
@@ -93,16 +80,20 @@ def plot_ncmoe_sweep(points: Sequence[Mapping[str, Any]], title: str, path: Path
             "s-",
             color=_COLOURS[2],
         )
-        ax.set_xlabel("-ncmoe (layers with their experts in system RAM)")
-        ax.set_ylabel("GiB (most held, all its GPUs)")
-        ax.set_xticks(xs)
-        ax.set_ylim(bottom=0)
-        ax.grid(alpha=0.3)
-        ax.set_title("GPU memory", fontsize=10)
+        _axes(ax, NCMOE, "GiB (most held, all its GPUs)", xs, "GPU memory")
     return save_png(fig, Path(path), "--plot")
 
 
+def _axes(ax: Any, xlabel: str, ylabel: str, xs: Sequence[int], title: str) -> None:
+    """Ticks at the swept values, the y axis from 0, a grid."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_xticks(xs)
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.set_title(title, fontsize=10)
+
+
 def _label_points(ax: Any, points: Sequence[tuple[float, float]], fmt: str) -> None:
-    """Each point's value written just above it."""
     for x, y in points:
         _label(ax, fmt.format(y), (x, y), 6, fontsize=8)

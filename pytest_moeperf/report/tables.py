@@ -18,9 +18,7 @@ from ..verdicts.judge import Verdict
 def text_table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
     """A plain-text table with aligned columns (numbers right-aligned)."""
     body = [list(map(str, r)) for r in rows]
-    widths = [
-        max(len(h), *(len(r[i]) for r in body)) if body else len(h) for i, h in enumerate(headers)
-    ]
+    widths = [max([len(h), *(len(r[i]) for r in body)]) for i, h in enumerate(headers)]
 
     def fmt(cells: Sequence[str]) -> str:
         out = []

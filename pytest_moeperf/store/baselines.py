@@ -269,7 +269,8 @@ class _Fields:
             self.bad(f"{name} {_show(value)} must be a non-empty string")
         return value
 
-    def number(self, name: str, low: float, high: float | None, low_open: bool) -> float | None:
+    def number(self, name: str, share: bool) -> float | None:
+        """A share in [0, 1) with *share*, else a number > 0."""
         value = self.raw.get(name)
         if value is None:
             return None
@@ -278,12 +279,8 @@ class _Fields:
         value = float(value)
         if not math.isfinite(value):
             self.bad(f"{name} {value} is not a finite number")
-        too_low = value <= low if low_open else value < low
-        if too_low or (high is not None and value >= high):
-            span = f"> {low:g}" if low_open else f">= {low:g}"
-            if high is not None:
-                span = f"in [{low:g}, {high:g})"
-            self.bad(f"{name} {value!r} must be {span}")
+        if not (0 <= value < 1 if share else value > 0):
+            self.bad(f"{name} {value!r} must be {'in [0, 1)' if share else '> 0'}")
         return value
 
     def count(self, name: str) -> int | None:
@@ -353,7 +350,7 @@ def _entry_figures(
             if not is_number(s) or not math.isfinite(s) or s <= 0:
                 f.bad(f"sample {_show(s)} is not a positive finite number")
         samples = tuple(float(s) for s in raw_samples)
-    value = f.number("value", 0.0, None, low_open=True)
+    value = f.number("value", share=False)
     if value is None:
         if samples is None:
             f.bad("missing field 'value' (or 'samples')")
@@ -362,7 +359,7 @@ def _entry_figures(
         med = statistics.median(samples)
         if abs(value - med) > 1e-9 * med:
             f.bad(f"value {value!r} is not the median of samples ({med!r}); fix one of them")
-    rel_spread = f.number("rel_spread", 0.0, 1.0, low_open=False)
+    rel_spread = f.number("rel_spread", share=True)
     if rel_spread is None and samples is None:
         f.bad("missing field 'rel_spread' (relative uncertainty of value, e.g. 0.01) or 'samples'")
     repetitions = f.count("repetitions")
@@ -413,7 +410,7 @@ def _parse_entry(
         samples=samples,
         repetitions=repetitions,
         requests=f.count("requests"),
-        tolerance=f.number("tolerance", 0.0, 1.0, low_open=False),
+        tolerance=f.number("tolerance", share=True),
         flags=f.text("flags", required=False),
         note=f.text("note", required=False),
         replaced=f.text("replaced", required=False),

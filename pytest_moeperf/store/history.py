@@ -154,10 +154,3 @@ def _when(record: RunRecord, path: Path) -> float:
         return path.stat().st_mtime
     except OSError:
         return 0.0
-
-
-__all__ = [
-    "default_stamp",
-    "read_history",
-    "write_history",
-]

@@ -17,11 +17,8 @@ from ..measure.measurement import Conditions, Measurement, Sample
 from ..measure.stats import Figure
 from ..measure.workload import Workload
 from ..verdicts.reference import stand_in
-from .baselines import BaselineFile, load_baselines
+from .baselines import BaselineEntry, BaselineFile, load_baselines
 from .record import RunRecord, VerdictRecord, read_record
-
-DEFAULT_REL_SPREAD = MIN_REL_SPREAD
-"""Relative spread assumed for a stored figure that gives none."""
 
 
 @dataclass
@@ -74,14 +71,12 @@ class Replay:
             if e.kind != "bench":
                 continue
             w = Workload.parse(e.workload)
-            told = Conditions(
-                profile=bf.profile, source=e.source or "", flags=tuple((e.flags or "").split())
-            )
+            told = _conditions(bf, e, e.source)
             if e.samples:
                 samples = tuple(Sample.of_value(w, v) for v in e.samples)
                 ms.append(Measurement(e.configuration, e.build, w, samples, told))
             else:
-                fig = Figure(e.value, e.rel_spread or DEFAULT_REL_SPREAD)
+                fig = Figure(e.value, e.rel_spread or MIN_REL_SPREAD)
                 ms.append(Measurement(e.configuration, e.build, w, (), told, figure=fig))
         return cls(path, ms, dict(bf.fingerprint), bf.profile)
 
@@ -119,6 +114,10 @@ class Replay:
         raise Unavailable(f"replay file {self.path} has no {configuration} {workload}{on}")
 
 
+def _conditions(bf: BaselineFile, e: BaselineEntry, source: str) -> Conditions:
+    return Conditions(profile=bf.profile, source=source, flags=tuple((e.flags or "").split()))
+
+
 def _traffic_stand_ins(bf: BaselineFile) -> list[Measurement]:
     """The file's traffic rows as the profile's ``traffic.prefill`` and ``traffic.decode`` of
     each configuration and build (:func:`~pytest_moeperf.verdicts.reference.stand_in`: a
@@ -132,11 +131,7 @@ def _traffic_stand_ins(bf: BaselineFile) -> list[Measurement]:
             e = stand_in(own, configuration, w.name, build)
             if e is None:
                 continue
-            told = Conditions(
-                profile=bf.profile,
-                source=f"{e.source or ''} (stands for {w.name})".strip(),
-                flags=tuple((e.flags or "").split()),
-            )
-            fig = Figure(e.value, e.rel_spread or DEFAULT_REL_SPREAD)
+            told = _conditions(bf, e, f"{e.source} (stands for {w.name})".strip())
+            fig = Figure(e.value, e.rel_spread or MIN_REL_SPREAD)
             ms.append(Measurement(configuration, build, w, (), told, figure=fig))
     return ms

@@ -13,10 +13,6 @@ from ..verdicts.bisect import records_of
 from .record import RunRecord
 
 
-def _is_gate(data: object) -> bool:
-    return isinstance(data, dict) and "rows" in data and "outcome" in data
-
-
 @dataclass(frozen=True)
 class StoredGate:
     """A gate's ``--json`` as ``moeperf gate --replay`` reads it: the gate's run record (its
@@ -38,15 +34,15 @@ class StoredGate:
     """The host's load before the first row."""
 
 
-def read_gate(path: Path, what: str = "--replay") -> StoredGate:
+def read_gate(path: Path) -> StoredGate:
     """The stored gate in *path* (a gate's ``--json``); one :class:`ResultsError` line naming
     the file when it is not one, or of before gates kept their run record."""
-    data = load_json(path, f"{what} {path}", ResultsError)
-    if not _is_gate(data):
-        raise ResultsError(f"{what} {path}: not a gate's --json (it has no rows and outcome)")
+    data = load_json(path, f"--replay {path}", ResultsError)
+    if not isinstance(data, dict) or "rows" not in data or "outcome" not in data:
+        raise ResultsError(f"--replay {path}: not a gate's --json (it has no rows and outcome)")
     if "record" not in data:
         raise ResultsError(
-            f"{what} {path}: written by a gate of before gates kept their run record; "
+            f"--replay {path}: written by a gate of before gates kept their run record; "
             "run the gate again with --json to have one that replays"
         )
     try:
@@ -64,7 +60,7 @@ def read_gate(path: Path, what: str = "--replay") -> StoredGate:
         )
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         raise ResultsError(
-            f"{what} {path}: unreadable gate ({type(exc).__name__}: {exc})"
+            f"--replay {path}: unreadable gate ({type(exc).__name__}: {exc})"
         ) from None
 
 
@@ -85,17 +81,17 @@ class StoredBisect:
     """Each step's seconds of measuring (a replay takes none)."""
 
 
-def read_bisect(path: Path, what: str = "--replay") -> StoredBisect:
+def read_bisect(path: Path) -> StoredBisect:
     """The stored bisect in *path* (a bisect's ``--json``); one :class:`ResultsError` line
     naming the file when it is not one, or of before bisects kept their gates' run records."""
-    data = load_json(path, f"{what} {path}", ResultsError)
+    data = load_json(path, f"--replay {path}", ResultsError)
     if not isinstance(data, dict) or "premise" not in data or "boundaries" not in data:
         raise ResultsError(
-            f"{what} {path}: not a bisect's --json (it has no premise and boundaries)"
+            f"--replay {path}: not a bisect's --json (it has no premise and boundaries)"
         )
     if "records" not in data:
         raise ResultsError(
-            f"{what} {path}: written by a bisect of before bisects kept their gates' run "
+            f"--replay {path}: written by a bisect of before bisects kept their gates' run "
             "records; run the bisect again with --json to have one that replays"
         )
     try:
@@ -110,5 +106,5 @@ def read_bisect(path: Path, what: str = "--replay") -> StoredBisect:
         )
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         raise ResultsError(
-            f"{what} {path}: unreadable bisect ({type(exc).__name__}: {exc})"
+            f"--replay {path}: unreadable bisect ({type(exc).__name__}: {exc})"
         ) from None

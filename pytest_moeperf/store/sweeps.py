@@ -123,12 +123,12 @@ def sweep_json_text(head: Mapping[str, Any], points: Points, record: RunRecord |
     return json.dumps(doc, indent=1) + "\n"
 
 
-def read_sweep(path: Path, what: str = "sweep") -> StoredSweep:
+def read_sweep(path: Path) -> StoredSweep:
     """The stored sweep in *path*; one :class:`ResultsError` line naming the file when it is
     not a sweep's ``--json`` or cannot be read."""
-    data = load_json(path, f"{what} {path}", ResultsError)
+    data = load_json(path, f"sweep {path}", ResultsError)
     if not isinstance(data, dict) or not isinstance(data.get("points"), list):
-        raise ResultsError(f"{what} {path}: not a sweep's --json (it has no list of points)")
+        raise ResultsError(f"sweep {path}: not a sweep's --json (it has no list of points)")
     try:
         points: tuple[SweepPoint, ...] | tuple[NcmoePoint, ...]
         if "n_layer" in data:
@@ -138,7 +138,7 @@ def read_sweep(path: Path, what: str = "sweep") -> StoredSweep:
         record = RunRecord.from_dict(data["record"]) if "record" in data else None
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ResultsError(
-            f"{what} {path}: unreadable sweep ({type(exc).__name__}: {exc})"
+            f"sweep {path}: unreadable sweep ({type(exc).__name__}: {exc})"
         ) from None
     head = {k: v for k, v in data.items() if k not in ("points", "record")}
     return StoredSweep(head, points, record)

@@ -170,10 +170,9 @@ def run_options(args: argparse.Namespace) -> Options:
 def live_session(args: argparse.Namespace) -> tuple[PerfSession, LiveSource]:
     """The session of a gate, bisect or sweep, and its live source (:func:`run_options`)."""
     options = run_options(args)
-    progress = say
-    live = LiveSource(options, say if args.verbose else (lambda line: None), progress)
+    live = LiveSource(options, say if args.verbose else (lambda line: None), say)
     session = PerfSession(
-        options, report=live.report, progress=progress, source=live, servers=live.stage
+        options, report=live.report, progress=say, source=live, servers=live.stage
     )
     return session, live
 

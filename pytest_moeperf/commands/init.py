@@ -33,8 +33,6 @@ from ..run.init import (
 from ..run.profile_file import existing_profiles
 from .common import say
 
-DEFAULT_OUTPUT = "moeperf.toml"
-
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
@@ -61,7 +59,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "-o",
         "--output",
-        default=DEFAULT_OUTPUT,
+        default="moeperf.toml",
         metavar="FILE",
         help="append the profile to this file (created if missing). Default: %(default)r",
     )

@@ -52,10 +52,9 @@ __all__ = ["add_arguments", "main", "run"]
 _PROG = "moeperf logstats"
 SEED = 0
 """The bootstrap's seed: the same log gives the same intervals."""
-EXIT = {"holds": 0, "fails": 1, "undecided": 3}
-"""``--baseline FILE.toml``'s exit status by overall outcome."""
-COMPARE_EXIT = {"pass": 0, "slower": 1, "undecided": 3}
-"""Two logs' exit status by overall outcome, as a gate's."""
+EXIT = {"holds": 0, "pass": 0, "fails": 1, "slower": 1, "undecided": 3}
+"""The exit status by overall outcome: of ``--baseline FILE.toml`` (holds, fails, undecided),
+or of two logs (pass, slower, undecided, as a gate's)."""
 
 
 def _non_negative(value: str) -> int:
@@ -86,27 +85,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "logs", nargs="+", metavar="SERVER.log", help="llama-server log (plain, gzip, bz2, xz)"
     )
-    parser.add_argument(
-        "--prefill-min",
-        type=_non_negative,
-        default=256,
-        metavar="N",
-        help="prefill row: requests with >= N newly prefilled tokens (default 256)",
-    )
-    parser.add_argument(
-        "--prefill-large-min",
-        type=_non_negative,
-        default=4000,
-        metavar="N",
-        help="large-prefill row: requests with >= N newly prefilled tokens (default 4000)",
-    )
-    parser.add_argument(
-        "--decode-min",
-        type=_non_negative,
-        default=32,
-        metavar="N",
-        help="decode rows: requests with >= N generated tokens (default 32)",
-    )
+    for flag, default, rows in (
+        ("--prefill-min", 256, "prefill row: requests with >= N newly prefilled"),
+        ("--prefill-large-min", 4000, "large-prefill row: requests with >= N newly prefilled"),
+        ("--decode-min", 32, "decode rows: requests with >= N generated"),
+    ):
+        help_text = f"{rows} tokens (default {default})"
+        parser.add_argument(flag, type=_non_negative, default=default, metavar="N", help=help_text)
     parser.add_argument(
         "--rotated",
         action="store_true",
@@ -202,7 +187,6 @@ def judge_log(
     *,
     prefill_min: int = 256,
     decode_min: int = 32,
-    seed: int = SEED,
 ) -> list[TrafficCheck]:
     """Each stored traffic entry against the log's *timings*: the entry's metric
     (``prefill-aggregate>=256``, ``decode-median``; a metric without its ``>=N`` takes
@@ -225,27 +209,26 @@ def judge_log(
                 workload=e.workload,
                 tolerance=bf.tolerance_for(e),
                 rel_spread=e.rel_spread or 0.0,
-                seed=seed,
+                seed=SEED,
             )
         )
     return checks
 
 
-def _usage_error(args: argparse.Namespace, baseline: str | None) -> str | None:
+def _check_usage(args: argparse.Namespace, baseline: str | None) -> None:
     for flag, used in (("--mix", args.mix), ("--baseline", baseline)):
         if used and len(args.logs) != 1:
             what = "writes the mix of" if flag == "--mix" else "judges"
-            return (
+            raise MoeperfError(
                 f"{flag} {what} one log; {len(args.logs)} were given "
                 "(use --rotated for a log's rotated predecessors)"
             )
     configuration = args.configuration
     if configuration and not (baseline and _is_record(baseline)):
-        return (
+        raise MoeperfError(
             f"--configuration {configuration} names a traffic column of a --baseline file; "
             "give --baseline FILE too (a baseline file, .toml)"
         )
-    return None
 
 
 def _is_record(baseline: str) -> bool:
@@ -335,17 +318,10 @@ def _read(args: argparse.Namespace, baseline: str | None) -> _Logs:
             decode_min=args.decode_min,
         )
     rows = log_rows(args.prefill_min, args.prefill_large_min, args.decode_min)
-    changes = (
-        compare_logs(
-            parsed[labels[0]].timings,
-            parsed[labels[1]].timings,
-            rows,
-            prior=args.session_spread,
-            seed=SEED,
-        )
-        if compare
-        else []
-    )
+    changes: list[LogChange] = []
+    if compare:
+        old, new = parsed[labels[0]].timings, parsed[labels[1]].timings
+        changes = compare_logs(old, new, rows, prior=args.session_spread, seed=SEED)
     return _Logs(labels, parsed, stats, record, compare, rows, changes, configuration, checks, mix)
 
 
@@ -357,7 +333,7 @@ def _outcome(logs: _Logs) -> tuple[str, int, list[tuple[str, str]]]:
         return held, EXIT[held], [(c.label, c.outcome) for c in logs.checks]
     if logs.compare:
         moved = logs_outcome(logs.changes)
-        return moved, COMPARE_EXIT[moved], [(c.label, c.outcome) for c in logs.changes]
+        return moved, EXIT[moved], [(c.label, c.outcome) for c in logs.changes]
     return "", 0, []
 
 
@@ -423,11 +399,8 @@ def run(args: argparse.Namespace) -> int:
     ``--baseline FILE.toml``, 0 every row holds, 1 a row fails, 3 undecided; of two logs, 0
     no row slower and none undecided, 1 a row slower, 3 undecided."""
     baseline: str | None = args.baseline
-    why = _usage_error(args, baseline)
-    if why:
-        print(f"{_PROG}: error: {why}", file=sys.stderr)
-        return 2
     try:
+        _check_usage(args, baseline)
         logs = _read(args, baseline)
     except MoeperfError as e:
         print(f"{_PROG}: error: {e}", file=sys.stderr)

@@ -106,15 +106,13 @@ def parse_dmon(text: str | Iterable[str]) -> list[DmonSample]:
     return out
 
 
-def dmon_command(
-    smi: str, gpus: Iterable[int], period_s: int = DMON_PERIOD_S, stdbuf: str | None = None
-) -> list[str]:
+def dmon_command(smi: str, gpus: Iterable[int], stdbuf: str | None = None) -> list[str]:
     """The dmon command line sampling *gpus* (nvidia-smi indices, the first
-    :data:`DMON_MAX_GPUS` of them) every *period_s* seconds, under ``stdbuf -oL`` when
-    *stdbuf* is its path."""
+    :data:`DMON_MAX_GPUS` of them) every :data:`DMON_PERIOD_S` seconds, under ``stdbuf -oL``
+    when *stdbuf* is its path."""
     indices = ",".join(str(g) for g in sorted(set(gpus))[:DMON_MAX_GPUS])
     line_buffered = [stdbuf, "-oL"] if stdbuf else []
-    return [*line_buffered, smi, "dmon", "-s", "umt", "-d", str(period_s), "-i", indices]
+    return [*line_buffered, smi, "dmon", "-s", "umt", "-d", str(DMON_PERIOD_S), "-i", indices]
 
 
 # --------------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ import functools
 import re
 import shutil
 import subprocess
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 #: ``nvidia-smi --query-gpu`` fields, in the order :func:`parse_query` reads them.
@@ -59,7 +59,7 @@ class GpuHost:
 
 def _na(value: str) -> str:
     v = value.strip()
-    return "" if v.startswith("[") or v.upper() in {"N/A", "[N/A]"} else v
+    return "" if v.startswith("[") or v.upper() == "N/A" else v
 
 
 def _mib(value: str) -> int:
@@ -67,15 +67,21 @@ def _mib(value: str) -> int:
     return int(m.group(1)) if m else 0
 
 
+def _rows(text: str, width: int) -> Iterator[list[str]]:
+    """The stripped cells of each CSV line of *text* that has *width* cells and starts with a
+    GPU index; other lines (a warning, a header) are skipped."""
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) == width and cells[0].isdigit():
+            yield cells
+
+
 def parse_query(text: str) -> tuple[str, list[Gpu]]:
     """The driver version and the GPUs of ``nvidia-smi --query-gpu=<QUERY_FIELDS>
     --format=csv,noheader,nounits`` output; rows that do not parse are skipped."""
     driver = ""
     rows: list[Gpu] = []
-    for line in text.splitlines():
-        cells = [c.strip() for c in line.split(",")]
-        if len(cells) != len(QUERY_FIELDS) or not cells[0].isdigit():
-            continue
+    for cells in _rows(text, len(QUERY_FIELDS)):
         f = dict(zip(QUERY_FIELDS, cells, strict=True))
         driver = driver or _na(f["driver_version"])
         gen, gen_max = _na(f["pcie.link.gen.current"]), _na(f["pcie.link.gen.max"])
@@ -132,8 +138,7 @@ def nvidia_host() -> GpuHost | None:
 def cuda_architectures(gpus: tuple[Gpu, ...] | list[Gpu]) -> str:
     """``CMAKE_CUDA_ARCHITECTURES`` for these GPUs ("90", or "75;86" for mixed ones): only the
     local GPUs' architectures, so a build compiles each kernel once per GPU kind."""
-    sms = sorted({g.sm for g in gpus if g.sm}, key=int)
-    return ";".join(sms)
+    return ";".join(sorted({g.sm for g in gpus if g.sm}, key=int))
 
 
 def visible_gpus(spec: str) -> list[int]:
@@ -185,13 +190,10 @@ class GpuApp:
 def parse_memory(text: str) -> list[GpuMemory]:
     """The GPUs of ``nvidia-smi --query-gpu=index,uuid,memory.total,memory.used
     --format=csv,noheader,nounits`` output; rows that do not parse are skipped."""
-    rows = []
-    for line in text.splitlines():
-        cells = [c.strip() for c in line.split(",")]
-        if len(cells) != len(MEMORY_FIELDS) or not cells[0].isdigit():
-            continue
-        rows.append(GpuMemory(int(cells[0]), _na(cells[1]), _mib(cells[2]), _mib(cells[3])))
-    return rows
+    return [
+        GpuMemory(int(index), _na(uuid), _mib(total), _mib(used))
+        for index, uuid, total, used in _rows(text, len(MEMORY_FIELDS))
+    ]
 
 
 def parse_compute_apps(text: str) -> list[GpuApp]:

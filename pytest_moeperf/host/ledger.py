@@ -19,7 +19,7 @@ import json
 import os
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,9 +40,9 @@ def alive(pid: int, start: int) -> bool:
 
 def parent(pid: int) -> int:
     """The parent of *pid* (0 when unknown)."""
-    fields = proc_stat(pid)
+    stat = proc_stat(pid)
     try:
-        return int(fields[1]) if fields else 0
+        return int(stat[1]) if stat else 0
     except ValueError:
         return 0
 
@@ -111,16 +111,7 @@ class Entry:
         return f"{self.name} ({server}, of pid {self.owner}): {self.charge.describe()}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "owner": self.owner,
-            "owner_start": self.owner_start,
-            "key": self.key,
-            "name": self.name,
-            "charge": self.charge.to_dict(),
-            "server": self.server,
-            "server_start": self.server_start,
-            "since": self.since,
-        }
+        return _to_dict(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Entry:
@@ -147,13 +138,7 @@ class Waiter:
     since: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "owner": self.owner,
-            "owner_start": self.owner_start,
-            "name": self.name,
-            "charge": self.charge.to_dict(),
-            "since": self.since,
-        }
+        return _to_dict(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Waiter:
@@ -164,6 +149,12 @@ class Waiter:
             charge=Charge.from_dict(data.get("charge") or {}),
             since=float(data.get("since", 0.0)),
         )
+
+
+def _to_dict(record: Entry | Waiter) -> dict[str, Any]:
+    """A ledger record's fields in their order, its charge in :meth:`Charge.to_dict`'s form."""
+    values = {f.name: getattr(record, f.name) for f in fields(record)}
+    return {**values, "charge": record.charge.to_dict()}  # in its place among the fields
 
 
 @dataclass
@@ -199,10 +190,7 @@ class Book:
         """The server of this process's *key* runs as *server* now."""
         for i, e in enumerate(self.entries):
             if e.owner == self.me and e.key == key:
-                start = started(server) or 0
-                self.entries[i] = Entry(
-                    e.owner, e.owner_start, e.key, e.name, e.charge, server, start, e.since
-                )
+                self.entries[i] = replace(e, server=server, server_start=started(server) or 0)
                 self.changed = True
 
     def drop(self, key: str) -> bool:

@@ -58,14 +58,13 @@ def format_cpu_list(cpus: Iterable[int]) -> str:
 def numa_nodes() -> dict[int, frozenset[int]]:
     """NUMA node number -> its CPUs, from sysfs (one node 0 with every CPU when sysfs has none)."""
     nodes: dict[int, frozenset[int]] = {}
-    if NODE_ROOT.is_dir():
-        for entry in NODE_ROOT.glob("node[0-9]*"):
-            try:
-                text = (entry / "cpulist").read_text()
-            except OSError:
-                continue
-            if text.strip():
-                nodes[int(entry.name[4:])] = parse_cpu_list(text)
+    for entry in NODE_ROOT.glob("node[0-9]*"):  # none where there is no such directory
+        try:
+            text = (entry / "cpulist").read_text()
+        except OSError:
+            continue
+        if text.strip():
+            nodes[int(entry.name[4:])] = parse_cpu_list(text)
     if not nodes:
         nodes[0] = frozenset(range(os.cpu_count() or 1))
     return dict(sorted(nodes.items()))
@@ -144,22 +143,12 @@ def node_meminfo(node: int, root: Path = Path("/")) -> dict[str, int]:
     return parse_node_meminfo(read_text(base / f"node{node}" / "meminfo") or "")
 
 
-def _memory_gib() -> float:
-    return round(read_meminfo(Path("/proc/meminfo")).get("MemTotal", 0) / 2**30, 1)
-
-
 def file_digest(path: Path, limit: int | None = None) -> str:
     """sha256 of a file (of its first *limit* bytes when given), hex."""
-    h = hashlib.sha256()
-    remaining = limit
     with path.open("rb") as fh:
-        while chunk := fh.read(1 << 20 if remaining is None else min(1 << 20, remaining)):
-            h.update(chunk)
-            if remaining is not None:
-                remaining -= len(chunk)
-                if remaining <= 0:
-                    break
-    return h.hexdigest()
+        if limit is None:
+            return hashlib.file_digest(fh, "sha256").hexdigest()
+        return hashlib.sha256(fh.read(limit)).hexdigest()
 
 
 def host_fingerprint() -> dict[str, Any]:
@@ -172,7 +161,7 @@ def host_fingerprint() -> dict[str, Any]:
         "cpu_model": _cpu_model(),
         "cpus": os.cpu_count() or 0,
         "numa_nodes": {str(n): format_cpu_list(c) for n, c in nodes.items()},
-        "memory_gib": _memory_gib(),
+        "memory_gib": round(read_meminfo(Path("/proc/meminfo")).get("MemTotal", 0) / 2**30, 1),
         "gpus": [g.name for g in gpu_rows],
         "gpu_memory": [f"{g.memory_mib} MiB" for g in gpu_rows],
         "gpu_driver": nv.driver if nv else "",
@@ -223,13 +212,11 @@ def _cpu_times(cpus: Iterable[int] | None = None) -> tuple[int, int, int]:
     """(busy, total, steal) jiffies from /proc/stat: of all CPUs, or summed over *cpus*.
     ``guest`` time is already part of ``user`` and is not counted twice."""
     lines = (read_text("/proc/stat") or "cpu 0 0 0 1").splitlines()
-    wanted = None if cpus is None else {f"cpu{c}" for c in cpus}
+    wanted = {"cpu"} if cpus is None else {f"cpu{c}" for c in cpus}
     busy = total = steal = 0
     for line in lines:
         name, _, rest = line.partition(" ")
-        if not name.startswith("cpu") or (name != "cpu") == (wanted is None):
-            continue
-        if wanted is not None and name not in wanted:
+        if name not in wanted:
             continue
         fields = [int(x) for x in rest.split()][:8]  # user .. steal
         idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
@@ -268,11 +255,10 @@ class OtherWork:
         self._begin = self._now()
         self._end: tuple[int, int, int, int] | None = None
 
-    def _delta(self) -> tuple[int, int, int, int]:
+    def _delta(self) -> tuple[int, ...]:
         if self._end is None:
             self._end = self._now()
-        busy, total, steal, ours = (b - a for a, b in zip(self._begin, self._end, strict=True))
-        return busy, total, steal, ours
+        return tuple(b - a for a, b in zip(self._begin, self._end, strict=True))
 
     def share(self) -> float:
         """Other work's share of the CPUs' time (0..1), steal not counted. The first call of

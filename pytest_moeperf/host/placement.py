@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -110,13 +110,9 @@ class Placement:
 
     def to_dict(self) -> dict[str, object]:
         return {
-            "node": self.node,
-            "share": self.share,
-            "text": self.text,
+            **asdict(self),
             "model_bytes": {str(n): b for n, b in self.model_bytes.items()},
             "anon_bytes": {str(n): b for n, b in self.anon_bytes.items()},
-            "page_cache_kib": self.page_cache_kib,
-            "node_memory_kib": self.node_memory_kib,
         }
 
     @classmethod

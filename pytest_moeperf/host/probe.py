@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 import os
 import statistics
+import sys
 import threading
 import time
 from collections.abc import Iterable, Mapping
@@ -36,7 +37,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..defaults import PROBE_TOLERANCE
-from .machine import format_cpu_list, online_cpus
+from .machine import format_cpu_list, online_cpus, parse_cpu_list
 
 _READ_ELEMENTS = 16 << 20  # float32: 64 MiB per thread
 _COMPUTE_ELEMENTS = 64 << 10  # float32: 256 KiB, in L2 of any current core
@@ -244,14 +245,7 @@ def probe_moved(before: Probe, *after: Probe, tolerance: float = PROBE_TOLERANCE
 
 
 def main() -> None:  # pragma: no cover - a by-hand look: python -m pytest_moeperf.host.probe
-    import sys
-
-    cpus = None
-    if len(sys.argv) > 1:
-        from .machine import parse_cpu_list
-
-        cpus = parse_cpu_list(sys.argv[1])
-    print(run_probe(cpus).describe())
+    print(run_probe(parse_cpu_list(sys.argv[1]) if len(sys.argv) > 1 else None).describe())
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -101,10 +101,7 @@ def _send(pid: int, group: bool, *signals: signal.Signals) -> None:
     one that is not ours to signal, is passed over."""
     for sig in signals:
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            if group:
-                os.killpg(pid, sig)
-            else:
-                os.kill(pid, sig)
+            (os.killpg if group else os.kill)(pid, sig)
 
 
 def _members(pgid: int) -> list[int]:

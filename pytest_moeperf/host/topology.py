@@ -17,13 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ConfigError
-from .gpus import _mib, _smi
+from .gpus import _mib, _rows, _smi
 from .machine import format_cpu_list, node_meminfo, parse_cpu_list, read_meminfo, read_text
 
 GPU_QUERY = ("index", "name", "memory.total", "memory.used", "pci.bus_id")
 """``nvidia-smi --query-gpu`` fields, in the order :func:`parse_gpu_query` reads them."""
-GPU_QUERY_ARGS = (f"--query-gpu={','.join(GPU_QUERY)}", "--format=csv,noheader,nounits")
-TOPO_ARGS = ("topo", "-m")
 GIB = 2**30
 
 _NODE_DIR = "sys/devices/system/node"
@@ -154,39 +152,27 @@ def _physical_cores(root: Path, cpus: frozenset[int]) -> int | None:
 def read_nodes(root: Path = Path("/")) -> tuple[NumaNode, ...]:
     """The NUMA nodes under *root*'s sysfs, by number; a kernel without NUMA support (no node
     directories) is one node 0 with every online CPU, its memory from ``/proc/meminfo``."""
-    nodes: list[NumaNode] = []
-    base = root / _NODE_DIR
-    entries = sorted(base.glob("node[0-9]*"), key=lambda p: int(p.name[4:]))
-    for entry in entries:
+    found: list[tuple[int, frozenset[int], dict[str, int]]] = []
+    for entry in sorted((root / _NODE_DIR).glob("node[0-9]*"), key=lambda p: int(p.name[4:])):
         text = read_text(entry / "cpulist")
         if not text:
             continue  # a memory-only node (CXL, HBM): nothing to pin a server to
-        cpus = parse_cpu_list(text)
-        mem = node_meminfo(int(entry.name[4:]), root)
-        nodes.append(
-            NumaNode(
-                node=int(entry.name[4:]),
-                cpus=cpus,
-                physical_cores=_physical_cores(root, cpus),
-                memory_total=mem.get("MemTotal", 0),
-                memory_free=mem.get("MemFree", 0),
-                page_cache=mem.get("FilePages", 0),
-            )
-        )
-    if nodes:
-        return tuple(nodes)
-    online = read_text(root / _CPU_DIR / "online") or "0"
-    cpus = parse_cpu_list(online)
-    host = read_meminfo(root / "proc/meminfo")
-    return (
+        number = int(entry.name[4:])
+        found.append((number, parse_cpu_list(text), node_meminfo(number, root)))
+    if not found:
+        cpus = parse_cpu_list(read_text(root / _CPU_DIR / "online") or "0")
+        host = read_meminfo(root / "proc/meminfo")
+        found = [(0, cpus, {**host, "FilePages": host.get("Cached", 0)})]
+    return tuple(
         NumaNode(
-            node=0,
+            node=number,
             cpus=cpus,
             physical_cores=_physical_cores(root, cpus),
-            memory_total=host.get("MemTotal", 0),
-            memory_free=host.get("MemFree", 0),
-            page_cache=host.get("Cached", 0),
-        ),
+            memory_total=mem.get("MemTotal", 0),
+            memory_free=mem.get("MemFree", 0),
+            page_cache=mem.get("FilePages", 0),
+        )
+        for number, cpus, mem in found
     )
 
 
@@ -194,14 +180,10 @@ def parse_gpu_query(text: str) -> list[tuple[int, str, int, int, str]]:
     """(index, name, MiB total, MiB used, bus id) of each row of ``nvidia-smi
     --query-gpu=index,name,memory.total,memory.used,pci.bus_id --format=csv,noheader,nounits``;
     rows that do not parse are skipped."""
-    rows: list[tuple[int, str, int, int, str]] = []
-    for line in text.splitlines():
-        cells = [c.strip() for c in line.split(",")]
-        if len(cells) != len(GPU_QUERY) or not cells[0].isdigit():
-            continue
-        index, name, total, used, bus = cells
-        rows.append((int(index), name, _mib(total), _mib(used), bus))
-    return rows
+    return [
+        (int(index), name, _mib(total), _mib(used), bus)
+        for index, name, total, used, bus in _rows(text, len(GPU_QUERY))
+    ]
 
 
 def sysfs_bus_id(bus_id: str) -> str:
@@ -216,12 +198,8 @@ def sysfs_bus_id(bus_id: str) -> str:
 
 
 def _node_number(text: str | None) -> int | None:
-    if text is None:
-        return None
-    text = text.strip()
-    if re.fullmatch(r"\d+", text):
-        return int(text)
-    return None  # -1, N/A, a range: the firmware does not say
+    m = re.fullmatch(r"\s*(\d+)\s*", text or "")
+    return int(m[1]) if m else None  # -1, N/A, a range: the firmware does not say
 
 
 def parse_topo_numa(text: str) -> dict[int, int | None]:
@@ -238,9 +216,8 @@ def parse_topo_numa(text: str) -> dict[int, int | None]:
                 header = named
             continue
         if not named or not re.fullmatch(r"GPU\d+", named[0]):
-            if not line.strip() or line.startswith("Legend"):
-                if out:
-                    break
+            if out and (not line.strip() or line.startswith("Legend")):
+                break
             continue
         values = named[1:]  # aligned with the header's named columns
         col = header.index("NUMA Affinity")
@@ -257,7 +234,7 @@ def read_gpus(
     of its PCI device in *root*'s sysfs, else from ``nvidia-smi topo -m`` (*topo*: its output,
     ``None``: ask it when needed). No ``nvidia-smi``, or no GPU: ``()``."""
     if query is None:
-        query = _smi(*GPU_QUERY_ARGS) or ""
+        query = _smi(f"--query-gpu={','.join(GPU_QUERY)}", "--format=csv,noheader,nounits") or ""
     rows = parse_gpu_query(query)
     pci = root / _PCI_DIR
     nodes = {
@@ -265,17 +242,10 @@ def read_gpus(
         for index, _name, _total, _used, bus in rows
     }
     if rows and any(n is None for n in nodes.values()):
-        from_topo = parse_topo_numa(topo if topo is not None else _smi(*TOPO_ARGS) or "")
+        from_topo = parse_topo_numa(topo if topo is not None else _smi("topo", "-m") or "")
         nodes = {i: n if n is not None else from_topo.get(i) for i, n in nodes.items()}
     return tuple(
-        GpuSlot(
-            index=index,
-            name=name,
-            memory_total_mib=total,
-            memory_used_mib=used,
-            bus_id=bus,
-            numa_node=nodes[index],
-        )
+        GpuSlot(index, name, total, used, bus, nodes[index])
         for index, name, total, used, bus in rows
     )
 

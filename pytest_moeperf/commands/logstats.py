@@ -46,9 +46,6 @@ from ..verdicts.reference import (
     traffic_outcome,
 )
 
-__all__ = ["add_arguments", "main", "run"]
-
-
 _PROG = "moeperf logstats"
 SEED = 0
 """The bootstrap's seed: the same log gives the same intervals."""

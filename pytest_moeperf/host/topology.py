@@ -12,7 +12,6 @@ does not say, and the node is ``None``.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -264,16 +263,4 @@ def read_topology(
         numa_balancing=read_text(root / _NUMA_BALANCING) or "",
         transparent_hugepages=parse_thp(read_text(root / _THP) or ""),
         governor=read_text(root / _GOVERNOR) or "",
-    )
-
-
-def recorded_topology(folder: Path, files: Mapping[str, str] | None = None) -> Topology:
-    """A host recorded in *folder*: a fake root (``sys/``, ``proc/``) and the nvidia-smi
-    outputs beside it (``nvidia-smi-query.txt``, ``nvidia-smi-topo.txt``; a missing file
-    reads as an empty output: no GPU, no topology). *files* renames them."""
-    names = {"query": "nvidia-smi-query.txt", "topo": "nvidia-smi-topo.txt", **(files or {})}
-    return read_topology(
-        folder,
-        gpu_query=read_text(folder / names["query"]) or "",
-        gpu_topo=read_text(folder / names["topo"]) or "",
     )

@@ -30,15 +30,6 @@ from ..measure.workload import Workload
 from . import orphans
 from .flags import EXPERTS_PATTERN, canonical, flash_attn
 
-__all__ = [
-    "BenchArgs",
-    "BenchError",
-    "BenchResult",
-    "bench_args",
-    "parse_bench_json",
-    "run_bench",
-]
-
 
 class BenchError(MoeperfError):
     """llama-bench is missing, failed, printed something unreadable, or cannot express a

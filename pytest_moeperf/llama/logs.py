@@ -34,21 +34,6 @@ from ..errors import MoeperfError
 from ..measure.mix import Mix, Shape
 from .startup import StartupFinding, StartupScanner, log_messages, without_colours
 
-__all__ = [
-    "Aggregate",
-    "LogError",
-    "ParsedLog",
-    "RequestTiming",
-    "TimingParser",
-    "TrafficStats",
-    "mix_of",
-    "parse_log_files",
-    "parse_timings",
-    "read_log_lines",
-    "rotated_series",
-    "traffic_stats",
-]
-
 
 class LogError(MoeperfError):
     """A log file is unreadable, corrupt, or not a llama-server log."""

@@ -15,18 +15,6 @@ from dataclasses import dataclass, field, replace
 
 from .flags import flag_value
 
-__all__ = [
-    "STARTUP_WARNINGS",
-    "KnownWarning",
-    "StartupFinding",
-    "StartupScanner",
-    "log_messages",
-    "offload_failure",
-    "scan_startup",
-    "without_colours",
-]
-
-
 # --------------------------------------------------------------------------------------------
 # Line normalisation: colours, the optional time/level prefix, --log-jsonl records
 # --------------------------------------------------------------------------------------------

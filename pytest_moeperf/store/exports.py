@@ -340,14 +340,3 @@ def llama_bench_rows(record: RunRecord) -> list[dict[str, Any]]:
         if all(math.isfinite(v) for v in row["samples_ts"]):
             rows.append(row)
     return rows
-
-
-__all__ = [
-    "APPROXIMATE_FIELDS",
-    "LLAMA_BENCH_EXTRA_FIELDS",
-    "LLAMA_BENCH_FIELDS",
-    "SETTING_FIELDS",
-    "benchmark_json",
-    "benchmark_name",
-    "llama_bench_rows",
-]

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Protocol, get_args, runtime_checkable
 
-from ..defaults import BUSY_LIMIT, CONFIDENCE, MARGIN, MIN_REL_SPREAD
+from ..defaults import BUSY_LIMIT, CONFIDENCE, MIN_REL_SPREAD
 from ..measure.stats import (
     Figure,
     RatioInterval,
@@ -20,7 +20,6 @@ from ..measure.stats import (
     relative_uncertainty,
     repetitions_to_decide,
 )
-from .claims import Claim
 from .sequential import Decision, Plan, Rule, look
 
 if TYPE_CHECKING:
@@ -200,14 +199,6 @@ def more_to_decide(iv: RatioInterval, thresholds: Sequence[float], n: int | None
     return None if None in counts else max(c for c in counts if c is not None)
 
 
-def judge_claim(claim: Claim, left: Values, right: Values, *, seed: int = 0) -> Verdict:
-    """Judge *claim* on the left and right measurements (samples or stored figures).
-
-    ``holds`` when the whole interval of ``left / right`` lies on the claim's side of its
-    factor, ``fails`` when it lies wholly on the other side, ``undecided`` otherwise."""
-    return judge_unpaired(claim.rule, left, right, label=f"{claim.left} / {claim.right}", seed=seed)
-
-
 def _bound(rule: Rule) -> dict[str, Any]:
     """The verdict's fields that say what *rule* holds the ratio to: a claim's threshold, or
     a margin around 1 (``~`` for a change, ``<`` for a dead end)."""
@@ -242,35 +233,6 @@ def judge_unpaired(rule: Rule, a: Values, b: Values, *, label: str, seed: int = 
         method=iv.method,
         **_bound(rule),
     )
-
-
-def judge_change(
-    candidate: Values,
-    baseline: Values,
-    *,
-    margin: float = MARGIN,
-    seed: int = 0,
-    label: str = "candidate / baseline",
-) -> Verdict:
-    """Gate verdict on ``candidate / baseline`` (e.g. a new build against the old one on the
-    same flags), with *margin* the smallest change that matters (0.05 = 5 %).
-
-    Unpaired samples (or stored figures), judged once on a bootstrap interval by the rule of
-    :class:`~pytest_moeperf.verdicts.sequential.Rule` ``change``: slower / faster beyond the
-    margin, small-slower / small-faster (a real change within it), unchanged, or undecided.
-    Gates and ``moeperf.compare`` judge paired rounds instead (:func:`judge_rounds`)."""
-    rule = Rule("change", margin=margin)
-    return judge_unpaired(rule, candidate, baseline, label=label, seed=seed)
-
-
-def judge_dead_end(config: Values, other: Values, *, label: str = "dead end / other") -> Verdict:
-    """Is a dead end still slower? On the interval of ``config / other``:
-
-    - ``holds``: ``high < 1``, the configuration is surely slower: the dead end stands;
-    - ``fails``: ``low >= 1 - MARGIN``, it is as fast (within the margin) or faster: the dead
-      end may have reopened;
-    - ``undecided`` otherwise."""
-    return judge_unpaired(Rule("dead_end"), config, other, label=label)
 
 
 def judge_rounds(

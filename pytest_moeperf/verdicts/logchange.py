@@ -41,8 +41,6 @@ from .reference import (
 )
 from .sequential import Decision, Rule
 
-__all__ = ["LogChange", "LogRow", "compare_logs", "log_rows", "logs_outcome"]
-
 MIN_SESSION_REQUESTS = 20
 """Requests a session needs in a row to count towards the between-session term."""
 REQUEST_TERM = "request spread"

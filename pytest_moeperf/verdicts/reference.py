@@ -28,26 +28,6 @@ from ..measure.measurement import Measurement
 from ..measure.stats import log_sigma
 from .judge import Verdict
 
-__all__ = [
-    "DEFAULT_LABEL",
-    "Metric",
-    "Reference",
-    "ReferenceFigure",
-    "ReferenceRow",
-    "Statistic",
-    "StoredFigure",
-    "TrafficCheck",
-    "bootstrap_draws",
-    "judge_traffic",
-    "log_requests",
-    "pick_entry",
-    "pick_figure",
-    "rate_text",
-    "stand_in",
-    "statistic_of",
-    "traffic_outcome",
-]
-
 DEFAULT_LABEL = "reference"
 """What a reference is called where its profile gives no ``reference_label``."""
 RESAMPLES = 2000

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 from _adr_shape import MEASURED_VRAM_GIB, SERVING_FLAGS, write_adr_shaped
+from _hosts import recorded_topology
 from test_builds import fake_server
 
 from pytest_moeperf.commands import init as init_command
 from pytest_moeperf.commands import make_parser
 from pytest_moeperf.errors import ServerError
-from pytest_moeperf.host.topology import recorded_topology
 from pytest_moeperf.llama.fit import fit_gpus
 from pytest_moeperf.llama.footprint import GIB, estimate
 from pytest_moeperf.llama.model_bytes import decode_bytes

@@ -15,13 +15,13 @@ from types import SimpleNamespace
 import gguf
 import numpy as np
 import pytest
+from _hosts import recorded_topology
 
 from pytest_moeperf.commands import init as init_command
 from pytest_moeperf.commands import main, make_parser
 from pytest_moeperf.defaults import FIRST_LOOK
 from pytest_moeperf.errors import ConfigError, ModelError
 from pytest_moeperf.host.machine import host_fingerprint, host_identity
-from pytest_moeperf.host.topology import recorded_topology
 from pytest_moeperf.llama.model_bytes import decode_bytes, model_shards, model_size
 from pytest_moeperf.run.artifacts import Artifacts
 from pytest_moeperf.run.init import Rates, budget_for, default_name, plan_profile, rounds_to_decide

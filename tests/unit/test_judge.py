@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _judges import judge_change, judge_claim
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -23,7 +24,7 @@ from pytest_moeperf.verdicts.claims import (
     ClaimError,
     Operand,
 )
-from pytest_moeperf.verdicts.judge import Verdict, judge_change, judge_claim
+from pytest_moeperf.verdicts.judge import Verdict
 
 ADR = Path(__file__).resolve().parents[2] / "baselines" / "adr-0042.toml"
 

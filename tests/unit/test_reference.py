@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
+from _judges import judge_claim, judge_dead_end
 
 from pytest_moeperf.commands import logstats
 from pytest_moeperf.errors import ConfigError
@@ -27,7 +28,6 @@ from pytest_moeperf.run.session import Options, PerfSession
 from pytest_moeperf.store.baselines import BaselineEntry, load_baselines
 from pytest_moeperf.store.replay import Replay
 from pytest_moeperf.verdicts.claims import Claim
-from pytest_moeperf.verdicts.judge import judge_claim, judge_dead_end
 from pytest_moeperf.verdicts.reference import (
     Reference,
     judge_traffic,

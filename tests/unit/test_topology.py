@@ -6,6 +6,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from _hosts import recorded_topology
+
 from pytest_moeperf.host.machine import parse_node_meminfo
 from pytest_moeperf.host.topology import (
     GIB,
@@ -15,7 +17,6 @@ from pytest_moeperf.host.topology import (
     read_gpus,
     read_nodes,
     read_topology,
-    recorded_topology,
     sysfs_bus_id,
 )
 

@@ -9,10 +9,10 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from _hosts import recorded_topology
 from test_builds import fake_server
 from test_init import write_gguf
 
-from pytest_moeperf.host.topology import recorded_topology
 from pytest_moeperf.run.artifacts import Artifacts
 from pytest_moeperf.run.launch import Launcher
 from pytest_moeperf.run.pool import Capacity, ServerPool

@@ -55,7 +55,7 @@ class NoiseFigure:
     """Standard deviation of one round's ``log(b / a)`` (0.05: about 5 %)."""
     lag1: float
     """Lag-1 autocorrelation of consecutive rounds' log-ratios (within each process block of
-    each gate, pooled)."""
+    each gate, pooled, corrected for the blocks' own means: :func:`centred_lag1`)."""
     mde: float
     """The median MDE the gates reached within their budget (0.05 = 5 %)."""
     budget: float
@@ -136,12 +136,13 @@ def noise_figure(
     log-ratios in order, the MDE it reached, its rounds' process *blocks* (none: one pair
     a gate) and the *seconds* its rounds took. The spread pools each block's rounds around
     the block's own mean (so that a process pair's offset is not counted as round noise); the
-    lag-1 autocorrelation pools the products of consecutive rounds of one block the same way;
+    lag-1 autocorrelation pools the products of consecutive rounds of one block the same way
+    (:func:`centred_lag1` takes out what the blocks' means take away);
     the process term pools each gate's variance between its blocks beyond what their rounds
     explain."""
     if not outcomes:
         raise ValueError("a noise figure needs at least one A/A gate")
-    squares, cross, df = 0.0, 0.0, 0
+    squares, cross, df, centring = 0.0, 0.0, 0, 0.0
     between: list[float] = []
     for i, d in enumerate(round_log_ratios):
         gate_blocks = list(blocks[i]) if i < len(blocks) and blocks[i] else [0] * len(d)
@@ -156,6 +157,7 @@ def noise_figure(
             squares += sum(x * x for x in dev)
             cross += sum(a * b for a, b in itertools.pairwise(dev))
             df += len(g) - 1
+            centring += (len(g) - 1) / len(g)
         tau2 = between_blocks(d, gate_blocks)
         if tau2 is not None:
             between.append(tau2)
@@ -166,7 +168,7 @@ def noise_figure(
         gates=len(outcomes),
         rounds=sum(len(d) for d in round_log_ratios),
         round_spread=spread,
-        lag1=cross / squares if squares else 0.0,
+        lag1=centred_lag1(cross, squares, centring / df if df else 0.0),
         mde=statistics.median(mdes) if mdes else 0.0,
         budget=budget,
         false_alarms=sum(o in FALSE_ALARMS for o in outcomes),
@@ -175,6 +177,19 @@ def noise_figure(
         process=math.sqrt(statistics.fmean(between)) if between else None,
         pace=_pace(seconds, round_log_ratios),
     )
+
+
+def centred_lag1(cross: float, squares: float, centring: float) -> float:
+    """The lag-1 autocorrelation of rounds read around each block's own mean, corrected for
+    what that mean takes away: a series of *n* read around its own mean reads about
+    ``rho - (1 + 3 rho) / n`` (Marriott & Pope, 1954), so independent rounds in blocks of 10
+    would read -0.1 and a host of lag-1 0.3 about 0.13. *centring* is ``1 / n`` averaged over
+    the blocks' degrees of freedom; its weight is capped where blocks are too short (under 4
+    rounds) to carry a lag-1. 0 with no spread; within [-1, 1]."""
+    if not squares:
+        return 0.0
+    corrected = (cross / squares + centring) / max(1 - 3 * centring, 0.25)
+    return max(-1.0, min(1.0, corrected))
 
 
 def _pace(seconds: Sequence[float], rounds: Sequence[Sequence[float]]) -> float | None:

@@ -186,16 +186,11 @@ def test_each_metrics_figure_is_the_noise_the_host_put_in(noisy):
         _close_to_the_host(figure, sd, process)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="noise_figure's lag-1 centres each process block on its own mean and does not "
-    "correct for it: independent rounds read about -1/m (m: rounds a block, 10 here), "
-    "-0.12 on average over seeds 1-30 (sd 0.03), and rounds of lag-1 0.3 read 0.13",
-)
 def test_a_host_with_independent_rounds_has_a_lag1_of_about_zero(noisy):
-    """The fake's rounds are independent (lag-1 0). The pooled within-block estimate without
-    its centring bias has sd 0.03 over seeds at 16 gates (-0.04 and -0.02 at this seed once
-    corrected by adding (m - 1) / m per block over the degrees of freedom), hence 0.08."""
+    """The fake's rounds are independent (lag-1 0): the calibration reads about 0 (sd about
+    0.03 over seeds at 16 gates), not the -1/m (m: rounds a block, 10 here) that centring each
+    block on its own mean takes away (-0.12 on average over seeds 1-30 without the
+    correction)."""
     for name, figure in noisy.figures("2026-01-02").items():
         assert figure.lag1 == pytest.approx(0.0, abs=0.08), name
 

@@ -138,7 +138,11 @@ def calibration_json(
         metric: {
             "figure": figures[metric].to_dict(),
             "gates": [
-                {"verdict": r.verdict.to_dict(), "log_ratios": list(r.log_ratios)}
+                {
+                    "verdict": r.verdict.to_dict(),
+                    "log_ratios": list(r.log_ratios),
+                    "blocks": list(r.blocks),
+                }
                 for r in gate_rows
             ],
         }

@@ -13,6 +13,7 @@ passes of the configuration's own (real) :class:`Traffic`.
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 import tomllib
@@ -30,13 +31,14 @@ from pytest_moeperf.llama.model_bytes import DecodeBytes
 from pytest_moeperf.measure.measurement import Conditions, Measurement, Sample
 from pytest_moeperf.measure.traffic import Pass, RequestRecord, Traffic, TrafficRun
 from pytest_moeperf.measure.workload import Workload
+from pytest_moeperf.report.calibrate import calibration_json
 from pytest_moeperf.run.calibrate import Calibration, run_calibration
 from pytest_moeperf.run.gate import BuildUnderTest
 from pytest_moeperf.run.profiles import Configuration, HostLacks, Profile, parse_profiles
 from pytest_moeperf.run.profiles import traffic_of as traffic_table_of
 from pytest_moeperf.run.source import Feed, Side, Source
 from pytest_moeperf.run.sweep import METRICS, run_ncmoe_sweep, run_sweep
-from pytest_moeperf.verdicts.calibration import NoiseFigure
+from pytest_moeperf.verdicts.calibration import NoiseFigure, noise_figure
 
 
 @pytest.fixture
@@ -145,6 +147,20 @@ def test_calibration_runs_a_a_gates_and_keeps_every_rows_rounds(tmp_path, clock)
     assert figure.undecided == sum(r.verdict.outcome == "undecided" for r in rows)
     assert figure.pace == pytest.approx(PACE)  # seconds of the fake clock a round
     assert figure.mde == statistics.median(r.verdict.mde for r in rows if r.verdict.mde)
+    # the --json keeps each gate's rounds and blocks: the figure is computed again from it
+    stored = json.loads(calibration_json(calibration.rows, {"mmap.pp512": figure}))
+    gates = stored["mmap.pp512"]["gates"]
+    again = noise_figure(
+        [g["verdict"]["outcome"] for g in gates],
+        [g["log_ratios"] for g in gates],
+        [r.verdict.mde for r in rows if r.verdict.mde],
+        build="b0",
+        date="2026-01-02",
+        budget=120.0,
+        blocks=[g["blocks"] for g in gates],
+        seconds=[r.seconds for r in rows],
+    )
+    assert again == figure
 
 
 # Each metric's (round sd, process) of the fake host, and its figure's tolerances. With 16 A/A

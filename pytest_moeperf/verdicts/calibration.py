@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import math
 import statistics
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any
@@ -55,7 +56,7 @@ class NoiseFigure:
     """Standard deviation of one round's ``log(b / a)`` (0.05: about 5 %)."""
     lag1: float
     """Lag-1 autocorrelation of consecutive rounds' log-ratios (within each process block of
-    each gate, pooled, corrected for the blocks' own means: :func:`centred_lag1`)."""
+    each gate, pooled, read past the blocks' own means: :func:`centred_lag1`)."""
     mde: float
     """The median MDE the gates reached within their budget (0.05 = 5 %)."""
     budget: float
@@ -142,7 +143,8 @@ def noise_figure(
     explain."""
     if not outcomes:
         raise ValueError("a noise figure needs at least one A/A gate")
-    squares, cross, df, centring = 0.0, 0.0, 0, 0.0
+    squares, cross, df = 0.0, 0.0, 0
+    sizes: Counter[int] = Counter()
     between: list[float] = []
     for i, d in enumerate(round_log_ratios):
         gate_blocks = list(blocks[i]) if i < len(blocks) and blocks[i] else [0] * len(d)
@@ -157,7 +159,7 @@ def noise_figure(
             squares += sum(x * x for x in dev)
             cross += sum(a * b for a, b in itertools.pairwise(dev))
             df += len(g) - 1
-            centring += (len(g) - 1) / len(g)
+            sizes[len(g)] += 1
         tau2 = between_blocks(d, gate_blocks)
         if tau2 is not None:
             between.append(tau2)
@@ -168,7 +170,7 @@ def noise_figure(
         gates=len(outcomes),
         rounds=sum(len(d) for d in round_log_ratios),
         round_spread=spread,
-        lag1=centred_lag1(cross, squares, centring / df if df else 0.0),
+        lag1=centred_lag1(cross / squares, sizes) if squares else 0.0,
         mde=statistics.median(mdes) if mdes else 0.0,
         budget=budget,
         false_alarms=sum(o in FALSE_ALARMS for o in outcomes),
@@ -179,17 +181,37 @@ def noise_figure(
     )
 
 
-def centred_lag1(cross: float, squares: float, centring: float) -> float:
-    """The lag-1 autocorrelation of rounds read around each block's own mean, corrected for
-    what that mean takes away: a series of *n* read around its own mean reads about
-    ``rho - (1 + 3 rho) / n`` (Marriott & Pope, 1954), so independent rounds in blocks of 10
-    would read -0.1 and a host of lag-1 0.3 about 0.13. *centring* is ``1 / n`` averaged over
-    the blocks' degrees of freedom; its weight is capped where blocks are too short (under 4
-    rounds) to carry a lag-1. 0 with no spread; within [-1, 1]."""
-    if not squares:
-        return 0.0
-    corrected = (cross / squares + centring) / max(1 - 3 * centring, 0.25)
-    return max(-1.0, min(1.0, corrected))
+def _centred_ratio(rho: float, sizes: Mapping[int, int]) -> float:
+    """What consecutive rounds' products over their squares, each read around its own block's
+    mean, come to on average for rounds of lag-1 *rho* (AR(1)) in blocks of these sizes
+    (size -> count): the expected products over the expected squares, from the covariance of a
+    round and its block's mean."""
+    products = squares = 0.0
+    for m, count in sizes.items():
+        # c[i]: the covariance of round i and its block's mean (the rounds' variance 1)
+        c = [sum(rho ** abs(i - k) for k in range(m)) / m for i in range(m)]
+        mean_var = sum(c) / m
+        products += count * sum(rho - c[i] - c[i + 1] + mean_var for i in range(m - 1))
+        squares += count * (m - 2 * sum(c) + m * mean_var)
+    return products / squares
+
+
+def centred_lag1(ratio: float, sizes: Mapping[int, int]) -> float:
+    """The lag-1 of rounds whose consecutive products over their squares, read around each
+    block's own mean, came to *ratio*: the block's mean takes part of every round with it, so
+    independent rounds in blocks of 10 read about -0.1, in blocks of 4 about -0.25, and rounds of
+    lag-1 0.3 in blocks of 10 read 0.13. The lag-1 (within [-0.99, 0.99]) whose expected ratio
+    (:func:`_centred_ratio`) is the one read."""
+    low, high = -0.99, 0.99
+    floor, ceiling = _centred_ratio(low, sizes), _centred_ratio(high, sizes)
+    if ceiling - floor < 1e-9:
+        return 0.0  # blocks of two rounds read -1/2 whatever the lag-1: nothing to tell
+    if not floor < ratio < ceiling:
+        return low if ratio <= floor else high
+    for _ in range(40):  # the expected ratio rises with the lag-1: halve the bracket
+        mid = (low + high) / 2
+        low, high = (mid, high) if _centred_ratio(mid, sizes) < ratio else (low, mid)
+    return (low + high) / 2
 
 
 def _pace(seconds: Sequence[float], rounds: Sequence[Sequence[float]]) -> float | None:

@@ -138,13 +138,15 @@ def test_calibrate_measures_the_process_term_and_lag1_within_blocks():
     assert host_dependence([quiet]).process == DEFAULT_DEPENDENCE.process
 
 
-@pytest.mark.parametrize("block", [5, 10, 20])
+@pytest.mark.parametrize("block", [4, 5, 10, 20])
 @pytest.mark.parametrize("rho", [0.0, 0.3, 0.5])
 def test_the_lag1_is_not_pulled_down_by_the_blocks_own_means(rho, block):
     """Rounds of a known lag-1 (AR(1), drifting across blocks, each block its own process
-    offset), calibrated 200 times: the figures' mean lag-1 is the host's within 0.1 (at blocks
-    of 10: 0.00 reads +0.01, 0.3 reads 0.34). Read around each block's mean without the
-    correction it was -0.09, 0.14 and 0.28 at blocks of 10, -0.21 at blocks of 5."""
+    offset), calibrated 200 times: the figures' mean lag-1 is the host's within 0.05 (it came
+    within 0.012 at every case here). Read around each block's mean without the correction the
+    mean was -0.25 / -0.14 / -0.07 at blocks of 4 and -0.09 / 0.14 / 0.28 at blocks of 10; the
+    first correction tried (Marriott and Pope's, for one series) read 0.45 and 0.70 for 0.3
+    and 0.5 at blocks of 4."""
     rng = random.Random(block)
     got = []
     for _ in range(200):
@@ -162,7 +164,7 @@ def test_the_lag1_is_not_pulled_down_by_the_blocks_own_means(rho, block):
         f = noise_figure(["unchanged"] * 4, gates, [0.04], build="b", date="d", budget=1.0,
                          blocks=blocks)  # fmt: skip
         got.append(f.lag1)
-    assert sum(got) / len(got) == pytest.approx(rho, abs=0.1)
+    assert sum(got) / len(got) == pytest.approx(rho, abs=0.05)
 
 
 def test_a_calibrated_host_is_found_by_its_identity_before_any_probe(tmp_path):

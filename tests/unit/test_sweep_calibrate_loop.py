@@ -204,8 +204,8 @@ def test_each_metrics_figure_is_the_noise_the_host_put_in(noisy):
 
 def test_a_host_with_independent_rounds_has_a_lag1_of_about_zero(noisy):
     """The fake's rounds are independent (lag-1 0): the calibration reads about 0 (sd about
-    0.03 over seeds at 16 gates), not the -1/m (m: rounds a block, 10 here) that centring each
-    block on its own mean takes away (-0.12 on average over seeds 1-30 without the
+    0.03 over seeds at 16 gates), not the -1/m (m: rounds a block, 10 here) that reading each
+    block around its own mean takes away (-0.12 on average over seeds 1-30 without the
     correction)."""
     for name, figure in noisy.figures("2026-01-02").items():
         assert figure.lag1 == pytest.approx(0.0, abs=0.08), name

@@ -11,10 +11,10 @@ from pathlib import Path
 from ..errors import MoeperfError
 from ..llama.build import published_builds
 from ..measure.workload import Workload
-from ..report.bisect import bisect_json, bisect_markdown, bisect_text
+from ..report.bisect import bisect_markdown, bisect_text
 from ..run.bisect import replay_bisect, run_bisect
 from ..run.gate import BuildUnderTest
-from ..store.stored import read_bisect
+from ..store.stored import bisect_json, read_bisect
 from ..verdicts.bisect import BisectResult
 from . import common
 

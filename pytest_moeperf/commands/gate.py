@@ -14,14 +14,14 @@ from ..defaults import FIRST_LOOK, MAX_ROUNDS
 from ..errors import MoeperfError
 from ..host.machine import parse_cpu_list
 from ..measure.workload import Workload
-from ..report.gate import gate_json_text, gate_markdown, gate_text
+from ..report.gate import gate_markdown, gate_text
 from ..run.gate import CANDIDATE, BuildUnderTest, StoredStage, run_gate
 from ..run.profiles import load_profiles
 from ..run.replayed import ReplaySource
 from ..run.session import PerfSession
 from ..store.accept import accept_measurements, refusals, refuse
 from ..store.replay import Replay
-from ..store.stored import read_gate
+from ..store.stored import gate_json_text, read_gate
 from ..verdicts.gate import UNDECIDED_POLICIES
 from .common import (
     add_run_arguments,

@@ -4,9 +4,8 @@ verdict, time), the conclusion, markdown and JSON."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
-from ..verdicts.bisect import BisectResult, Comparison, records_list
+from ..verdicts.bisect import BisectResult, Comparison
 from .tables import markdown_table, text_table
 
 
@@ -55,20 +54,3 @@ def bisect_markdown(result: BisectResult) -> str:
             "",
         ]
     )
-
-
-def bisect_json(result: BisectResult) -> dict[str, Any]:
-    """The bisect as its JSON file holds it, with each gate's run record, whose rounds
-    ``moeperf bisect --replay`` judges again."""
-    return {
-        "builds": result.builds,
-        "metric": result.metric,
-        "configurations": result.configurations,
-        "margin": result.margin,
-        "premise": [c.to_dict() for c in result.premise],
-        "steps": [result.steps[b].to_dict() for b in result.builds if b in result.steps],
-        "boundaries": [{"last_good": g, "first_bad": b} for g, b in result.boundaries],
-        "outcome": result.outcome,
-        "conclusion": result.conclusion(),
-        "records": records_list(result.records),
-    }

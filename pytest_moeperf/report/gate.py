@@ -1,12 +1,8 @@
 """The build gate's report: its table (text and markdown, in the layout of the ADR's tables),
-notes and verdict line, and its JSON."""
+notes and verdict line (its JSON: :mod:`pytest_moeperf.store.stored`)."""
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
-from ..store.record import RunRecord
 from ..verdicts.gate import GateResult, GateRow, versus
 from .tables import markdown_table, text_table
 
@@ -100,46 +96,3 @@ def gate_markdown(result: GateResult) -> str:
     lines.append("")
     lines.append("**" + result.summary() + "**")
     return "\n".join(lines)
-
-
-def gate_json(result: GateResult, record: RunRecord | None = None) -> dict[str, Any]:
-    """The gate as its JSON file holds it: every row's verdict, its accepted baselines, its
-    attribution and both sides' measurements, and (given) the gate's run record, whose rounds
-    ``moeperf gate --replay`` judges again."""
-    out: dict[str, Any] = {
-        "outputs": [c.to_dict() for c in result.outputs],
-        "baseline": result.baseline,
-        "candidate": result.candidate,
-        "margin": result.margin,
-        "passed": result.passed,
-        "outcome": result.outcome,
-        "exit_code": result.exit_code(),
-        "undecided_policy": result.undecided_policy,
-        "host_busy_before": result.host_busy_before,
-        "loadavg_before": list(result.loadavg_before),
-        "notes": result.notes,
-        "skipped": [{"configuration": c, "reason": why} for c, why in result.skipped],
-        "rows": [
-            {
-                "configuration": r.configuration,
-                "workload": r.workload.name,
-                "verdict": r.verdict.to_dict(),
-                "seconds": r.seconds,
-                "vs_oldest": r.oldest.to_dict() if r.oldest else None,
-                "change": r.change.to_dict() if r.change else None,
-                "log_ratios": list(r.log_ratios),
-                "attribution": r.attribution.to_dict() if r.attribution else None,
-                "where": r.attribution.where(r.verdict) if r.attribution else None,
-                "baseline": r.baseline.to_dict(),
-                "candidate": r.candidate.to_dict(),
-            }
-            for r in result.rows
-        ],
-    }
-    if record is not None:
-        out["record"] = record.to_dict()
-    return out
-
-
-def gate_json_text(result: GateResult, record: RunRecord | None = None) -> str:
-    return json.dumps(gate_json(result, record), indent=1) + "\n"

@@ -32,15 +32,13 @@ from ..defaults import MARGIN
 from ..errors import MoeperfError, ResultsError
 from ..measure.workload import Workload
 from ..store.replay import Replay
-from ..store.stored import StoredBisect
+from ..store.stored import StoredBisect, records_list, records_of
 from ..verdicts.bisect import (
     BisectResult,
     BisectStep,
     Comparison,
     GateRecords,
     StepVerdict,
-    records_list,
-    records_of,
 )
 from .gate import BuildUnderTest, Stage, StoredStage, run_gate
 from .profiles import Profile, load_profiles

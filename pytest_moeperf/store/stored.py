@@ -1,16 +1,90 @@
-"""A stored gate and a stored bisect, as ``moeperf gate --replay`` and ``moeperf bisect
---replay`` read their ``--json``: each gate's run record (its rows' rounds) and what the gate
-or bisect was asked and saw beside it."""
+"""A stored gate and a stored bisect: their ``--json`` written here (each gate's run record,
+its rows' rounds, and what the gate or bisect was asked and saw beside it) and read back as
+``moeperf gate --replay`` and ``moeperf bisect --replay`` read it."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..errors import ResultsError
 from ..fs import load_json
-from ..verdicts.bisect import records_of
+from ..verdicts.bisect import BisectResult, GateRecords
+from ..verdicts.gate import GateResult
 from .record import RunRecord
+
+
+def records_list(records: GateRecords) -> list[dict[str, Any]]:
+    """*records* as a bisect's --json and its state file hold them."""
+    return [{"baseline": b, "candidate": c, "record": r} for (b, c), r in records.items()]
+
+
+def records_of(items: Sequence[dict[str, Any]]) -> GateRecords:
+    """The records of :func:`records_list`."""
+    return {(str(d["baseline"]), str(d["candidate"])): d["record"] for d in items}
+
+
+def gate_json(result: GateResult, record: RunRecord | None = None) -> dict[str, Any]:
+    """The gate as its JSON file holds it: every row's verdict, its accepted baselines, its
+    attribution and both sides' measurements, and (given) the gate's run record, whose rounds
+    ``moeperf gate --replay`` judges again."""
+    out: dict[str, Any] = {
+        "outputs": [c.to_dict() for c in result.outputs],
+        "baseline": result.baseline,
+        "candidate": result.candidate,
+        "margin": result.margin,
+        "passed": result.passed,
+        "outcome": result.outcome,
+        "exit_code": result.exit_code(),
+        "undecided_policy": result.undecided_policy,
+        "host_busy_before": result.host_busy_before,
+        "loadavg_before": list(result.loadavg_before),
+        "notes": result.notes,
+        "skipped": [{"configuration": c, "reason": why} for c, why in result.skipped],
+        "rows": [
+            {
+                "configuration": r.configuration,
+                "workload": r.workload.name,
+                "verdict": r.verdict.to_dict(),
+                "seconds": r.seconds,
+                "vs_oldest": r.oldest.to_dict() if r.oldest else None,
+                "change": r.change.to_dict() if r.change else None,
+                "log_ratios": list(r.log_ratios),
+                "attribution": r.attribution.to_dict() if r.attribution else None,
+                "where": r.attribution.where(r.verdict) if r.attribution else None,
+                "baseline": r.baseline.to_dict(),
+                "candidate": r.candidate.to_dict(),
+            }
+            for r in result.rows
+        ],
+    }
+    if record is not None:
+        out["record"] = record.to_dict()
+    return out
+
+
+def gate_json_text(result: GateResult, record: RunRecord | None = None) -> str:
+    return json.dumps(gate_json(result, record), indent=1) + "\n"
+
+
+def bisect_json(result: BisectResult) -> dict[str, Any]:
+    """The bisect as its JSON file holds it, with each gate's run record, whose rounds
+    ``moeperf bisect --replay`` judges again."""
+    return {
+        "builds": result.builds,
+        "metric": result.metric,
+        "configurations": result.configurations,
+        "margin": result.margin,
+        "premise": [c.to_dict() for c in result.premise],
+        "steps": [result.steps[b].to_dict() for b in result.builds if b in result.steps],
+        "boundaries": [{"last_good": g, "first_bad": b} for g, b in result.boundaries],
+        "outcome": result.outcome,
+        "conclusion": result.conclusion(),
+        "records": records_list(result.records),
+    }
 
 
 @dataclass(frozen=True)

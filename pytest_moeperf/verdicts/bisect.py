@@ -16,16 +16,6 @@ GateRecords = dict[tuple[str, str], dict[str, Any]]
 what ``moeperf bisect --replay`` judges again."""
 
 
-def records_list(records: GateRecords) -> list[dict[str, Any]]:
-    """*records* as a bisect's --json and its state file hold them."""
-    return [{"baseline": b, "candidate": c, "record": r} for (b, c), r in records.items()]
-
-
-def records_of(items: Sequence[dict[str, Any]]) -> GateRecords:
-    """The records of :func:`records_list`."""
-    return {(str(d["baseline"]), str(d["candidate"])): d["record"] for d in items}
-
-
 @dataclass(frozen=True)
 class Comparison:
     """One configuration's verdict of a step against a reference build (``step / ref``)."""

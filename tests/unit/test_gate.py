@@ -8,7 +8,8 @@ from _judges import judge_change
 
 from pytest_moeperf.measure.measurement import Conditions, Measurement, Sample
 from pytest_moeperf.measure.workload import Workload
-from pytest_moeperf.report.gate import gate_json, gate_text
+from pytest_moeperf.report.gate import gate_text
+from pytest_moeperf.store.stored import gate_json
 from pytest_moeperf.verdicts.baseline_check import overridden
 from pytest_moeperf.verdicts.gate import GateResult, GateRow
 from pytest_moeperf.verdicts.judge import busy_reason, judge_rounds

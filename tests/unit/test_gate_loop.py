@@ -14,15 +14,15 @@ from _fake_host import PACE, FakeSource, FakeStage, builds, fake_clock, fake_ses
 
 from pytest_moeperf.commands import main
 from pytest_moeperf.measure.workload import Workload
-from pytest_moeperf.report.bisect import bisect_json, bisect_text
-from pytest_moeperf.report.gate import gate_json_text, gate_rows
+from pytest_moeperf.report.bisect import bisect_text
+from pytest_moeperf.report.gate import gate_rows
 from pytest_moeperf.report.tables import text_table
 from pytest_moeperf.run.bisect import run_bisect
 from pytest_moeperf.run.gate import BuildUnderTest, StoredStage, run_gate
 from pytest_moeperf.run.replayed import ReplaySource
 from pytest_moeperf.run.session import PerfSession
 from pytest_moeperf.store.replay import Replay
-from pytest_moeperf.store.stored import read_gate
+from pytest_moeperf.store.stored import bisect_json, gate_json_text, read_gate
 
 
 @pytest.fixture

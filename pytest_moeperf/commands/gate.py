@@ -151,7 +151,7 @@ def replay(args: argparse.Namespace) -> int:
     options = run_options(args)
     profiles = load_profiles(options.config_file, options.pyproject)
     source = ReplaySource(Replay.of_record(path, stored.record, "--replay"), profiles)
-    session = PerfSession(options, progress=say, source=source)
+    session = PerfSession(options, progress=say, source=source, profiles=profiles)
     configurations = list(dict.fromkeys(c for c, _ in stored.rows))
     workloads = [Workload.parse(w) for w in dict.fromkeys(w for _, w in stored.rows)]
     result = run_gate(

@@ -182,8 +182,8 @@ def judge_log(
     bf: BaselineFile,
     entries: Sequence[BaselineEntry],
     *,
-    prefill_min: int = 256,
-    decode_min: int = 32,
+    prefill_min: int,
+    decode_min: int,
 ) -> list[TrafficCheck]:
     """Each stored traffic entry against the log's *timings*: the entry's metric
     (``prefill-aggregate>=256``, ``decode-median``; a metric without its ``>=N`` takes

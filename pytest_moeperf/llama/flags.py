@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Literal
 
 from ..host.gpus import visible_gpus
@@ -84,11 +84,6 @@ def canonical(arg: str) -> str:
     return _CANONICAL.get(arg, arg)
 
 
-def _spelled(names: Iterable[str]) -> tuple[str, ...]:
-    """Every spelling of each of *names*, once."""
-    return tuple(dict.fromkeys(s for name in names for s in spellings(name)))
-
-
 def flag_value(flags: Sequence[str], *names: str) -> str | None:
     """The value of the last of *names* (canonical names: any spelling counts) in *flags*, as
     llama-server reads it (the last one wins): ``-c 4096``, or ``--ctx-size=4096`` for a long
@@ -101,13 +96,14 @@ def flag_values(flags: Sequence[str], *names: str) -> list[str]:
     """Every value of *names* (canonical names: any spelling counts) in *flags*, in order
     (options that accumulate, like ``-ot``)."""
     out = []
-    spelled = _spelled(names)
     for i, arg in enumerate(flags):
-        for name in spelled:
-            if arg == name and i + 1 < len(flags):
-                out.append(flags[i + 1])
-            elif name.startswith("--") and arg.startswith(name + "="):
-                out.append(arg.split("=", 1)[1])
+        name, eq, inline = arg.partition("=") if arg.startswith("--") else (arg, "", "")
+        if canonical(name) not in names:
+            continue
+        if eq:
+            out.append(inline)
+        elif i + 1 < len(flags):
+            out.append(flags[i + 1])
     return out
 
 
@@ -125,6 +121,12 @@ def flag_int(value: str | None, default: int) -> int:
         return default
 
 
+def _long_valued(arg: str) -> str | None:
+    """The canonical name of ``--long=value``'s flag; ``None`` for any other argument."""
+    name, eq, _ = arg.partition("=")
+    return canonical(name) if eq and arg.startswith("--") else None
+
+
 def without_flags(
     flags: Sequence[str],
     valued: Collection[str] = (),
@@ -132,19 +134,21 @@ def without_flags(
     *,
     exact: bool = False,
 ) -> list[str]:
-    """*flags* without each flag of *valued* and the value after it, and without each of
-    *bare* (a flag that takes no value): in every spelling of these canonical names, or only
-    as given when *exact*."""
-    if not exact:
-        valued, bare = _spelled(valued), _spelled(bare)
+    """*flags* without each flag of *valued* and its value (the next argument, or the value of
+    ``--long=value``), and without each of *bare* (a flag that takes no value): in every
+    spelling of these canonical names, or only as given (and only apart from its value) when
+    *exact*."""
     out: list[str] = []
     skip = False
     for arg in flags:
+        name = arg if exact else canonical(arg)
         if skip:
             skip = False
-        elif arg in valued:
+        elif name in valued:
             skip = True
-        elif arg not in bare:
+        elif name in bare or (not exact and _long_valued(arg) in valued):
+            continue
+        else:
             out.append(arg)
     return out
 

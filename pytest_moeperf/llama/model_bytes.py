@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 import struct
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -243,10 +243,11 @@ def _recurrent_state(fields: Any, arch: str) -> int:
 
 @dataclass
 class _Tally:
-    """A model's tensor bytes by kind, summed over its tensor table."""
+    """A model's tensor bytes by kind, summed over its tensor table: the fields of
+    :class:`DecodeBytes` of the same names."""
 
     dense: int = 0
-    experts: int = 0
+    experts_total: int = 0
     lookup: int = 0
     lookup_total: int = 0
     repacked_dense: int = 0
@@ -273,7 +274,7 @@ def _tally(readers: list[Any]) -> _Tally:
             if t.name == _LOOKUP_SUFFIX:
                 tally.n_vocab, embd_bytes = rows, size
         elif _EXPERT_MARK in t.name:
-            tally.experts += size
+            tally.experts_total += size
             tally.repacked_experts += repacked
         else:
             tally.dense += size
@@ -317,7 +318,7 @@ def decode_bytes(model: Path) -> DecodeBytes:
     n_experts = int(_value(fields, f"{arch}.expert_count") or 0)
     n_used = int(_value(fields, f"{arch}.expert_used_count") or 0)
     tally = _tally(readers)
-    experts = tally.experts
+    experts = tally.experts_total
     active = experts * n_used // n_experts if n_experts and n_used else experts
     n_layer = int(_value(fields, f"{arch}.block_count") or 0)
     heads_kv = _value(fields, f"{arch}.attention.head_count_kv")
@@ -325,22 +326,15 @@ def decode_bytes(model: Path) -> DecodeBytes:
     embd = int(_value(fields, f"{arch}.embedding_length") or 0)
     attention = _attention_layers(fields, arch, n_layer, heads_kv, heads)
     return DecodeBytes(
-        dense=tally.dense,
+        **asdict(tally),
         experts_active=active,
-        lookup=tally.lookup,
         kv_per_token_of_depth=_kv_per_token(fields, arch, attention, heads_kv, heads, embd),
         experts_used=n_used,
         experts=n_experts,
-        experts_total=experts,
-        repacked_dense=tally.repacked_dense,
-        repacked_experts=tally.repacked_experts,
-        lookup_total=tally.lookup_total,
         recurrent_per_seq=_recurrent_state(fields, arch) * (n_layer - attention),
         attention_layers=attention,
         n_layer=n_layer,
         n_embd=embd,
-        n_vocab=tally.n_vocab,
-        stored=tally.stored,
         n_ctx_train=int(_value(fields, f"{arch}.context_length") or 0),
         architecture=arch,
         shards=len(shards),

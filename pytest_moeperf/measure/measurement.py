@@ -83,7 +83,8 @@ def _spans(value: Any) -> tuple[tuple[float, float], ...]:
     return tuple((float(a), float(b)) for a, b in value)
 
 
-def _optional(kind: Callable[[Any], Any]) -> Callable[[Any], Any]:
+def optional(kind: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """*kind* for a value that may be ``None`` (kept as ``None``)."""
     return lambda value: None if value is None else kind(value)
 
 
@@ -101,20 +102,20 @@ _READERS: dict[str, Callable[[Any], Any]] = {
     "model": str,
     "log": str,
     "source": str,
-    "server_pid": _optional(int),
-    "server_ready_s": _optional(float),
+    "server_pid": optional(int),
+    "server_ready_s": optional(float),
     "server_starts": _floats,
     "streamed": bool,
     "spans": _spans,
     "measured_s": float,
     "busy_s": float,
     "steal_s": float,
-    "probe_cpus": _optional(str),
-    "placement": _optional(Placement.from_dict),
-    "roofline": _optional(Roofline.from_dict),
-    "traffic": _optional(str),
-    "traffic_passes": _optional(int),
-    "gpu_telemetry": _optional(GpuTelemetry.from_dict),
+    "probe_cpus": optional(str),
+    "placement": optional(Placement.from_dict),
+    "roofline": optional(Roofline.from_dict),
+    "traffic": optional(str),
+    "traffic_passes": optional(int),
+    "gpu_telemetry": optional(GpuTelemetry.from_dict),
 }
 
 

@@ -168,7 +168,7 @@ def replay_bisect(
                 "bisect again with --json to have one that replays"
             )
         source = ReplaySource(Replay.of_record(stored.path, record, "--replay"), profiles)
-        session = PerfSession(options, source=source)
+        session = PerfSession(options, source=source, profiles=profiles)
         stage = StoredStage(0.0, (0.0, 0.0, 0.0))  # a bisect's gates skip nothing
         got = _compare(
             session, stage, session.profile(), baseline, candidate,

@@ -34,7 +34,7 @@ from ..llama.model_bytes import DecodeBytes, split_name
 from ..llama.server import LlamaServer
 from ..measure.meter import Meter, server_vocab
 from ..measure.workload import Workload
-from .profile_file import existing_profiles, present, toml_key, toml_value, write_table
+from .profile_file import existing_profiles, present, table_toml, write_table
 
 LARGE_MODEL_BYTES = 20 * 10**9
 """Above this a model gets ADR-0042's workloads (pp2048, tg128) and its conservative rates."""
@@ -133,24 +133,20 @@ class ProfilePlan:
 
     def toml(self) -> str:
         """The commented TOML text of the profile (to append to a moeperf.toml)."""
-        lines = [f"# {line}" if line else "#" for line in self.header]
-        lines += [f"# note: {n}" for n in self.notes]
-        lines += [f"# could not decide: {u}" for u in self.undecided]
-        table = self.table()
-        configs = table.pop("configurations")
-        head = f"profiles.{toml_key(self.name)}"
-        lines.append(f"[{head}]")
-        lines += [f"{toml_key(k)} = {toml_value(v)}" for k, v in table.items()]
-        lines.append(
-            "# memory_bandwidth_gbs = 50.8  # one node's STREAM figure, if you have one (else "
-            "the probe measures it)"
+        return table_toml(
+            self.name,
+            self.table(),
+            (
+                *self.header,
+                *(f"note: {n}" for n in self.notes),
+                *(f"could not decide: {u}" for u in self.undecided),
+            ),
+            after_keys=(
+                "memory_bandwidth_gbs = 50.8  # one node's STREAM figure, if you have one (else "
+                "the probe measures it)",
+            ),
+            comments={c.name: c.comments for c in self.configurations},
         )
-        for c in self.configurations:
-            lines.append("")
-            lines += [f"# {line}" for line in c.comments]
-            lines.append(f"[{head}.configurations.{toml_key(c.name)}]")
-            lines += [f"{toml_key(k)} = {toml_value(v)}" for k, v in configs[c.name].items()]
-        return "\n".join(lines) + "\n"
 
     def summary(self, output: Path) -> list[str]:
         """Lines for the command's stdout."""

@@ -146,16 +146,27 @@ def write_table(
     return text
 
 
-def table_toml(name: str, table: Mapping[str, Any], header: Sequence[str] = ()) -> str:
+def table_toml(
+    name: str,
+    table: Mapping[str, Any],
+    header: Sequence[str] = (),
+    *,
+    after_keys: Sequence[str] = (),
+    comments: Mapping[str, Sequence[str]] | None = None,
+) -> str:
     """Profile *name*'s *table* (as :func:`~.profiles.parse_profiles` reads it) as TOML text:
-    its keys, then each configuration's table; *header* as comment lines above."""
+    its keys, then each configuration's table; *header* as comment lines above (an empty one
+    a bare ``#``), *after_keys* below its keys and *comments* (by configuration) above each
+    configuration's table."""
     body = dict(table)
     configs = body.pop("configurations", {})
     head = f"profiles.{toml_key(name)}"
-    lines = [f"# {line}" for line in header]
+    lines = [f"# {line}" if line else "#" for line in header]
     lines.append(f"[{head}]")
     lines += [f"{toml_key(k)} = {toml_value(v)}" for k, v in body.items()]
+    lines += [f"# {line}" for line in after_keys]
     for cname, ctable in configs.items():
-        lines += ["", f"[{head}.configurations.{toml_key(cname)}]"]
+        lines += ["", *(f"# {line}" for line in (comments or {}).get(cname, ()))]
+        lines.append(f"[{head}.configurations.{toml_key(cname)}]")
         lines += [f"{toml_key(k)} = {toml_value(v)}" for k, v in ctable.items()]
     return "\n".join(lines) + "\n"

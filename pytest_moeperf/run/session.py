@@ -111,13 +111,15 @@ class PerfSession:
         progress: Callable[[str], None] | None = None,
         source: RunSource | None = None,
         servers: Servers | None = None,
+        profiles: dict[str, Profile] | None = None,
     ) -> None:
         self.options = options
         self.report = report or (lambda line: None)
         """Progress lines shown with ``-v`` (server started, measuring)."""
         self.progress = progress or self.report
         """Lines of long work shown always (building llama.cpp, writing the model)."""
-        self._profiles: dict[str, Profile] | None = None
+        self._profiles = profiles
+        """The profiles (given, or loaded from the options' files when first asked)."""
         self._baselines: dict[str, BaselineFile | None] = {}
         self._dependence: dict[str, Dependence] = {}
         self._history: list[RunRecord] | None = None

@@ -154,8 +154,7 @@ def without_expert_placement(flags: Sequence[str]) -> list[str]:
     llama-server applies the first override pattern that matches a tensor, so a ``-cmoe``
     left beside a new ``-ncmoe`` would keep every layer's experts in RAM. ``-ot`` rules stay
     (they come first, and win over every point's ``-ncmoe``)."""
-    kept = without_flags(flags, valued=("-ncmoe",), bare=("-cmoe",))
-    return [arg for arg in kept if flag_value([arg], "-ncmoe") is None]  # --n-cpu-moe=N
+    return without_flags(flags, valued=("-ncmoe",), bare=("-cmoe",))
 
 
 def at_ncmoe(configuration: Configuration, n: int) -> Configuration:

@@ -5,7 +5,8 @@ its rows' rounds, and what the gate or bisect was asked and saw beside it) and r
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,16 @@ from ..fs import load_json
 from ..verdicts.bisect import BisectResult, GateRecords
 from ..verdicts.gate import GateResult
 from .record import RunRecord
+
+
+@contextmanager
+def unreadable(where: str, kind: str) -> Iterator[None]:
+    """A stored *kind* read inside, its malformed field one :class:`ResultsError` line:
+    ``WHERE: unreadable KIND (KeyError: 'margin')``."""
+    try:
+        yield
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+        raise ResultsError(f"{where}: unreadable {kind} ({type(exc).__name__}: {exc})") from None
 
 
 def records_list(records: GateRecords) -> list[dict[str, Any]]:
@@ -119,7 +130,7 @@ def read_gate(path: Path) -> StoredGate:
             f"--replay {path}: written by a gate of before gates kept their run record; "
             "run the gate again with --json to have one that replays"
         )
-    try:
+    with unreadable(f"--replay {path}", "gate"):
         load = data.get("loadavg_before") or (0.0, 0.0, 0.0)
         return StoredGate(
             RunRecord.from_dict(data["record"]),
@@ -132,10 +143,6 @@ def read_gate(path: Path) -> StoredGate:
             float(data.get("host_busy_before") or 0.0),
             (float(load[0]), float(load[1]), float(load[2])),
         )
-    except (KeyError, TypeError, ValueError, IndexError) as exc:
-        raise ResultsError(
-            f"--replay {path}: unreadable gate ({type(exc).__name__}: {exc})"
-        ) from None
 
 
 @dataclass(frozen=True)
@@ -168,7 +175,7 @@ def read_bisect(path: Path) -> StoredBisect:
             f"--replay {path}: written by a bisect of before bisects kept their gates' run "
             "records; run the bisect again with --json to have one that replays"
         )
-    try:
+    with unreadable(f"--replay {path}", "bisect"):
         return StoredBisect(
             path,
             tuple(str(b) for b in data["builds"]),
@@ -178,7 +185,3 @@ def read_bisect(path: Path) -> StoredBisect:
             {k: RunRecord.from_dict(r) for k, r in records_of(data["records"]).items()},
             {str(s["build"]): float(s["seconds"]) for s in data["steps"]},
         )
-    except (KeyError, TypeError, ValueError, IndexError) as exc:
-        raise ResultsError(
-            f"--replay {path}: unreadable bisect ({type(exc).__name__}: {exc})"
-        ) from None

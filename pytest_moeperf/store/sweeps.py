@@ -14,6 +14,7 @@ from ..errors import ResultsError
 from ..fs import load_json
 from ..measure.measurement import Measurement
 from .record import RunRecord
+from .stored import unreadable
 
 
 @dataclass(frozen=True)
@@ -129,16 +130,12 @@ def read_sweep(path: Path) -> StoredSweep:
     data = load_json(path, f"sweep {path}", ResultsError)
     if not isinstance(data, dict) or not isinstance(data.get("points"), list):
         raise ResultsError(f"sweep {path}: not a sweep's --json (it has no list of points)")
-    try:
+    with unreadable(f"sweep {path}", "sweep"):
         points: tuple[SweepPoint, ...] | tuple[NcmoePoint, ...]
         if "n_layer" in data:
             points = tuple(NcmoePoint.from_dict(p) for p in data["points"])
         else:
             points = tuple(SweepPoint.from_dict(p) for p in data["points"])
         record = RunRecord.from_dict(data["record"]) if "record" in data else None
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise ResultsError(
-            f"sweep {path}: unreadable sweep ({type(exc).__name__}: {exc})"
-        ) from None
     head = {k: v for k, v in data.items() if k not in ("points", "record")}
     return StoredSweep(head, points, record)

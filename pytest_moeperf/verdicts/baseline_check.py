@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from ..defaults import CONFIDENCE, MIN_REL_SPREAD
+from ..measure.measurement import optional
 from ..measure.stats import Figure, with_session_term
 from .creep import SessionSpread
 from .judge import Values, Verdict, more_to_decide, unpaired_interval
@@ -79,10 +80,6 @@ class BaselineCheck:
         outcome = str(d["outcome"])
         if outcome not in ("pass", "fail", "undecided"):
             raise ValueError(f"baseline check outcome {outcome!r} is not pass, fail or undecided")
-
-        def optional(name: str, kind: type) -> Any:
-            return None if d.get(name) is None else kind(d[name])
-
         return cls(
             outcome,  # type: ignore[arg-type]
             float(d["measured"]),
@@ -90,11 +87,11 @@ class BaselineCheck:
             float(d["tolerance"]),
             bool(d.get("higher_is_better", True)),
             str(d.get("label", "")),
-            optional("low", float),
-            optional("high", float),
-            optional("more_repetitions", int),
+            optional(float)(d.get("low")),
+            optional(float)(d.get("high")),
+            optional(int)(d.get("more_repetitions")),
             float(d.get("confidence", CONFIDENCE)),
-            optional("reason", str),
+            optional(str)(d.get("reason")),
             str(d.get("between", "")),
         )
 

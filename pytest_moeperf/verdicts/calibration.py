@@ -102,24 +102,28 @@ class NoiseFigure:
         if missing:
             raise ValueError(f"missing field {missing[0]!r}")
         values: dict[str, Any] = {"gates": 0, "rounds": 0, "lag1": 0.0}
-        for name in (n for n in known if n in d):
-            v = d[name]
-            if name in ("build", "date"):
-                if not isinstance(v, str) or not v:
-                    raise ValueError(f"{name} {v!r} must be a non-empty string")
-            elif name == "process" and v is None:
-                pass
-            elif name in ("gates", "rounds", "false_alarms", "undecided", "spurious"):
-                if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                    raise ValueError(f"{name} {v!r} must be a whole number >= 0")
-            else:
-                if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
-                    raise ValueError(f"{name} {v!r} must be a finite number")
-                if name != "lag1" and v < 0:
-                    raise ValueError(f"{name} {v!r} must be >= 0")
-                v = float(v)
-            values[name] = v
+        values.update((n, _checked(n, d[n])) for n in known if n in d)
         return cls(**values)
+
+
+def _checked(name: str, v: Any) -> Any:
+    """Field *name*'s value *v* as :meth:`NoiseFigure.from_dict` reads it; ``ValueError``
+    naming the field when malformed."""
+    if name in ("build", "date"):
+        if not isinstance(v, str) or not v:
+            raise ValueError(f"{name} {v!r} must be a non-empty string")
+        return v
+    if name == "process" and v is None:
+        return v
+    if name in ("gates", "rounds", "false_alarms", "undecided", "spurious"):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ValueError(f"{name} {v!r} must be a whole number >= 0")
+        return v
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+        raise ValueError(f"{name} {v!r} must be a finite number")
+    if name != "lag1" and v < 0:
+        raise ValueError(f"{name} {v!r} must be >= 0")
+    return float(v)
 
 
 def noise_figure(

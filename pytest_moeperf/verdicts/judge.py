@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Protocol, get_args, runtime_checkable
 
 from ..defaults import BUSY_LIMIT, CONFIDENCE, MIN_REL_SPREAD
+from ..measure.measurement import optional
 from ..measure.stats import (
     Figure,
     RatioInterval,
@@ -145,11 +146,6 @@ class Verdict:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Verdict:
         """A verdict from :meth:`to_dict`; ``ValueError`` or ``TypeError`` when malformed."""
-
-        def optional(name: str, kind: type) -> Any:
-            value = d.get(name)
-            return None if value is None else kind(value)
-
         outcome = str(d["outcome"])
         if outcome not in OUTCOMES:
             raise ValueError(f"outcome {outcome!r} is not one of {', '.join(OUTCOMES)}")
@@ -161,12 +157,12 @@ class Verdict:
             threshold=float(d.get("threshold", 1.0)),
             label=str(d.get("label", "")),
             relation=str(d.get("relation", ">=")),
-            margin=optional("margin", float),
+            margin=optional(float)(d.get("margin")),
             confidence=float(d.get("confidence", CONFIDENCE)),
             method=str(d.get("method", "")),
-            rounds=optional("rounds", int),
-            mde=optional("mde", float),
-            reason=optional("reason", str),
+            rounds=optional(int)(d.get("rounds")),
+            mde=optional(float)(d.get("mde")),
+            reason=optional(str)(d.get("reason")),
         )
 
 

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import json
 
-import pytest
-from _fake_host import PACE, FakeSource, FakeStage, builds, fake_clock, fake_session
+from _fake_host import PACE, FakeSource, FakeStage, builds, fake_session
 
 from pytest_moeperf.commands import main
 from pytest_moeperf.measure.workload import Workload
@@ -23,11 +22,6 @@ from pytest_moeperf.run.replayed import ReplaySource
 from pytest_moeperf.run.session import PerfSession
 from pytest_moeperf.store.replay import Replay
 from pytest_moeperf.store.stored import bisect_json, gate_json_text, read_gate
-
-
-@pytest.fixture
-def clock(monkeypatch):
-    return fake_clock(monkeypatch)
 
 
 def _gate(tmp_path, clock, speeds, stage=None, configurations=("mmap",), **kw):

@@ -40,12 +40,6 @@ from pytest_moeperf.run.source import Feed, Side, Source
 from pytest_moeperf.run.sweep import METRICS, run_ncmoe_sweep, run_sweep
 from pytest_moeperf.verdicts.calibration import NoiseFigure, noise_figure
 
-
-@pytest.fixture
-def clock(monkeypatch):
-    return fake_clock(monkeypatch)
-
-
 # --------------------------------------------------------------------------------------------
 # The calibration: A/A gates through run_gate and the decision loop
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import tomllib
 
 import pytest
-from _fake_host import FakeSource, FakeStage, Host, fake_clock, fake_session
+from _fake_host import FakeSource, FakeStage, Host, fake_session
 
 from pytest_moeperf.errors import ConfigError
 from pytest_moeperf.measure.workload import Workload
@@ -41,11 +41,6 @@ def _flag(flags: tuple[str, ...], name: str) -> str | None:
 def _speed(profile, side: Side) -> float:
     flags = side.configuration.flags
     return 100.0 * THREADS[_flag(flags, "-t")] * UB[_flag(flags, "-ub")]
-
-
-@pytest.fixture
-def clock(monkeypatch):
-    return fake_clock(monkeypatch)
 
 
 def _race(tmp_path, clock, knobs, stage=None, say=None, seed=1, **toml):

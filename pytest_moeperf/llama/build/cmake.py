@@ -11,13 +11,7 @@ from pathlib import Path
 
 from ...errors import BuildError
 from .job import BuildJob, Progress
-from .runner import (
-    _c_locale_env,
-    _raise_if_disk_full,
-    _run_logged,
-    _StepFailed,
-    _zero_ccache,
-)
+from .runner import _c_locale_env, _run_logged, _StepFailed, _zero_ccache
 from .version import _short
 
 TARGETS = ("llama-server", "llama-bench")
@@ -69,7 +63,6 @@ def configure(job: BuildJob, tree: Path, build_dir: Path) -> None:
     try:
         _run_logged(cmd, job, env=_c_locale_env(job))
     except _StepFailed as e:
-        _raise_if_disk_full(job, e)
         raise BuildError(
             f"cmake could not configure llama.cpp b{job.number} (exit {e.rc}): "
             f"{_cmake_error(e.tail)}; check the cmake arguments {list(job.cmake_args)}"
@@ -119,7 +112,6 @@ def compile_targets(job: BuildJob, build_dir: Path) -> None:
     try:
         _run_logged(cmd, job, on_line=_PercentReporter(job.progress), env=_c_locale_env(job))
     except _StepFailed as e:
-        _raise_if_disk_full(job, e)
         raise BuildError(
             f"compiling llama.cpp b{job.number} failed ({tc.generator} exit {e.rc}); "
             "its output follows:\n" + "\n".join(_compile_errors(e.tail))

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ...errors import BuildError
 from .job import PACKAGE, BuildJob
-from .runner import _raise_if_disk_full, _run_logged, _StepFailed
+from .runner import _run_logged, _StepFailed
 from .version import _short
 
 ENV_SDIST_DIR = "MOEPERF_SDIST_DIR"
@@ -91,7 +91,6 @@ def download_source(job: BuildJob) -> Path:
     try:
         _run_logged(cmd, job, env=env)
     except _StepFailed as e:
-        _raise_if_disk_full(job, e)
         text = "\n".join(e.tail)
         no_match = "No matching distribution found" in text or "Could not find a version" in text
         unreachable = "(from versions: none)" in text or any(m in text for m in _NETWORK_MARKERS)

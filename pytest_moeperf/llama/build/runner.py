@@ -42,7 +42,8 @@ def _run_logged(
     env: Mapping[str, str] | None = None,
 ) -> None:
     """Run *cmd*, appending its output to the job's log; raise :class:`_StepFailed` with the
-    output's tail on a non-zero exit."""
+    output's tail on a non-zero exit (:func:`_disk_full`'s error when it says the disk is
+    full)."""
     tail: collections.deque[str] = collections.deque(maxlen=_TAIL_LINES)
     with job.log.open("a", encoding="utf-8", errors="replace") as log:
         log.write(f"$ {shlex.join(str(c) for c in cmd)}\n")
@@ -58,7 +59,7 @@ def _run_logged(
                 start_new_session=True,  # so that an interrupt can end ninja and the compilers
             )
         except OSError as e:
-            raise _StepFailed(127, [f"{cmd[0]}: {e.strerror}"]) from e
+            raise _step_failed(job, 127, [f"{cmd[0]}: {e.strerror}"]) from e
         assert proc.stdout is not None
         try:
             for raw in proc.stdout:
@@ -75,7 +76,7 @@ def _run_logged(
             raise
         log.write(f"# exit {rc}\n")
     if rc != 0:
-        raise _StepFailed(rc, list(tail))
+        raise _step_failed(job, rc, list(tail))
 
 
 def _c_locale_env(job: BuildJob) -> dict[str, str]:
@@ -155,7 +156,9 @@ def _disk_full(job: BuildJob) -> BuildError:
     )
 
 
-def _raise_if_disk_full(job: BuildJob, failed: _StepFailed) -> None:
-    """Raise :func:`_disk_full`'s error when a failed step's output says the disk is full."""
-    if any("No space left on device" in line or "ENOSPC" in line for line in failed.tail):
-        raise _disk_full(job) from None
+def _step_failed(job: BuildJob, rc: int, tail: list[str]) -> BuildError | _StepFailed:
+    """The error of a step that exited *rc* with output *tail*: :func:`_disk_full`'s when the
+    output says the disk is full."""
+    if any("No space left on device" in line or "ENOSPC" in line for line in tail):
+        return _disk_full(job)
+    return _StepFailed(rc, tail)

@@ -35,7 +35,7 @@ def toml_value(value: Any) -> str:
     if isinstance(value, int):
         return str(value)
     if isinstance(value, float):
-        return f"{value:g}" if value != int(value) else f"{int(value)}.0"
+        return f"{int(value)}.0" if value.is_integer() else repr(value)  # repr reads back
     if isinstance(value, str):
         return json.dumps(value)
     if isinstance(value, list):

@@ -18,9 +18,9 @@ import sys
 from pathlib import Path
 
 from pytest_moeperf.errors import MoeperfError
+from pytest_moeperf.plugin.judged import NOTHING_JUDGED
 from pytest_moeperf.store.record import read_record
 
-NOTHING_JUDGED = 5
 _RESULTS = "results: "
 
 

@@ -27,14 +27,19 @@ FAMILY_ALPHA = 0.05
 """The chance a gate calls any row slower (or faster) beyond the margin when none is: each
 row of a family of k is judged at FAMILY_ALPHA / k, and Holm's step-down decides the rest."""
 PROCESS_TERM = 0.015
-"""The log standard deviation of a process pair's offset of a verdict's log-ratio that a host
-is taken to have until ``moeperf calibrate`` measures its own: process pairs of one
-configuration differ by about 1.5 % on this project's hosts (where pages and threads landed).
-A verdict's interval carries it over the rounds each pair served."""
-LINK_TERM = 0.01
+"""A process pair's offset of a verdict's log-ratio on this project's hosts (log standard
+deviation: process pairs of one configuration differ by about 1.5 %, where pages and threads
+landed). No verdict rests on it: a host not calibrated estimates the term from each verdict's
+own process blocks, a calibrated one from ``moeperf calibrate``'s. It only sizes what a
+calibrated host whose figures hold no term can resolve, before it measures."""
+LINK_TERM = 0.02
 """The log standard deviation a gate's paired change has between sessions (the change of one
 build pair is not quite the same on another day), per link of an accepted chain, until the
-host's accepted history measures it: 1 % a link."""
+host's accepted history measures it: 2 % a link. A chain cannot measure it from its own links
+(each was gated once), so the default is an upper figure, not a typical one: at a true 2 %,
+a prior of 1 % let chains of 3 and 10 links miss their true change 12.5-14 % of the time where
+they said 5 % (``benchmarks/error_rates.py``). A build pair gated and accepted again on another
+day measures the host's own."""
 LINK_PRIOR_LINKS = 4.0
 """How many repeated links' worth of evidence :data:`LINK_TERM` counts as, pooled with the
 build pairs a host accepted more than once: with few repeats the term stays near 1 %."""

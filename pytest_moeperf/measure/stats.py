@@ -251,6 +251,12 @@ class PairedInterval:
     design_effect: float = 1.0
     """How much the rounds' dependence (process blocks, drift) widened the standard error's
     square over Yuen's (1: not at all)."""
+    df: float = math.inf
+    """Degrees of freedom of the t multiplier."""
+    estimable: bool = True
+    """False when the rounds cannot bound the process term (one process pair on a host whose
+    term is not calibrated): the interval then holds the rounds' own spread only, and no rule
+    may decide on it."""
 
     def mde(self, power: float = 0.8) -> float:
         """The smallest relative change these rounds would have detected with *power*: the
@@ -286,7 +292,8 @@ def paired_interval(
     *min_rel_spread*: a few rounds that happen to agree say little about the next ones. The
     standard error carries the rounds' dependence (:mod:`.dependence`): the process term of
     *dependence* over the rounds' *blocks* (the process block of each round; ``None``: one
-    pair), and drift between rounds."""
+    pair), and drift between rounds; its degrees of freedom are the evidence's (the rounds', the
+    blocks', the calibration's)."""
     d = paired_log_ratios(a, b)
     n = len(d)
     if n < 2:
@@ -300,7 +307,7 @@ def paired_interval(
         dependence=dependence,
         floor=log_sigma(min_rel_spread),
     )
-    centre, se, df = float(got.mean[0]), float(got.se[0]), got.df
+    centre, se, df = float(got.mean[0]), float(got.se[0]), float(got.df[0])
     crit = t_quantile(1 - alpha / 2, df)
     half = crit * se
     return PairedInterval(
@@ -311,4 +318,6 @@ def paired_interval(
         se=se,
         critical=crit,
         design_effect=float(got.inflation[0]),
+        df=df,
+        estimable=got.estimable,
     )

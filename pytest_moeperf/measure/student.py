@@ -1,7 +1,8 @@
 """Student's t and the trimmed t statistic, with numpy only: the survival function through the
-regularized incomplete beta function (a continued fraction, vectorized), its quantiles by
-bisection, and Yuen's trimmed-mean statistic of many rows at once (what the per-look level is
-calibrated on by simulation)."""
+regularized incomplete beta function (a continued fraction, vectorized over the values and the
+degrees of freedom, which need not be whole: a Satterthwaite approximation's are not), its
+quantiles by bisection, and Yuen's trimmed-mean statistic of many rows at once (what the
+per-look level is calibrated on by simulation)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,11 @@ _EPS = 1e-15
 _TINY = 1e-300
 
 
-def _betacf(a: float, b: float, x: NDArray[np.float64]) -> NDArray[np.float64]:
-    """The continued fraction of the incomplete beta function (modified Lentz), elementwise."""
+def _betacf(
+    a: float | NDArray[np.float64], b: float | NDArray[np.float64], x: NDArray[np.float64]
+) -> NDArray[np.float64]:
+    """The continued fraction of the incomplete beta function (modified Lentz), elementwise
+    (*a* and *b* numbers, or arrays as long as *x*)."""
     qab, qap, qam = a + b, a + 1.0, a - 1.0
     c = np.ones_like(x)
     d = 1.0 - qab * x / qap
@@ -39,45 +43,55 @@ def _betacf(a: float, b: float, x: NDArray[np.float64]) -> NDArray[np.float64]:
     return h
 
 
-def betainc(a: float, b: float, x: ArrayLike) -> NDArray[np.float64]:
-    """The regularized incomplete beta function I_x(a, b), elementwise over *x* in [0, 1]."""
+def _lgamma(a: NDArray[np.float64]) -> NDArray[np.float64]:
+    return np.asarray([math.lgamma(v) for v in a.ravel()], dtype=np.float64).reshape(a.shape)
+
+
+def betainc(a: ArrayLike, b: float, x: ArrayLike) -> NDArray[np.float64]:
+    """The regularized incomplete beta function I_x(a, b), elementwise over *x* in [0, 1] (and
+    over *a*, a number or an array broadcast against *x*)."""
     x = np.clip(np.asarray(x, dtype=np.float64), 0.0, 1.0)
+    a_all = np.broadcast_to(np.asarray(a, dtype=np.float64), x.shape)
     out = np.where(x >= 1.0, 1.0, 0.0)
     inside = (x > 0.0) & (x < 1.0)
     if not np.any(inside):
         return out
-    xi = x[inside]
-    log_front = (
-        math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
-        + a * np.log(xi) + b * np.log1p(-xi)
-    )  # fmt: skip
+    xi, ai = x[inside], a_all[inside]
+    log_front = _lgamma(ai + b) - _lgamma(ai) - math.lgamma(b) + ai * np.log(xi) + b * np.log1p(-xi)
     front = np.exp(log_front)
-    direct = xi < (a + 1.0) / (a + b + 2.0)
+    direct = xi < (ai + 1.0) / (ai + b + 2.0)
     value = np.empty_like(xi)
     if np.any(direct):
-        value[direct] = front[direct] * _betacf(a, b, xi[direct]) / a
+        ad = ai[direct]
+        value[direct] = front[direct] * _betacf(ad, b, xi[direct]) / ad
     if np.any(~direct):
-        value[~direct] = 1.0 - front[~direct] * _betacf(b, a, 1.0 - xi[~direct]) / b
+        ar = ai[~direct]
+        # I_x(a, b) = 1 - I_{1-x}(b, a): the fraction with the roles of a and b swapped
+        value[~direct] = 1.0 - front[~direct] * _betacf(b, ar, 1.0 - xi[~direct]) / b
     out[inside] = value
     return out
 
 
-def t_sf(t: ArrayLike, df: float) -> NDArray[np.float64]:
-    """P(T > t) for Student's t with *df* degrees of freedom, elementwise."""
-    if not df > 0:
+def t_sf(t: ArrayLike, df: ArrayLike) -> NDArray[np.float64]:
+    """P(T > t) for Student's t with *df* degrees of freedom (> 0, not necessarily whole; a
+    number, or an array broadcast against *t*), elementwise."""
+    dfs = np.asarray(df, dtype=np.float64)
+    if not np.all(dfs > 0):
         raise ValueError(f"df {df!r} must be > 0")
     t = np.asarray(t, dtype=np.float64)
-    tail = 0.5 * betainc(df / 2.0, 0.5, df / (df + t * t))
+    t, dfs = np.broadcast_arrays(t, dfs)
+    tail = 0.5 * betainc(dfs / 2.0, 0.5, dfs / (dfs + t * t))
     return np.where(t >= 0, tail, 1.0 - tail)
 
 
-@functools.lru_cache(maxsize=1024)
-def t_quantile(p: float, df: int) -> float:
-    """The *p* quantile of Student's t with *df* degrees of freedom (``p`` in (0.5, 1))."""
+@functools.lru_cache(maxsize=4096)
+def t_quantile(p: float, df: float) -> float:
+    """The *p* quantile of Student's t with *df* degrees of freedom (``p`` in (0.5, 1); *df*
+    above 0, not necessarily whole)."""
     if not 0.5 < p < 1:
         raise ValueError(f"p {p!r} must be between 0.5 and 1")
-    if df < 1:
-        raise ValueError(f"df {df!r} must be >= 1")
+    if not df > 0:
+        raise ValueError(f"df {df!r} must be > 0")
     target = 1.0 - p
     low, high = 0.0, 1.0
     while float(t_sf(high, df)) > target:

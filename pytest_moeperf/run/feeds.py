@@ -78,6 +78,7 @@ class LivePairing(Feed):
         )
         self.block = 0 if self.restarts else (block if block is not None else self._auto_block())
         """Rounds a process pair serves before both are restarted (0: never)."""
+        self.process_block = 1 if self.restarts else self.block  # across restarts: every round
         self.blocks: list[int] = []
         self.method = RESTART_METHOD if self.restarts else PAIRED_METHOD
         if self.block:

@@ -21,7 +21,6 @@ from typing import Protocol
 
 from ..defaults import FAMILY_ALPHA, FIRST_LOOK, MARGIN, MAX_ROUNDS, MIN_REL_SPREAD
 from ..errors import ConfigError, Unavailable
-from ..measure.dependence import DEFAULT_DEPENDENCE
 from ..measure.measurement import Measurement
 from ..measure.output import OutputCheck
 from ..measure.stats import paired_interval
@@ -37,7 +36,7 @@ from .crosscheck import bench_in_rounds
 from .profiles import Configuration, HostLacks, Pinning, Profile, host_owns
 from .rounds import Decided, decide_pair
 from .session import PerfSession
-from .source import RunSource, Side
+from .source import RunSource, Side, block_length
 
 BASELINE, CANDIDATE = "baseline", "candidate"
 
@@ -181,14 +180,20 @@ def _chained(
 
 
 def _paired_change(got: Decided, against: str) -> PairedChange:
-    """The row's paired change: the trimmed mean of its rounds' log-ratios and its standard
-    error with the rounds' dependence (process term, drift), as its verdict's interval has it."""
+    """The row's paired change: the trimmed mean of the rounds its last look judged and its
+    standard error and degrees of freedom with the rounds' dependence (process blocks, the
+    host's calibration, drift), as its verdict's interval has them."""
     a, b = got.rounds
-    dependence = got.plan.dependence if got.plan else DEFAULT_DEPENDENCE
+    plan = got.plan or Plan(block=block_length(got.blocks))
+    n = max(2, plan.judged(len(a)))
     iv = paired_interval(
-        a, b, blocks=got.blocks or None, min_rel_spread=MIN_REL_SPREAD, dependence=dependence
+        a[:n],
+        b[:n],
+        blocks=got.blocks[:n] or None,
+        min_rel_spread=MIN_REL_SPREAD,
+        dependence=plan.dependence,
     )
-    return PairedChange(against, math.log(iv.ratio), iv.se, iv.rounds)
+    return PairedChange(against, math.log(iv.ratio), iv.se, iv.rounds, iv.df)
 
 
 def run_gate(
@@ -421,8 +426,9 @@ def _closing_notes(
     ]
     whose = (
         "(this host's, from moeperf calibrate)"
-        if plan.dependence != DEFAULT_DEPENDENCE
-        else "(the defaults: moeperf calibrate measures this host's)"
+        if plan.dependence.calibrated
+        else "(not calibrated: rows judge whole process blocks from the third on; "
+        "moeperf calibrate measures this host's term, which lets rows decide sooner)"
     )
     notes.append(f"dependence: every row's error carries {plan.dependence.describe()} {whose}")
     after, _ = stage.host_load(0.5)

@@ -11,6 +11,7 @@ stored sample of both sides in order. What it stores is all there is: no feed gi
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from ..errors import ResultsError
@@ -21,19 +22,39 @@ from ..store.record import matching, rounds_of
 from ..store.replay import Replay
 from ..verdicts.sequential import Plan
 from .profiles import Configuration, Profile
-from .source import PAIRED_METHOD, Feed, RunSource, Side, StoredFeed, side_rounds
+from .source import (
+    PAIRED_METHOD,
+    Feed,
+    RunSource,
+    Side,
+    StoredFeed,
+    block_length,
+    side_rounds,
+)
 
 
-def stored_plan(stored: Mapping[str, float]) -> Plan:
-    """The look schedule a stored verdict was judged by."""
+def stored_plan(stored: Mapping[str, float | None]) -> Plan:
+    """The look schedule a stored verdict was judged by (a record of before the process
+    term's evidence was stored is judged as on a host not calibrated: its blocks decide)."""
+
+    def number(key: str, default: float | None = None) -> float:
+        value = stored.get(key) if default is not None else stored[key]
+        return default if value is None else float(value)  # type: ignore[return-value]
+
+    block = stored.get("block")
     return Plan(
-        first_look=int(stored["first_look"]),
-        max_rounds=int(stored["max_rounds"]),
-        growth=float(stored["growth"]),
-        alpha=float(stored["alpha"]),
-        trim=float(stored["trim"]),
-        # a record of before the dependence was stored: judged with no process term, as then
-        dependence=Dependence(float(stored.get("process", 0.0)), float(stored.get("lag1", 0.0))),
+        first_look=int(number("first_look")),
+        max_rounds=int(number("max_rounds")),
+        growth=number("growth"),
+        alpha=number("alpha"),
+        trim=number("trim"),
+        dependence=Dependence(
+            number("process", 0.0),
+            number("lag1", 0.0),
+            number("process_df", 0.0),
+            number("round_spread", 0.0),
+        ),
+        block=None if block is None else int(block),
     )
 
 
@@ -74,6 +95,8 @@ class ReplaySource(RunSource):
         values = [rounds_of(m, s, count) for m, s in zip((ma, mb), record.sides, strict=True)]
         method = record.taken or PAIRED_METHOD
         plan = None if record.plan is None else stored_plan(record.plan)
+        if plan is not None and "block" not in (record.plan or {}):  # kept before blocks were
+            plan = replace(plan, block=block_length(record.blocks))
         return StoredFeed((ma, mb), values, record.sides, method, record.moved, plan, record.blocks)
 
     def series(self, profile: Profile, configuration: Configuration, workload: Workload) -> Feed:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Generic, TypeVar
 
 from ..defaults import BUDGET, MARGIN
@@ -86,8 +86,11 @@ class Checked:
     measurement: Measurement
 
 
-REACH_ALLOWANCE = 1.5
-"""Rounds may speed up: the looks a budget can reach are counted with this much room."""
+REACH_ALLOWANCE = 1.0
+"""How much faster than the first look's pace the rounds a budget can reach are counted: the
+plan's last look is where the budget runs out at that pace (rounds that go faster end the
+verdict there with budget left; rounds that go slower end it sooner, at a look of its own
+that the level is calibrated for, :meth:`~pytest_moeperf.verdicts.sequential.Plan.within`)."""
 MIN_ROUNDS = 2
 """The rounds every verdict measures, budget or not: one round has no spread to judge."""
 AUTO_ROUNDS = 40
@@ -151,8 +154,11 @@ def until_decided(
     already all at the first look) until *judge* says final, giving it whether no more rounds
     can be had (the budget of *budget* seconds of measuring is spent, or the feed has no more)
     and the plan: after the first look's rounds its looks are cut at the rounds the budget can
-    reach at the pace measured so far (a stored feed brings the plan it was judged by). Time
-    the source spends starting servers or building is not measuring and is not counted.
+    reach at the pace measured so far (a stored feed brings the plan it was judged by); when
+    the budget runs out before the plan's last look, the rounds taken are judged at a last
+    look of their own, the plan's looks ending there (so the level is calibrated for the looks
+    the verdict took, and :attr:`Ran.plan` says which). Time the source spends starting servers
+    or building is not measuring and is not counted.
 
     After the first round measured now, its pace sets a budget of ``None`` (automatic: see
     :func:`auto_budget`, *auto_rounds* of them), and *notice* hears at once when the first
@@ -168,7 +174,7 @@ def until_decided(
         return time.monotonic() - began - (feed.setup_seconds() - setup)
 
     rounds: list[tuple[float, ...]] = []
-    target = max(plan.first_look, feed.ready)
+    target = max(plan.looks[0], feed.ready)
     with feed.holding():
         while True:
             exhausted = False
@@ -192,7 +198,7 @@ def until_decided(
                                 f"{limit:.0f} s ({auto_rounds or AUTO_ROUNDS} rounds, at most "
                                 f"{AUTO_CAP:g} s)"
                             )
-                    line = first_look_notice(label, pace, len(rounds), plan.first_look, limit)
+                    line = first_look_notice(label, pace, len(rounds), plan.looks[0], limit)
                     if line is not None and notice is not None:
                         notice(line)
                 if len(rounds) >= MIN_ROUNDS and measuring() > limit:
@@ -200,10 +206,12 @@ def until_decided(
             measured = len(rounds) - feed.ready
             if not reach_fixed and measured > 0:
                 pace = measuring() / measured
-                left = max(limit - measuring(), 0.0)
-                plan = plan.within(len(rounds) + math.ceil(REACH_ALLOWANCE * left / pace))
+                left = max(limit - measuring(), 0.0)  # the budget runs out in the round after
+                plan = plan.within(len(rounds) + math.floor(REACH_ALLOWANCE * left / pace) + 1)
                 reach_fixed = True
             spent = exhausted or not feed.more(len(rounds)) or measuring() > limit
+            if spent and feed.plan is None:  # the last look is the rounds there are, a look
+                plan = plan.within(len(rounds))  # of the plan's own (a stored plan is one)
             result, final = judge(rounds, spent, plan)
             if final:
                 return Ran(result, rounds, measuring(), plan)
@@ -248,6 +256,7 @@ def decide_pair(
     changed under the rounds."""
     relation = {"change": "~", "dead_end": "<", "claim": rule.relation}[rule.kind]  # as shown
     feed = source.pair(profile, a, b, label=label, relation=relation)
+    plan = replace(plan, block=feed.process_block)  # the looks keep to its process blocks
     began = time.monotonic()
     said = ""
     if feed.unpaired is not None:

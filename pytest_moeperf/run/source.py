@@ -18,6 +18,7 @@ measurements and *feeds* and never asks which kind it is:
 from __future__ import annotations
 
 import contextlib
+import itertools
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -72,6 +73,10 @@ class Feed(ABC):
     """The coin that orders rounds measured now (``None``: the rounds are stored)."""
     blocks: list[int] = []  # noqa: RUF012 (replaced, never changed in place, on instances)
     """The process block of each round taken (empty: one process pair for all)."""
+    process_block: int | None = None
+    """Rounds a pair of server processes serves before both are restarted (1: every round a
+    fresh pair; 0: one pair for all): the length the looks of a host not calibrated keep to.
+    ``None``: not known ahead (the rounds' blocks say it as they come)."""
 
     def first(self, index: int) -> str:
         """The side that went first in round *index* (``"a"`` or ``"b"``)."""
@@ -119,8 +124,9 @@ class StoredFeed(Feed):
     ) -> None:
         self._measurements = tuple(measurements)
         self.moved = None if moved is None else tuple(moved)
-        self.plan = plan
         self.blocks = list(blocks)
+        self.process_block = block_length(self.blocks) if plan is None else plan.block
+        self.plan = plan
         self._values = [list(v) for v in values]
         self._sides = tuple(sides)
         self.ready = min((len(v) for v in self._values), default=0)
@@ -137,6 +143,18 @@ class StoredFeed(Feed):
 
     def sides(self) -> tuple[SideRounds, ...]:
         return self._sides
+
+
+def block_length(blocks: Sequence[int]) -> int | None:
+    """The rounds each process pair served in rounds of these *blocks* (one label a round, in
+    order): 0 for one pair, the block length where every block but the last is as long, and
+    ``None`` for another pattern."""
+    if not blocks or len(set(blocks)) == 1:
+        return 0
+    sizes = [len(list(group)) for _, group in itertools.groupby(blocks)]
+    if len(set(sizes[:-1])) == 1 and sizes[-1] <= sizes[0]:
+        return sizes[0]
+    return None
 
 
 def side_rounds(profile: Profile, m: Measurement, first: int, per_round: int = 1) -> SideRounds:

@@ -127,7 +127,7 @@ class VerdictRecord:
     moved: tuple[str, ...] | None = None
     """How the host had moved under the rounds when they were judged (``None``: not known,
     a results file of format 1)."""
-    plan: dict[str, float] | None = None
+    plan: dict[str, float | None] | None = None
     """The look schedule the rounds were judged by (its looks cut where the budget reached)."""
     coin: dict[str, Any] | None = None
     """The seed of the coin that ordered the rounds, and each round's order (``ab``/``ba``)."""
@@ -168,11 +168,16 @@ class VerdictRecord:
             pair,
             str(d.get("asked", verdict.label)),
             None if moved is None else tuple(str(line) for line in moved),
-            None if plan is None else {str(k): float(x) for k, x in dict(plan).items()},
+            None if plan is None else {str(k): _plan_value(x) for k, x in dict(plan).items()},
             None if coin is None else dict(coin),
             tuple(int(b) for b in d.get("blocks") or ()),
             str(d.get("taken", "")),
         )
+
+
+def _plan_value(x: Any) -> float | None:
+    """A stored plan's value: a number, or none (a plan's block where the rounds were in none)."""
+    return None if x is None else float(x)
 
 
 @dataclass(frozen=True)

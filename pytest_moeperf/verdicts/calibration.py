@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from ..defaults import PROCESS_TERM
-from ..measure.dependence import Dependence, between_blocks
+from ..measure.dependence import Dependence, block_excess, centred_ratio
 
 FALSE_ALARMS = ("slower", "faster")
 """A/A outcomes that are false alarms: beyond the margin, where nothing changed."""
@@ -66,7 +66,10 @@ class NoiseFigure:
     spurious: int = 0
     process: float | None = None
     """Log standard deviation of a process pair's offset, from the gates' blocks (``None``:
-    not measured, the default term applies)."""
+    not measured: each verdict's own blocks estimate it)."""
+    process_df: float | None = None
+    """Degrees of freedom of :attr:`process`: the gates' blocks less one a gate (``None``: not
+    recorded, a figure of before it was; one a gate is taken)."""
     pace: float | None = None
     """Seconds a round took (median over the gates; ``None``: not recorded)."""
 
@@ -74,6 +77,8 @@ class NoiseFigure:
         """``round spread 6.1 %, lag-1 +0.04, process term 1.2 %, MDE 4.2 % at 180 s (8 A/A
         gates, 0 false alarms, 1 undecided; b11434, 2026-12-01)``."""
         term = "" if self.process is None else f", process term {100 * self.process:.1f} %"
+        if self.process is not None and self.process_df is not None:
+            term += f" ({self.process_df:g} df)"
         return (
             f"round spread {100 * self.round_spread:.1f} %, lag-1 {self.lag1:+.2f}{term}, MDE "
             f"{100 * self.mde:.1f} % at {self.budget:g} s ({self.gates} A/A gate(s), "
@@ -113,7 +118,7 @@ def _checked(name: str, v: Any) -> Any:
         if not isinstance(v, str) or not v:
             raise ValueError(f"{name} {v!r} must be a non-empty string")
         return v
-    if name == "process" and v is None:
+    if name in ("process", "process_df") and v is None:
         return v
     if name in ("gates", "rounds", "false_alarms", "undecided", "spurious"):
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
@@ -144,12 +149,13 @@ def noise_figure(
     lag-1 autocorrelation pools the products of consecutive rounds of one block the same way
     (:func:`centred_lag1` takes out what the blocks' means take away);
     the process term pools each gate's variance between its blocks beyond what their rounds
-    explain."""
+    explain, weighted by its blocks' degrees of freedom and cut at zero only once pooled (each
+    gate's cut at zero would read a host with no term as one with some)."""
     if not outcomes:
         raise ValueError("a noise figure needs at least one A/A gate")
     squares, cross, df = 0.0, 0.0, 0
     sizes: Counter[int] = Counter()
-    between: list[float] = []
+    excess, between_df = 0.0, 0
     for i, d in enumerate(round_log_ratios):
         gate_blocks = list(blocks[i]) if i < len(blocks) and blocks[i] else [0] * len(d)
         groups: dict[int, list[float]] = {}
@@ -164,9 +170,10 @@ def noise_figure(
             cross += sum(a * b for a, b in itertools.pairwise(dev))
             df += len(g) - 1
             sizes[len(g)] += 1
-        tau2 = between_blocks(d, gate_blocks)
-        if tau2 is not None:
-            between.append(tau2)
+        got = block_excess(d, gate_blocks)
+        if got is not None:  # each gate's estimate, weighted by its blocks' evidence
+            excess += got[0] * got[1]
+            between_df += got[1]
     spread = math.sqrt(squares / df) if df else 0.0
     return NoiseFigure(
         build=build,
@@ -180,24 +187,10 @@ def noise_figure(
         false_alarms=sum(o in FALSE_ALARMS for o in outcomes),
         undecided=sum(o == "undecided" for o in outcomes),
         spurious=sum(o in SPURIOUS for o in outcomes),
-        process=math.sqrt(statistics.fmean(between)) if between else None,
+        process=math.sqrt(max(0.0, excess / between_df)) if between_df else None,
+        process_df=float(between_df) if between_df else None,
         pace=_pace(seconds, round_log_ratios),
     )
-
-
-def _centred_ratio(rho: float, sizes: Mapping[int, int]) -> float:
-    """What consecutive rounds' products over their squares, each read around its own block's
-    mean, come to on average for rounds of lag-1 *rho* (AR(1)) in blocks of these sizes
-    (size -> count): the expected products over the expected squares, from the covariance of a
-    round and its block's mean."""
-    products = squares = 0.0
-    for m, count in sizes.items():
-        # c[i]: the covariance of round i and its block's mean (the rounds' variance 1)
-        c = [sum(rho ** abs(i - k) for k in range(m)) / m for i in range(m)]
-        mean_var = sum(c) / m
-        products += count * sum(rho - c[i] - c[i + 1] + mean_var for i in range(m - 1))
-        squares += count * (m - 2 * sum(c) + m * mean_var)
-    return products / squares
 
 
 def centred_lag1(ratio: float, sizes: Mapping[int, int]) -> float:
@@ -205,16 +198,16 @@ def centred_lag1(ratio: float, sizes: Mapping[int, int]) -> float:
     block's own mean, came to *ratio*: the block's mean takes part of every round with it, so
     independent rounds in blocks of 10 read about -0.1, in blocks of 4 about -0.25, and rounds of
     lag-1 0.3 in blocks of 10 read 0.13. The lag-1 (within [-0.99, 0.99]) whose expected ratio
-    (:func:`_centred_ratio`) is the one read."""
+    (:func:`~pytest_moeperf.measure.dependence.centred_ratio`) is the one read."""
     low, high = -0.99, 0.99
-    floor, ceiling = _centred_ratio(low, sizes), _centred_ratio(high, sizes)
+    floor, ceiling = centred_ratio(low, sizes), centred_ratio(high, sizes)
     if ceiling - floor < 1e-9:
         return 0.0  # blocks of two rounds read -1/2 whatever the lag-1: nothing to tell
     if not floor < ratio < ceiling:
         return low if ratio <= floor else high
     for _ in range(40):  # the expected ratio rises with the lag-1: halve the bracket
         mid = (low + high) / 2
-        low, high = (mid, high) if _centred_ratio(mid, sizes) < ratio else (low, mid)
+        low, high = (mid, high) if centred_ratio(mid, sizes) < ratio else (low, mid)
     return (low + high) / 2
 
 
@@ -241,9 +234,11 @@ class Resolution:
 
     def _units(self) -> float:
         """The variance of one round's share of the mean: the round spread scaled for drift,
-        and the process term over a block of :data:`BLOCK_GUESS` rounds."""
+        and the process term (the calibrated one, else :data:`PROCESS_TERM`) over a block of
+        :data:`BLOCK_GUESS` rounds."""
         d = self.dependence
-        return self.figure.round_spread**2 * d.ar_factor + d.process**2 * BLOCK_GUESS
+        process = d.process if d.calibrated else PROCESS_TERM
+        return self.figure.round_spread**2 * d.ar_factor + process**2 * BLOCK_GUESS
 
     def _z(self) -> float:
         normal = statistics.NormalDist()
@@ -289,10 +284,21 @@ class Resolution:
 
 def host_dependence(figures: Sequence[NoiseFigure]) -> Dependence:
     """The dependence every verdict on a host with these noise *figures* carries: the largest
-    process term they measured (the default where none did) and the largest lag-1 (0 with no
-    figures): one host, its noisiest metric's terms."""
-    measured = [f.process for f in figures if f.process is not None]
+    process term they measured, with the fewest degrees of freedom any of them had (one a
+    gate for a figure that did not record them) and the largest round spread (so the term's
+    share of a round, which the per-look level is simulated at, is not overstated); the
+    largest lag-1 (0 with no figures): one host, its noisiest metric's terms. A host none of
+    whose figures measured a process term is not calibrated for it: each verdict's own blocks
+    estimate it."""
+    lag1 = min(0.9, max([0.0, *(f.lag1 for f in figures)]))
+    measured = [f for f in figures if f.process is not None]
+    if not measured:
+        return Dependence(lag1=lag1)
     return Dependence(
-        process=max(measured) if measured else PROCESS_TERM,
-        lag1=min(0.9, max([0.0, *(f.lag1 for f in figures)])),
+        process=max(f.process or 0.0 for f in measured),
+        lag1=lag1,
+        process_df=max(
+            1.0, min(f.gates if f.process_df is None else f.process_df for f in measured)
+        ),
+        round_spread=max(f.round_spread for f in measured),
     )

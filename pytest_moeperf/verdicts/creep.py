@@ -39,6 +39,7 @@ from ..defaults import (
     SESSION_PRIOR_SESSIONS,
     SESSION_SPREAD,
 )
+from ..measure.student import t_quantile
 from .sequential import Rule
 
 CHAIN_CONFIDENCE = CONFIDENCE
@@ -56,8 +57,12 @@ class PairedChange:
     log_ratio: float
     """The trimmed mean of the rounds' ``log(candidate / baseline)``."""
     se: float
-    """Its standard error (the verdict's own: Yuen's, widened for the process term and drift)."""
+    """Its standard error (the verdict's own: from its process blocks, or the host's calibrated
+    term pooled with them, and drift)."""
     rounds: int
+    df: float | None = None
+    """The degrees of freedom of :attr:`se` (its blocks', or its verdict's Satterthwaite
+    mix); ``None``: not recorded (an entry of before they were), taken as its rounds less one."""
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.log_ratio) and math.isfinite(self.se) and self.se >= 0):
@@ -67,23 +72,33 @@ class PairedChange:
             )
         if self.rounds < 1:
             raise ValueError(f"paired change over {self.rounds} rounds: give rounds >= 1")
+        if self.df is not None and not (math.isfinite(self.df) and self.df > 0):
+            raise ValueError(f"paired change with df {self.df!r}: give degrees of freedom > 0")
+
+    @property
+    def evidence(self) -> float:
+        """The degrees of freedom of its standard error (recorded, or its rounds less one)."""
+        return self.df if self.df is not None else float(max(1, self.rounds - 1))
 
     def to_dict(self) -> dict[str, Any]:
         """The baseline file's ``change = { ... }`` of an entry."""
-        return {
+        d: dict[str, Any] = {
             "against": self.against,
             "log_ratio": float(f"{self.log_ratio:.6g}"),
             "se": float(f"{self.se:.6g}"),
             "rounds": self.rounds,
         }
+        if self.df is not None:
+            d["df"] = float(f"{self.df:.4g}")
+        return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> PairedChange:
         """From :meth:`to_dict`; ``ValueError`` (naming the field) when malformed."""
-        unknown = sorted(set(d) - {"against", "log_ratio", "se", "rounds"})
+        unknown = sorted(set(d) - {"against", "log_ratio", "se", "rounds", "df"})
         if unknown:
             raise ValueError(
-                f"unknown field {unknown[0]!r} (known: against, log_ratio, se, rounds)"
+                f"unknown field {unknown[0]!r} (known: against, log_ratio, se, rounds, df)"
             )
         against = d.get("against")
         if not isinstance(against, str) or not against:
@@ -94,7 +109,16 @@ class PairedChange:
         rounds = d.get("rounds")
         if isinstance(rounds, bool) or not isinstance(rounds, int):
             raise ValueError(f"rounds {rounds!r} must be a whole number")
-        return cls(against, float(d["log_ratio"]), float(d["se"]), rounds)
+        df = d.get("df")
+        if df is not None and (isinstance(df, bool) or not isinstance(df, int | float)):
+            raise ValueError(f"df {df!r} must be a number")
+        return cls(
+            against,
+            float(d["log_ratio"]),
+            float(d["se"]),
+            rounds,
+            None if df is None else float(df),
+        )
 
 
 @dataclass(frozen=True)
@@ -147,18 +171,29 @@ def judge_chain(
     the chain's start) plus *current* (this gate's paired change over the newest link's
     build): the sum of the log-ratios, its standard error the root of the sum of squares (each
     change's own, and *link_term* for each: a build pair's change moves between sessions), a
-    normal interval at :data:`CHAIN_CONFIDENCE`, judged by the ``change`` rule at its end.
-    *link_term* is a log standard deviation, or the host's measured :class:`LinkSpread`."""
+    t interval at :data:`CHAIN_CONFIDENCE` on the degrees of freedom of that sum
+    (Satterthwaite's: each change's own, and the link term's evidence: its prior's worth and
+    the repeats a host measured it from), judged by the ``change`` rule at its end. *link_term*
+    is a log standard deviation (taken as known), or the host's measured :class:`LinkSpread`."""
     basis = link_term.describe() if isinstance(link_term, LinkSpread) else ""
+    term_df = math.inf
     if isinstance(link_term, LinkSpread):
+        term_df = link_term.prior_links + link_term.repeats
         link_term = link_term.log_sd
     if not (math.isfinite(link_term) and link_term >= 0):
         raise ValueError(f"link term {link_term!r} must be a finite number >= 0")
     changes = [c for _, c in links] + [current]
     centre = sum(c.log_ratio for c in changes)
-    se = math.sqrt(sum(c.se**2 + link_term**2 for c in changes))
-    z = statistics.NormalDist().inv_cdf(0.5 + CHAIN_CONFIDENCE / 2)
-    low, high = math.exp(centre - z * se), math.exp(centre + z * se)
+    parts = [(c.se**2, c.evidence) for c in changes] + [(len(changes) * link_term**2, term_df)]
+    variance = sum(v for v, _ in parts)
+    se = math.sqrt(variance)
+    spread = sum(v * v / df for v, df in parts if math.isfinite(df))
+    df = variance**2 / spread if spread > 0 else math.inf
+    if math.isfinite(df):
+        q = t_quantile(0.5 + CHAIN_CONFIDENCE / 2, max(df, 1.0))
+    else:
+        q = statistics.NormalDist().inv_cdf(0.5 + CHAIN_CONFIDENCE / 2)
+    low, high = math.exp(centre - q * se), math.exp(centre + q * se)
     ratio = math.exp(centre)
     outcome = Rule("change", margin=margin).outcome(ratio, low, high, final=True)
     since = links[0][1].against if links else current.against

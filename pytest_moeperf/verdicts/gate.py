@@ -193,17 +193,18 @@ def row_p_values(
 ) -> tuple[float, float]:
     """A row's sequential p-values against "no slowdown beyond *margin*" and "no speedup
     beyond it", from its rounds' log-ratios with the interval's own error (the plan's
-    dependence over the rounds' process *blocks*, the spread floor); 1.0 with under 2 rounds."""
+    dependence over the rounds' process *blocks*, the spread floor) at the looks the row took
+    (*plan* is the one its loop ended with, the budget's last look included), read against
+    the same simulated design as its interval's level; 1.0 with under 2 rounds."""
     if len(log_ratios) < 2:
         return 1.0, 1.0
     slower, faster = margin_p(
         log_ratios,
-        plan.looks,
+        plan.design(),
         margin,
-        trim=plan.trim,
+        dependence=plan.dependence,
         floor=log_sigma(MIN_REL_SPREAD),
         blocks=list(blocks) or None,
-        dependence=plan.dependence,
     )
     return float(slower[0]), float(faster[0])
 

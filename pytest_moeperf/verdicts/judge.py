@@ -251,20 +251,31 @@ def judge_rounds(
     iv = st.interval
     design = iv.design_effect
     dependence = f" (dependence: error variance x{design:.2f})" if design > 1.005 else ""
+    reason = None if iv.estimable or not st.final else ONE_PAIR
     verdict = Verdict(
         outcome=st.decision,
         ratio=iv.ratio,
         low=min(iv.low, iv.ratio),
         high=max(iv.high, iv.ratio),
-        label=label,
+        label=f"{label} ({reason})" if reason else label,
         **_bound(rule),
         confidence=1 - plan.alpha,
         method=f"{taken}{dependence}, trimmed t, corrected for looks",
         rounds=iv.rounds,
-        mde=iv.mde(),
+        mde=iv.mde() if iv.estimable else None,
         interim=not st.final,
+        reason=reason,
     )
     return verdict, st.more
+
+
+ONE_PAIR = (
+    "one process pair: its process term cannot be estimated from one block on a host whose "
+    "term is not calibrated (run moeperf calibrate, or give the budget room for two process "
+    "blocks: a longer budget or a smaller process_block)"
+)
+"""Why a verdict whose rounds lie in one process block, on a host not calibrated, decides
+nothing."""
 
 
 def busy_reason(measurements: Sequence[Measurement], busy_limit: float = BUSY_LIMIT) -> str | None:

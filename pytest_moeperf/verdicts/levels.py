@@ -1,19 +1,27 @@
 """The per-look level of a sequential verdict, calibrated by simulation on the statistic each
-look computes: the trimmed t interval of the per-round log-ratios with its dependence-robust
-standard error (:mod:`..measure.dependence`: Yuen's, scaled for drift by the larger of the
-host's AR(1) factor and the rounds' own Newey-West ratio; ``h - 1`` degrees of freedom), at the
-round counts of the plan's looks.
+look computes: the trimmed mean of the per-round log-ratios with the standard error and degrees
+of freedom :mod:`..measure.dependence` gives it (from the rounds' process blocks, or the host's
+calibrated terms pooled with them), at the round counts of the plan's looks.
 
 Under no change the rounds' log-ratios are noise whose order the coin randomises within a
 round; between rounds the host may drift, so the simulated rounds are AR(1) at the host's
-calibrated lag-1 (0: independent), which gives the distribution of the smallest nominal
-p-value over all looks. (The process term is a variance known from calibration, added to the
-error, not simulated.) Its *alpha* quantile is the level at which every look may
-judge so that all looks together miss the true ratio with probability *alpha*; the whole
-distribution turns a verdict's smallest p-value into a p-value of the sequential design (what
-a gate's family of rows is corrected with). A simulation takes a few seconds; its result is
-kept in memory and under the cache directory, keyed by the looks, the trim and this module's
-version.
+calibrated lag-1 (0: independent). They lie in process blocks of the verdict's length, and on
+a calibrated host each block carries an offset at the host's calibrated process term (relative
+to its round spread), so that the looks are as correlated as the host's are. That gives the
+distribution of the smallest nominal p-value over all looks (:class:`Design`). Its *alpha*
+quantile is the level at which every look may judge so that all looks together miss the true
+ratio with probability *alpha*; the whole distribution turns a verdict's smallest p-value into
+a p-value of the sequential design (what a gate's family of rows is corrected with). The two
+are read off the same simulated values in the same way, so a row whose interval decided at
+some look always has a design p-value at or below the plan's *alpha*.
+
+A host whose process term is not calibrated has the blocks' own statistic, whose null
+distribution hardly depends on the term (the looks keep to whole blocks, where it is a t with
+the blocks' degrees of freedom; a louder host makes its looks more alike, which errs on the
+safe side); its level is simulated at terms of 0, 1 and 3 times the round spread and is the
+strictest of the three (the trimmed mean's winsorizing is not quite free of a large term). A
+simulation takes a few seconds; its result is kept in memory and under the cache directory,
+keyed by the design and this module's version.
 """
 
 from __future__ import annotations
@@ -24,22 +32,36 @@ import io
 import json
 import math
 from collections.abc import Sequence
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 from numpy.typing import NDArray
 
 from ..fs import atomic_write_bytes, cache_dir
-from ..measure.dependence import NO_DEPENDENCE, Dependence, robust_rows
+from ..measure.dependence import Dependence, RobustRows, robust_rows
 from ..measure.student import t_sf
 
 PATHS = 40_000
 """Simulated verdicts behind each level: its own sampling error is about 1 % of it."""
 SEED = 20261201
-VERSION = 2
+SPREAD = 0.01
+"""The simulated rounds' log-SD (the statistic does not depend on it; a term is relative)."""
+VERSION = 3
 """Bumped when the statistic or the simulation changes (old cached levels are not read)."""
 LAG1_STEP = 0.05
 """A host's lag-1 is calibrated at the next multiple of this at or above it (few levels to
 simulate, never a smaller one than the host's)."""
+RATIO_GRID = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0, 1.25, 1.5, 2.0, 3.0)
+"""The calibrated process terms (over the round spread) levels are simulated at: a host's is
+taken at the grid's value at or below it (a smaller term makes its looks less alike: the
+safe side)."""
+DF_GRID = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
+"""The degrees of freedom of a calibrated term levels are simulated at (taken at or below)."""
+UNCALIBRATED_RATIOS = (0.0, 1.0, 3.0)
+"""The process terms (over the round spread) the level of a host not calibrated is simulated
+at: it is the smallest of theirs, so it holds whatever the term (the blocks' own t is nearly
+free of it; where a large term meets the trimmed mean's winsorizing it is not quite, and three
+times the round spread is beyond the loudest host this project has measured)."""
 
 
 def lag1_grid(lag1: float) -> float:
@@ -50,11 +72,68 @@ def lag1_grid(lag1: float) -> float:
     return min(0.9, math.ceil(round(lag1 / LAG1_STEP, 9)) * LAG1_STEP)
 
 
-def _key(looks: tuple[int, ...], trim: float, lag1: float) -> str:
-    text = json.dumps(
-        {"looks": looks, "trim": trim, "lag1": lag1, "paths": PATHS, "seed": SEED, "v": VERSION}
-    )
-    return hashlib.sha256(text.encode()).hexdigest()[:20]
+def _at_or_below(value: float, grid: Sequence[float]) -> float:
+    return max((g for g in grid if g <= value + 1e-12), default=grid[0])
+
+
+@dataclass(frozen=True)
+class Design:
+    """What a verdict's looks are simulated as: the round counts judged, the trim, and the
+    host the rounds come from (as gridded for the simulation)."""
+
+    looks: tuple[int, ...]
+    trim: float = 0.2
+    lag1: float = 0.0
+    block: int | None = None
+    """Rounds a process pair serves (1: every round a fresh pair; 0: one pair for all);
+    ``None``: samples in no process blocks (a baseline check's), judged as independent."""
+    ratio: float = 0.0
+    """The process term over the round spread the simulated rounds carry (a calibrated
+    host's; for a host not calibrated, one of :meth:`variants`)."""
+    process_df: float = 0.0
+    """The calibrated term's degrees of freedom (0: not calibrated)."""
+
+    @classmethod
+    def of(
+        cls, looks: Sequence[int], trim: float, dependence: Dependence, block: int | None
+    ) -> Design:
+        """The design of a verdict of *looks* on a host of *dependence*, its rounds in
+        process blocks of *block* (gridded on the safe side)."""
+        calibrated = dependence.calibrated and block is not None
+        return cls(
+            looks=tuple(looks),
+            trim=trim,
+            lag1=lag1_grid(dependence.lag1),
+            block=block,
+            ratio=_at_or_below(dependence.ratio, RATIO_GRID) if calibrated else 0.0,
+            process_df=_at_or_below(dependence.process_df, DF_GRID) if calibrated else 0.0,
+        )
+
+    def variants(self) -> tuple[Design, ...]:
+        """The designs whose levels this one takes the most careful of: a host not calibrated
+        at each of :data:`UNCALIBRATED_RATIOS` (its term is not known), else itself."""
+        if self.process_df or self.block is None or self.block < 2:
+            return (self,)
+        return tuple(replace(self, ratio=r) for r in UNCALIBRATED_RATIOS)
+
+    @property
+    def host(self) -> Dependence:
+        """The simulated host as the statistic sees it (round spread :data:`SPREAD`)."""
+        if self.block is None:  # independent samples: no process term at all
+            return Dependence(process=0.0, lag1=self.lag1, process_df=math.inf)
+        if not self.process_df:  # not calibrated: the statistic knows no term
+            return Dependence(lag1=self.lag1)
+        return Dependence(SPREAD * self.ratio, self.lag1, self.process_df, SPREAD)
+
+    def blocks(self, n: int) -> list[int] | None:
+        """The process block of each of *n* simulated rounds (``None``: not in blocks)."""
+        if self.block is None:
+            return None
+        return [i // self.block for i in range(n)] if self.block else [0] * n
+
+    def key(self) -> str:
+        text = json.dumps({**asdict(self), "paths": PATHS, "seed": SEED, "v": VERSION})
+        return hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
 def ar1_rounds(rng: np.random.Generator, paths: int, n: int, lag1: float) -> NDArray[np.float64]:
@@ -70,33 +149,48 @@ def ar1_rounds(rng: np.random.Generator, paths: int, n: int, lag1: float) -> NDA
     return out
 
 
-def _simulate(looks: tuple[int, ...], trim: float, lag1: float) -> NDArray[np.float64]:
-    """The smallest two-sided nominal p-value over *looks* of each simulated verdict, sorted."""
-    rounds = ar1_rounds(np.random.default_rng(SEED), PATHS, looks[-1], lag1)
-    host = Dependence(process=0.0, lag1=lag1)
+def tails(got: RobustRows, centre: float) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """The t statistic's two one-sided nominal p-values of each row against a true log-ratio
+    of *centre*: that it lies below it, and that it lies above (each 1 where the rows cannot
+    estimate their error: one process pair on a host whose term is not calibrated)."""
+    if not got.estimable:
+        ones = np.ones(len(got.mean))
+        return ones, ones
+    t = (got.mean - centre) / np.maximum(got.se, 1e-300)
+    return t_sf(-t, got.df), t_sf(t, got.df)
+
+
+def _simulate(design: Design) -> NDArray[np.float64]:
+    """The smallest two-sided nominal p-value over the design's looks of each simulated
+    verdict, sorted."""
+    rng = np.random.default_rng(SEED)
+    n_max = design.looks[-1]
+    rounds = SPREAD * ar1_rounds(rng, PATHS, n_max, design.lag1)
+    blocks = design.blocks(n_max)
+    if blocks is not None and design.ratio > 0:
+        offsets = rng.standard_normal((PATHS, max(blocks) + 1)) * design.ratio * SPREAD
+        rounds = rounds + offsets[:, blocks]
     smallest = np.ones(PATHS)
-    for n in looks:
-        got = robust_rows(rounds[:, :n], trim=trim, dependence=host)
-        p = 2.0 * t_sf(np.abs(got.mean) / got.se, got.df)
-        np.minimum(smallest, p, out=smallest)
+    for n in design.looks:
+        cut = blocks[:n] if blocks is not None else None
+        got = robust_rows(rounds[:, :n], trim=design.trim, blocks=cut, dependence=design.host)
+        below, above = tails(got, 0.0)
+        np.minimum(smallest, 2.0 * np.minimum(below, above), out=smallest)
     return np.sort(smallest)
 
 
 @functools.lru_cache(maxsize=64)
-def null_smallest_p(
-    looks: tuple[int, ...], trim: float = 0.2, lag1: float = 0.0
-) -> NDArray[np.float64]:
-    """The sorted smallest nominal p-values over *looks* under no change, for a host of lag-1
-    *lag1* (simulated once per host and kept under the cache directory)."""
-    lag1 = lag1_grid(lag1)
-    path = cache_dir() / "levels" / f"looks-{_key(looks, trim, lag1)}.npy"
+def null_smallest_p(design: Design) -> NDArray[np.float64]:
+    """The sorted smallest nominal p-values over *design*'s looks under no change (simulated
+    once per design and kept under the cache directory)."""
+    path = cache_dir() / "levels" / f"design-{design.key()}.npy"
     try:
         stored = np.load(path)
         if stored.shape == (PATHS,):
             return np.asarray(stored, dtype=np.float64)
     except (OSError, ValueError):
         pass
-    values = _simulate(looks, trim, lag1)
+    values = _simulate(design)
     buffer = io.BytesIO()
     np.save(buffer, values)
     try:
@@ -107,45 +201,59 @@ def null_smallest_p(
 
 
 @functools.lru_cache(maxsize=256)
-def per_look_alpha(
-    looks: tuple[int, ...], alpha: float, trim: float = 0.2, lag1: float = 0.0
-) -> float:
-    """The two-sided level every look uses so that over all *looks* the interval misses the
-    true ratio with probability *alpha* (on a host of lag-1 *lag1*)."""
-    return float(np.quantile(null_smallest_p(looks, trim, lag1), alpha))
+def per_look_alpha(design: Design, alpha: float) -> float:
+    """The two-sided level every look uses so that over all of *design*'s looks the interval
+    misses the true ratio with probability at most *alpha*: the simulated smallest p-value
+    below which *alpha* of the simulated verdicts fall (a look decides when its p-value is
+    below this), the smallest over the design's :meth:`~Design.variants`."""
+    levels = []
+    for variant in design.variants():
+        null = null_smallest_p(variant)
+        levels.append(float(null[min(len(null) - 1, math.floor(alpha * len(null)))]))
+    # no look of more than alpha (a design whose looks cannot estimate their error gives 1)
+    return max(1e-12, min(alpha, *levels))
+
+
+def design_p(design: Design, smallest: NDArray[np.float64]) -> NDArray[np.float64]:
+    """The p-value of the sequential design of verdicts whose smallest nominal p-value over
+    the looks they took was *smallest*: the share of simulated verdicts as extreme (the
+    largest over the design's :meth:`~Design.variants`). A verdict that decided at some look
+    (its p-value below :func:`per_look_alpha` of *alpha*) has one at or below *alpha*."""
+    shares = [
+        np.searchsorted(null, smallest, side="right") / len(null)
+        for null in (null_smallest_p(v) for v in design.variants())
+    ]
+    return np.asarray(np.max(shares, axis=0), dtype=np.float64)
 
 
 def margin_p(
     log_ratios: Sequence[float] | NDArray[np.float64],
-    looks: tuple[int, ...],
+    design: Design,
     margin: float,
     *,
-    trim: float = 0.2,
+    dependence: Dependence,
     floor: float = 0.0,
     blocks: Sequence[int] | None = None,
-    dependence: Dependence = NO_DEPENDENCE,
 ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """The sequential p-values against "no slowdown beyond *margin*" (the ratio at or above
     ``1 - margin``) and against "no speedup beyond it" (at or below ``1 + margin``), one value
     each for each row of *log_ratios* (a verdict's rounds; one row, or many, with the same
-    *blocks*). Each look of *looks* the rounds reached gives a one-sided nominal p-value of the
-    trimmed t with the interval's own standard error (its *dependence* over *blocks*, at least
-    *floor* / sqrt(n)), computed once a look for both directions; each direction's smallest,
-    doubled, is read against the simulated two-sided distribution of the smallest p over all
-    of *looks* (the design's, reached or not): a conservative p-value of the whole design."""
+    *blocks*). Each of *design*'s looks the rounds reached gives a one-sided nominal p-value
+    with the interval's own standard error and degrees of freedom (the same *dependence* over
+    *blocks*, at least *floor* / sqrt(n)); each direction's smallest, doubled, is read against
+    the design's simulated smallest p, exactly as the interval's level is."""
     d = np.atleast_2d(np.asarray(log_ratios, dtype=np.float64))
-    reached = tuple(n for n in looks if n <= d.shape[1]) or (d.shape[1],)
+    reached = tuple(n for n in design.looks if n <= d.shape[1]) or (d.shape[1],)
     low, high = math.log(1 - margin), math.log(1 + margin)
     slower, faster = np.ones(d.shape[0]), np.ones(d.shape[0])
     for n in reached:
-        got = robust_rows(d[:, :n], trim=trim, blocks=blocks, dependence=dependence, floor=floor)
-        se = np.maximum(got.se, 1e-300)
-        np.minimum(slower, t_sf((low - got.mean) / se, got.df), out=slower)
-        np.minimum(faster, t_sf((got.mean - high) / se, got.df), out=faster)
-    null = null_smallest_p(looks, trim, dependence.lag1)
-
-    def design(smallest: NDArray[np.float64]) -> NDArray[np.float64]:
-        doubled = np.minimum(1.0, 2.0 * smallest)
-        return np.searchsorted(null, doubled, side="right") / len(null)
-
-    return design(slower), design(faster)
+        cut = list(blocks[:n]) if blocks else None
+        got = robust_rows(
+            d[:, :n], trim=design.trim, blocks=cut, dependence=dependence, floor=floor
+        )
+        np.minimum(slower, tails(got, low)[0], out=slower)
+        np.minimum(faster, tails(got, high)[1], out=faster)
+    return (
+        design_p(design, np.minimum(1.0, 2.0 * slower)),
+        design_p(design, np.minimum(1.0, 2.0 * faster)),
+    )

@@ -6,8 +6,10 @@ goes first decided by a seeded coin each round (:class:`Coin`), so that "second 
 is no side's habit and a host whose noise lingers from one sample to the next (per-sample
 autocorrelation) does not make the rounds' log-ratios correlated. Each round gives one
 log-ratio ``log(b / a)``; a slow phase of the host that falls on both samples of a round
-cancels in it. At each *look* the rounds so far give a trimmed t interval of the ratio (Yuen's
-standard error); a :class:`Rule` reads an outcome off it, or says "not yet".
+cancels in it. At each *look* the rounds so far give a t interval of the ratio around their
+trimmed mean, with the standard error and degrees of freedom the rounds' process blocks and
+the host's calibration give it (:mod:`pytest_moeperf.measure.dependence`); a :class:`Rule`
+reads an outcome off it, or says "not yet".
 
 Looking again and again at a growing sample and stopping at the first decisive interval would
 raise the error rate well above the nominal 5 %. The looks therefore come on a fixed schedule
@@ -15,9 +17,13 @@ raise the error rate well above the nominal 5 %. The looks therefore come on a f
 up to the rounds the budget can reach), and every look uses the same stricter per-look level
 (:meth:`Plan.nominal_alpha`), calibrated by simulating that very statistic at those very looks
 (:mod:`pytest_moeperf.verdicts.levels`), so that the chance that *any* look's interval misses
-the true ratio is ``alpha``. Stopping early, for a time budget, only looks fewer times, which
-errs on the safe side; at the end of the budget an interval that still holds a decision point
-is undecided, never decided by its centre.
+the true ratio is ``alpha``. On a host whose process term is not calibrated the looks keep to
+whole process blocks, from the third on (one block cannot show the term, two show it on one
+degree of freedom, and whole blocks make the interval's t exact whatever the term is). The
+budget's end is a look of the schedule too: when the budget runs out before the schedule's
+last look, the verdict is judged at the rounds it has, with the level calibrated for the looks
+it took (:meth:`Plan.within`). At the end an interval that still holds a decision point is
+undecided, never decided by its centre.
 
 :func:`look` is the one function of a look the fixture, the gate and bisect share: given both
 sides' rounds so far, the rule and whether the budget is spent, it returns the verdict and how
@@ -36,7 +42,7 @@ from ..defaults import FIRST_LOOK, MARGIN, MAX_ROUNDS
 from ..measure.dependence import DEFAULT_DEPENDENCE, Dependence
 from ..measure.stats import PairedInterval, paired_interval
 from .calibration import NoiseFigure, Resolution
-from .levels import per_look_alpha
+from .levels import Design, per_look_alpha
 
 Decision = Literal[
     "holds",
@@ -53,8 +59,11 @@ Decision = Literal[
 @dataclass(frozen=True)
 class Plan:
     """When to look, and how strictly: the first look after *first_look* rounds, later ones
-    each *growth* times the rounds of the last (at least one more), up to *max_rounds*; over
-    all looks together the interval misses the true ratio with probability *alpha*."""
+    each *growth* times the rounds of the last (at least one more), up to *max_rounds* (on a
+    host whose process term is not calibrated, rounded up to whole process blocks of *block*,
+    from the third block on: two blocks give the interval one degree of freedom, which the
+    budget's end alone is worth spending a look on); over all looks together the interval
+    misses the true ratio with probability *alpha*."""
 
     first_look: int = FIRST_LOOK
     max_rounds: int = MAX_ROUNDS
@@ -65,6 +74,10 @@ class Plan:
     dependence: Dependence = DEFAULT_DEPENDENCE
     """How the host's rounds depend on each other (its calibrated process term and lag-1):
     the interval's error carries it and the per-look level is calibrated at its lag-1."""
+    block: int | None = None
+    """Rounds a pair of server processes serves before both are restarted (the verdict's
+    feed's: 1, every round a fresh pair; 0, one pair for all); ``None``: samples that are in no
+    process blocks (a baseline check's)."""
     noise: NoiseFigure | None = field(default=None, compare=False)
     """The host's calibrated noise of the verdict's metric, when ``moeperf calibrate`` measured
     it: what the verdict can resolve is said before it measures, and an automatic budget is
@@ -83,21 +96,60 @@ class Plan:
             raise ValueError(f"alpha {self.alpha!r} must be between 0 and 0.5")
 
     @property
+    def blockwise(self) -> bool:
+        """Whether the looks keep to whole process blocks: the host's process term is not
+        calibrated, so only the verdict's own blocks can show it."""
+        return self.block is not None and self.block >= 2 and not self.dependence.calibrated
+
+    @property
+    def can_decide(self) -> bool:
+        """False when no look can decide: the rounds are one process pair (never restarted),
+        or the looks keep to process blocks and the budget reaches no second one, on a host
+        whose process term is not calibrated."""
+        if self.dependence.calibrated:
+            return True
+        if self.blockwise:
+            assert self.block is not None
+            return self.max_rounds >= 2 * self.block
+        return self.block != 0
+
+    def judged(self, rounds: int) -> int:
+        """The rounds a look after *rounds* rounds judges: the whole process blocks among them
+        where the looks keep to blocks (all of them when there is not one whole block), else
+        all."""
+        if not self.blockwise:
+            return rounds
+        assert self.block is not None
+        whole = rounds // self.block * self.block
+        return whole if whole >= self.block else rounds
+
+    @property
     def looks(self) -> tuple[int, ...]:
         """The round counts at which the rounds are judged."""
         out = [self.first_look]
         while out[-1] < self.max_rounds:
             out.append(min(self.max_rounds, max(out[-1] + 1, math.ceil(out[-1] * self.growth))))
-        return tuple(out)
+        if not self.blockwise:
+            return tuple(out)
+        assert self.block is not None
+        end = self.judged(self.max_rounds)
+        if end < 3 * self.block:  # a look on two blocks has one df: only the budget's end
+            return (end,)
+        whole = [max(3 * self.block, math.ceil(n / self.block) * self.block) for n in out]
+        return tuple(sorted({min(n, end) for n in whole}))
 
     def next_look(self, rounds: int) -> int:
         """The first look after *rounds* rounds (``max_rounds`` at most)."""
         return next((n for n in self.looks if n > rounds), self.max_rounds)
 
+    def design(self) -> Design:
+        """What the per-look level is simulated as: these looks on this host."""
+        return Design.of(self.looks, self.trim, self.dependence, self.block)
+
     def nominal_alpha(self) -> float:
         """The two-sided level each look uses, so that all looks together err with *alpha*:
-        calibrated on the trimmed t at these looks, at the host's lag-1."""
-        return per_look_alpha(self.looks, self.alpha, self.trim, self.dependence.lag1)
+        calibrated on the verdict's statistic at these looks, on this host."""
+        return per_look_alpha(self.design(), self.alpha)
 
     def resolution(self) -> Resolution | None:
         """What a verdict of this plan can resolve on this host (``None``: not calibrated)."""
@@ -106,19 +158,25 @@ class Plan:
         return Resolution(self.noise, self.dependence, self.nominal_alpha())
 
     def within(self, rounds: int) -> Plan:
-        """This plan with no look beyond *rounds* (the rounds a budget can reach; the first
-        look stays)."""
-        return replace(self, max_rounds=max(self.first_look, min(self.max_rounds, rounds)))
+        """This plan with no look beyond *rounds* (the rounds a budget can reach, or reached:
+        its last look judges them, whole process blocks where the looks keep to blocks; the
+        first look stays)."""
+        reach = self.judged(min(self.max_rounds, rounds))
+        return replace(self, max_rounds=max(self.first_look, reach))
 
-    def to_dict(self) -> dict[str, float]:
+    def to_dict(self) -> dict[str, float | None]:
+        d = self.dependence
         return {
             "first_look": self.first_look,
             "max_rounds": self.max_rounds,
             "growth": self.growth,
             "alpha": self.alpha,
             "trim": self.trim,
-            "process": self.dependence.process,
-            "lag1": self.dependence.lag1,
+            "process": d.process,
+            "lag1": d.lag1,
+            "process_df": d.process_df,
+            "round_spread": d.round_spread,
+            "block": self.block,
         }
 
 
@@ -198,22 +256,26 @@ def look(
     spent: bool = False,
     blocks: Sequence[int] | None = None,
 ) -> Look:
-    """Judge the rounds so far (``a[i]``, ``b[i]``; the ratio is ``b / a``). *spent*: no more
-    rounds can be taken (time budget over, or the source gives no more samples)."""
-    n = min(len(a), len(b))
+    """Judge the rounds so far (``a[i]``, ``b[i]``; the ratio is ``b / a``): the whole process
+    blocks among them where the plan's looks keep to blocks. *spent*: no more rounds can be
+    taken (time budget over, or the source gives no more samples)."""
+    taken = min(len(a), len(b))
+    n = max(2, plan.judged(taken))
     iv = paired_interval(
         a[:n],
         b[:n],
-        alpha=plan.nominal_alpha(),
+        alpha=plan.nominal_alpha() if plan.can_decide else plan.alpha,  # shown, never judged
         trim=plan.trim,
         blocks=blocks[:n] if blocks else None,
         dependence=plan.dependence,
     )
-    final = spent or n >= plan.max_rounds
-    decision = rule.outcome(iv.ratio, iv.low, iv.high, final=final)
+    final = spent or taken >= plan.max_rounds or not plan.can_decide
+    decision = rule.outcome(iv.ratio, iv.low, iv.high, final=final) if iv.estimable else None
+    if decision is None and final:
+        decision = "undecided"
     if decision is not None:
         return Look(decision, iv, 0, True)
-    return Look("undecided", iv, max(1, plan.next_look(n) - n), False)
+    return Look("undecided", iv, max(1, plan.next_look(taken) - taken), False)
 
 
 @dataclass

@@ -25,8 +25,9 @@ from pytest_moeperf.verdicts.sequential import Coin
 
 PACE = 2.5
 """Seconds of the fake clock a round takes."""
-BLOCK = 10
-"""Rounds a process pair serves before the fake restarts both."""
+BLOCK = 5
+"""Rounds a process pair serves before the fake restarts both (as the embedded host's
+automatic blocks do: a few rounds each)."""
 
 
 class Clock:
@@ -85,6 +86,7 @@ class FakeFeed(Feed):
         """(profile, configuration, build, workload) of each side."""
         self.values: list[list[float]] = [[], []]
         self.blocks = []
+        self.process_block = BLOCK
         self.coin = Coin(seed=rng.randrange(2**32))
         self.method = f"{PAIRED_METHOD} in process blocks of {BLOCK}"
         self._offsets = (0.0, 0.0)

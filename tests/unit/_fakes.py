@@ -44,9 +44,13 @@ class Clock:
 
 
 class FakeFeed(Feed):
-    """Side b runs at *ratio* of side a, with multiplicative noise; each round costs time."""
+    """Side b runs at *ratio* of side a, with multiplicative noise; each round costs time and
+    is served by a fresh pair of processes (a process block of its own), as across restarts."""
+
+    process_block = 1
 
     def __init__(self, ratio: float, clock: Clock, *, step: float = 1.0, seed: int = 1) -> None:
+        self.blocks = []
         self.ratio = ratio
         self.clock = clock
         self.step = step
@@ -58,6 +62,7 @@ class FakeFeed(Feed):
         host = 500.0 * (1 + 0.3 * self.rng.random())  # a phase both sides of a round share
         a = host * (1 + self.rng.gauss(0, 0.02))
         b = host * self.ratio * (1 + self.rng.gauss(0, 0.02))
+        self.blocks.append(index)
         self.values[0].append(a)
         self.values[1].append(b)
         return (a, b)

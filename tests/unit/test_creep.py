@@ -9,9 +9,11 @@ import random
 
 import pytest
 
+from pytest_moeperf.defaults import LINK_TERM
 from pytest_moeperf.errors import BaselineError
 from pytest_moeperf.measure.measurement import Conditions, Measurement, Sample
 from pytest_moeperf.measure.stats import RatioInterval, with_session_term
+from pytest_moeperf.measure.student import t_quantile
 from pytest_moeperf.measure.workload import Workload
 from pytest_moeperf.store.accept import accept_measurements, accept_noise
 from pytest_moeperf.store.accepted import accepted_chain, repeated_links
@@ -60,13 +62,20 @@ def test_the_chain_sums_its_links_and_adds_their_errors_in_quadrature():
     today = PairedChange("b3", -0.025, 0.012, 20)
     # a host whose history measured no between-session term: the links' own errors alone
     chained = judge_chain(links, today, margin=0.05, label="mmap.pp512", link_term=0.0)
-    se = math.sqrt(0.003**2 + 0.004**2 + 0.012**2)
+    parts = [(0.003**2, 49), (0.004**2, 49), (0.012**2, 19)]  # each change's rounds less one
+    variance = sum(v for v, _ in parts)
+    df = variance**2 / sum(v * v / k for v, k in parts)  # Satterthwaite's: about 29
+    assert 25 < df < 35
     assert chained.ratio == pytest.approx(math.exp(-0.075))
-    assert chained.low == pytest.approx(math.exp(-0.075 - 1.959964 * se), rel=1e-6)
+    q = t_quantile(0.975, df)
+    assert chained.low == pytest.approx(math.exp(-0.075 - q * math.sqrt(variance)), rel=1e-6)
+    # the degrees of freedom a change recorded are its evidence, not its rounds
+    few = judge_chain(links, PairedChange("b3", -0.025, 0.012, 20, df=2.0), link_term=0.0)
+    assert few.low < chained.low and few.high > chained.high
     assert chained.since == "b1" and chained.builds == ("b1", "b2", "b3")
     # -7.2 % [-9.6, -4.8]: past 1 but holding the margin's edge: undecided, not slower
     assert chained.outcome == "undecided"
-    assert "[0.904, 0.952] (-7.2 %): undecided" in chained.explain()
+    assert "[0.903, 0.953] (-7.2 %): undecided" in chained.explain()
     # each link alone is within the margin; the same links with small errors add up to slower
     sharp = judge_chain(links, PairedChange("b3", -0.025, 0.003, 80), margin=0.05, link_term=0)
     assert sharp.outcome == "slower" and "since b1 (3 paired gates)" in sharp.explain()
@@ -75,18 +84,25 @@ def test_the_chain_sums_its_links_and_adds_their_errors_in_quadrature():
 
 
 def test_every_link_carries_a_between_session_term_by_default():
-    """A build pair's change moves between sessions (1 % a link by default): the chain's
+    """A build pair's change moves between sessions (2 % a link by default): the chain's
     error holds it for every link, the same sharp links no longer add up to a decided
-    slowdown, and a term that is not a number >= 0 is refused."""
+    slowdown, and a term that is not a number >= 0 is refused. The host's measured term
+    (a prior worth four links and its repeats) brings its degrees of freedom."""
     links = [
         ("b2", PairedChange("b1", -0.025, 0.003, 50)),
         ("b3", PairedChange("b2", -0.025, 0.004, 50)),
     ]
     today = PairedChange("b3", -0.025, 0.003, 80)
     chained = judge_chain(links, today, margin=0.05)
-    se = math.sqrt(0.003**2 + 0.004**2 + 0.003**2 + 3 * 0.01**2)
-    assert chained.link_term == 0.01 and chained.to_dict()["link_term"] == 0.01
-    assert chained.low == pytest.approx(math.exp(-0.075 - 1.959964 * se), rel=1e-6)
+    parts = [(0.003**2, 49), (0.004**2, 49), (0.003**2, 79)]
+    variance = sum(v for v, _ in parts) + 3 * LINK_TERM**2  # a known term: no df of its own
+    df = variance**2 / sum(v * v / k for v, k in parts)
+    assert LINK_TERM == 0.02
+    assert chained.link_term == LINK_TERM and chained.to_dict()["link_term"] == LINK_TERM
+    low = math.exp(-0.075 - t_quantile(0.975, df) * math.sqrt(variance))
+    assert chained.low == pytest.approx(low, rel=1e-6)
+    measured = judge_chain(links, today, margin=0.05, link_term=link_spread([]))
+    assert measured.low < chained.low  # the prior is worth four links: a t on few df
     assert chained.outcome == "undecided"
     with pytest.raises(ValueError, match="link term"):
         judge_chain(links, today, link_term=-0.01)
@@ -98,7 +114,7 @@ def test_the_link_term_is_measured_from_repeated_pairs_and_pooled_with_the_prior
     move it a little, many decide it (to 3 % where they scatter by 3 %, to zero where they
     agree within their errors), and the chain's interval widens or narrows with it."""
     none = link_spread([])
-    assert none.log_sd == pytest.approx(0.01) and none.repeats == 0
+    assert none.log_sd == pytest.approx(LINK_TERM) and none.repeats == 0
     assert "the prior" in none.describe() and "accepted again" in none.describe()
     rng = random.Random(7)
 
@@ -150,8 +166,8 @@ def test_repeated_links_are_one_hosts_pairs_accepted_on_other_days(tmp_path):
     assert repeated_links(bf, host) == [[PairedChange("b1", -0.01, 0.005, 40), again]]
     assert repeated_links(bf, "no-such-host") == []
     spread = link_spread(repeated_links(bf, host))
-    # (0.02^2 / 2 - 0.005^2) with 1 degree of freedom, beside 4 of the 1 % prior
-    assert spread.log_sd == pytest.approx(math.sqrt((4e-4 + 2e-4 - 2.5e-5) / 5))
+    # (0.02^2 / 2 - 0.005^2) with 1 degree of freedom, beside 4 of the 2 % prior
+    assert spread.log_sd == pytest.approx(math.sqrt((4 * 4e-4 + 2e-4 - 2.5e-5) / 5))
 
 
 def _file_with_chain(tmp_path):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -13,7 +14,7 @@ from _fakes import Clock, FakeFeed, FakeSource, Profile, W, config
 
 from pytest_moeperf.measure.dependence import (
     DEFAULT_DEPENDENCE,
-    NO_DEPENDENCE,
+    NO_PROCESS_TERM,
     Dependence,
     between_blocks,
     robust_rows,
@@ -31,7 +32,7 @@ from pytest_moeperf.verdicts.calibration import (
     host_dependence,
     noise_figure,
 )
-from pytest_moeperf.verdicts.levels import lag1_grid, per_look_alpha
+from pytest_moeperf.verdicts.levels import Design, lag1_grid, per_look_alpha
 from pytest_moeperf.verdicts.sequential import Plan, Rule
 
 FP = {"cpu_model": "test cpu", "cpus": 2}
@@ -40,9 +41,22 @@ FP = {"cpu_model": "test cpu", "cpus": 2}
 def test_a_dependence_is_checked_and_only_a_positive_lag_widens():
     assert Dependence(lag1=0.25).ar_factor == pytest.approx(1.25 / 0.75)
     assert Dependence(lag1=-0.3).ar_factor == 1.0
-    assert DEFAULT_DEPENDENCE.process == 0.015 and DEFAULT_DEPENDENCE.lag1 == 0.0
-    assert DEFAULT_DEPENDENCE.describe() == "process term 1.5 %, lag-1 +0.00"
-    for bad in ({"process": -0.01}, {"process": math.nan}, {"lag1": 1.0}, {"lag1": -1.5}):
+    assert not DEFAULT_DEPENDENCE.calibrated and DEFAULT_DEPENDENCE.lag1 == 0.0
+    assert DEFAULT_DEPENDENCE.describe() == (
+        "process term from each verdict's own process blocks, lag-1 +0.00"
+    )
+    calibrated = Dependence(process=0.015, process_df=40, round_spread=0.05)
+    assert calibrated.calibrated and calibrated.ratio == pytest.approx(0.3)
+    assert calibrated.describe() == "process term 1.5 % (calibrated, 40 df), lag-1 +0.00"
+    bads = (
+        {"process": -0.01},
+        {"process": math.nan},
+        {"lag1": 1.0},
+        {"lag1": -1.5},
+        {"process_df": -1},
+        {"round_spread": math.inf},
+    )
+    for bad in bads:
         with pytest.raises(ValueError):
             Dependence(**bad)  # type: ignore[arg-type]
 
@@ -68,28 +82,32 @@ def test_drift_between_rounds_widens_the_error_and_independent_rounds_keep_yuens
     drift[:, 0] = e[:, 0]
     for i in range(1, 60):
         drift[:, i] = 0.8 * drift[:, i - 1] + 0.6 * e[:, i]
-    assert np.median(robust_rows(drift, dependence=NO_DEPENDENCE).inflation) > 2.5
-    plain = robust_rows(e, dependence=NO_DEPENDENCE).inflation
-    assert plain.min() >= 1.0 and np.median(plain) < 1.3
+    assert np.median(robust_rows(drift, dependence=NO_PROCESS_TERM).inflation) > 2.5
+    plain = robust_rows(e, dependence=NO_PROCESS_TERM).inflation
+    assert plain.min() >= 1.0 - 1e-9 and np.median(plain) < 1.3
     # the host's calibrated lag-1 is a floor under the data's own ratio
-    floor = robust_rows(e, dependence=Dependence(process=0.0, lag1=0.5)).inflation
+    calibrated = Dependence(process=0.0, lag1=0.5, process_df=math.inf)
+    floor = robust_rows(e, dependence=calibrated).inflation
     assert floor.min() >= 3.0 - 1e-9
 
 
 def test_the_process_term_is_what_the_blocks_do_not_hold_already():
-    """One pair for all rounds carries the whole term; a fresh pair every round none of it
-    (their spread holds it); blocks of 10 about a tenth."""
+    """On a host whose term is known (calibrated, taken as exact here): one pair for all
+    rounds carries the whole term; a fresh pair every round none of it (their spread holds
+    it); blocks of 10, a quarter of it over 4 blocks."""
     d = np.array([[0.01 * (-1) ** i for i in range(40)]])  # no drift, no blocks shown
-    term = Dependence(process=0.02, lag1=0.0)
+    term = Dependence(process=0.02, lag1=0.0, process_df=math.inf)
     one = robust_rows(d, dependence=term).se[0] ** 2
     fresh = robust_rows(d, blocks=range(40), dependence=term).se[0] ** 2
     tens = robust_rows(d, blocks=[i // 10 for i in range(40)], dependence=term).se[0] ** 2
-    yuen = robust_rows(d, blocks=range(40), dependence=NO_DEPENDENCE).se[0] ** 2
+    yuen = robust_rows(d, blocks=range(40), dependence=NO_PROCESS_TERM).se[0] ** 2
     assert fresh == pytest.approx(yuen)
-    assert one - yuen == pytest.approx(0.02**2 * (1 - 1 / 40), rel=1e-6)
-    assert tens - yuen == pytest.approx(0.02**2 * (0.25 - 1 / 40), rel=0.3)
+    assert one - yuen == pytest.approx(0.02**2, rel=1e-6)
+    assert tens - yuen == pytest.approx(0.02**2 / 4, rel=0.3)
     assert between_blocks([0.1, 0.1, -0.1, -0.1], [0, 0, 1, 1]) == pytest.approx(0.02)
     assert between_blocks([0.1, 0.2, 0.3], [0, 1, 2]) is None  # blocks of one round
+    # a last block of one round is weighed as what it is, not a reason to show nothing
+    assert between_blocks([0.1, 0.1, -0.1, -0.1, 0.3], [0, 0, 1, 1, 2]) is not None
 
 
 def test_the_level_is_calibrated_at_the_hosts_lag1():
@@ -97,9 +115,9 @@ def test_the_level_is_calibrated_at_the_hosts_lag1():
     assert lag1_grid(-0.2) == 0.0 and lag1_grid(0.0) == 0.0
     assert lag1_grid(0.12) == pytest.approx(0.15) and lag1_grid(0.15) == pytest.approx(0.15)
     assert lag1_grid(0.97) == 0.9
-    independent = per_look_alpha(looks, 0.05)
+    independent = per_look_alpha(Design(looks), 0.05)
     assert 0.005 < independent < 0.05
-    assert per_look_alpha(looks, 0.05, lag1=0.3) != independent
+    assert per_look_alpha(Design(looks, lag1=0.3), 0.05) != independent
 
 
 def _gates(rng: random.Random, offsets: float) -> tuple[list[list[float]], list[list[int]]]:
@@ -174,7 +192,8 @@ def test_a_calibrated_host_is_found_by_its_identity_before_any_probe(tmp_path):
     accept_noise(path, "p", FP, {"mmap.pp512": figure, "mmap.tg64": noisy})
     bf = load_baselines(path)
     here = {**FP, "probes": {}}  # no server started yet: no probe figures
-    assert dependence_for(bf, here) == Dependence(process=0.01, lag1=0.2)
+    # the largest term, with the fewest df (a figure of before they were kept: one a gate)
+    assert dependence_for(bf, here) == Dependence(0.01, 0.2, process_df=4, round_spread=0.09)
     assert noise_for(bf, here, ["mmap.pp512"]) == figure
     assert noise_for(bf, here, ["mmap.pp512", "mmap.tg64"]) == noisy
     assert noise_for(bf, here, ["lm-none.pp512"]) is None
@@ -185,7 +204,7 @@ def test_a_calibrated_host_is_found_by_its_identity_before_any_probe(tmp_path):
 
 def test_the_resolution_says_the_rounds_a_margin_needs_and_the_mde_the_budget_reaches():
     figure = NoiseFigure("b1", "d", 4, 220, 0.05, 0.0, 0.04, 180.0, pace=2.5)
-    res = Resolution(figure, NO_DEPENDENCE, 0.0068)
+    res = Resolution(figure, NO_PROCESS_TERM, 0.0068)
     n = res.rounds_for(0.05)
     assert res.mde(n) <= 0.05 < res.mde(n - 1)
     assert res.mde(4 * n) == pytest.approx(math.expm1(math.log1p(res.mde(n)) / 2), rel=0.05)
@@ -210,7 +229,7 @@ def test_a_calibrated_verdict_says_what_it_can_resolve_before_it_measures(monkey
     clock = Clock()
     monkeypatch.setattr(rounds_mod.time, "monotonic", clock)
     figure = NoiseFigure("b1", "d", 4, 220, 0.09, 0.0, 0.06, 180.0, pace=6.0)
-    plan = Plan(dependence=NO_DEPENDENCE, noise=figure)
+    plan = Plan(dependence=NO_PROCESS_TERM, noise=figure)
     source = FakeSource(FakeFeed(1.0, clock, step=6.0))
     got = decide_pair(
         source,  # type: ignore[arg-type]
@@ -223,7 +242,8 @@ def test_a_calibrated_verdict_says_what_it_can_resolve_before_it_measures(monkey
         budget=None,
         busy_limit=1.0,
     )
-    needed = plan.resolution().rounds_for(0.05)  # type: ignore[union-attr]
+    # the loop's plan knows the feed's process blocks (every round a fresh pair)
+    needed = replace(plan, block=1).resolution().rounds_for(0.05)  # type: ignore[union-attr]
     said = source.notices
     assert said[0].startswith("c.pp512: this host's calibrated noise") and needed > 40
     assert said[0].endswith("the automatic budget buys them")

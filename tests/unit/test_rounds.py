@@ -11,6 +11,7 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
 import pytest
 from _fakes import Clock, FakeFeed, FakeSource, Profile, W, config, measurement
 
@@ -161,7 +162,7 @@ def test_rounds_held_already_are_judged_together_at_the_first_look(clock):
     rng = random.Random(3)
     a = [500 * (1 + 0.02 * rng.gauss(0, 1)) for _ in range(30)]
     b = [v * 0.8 for v in a]
-    feed = StoredFeed((measurement("a", a), measurement("b", b)), [a, b], [])
+    feed = StoredFeed((measurement("a", a), measurement("b", b)), [a, b], [], blocks=range(30))
     got = decide(FakeSource(feed), Rule("change"))
     assert got.looks == [30] and got.verdict.outcome == "slower"
     assert clock.now == 1000.0  # nothing was measured
@@ -176,7 +177,10 @@ def test_after_round_runs_only_for_rounds_measured_now(clock):
     )
     assert seen == [(i, "a", False) for i in range(6)]  # a feed without a coin: a first
     stored = StoredFeed(
-        (measurement("a", [1.0] * 8), measurement("b", [1.0] * 8)), [[500.0] * 8, [400.0] * 8], []
+        (measurement("a", [1.0] * 8), measurement("b", [1.0] * 8)),
+        [[500.0] * 8, [400.0] * 8],
+        [],
+        blocks=range(8),
     )
     seen.clear()
     decide(FakeSource(stored), Rule("change"), after_round=lambda *args: seen.append(args))
@@ -312,12 +316,20 @@ def test_a_replayed_verdict_is_judged_on_the_rounds_that_were_measured(clock):
     va, vb = rounds_of(ma, sides[0]), rounds_of(mb, sides[1])
     assert va[0] == statistics.median(blocks_a[:3]) and len(va) == 8
 
-    live = decide(FakeSource(StoredFeed((ma, mb), [va, vb], sides, RESTART_METHOD)), Rule("change"))
+    across = list(range(8))  # across restarts every round is a fresh pair: a block of its own
+    live = decide(
+        FakeSource(StoredFeed((ma, mb), [va, vb], sides, RESTART_METHOD, blocks=across)),
+        Rule("change"),
+    )
     assert live.taken == RESTART_METHOD
     record = RunRecord(
         fingerprint={},
         measurements=[ma, mb],
-        verdicts=[VerdictRecord("t", live.verdict, sides, "b.pp512 / a.pp512", taken=live.taken)],
+        verdicts=[
+            VerdictRecord(
+                "t", live.verdict, sides, "b.pp512 / a.pp512", taken=live.taken, blocks=live.blocks
+            )
+        ],
     )
     back = RunRecord.from_dict(record.to_dict())
     (stored,) = back.verdicts
@@ -325,14 +337,17 @@ def test_a_replayed_verdict_is_judged_on_the_rounds_that_were_measured(clock):
     count = stored.verdict.rounds
     values = [rounds_of(m, s, count) for m, s in zip(back.measurements, stored.sides, strict=True)]
     replayed = decide(
-        FakeSource(StoredFeed(back.measurements, values, stored.sides, stored.taken)),
+        FakeSource(
+            StoredFeed(back.measurements, values, stored.sides, stored.taken, blocks=stored.blocks)
+        ),
         Rule("change"),
     )
     assert replayed.verdict == live.verdict
     # paired naively from the first sample, the same file reads another verdict
     n = len(ma.values)
     naive = decide(
-        FakeSource(StoredFeed((ma, mb), [ma.values[:n], mb.values[:n]], ())), Rule("change")
+        FakeSource(StoredFeed((ma, mb), [ma.values[:n], mb.values[:n]], (), blocks=range(n))),
+        Rule("change"),
     )
     assert (naive.verdict.ratio, naive.verdict.low) != (live.verdict.ratio, live.verdict.low)
 
@@ -357,15 +372,17 @@ def test_a_stored_verdict_keeps_the_host_moves_it_saw_not_those_of_the_whole_run
     ms = (measurement("a", a), measurement("b", b))
     late = ["memory bandwidth on CPUs 0-1: 17 -> 14 GB/s (-18 %)"]
     rule = Rule("claim", threshold=0.7, relation="<=")
-    before = decide(FakeSource(StoredFeed(ms, [a, b], (), moved=()), late), rule)
+    feed = StoredFeed(ms, [a, b], (), moved=(), blocks=range(10))
+    before = decide(FakeSource(feed, late), rule)
     assert before.verdict.outcome == "holds" and before.moved == ()
-    unknown = decide(FakeSource(StoredFeed(ms, [a, b], ()), late), rule)
+    unknown = decide(FakeSource(StoredFeed(ms, [a, b], (), blocks=range(10)), late), rule)
     assert unknown.verdict.outcome == "undecided" and unknown.moved == tuple(late)
 
 
 def test_process_blocks_restart_both_servers_and_their_spread_widens_the_interval():
-    from pytest_moeperf.measure.dependence import NO_DEPENDENCE, Dependence, between_blocks
+    from pytest_moeperf.measure.dependence import DEFAULT_DEPENDENCE, Dependence, between_blocks
     from pytest_moeperf.measure.stats import paired_interval
+    from pytest_moeperf.measure.student import trimmed_t_rows
 
     live = StubLive(fit=True)
     side_a, side_b = Side(config("a"), W), Side(config("b"), W)
@@ -387,13 +404,13 @@ def test_process_blocks_restart_both_servers_and_their_spread_widens_the_interva
     assert between_blocks(d, [0] * len(d)) is None  # one pair: nothing to tell it by
     a = [100.0] * len(d)
     b = [100.0 * math.exp(x) for x in d]
-    fresh = paired_interval(a, b, blocks=range(len(d)), dependence=NO_DEPENDENCE)
-    blocked = paired_interval(a, b, blocks=blocks, dependence=NO_DEPENDENCE)
-    assert blocked.high - blocked.low > 1.5 * (fresh.high - fresh.low)
-    assert blocked.design_effect > 3
-    # one pair for every round: its offset is one draw of the host's process term, and no
-    # number of rounds narrows the interval below it
-    term = Dependence(process=0.02)
+    _, yuen, _ = trimmed_t_rows(np.asarray([d]), 0.2)  # as if the rounds were independent
+    blocked = paired_interval(a, b, blocks=blocks, dependence=DEFAULT_DEPENDENCE)
+    assert blocked.se > 1.5 * float(yuen[0])
+    assert blocked.design_effect > 3 and blocked.df == 7  # the blocks' evidence: 8 less one
+    # one pair for every round on a calibrated host: its offset is one draw of the host's
+    # process term, and no number of rounds narrows the interval below it
+    term = Dependence(process=0.02, process_df=40)
     steady = [100.0 * math.exp(0.001 * (i % 3)) for i in range(200)]
     one = paired_interval([100.0] * 200, steady, dependence=term, min_rel_spread=0.0)
     assert one.se >= 0.02 * math.sqrt(1 - 1 / 200)

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_moeperf.measure.dependence import NO_DEPENDENCE
+from pytest_moeperf.measure.dependence import NO_PROCESS_TERM
 from pytest_moeperf.measure.stats import (
     paired_interval,
     paired_log_ratios,
@@ -191,7 +191,7 @@ def _gate(rng: np.random.Generator, ratio: float, plan: Plan, rule: Rule, **host
         target = len(a) + s.more
 
 
-PLAN = Plan(first_look=6, max_rounds=120, dependence=NO_DEPENDENCE)
+PLAN = Plan(first_look=6, max_rounds=120, dependence=NO_PROCESS_TERM)
 """The simulated host has no process effects (one process pair, no offset): a host calibrated
 so, which leaves the statistic's own error control to be seen."""
 

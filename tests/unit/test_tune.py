@@ -78,10 +78,13 @@ def test_a_clear_winner_overtakes_the_leader_and_is_confirmed(tmp_path, clock):
     c = result.confirmation
     assert c is not None and (c.leader, c.challenger, c.outcome) == ("base", "t4-ub512", "faster")
     assert c.verdict.low <= 1.3 * 1.15 <= c.verdict.high
-    assert [d.challenger for d in result.dead_ends()] == ["t1", "t4-ub64"]
+    # t1 lost by more than twice the margin; t4-ub64's -20 % on this host not calibrated was
+    # decided slower on process blocks whose interval reaches past 0.90: no dead end
+    assert [d.challenger for d in result.dead_ends()] == ["t1"]
     assert source.pairs[-1] == ("base", "t4-ub512")
     text = tuned_tests(result, "p-tuned", date="2026-12-02")
-    assert 'config="t1",\n    slower_than="base"' in text and 'config="t4-ub64"' in text
+    assert 'config="t1",\n    slower_than="base"' in text
+    assert 'moeperf.check("t4-ub64.pp512 <= ' in text
 
 
 def test_a_challenger_within_the_margin_is_a_tie_never_a_winner(tmp_path, clock):
@@ -99,9 +102,10 @@ def test_an_oversubscribed_candidate_is_dropped_within_three_looks(tmp_path, clo
     rounds = [line for line in lines if ": round " in line]
     assert len(rounds) == duel.verdict.rounds  # a progress line a round
     assert rounds[0].startswith("  t8.pp512 / base.pp512: round 1 (")
-    assert any(": look at 6 rounds" in line for line in lines)
+    # the host is not calibrated: the looks keep to its process blocks of 5, from the third
+    assert any(": look at 15 rounds" in line for line in lines)
     assert duel.outcome == "slower" and duel.dead_end(0.05)
-    assert duel.verdict.rounds is not None and duel.verdict.rounds <= 10  # looks at 6, 8, 10
+    assert duel.verdict.rounds is not None and duel.verdict.rounds <= 25  # looks at 15, 20, 25
 
 
 def test_a_candidate_that_cannot_start_is_skipped_with_why(tmp_path, clock):
@@ -161,7 +165,7 @@ def test_the_finding_is_a_profile_that_reads_back_as_raced_and_tests_it_can_deci
     c = result.confirmation
     assert c is not None and factor <= c.verdict.low * 0.95 + 0.01
     Claim.parse(claim.split('"')[1])
-    assert 'moeperf.check("t1.pp512 <= ' in text  # decided slower, not by twice the margin
+    assert 'moeperf.check("t4-ub64.pp512 <= ' in text  # slower, not by twice the margin
     assert not race.state.path.exists()  # written down: the next run races again
     with pytest.raises(ConfigError, match="profile 'p-tuned' exists already; choose another"):
         write_finding(race, result, "p-tuned", output, tmp_path / "t2.py", date="2026-12-02")

@@ -1,0 +1,208 @@
+"""A verdict's process term from its own blocks: where the looks fall on a host not calibrated,
+what one process pair can say, what a louder host does to its interval, where the budget's last
+look lies, and what ``moeperf calibrate`` makes of blocks that hold no term."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import numpy as np
+import pytest
+from _fakes import Clock, FakeSource, Profile, W, config, measurement
+
+from pytest_moeperf.measure.dependence import (
+    DEFAULT_DEPENDENCE,
+    Dependence,
+    block_excess,
+    robust_rows,
+)
+from pytest_moeperf.measure.student import t_sf
+from pytest_moeperf.run import rounds as rounds_mod
+from pytest_moeperf.run.rounds import decide_pair, until_decided
+from pytest_moeperf.run.source import Feed, Side, block_length
+from pytest_moeperf.store.record import SideRounds
+from pytest_moeperf.verdicts.calibration import noise_figure
+from pytest_moeperf.verdicts.judge import ONE_PAIR
+from pytest_moeperf.verdicts.levels import Design, per_look_alpha
+from pytest_moeperf.verdicts.sequential import Plan, Rule
+
+CALIBRATED = Dependence(process=0.01, process_df=40, round_spread=0.05)
+
+
+class BlockFeed(Feed):
+    """Rounds of log-SD *sd* at *ratio*, a fresh process pair (an offset of log-SD *process*)
+    every *block* rounds (0: one pair for all); each round costs *step* seconds of *clock*,
+    or *slow* seconds from round *after* on."""
+
+    def __init__(
+        self, clock: Clock, *, ratio: float = 1.0, sd: float = 0.02, process: float = 0.0,
+        block: int = 5, step: float = 1.0, slow: float | None = None, after: int = 0,
+        seed: int = 1,
+    ) -> None:  # fmt: skip
+        self.clock, self.ratio, self.sd, self.process = clock, ratio, sd, process
+        self.process_block, self.step, self.slow, self.after = block, step, slow, after
+        self.rng = random.Random(seed)
+        self.blocks: list[int] = []
+        self.values: list[list[float]] = [[], []]
+        self._offset = 0.0
+
+    def take(self, index: int) -> tuple[float, ...] | None:
+        late = self.slow is not None and index >= self.after
+        self.clock.now += self.slow if late and self.slow is not None else self.step
+        block = index // self.process_block if self.process_block else 0
+        if not self.blocks or block != self.blocks[-1]:
+            self._offset = self.rng.gauss(0.0, self.process)
+        self.blocks.append(block)
+        a = 500.0
+        b = a * self.ratio * math.exp(self._offset + self.rng.gauss(0.0, self.sd))
+        self.values[0].append(a)
+        self.values[1].append(b)
+        return (a, b)
+
+    def measurements(self) -> tuple:
+        return (measurement("a", self.values[0]), measurement("b", self.values[1]))
+
+    def sides(self) -> tuple[SideRounds, ...]:
+        return (SideRounds("p", "a", "b1", "pp512", 0), SideRounds("p", "b", "b1", "pp512", 0))
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    c = Clock()
+    monkeypatch.setattr(rounds_mod.time, "monotonic", c)
+    return c
+
+
+def _decide(feed: Feed, rule: Rule, plan: Plan, budget: float = 180.0):
+    return decide_pair(
+        FakeSource(feed),  # type: ignore[arg-type]
+        Profile(),  # type: ignore[arg-type]
+        rule,
+        Side(config("a"), W),
+        Side(config("b"), W),
+        label="b / a",
+        plan=plan,
+        budget=budget,
+        busy_limit=1.0,
+    )
+
+
+def test_a_host_not_calibrated_looks_at_whole_blocks_from_the_third():
+    """Blocks of 10 in a budget of 61 rounds: looks at 30, 40, 50, 60 (the budget's end in
+    whole blocks); a calibrated host looks on the round schedule; every round a fresh pair
+    (restarts) looks on the round schedule too."""
+    plan = Plan(block=10).within(61)
+    assert plan.blockwise and plan.looks == (30, 40, 50, 60) and plan.max_rounds == 60
+    assert plan.judged(57) == 50 and plan.judged(9) == 9  # not one whole block: all of it
+    assert Plan(block=5).within(73).looks == (15, 20, 25, 30, 35, 45, 55, 70)
+    assert Plan(block=30).within(61).looks == (60,)  # two blocks: the budget's end alone
+    calibrated = Plan(block=10, dependence=CALIBRATED).within(61)
+    assert not calibrated.blockwise and calibrated.looks[:3] == (6, 8, 10)
+    assert calibrated.looks[-1] == 61
+    assert Plan(block=1).within(61).looks[:2] == (6, 8)
+    assert block_length([0, 0, 0, 1, 1, 1, 2]) == 3 and block_length([0] * 5) == 0
+    assert block_length([0, 1, 2]) == 1 and block_length([0, 0, 1, 2, 2, 2]) is None
+
+
+def test_one_pair_on_a_host_not_calibrated_decides_nothing_and_says_why(clock):
+    """Rounds of one process pair cannot show its offset: on a host not calibrated the verdict
+    is undecided after its first look, with the reason, however clear the rounds (no budget
+    spent for nothing); the same rounds on a calibrated host decide."""
+    one = _decide(BlockFeed(clock, ratio=0.5, block=0), Rule("change"), Plan())
+    assert one.verdict.outcome == "undecided" and one.verdict.reason == ONE_PAIR
+    assert len(one.rounds[0]) == Plan().first_look and one.verdict.mde is None
+    assert "process term cannot be estimated" in one.verdict.explain()
+    calibrated = Plan(dependence=CALIBRATED)
+    sure = _decide(BlockFeed(clock, ratio=0.5, block=0), Rule("change"), calibrated)
+    assert sure.verdict.outcome == "slower" and len(sure.rounds[0]) == 6
+    # a budget with no room for a second block says the same at its end
+    short = _decide(BlockFeed(clock, ratio=0.5, block=10), Rule("change"), Plan(), budget=12.0)
+    assert short.verdict.outcome == "undecided" and short.verdict.reason == ONE_PAIR
+
+
+def test_a_louder_host_widens_its_own_interval():
+    """Not calibrated: the blocks' own spread is the error, so offsets of 5 % widen it about as
+    much as they should (blocks of 10, 6 blocks: 5 % / sqrt(6)), whatever a default says.
+    Calibrated at 1 %: the blocks' evidence is pooled with the calibration's, so a host louder
+    today widens the interval beyond the calibrated one."""
+    rng = np.random.default_rng(4)
+    blocks = [i // 10 for i in range(60)]
+    quiet = rng.normal(0, 0.02, (2000, 60))
+    loud = quiet + rng.normal(0, 0.05, (2000, 6))[:, blocks]
+    se_quiet = robust_rows(quiet, blocks=blocks).se
+    se_loud = robust_rows(loud, blocks=blocks).se
+    truth = math.sqrt(0.02**2 / 60 + 0.05**2 / 6)
+    assert np.median(se_quiet) < 0.5 * truth < np.median(se_loud)
+    assert np.median(se_loud) == pytest.approx(truth, rel=0.25)
+    on_calibration = robust_rows(quiet, blocks=blocks, dependence=CALIBRATED).se
+    louder_today = robust_rows(loud, blocks=blocks, dependence=CALIBRATED).se
+    assert np.median(louder_today) > 1.2 * np.median(on_calibration)
+
+
+@pytest.mark.parametrize("ratio", [0.0, 1.0, 3.0])
+def test_the_blocks_own_t_holds_its_rate_whatever_the_term(ratio):
+    """Whole blocks (6 of 10 rounds), not calibrated: the t on the blocks' evidence rejects a
+    true ratio at its nominal 5 % whether the process term is none, the round spread, or three
+    times it (the level is simulated at none)."""
+    rng = np.random.default_rng(5 + int(ratio))
+    blocks = [i // 10 for i in range(60)]
+    d = rng.normal(0, 1, (8000, 60)) + ratio * rng.normal(0, 1, (8000, 6))[:, blocks]
+    got = robust_rows(d, blocks=blocks, dependence=DEFAULT_DEPENDENCE)
+    assert set(got.df) == {5.0}
+    p = 2 * t_sf(np.abs(got.mean / got.se), got.df)
+    assert 0.04 <= float((p < 0.05).mean()) <= 0.065
+
+
+def test_the_budgets_last_look_is_a_look_of_the_plan(clock):
+    """The rounds slow down after the first look, so the budget runs out before the plan's last
+    look: the rounds there are judged at a look of the plan's own, with the level calibrated
+    for the looks taken (a larger one than the schedule to the old end had)."""
+    seen: list[tuple[int, bool]] = []
+
+    def judge(rounds, spent, plan):
+        seen.append((len(rounds), spent))
+        return plan, spent
+
+    feed = BlockFeed(clock, step=1.0, slow=2.0, after=6, block=1)
+    ran = until_decided(feed, judge, Plan(first_look=6, block=1), 60.0)
+    n = len(ran.rounds)
+    assert seen[-1] == (n, True) and ran.plan.looks[-1] == n
+    assert n not in Plan(first_look=6, block=1).within(6 + 54 + 1).looks  # not on the schedule
+    before = Plan(first_look=6, block=1).within(61)
+    assert per_look_alpha(ran.plan.design(), 0.05) >= per_look_alpha(before.design(), 0.05)
+    assert ran.plan.design() == Design.of(ran.plan.looks, 0.2, DEFAULT_DEPENDENCE, 1)
+
+
+def test_calibrate_pools_the_blocks_evidence_before_cutting_at_zero():
+    """Twelve A/A gates of blocks with no process term: each gate's estimate cut at zero would
+    read a term of about half the rounds' spread over the block; pooled first (by each gate's
+    blocks less one), the term comes out near zero. With a real 3 % term it is found, and its
+    degrees of freedom are the blocks'. A last block of one round counts as what it is."""
+    rng = random.Random(8)
+
+    def gates(term: float) -> tuple[list[list[float]], list[list[int]]]:
+        rounds, blocks = [], []
+        for _ in range(12):
+            d, b = [], []
+            for j in range(6):
+                shift = rng.gauss(0, term)
+                d += [shift + rng.gauss(0, 0.05) for _ in range(10)]
+                b += [j] * 10
+            d.append(rng.gauss(0, 0.05))  # the budget's last round: a block of one
+            b.append(6)
+            rounds.append(d)
+            blocks.append(b)
+        return rounds, blocks
+
+    none, blocks = gates(0.0)
+    each = [block_excess(d, b) for d, b in zip(none, blocks, strict=True)]
+    cut = [max(0.0, got[0]) for got in each if got is not None]
+    assert math.sqrt(sum(cut) / len(cut)) > 0.008  # the old reading: a term that is not there
+    figure = noise_figure(["unchanged"] * 12, none, [0.03] * 12, build="b", date="d",
+                          budget=180.0, blocks=blocks)  # fmt: skip
+    assert figure.process is not None and figure.process < 0.006 and figure.process_df == 72
+    loud, blocks = gates(0.03)
+    figure = noise_figure(["undecided"] * 12, loud, [0.05] * 12, build="b", date="d",
+                          budget=180.0, blocks=blocks)  # fmt: skip
+    assert figure.process == pytest.approx(0.03, rel=0.3)

@@ -562,48 +562,66 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}"
 
 
-def table(cells: Sequence[dict[str, Any]]) -> str:
-    """The markdown table: one row per (host, pace, calibrated), a column per figure."""
-    by: dict[tuple[str, float, bool], dict[str, dict[str, Any]]] = {}
+def _by_row(cells: Sequence[dict[str, Any]]) -> dict[tuple[str, float, bool], dict[str, Any]]:
+    by: dict[tuple[str, float, bool], dict[str, Any]] = {}
     for c in cells:
         by.setdefault((c["name"], c["pace"], c.get("calibrated", False)), {})[c["kind"]] = c
+    return by
+
+
+def _figures(got: dict[str, Any]) -> list[str]:
+    """A row's figures: misses, A/A outcomes and rounds, the edge, the power and its rounds."""
+    miss, same = got.get("miss", {}), got.get("ratio 1.00", {})
+    edge, power = got.get("ratio 0.95", {}), got.get("ratio 0.90", {})
+
+    def said(c: dict[str, Any], k: str) -> str:
+        return _pct(c["said"].get(k, 0.0)) if c else "-"
+
+    def rounds(c: dict[str, Any]) -> str:
+        return f"{c['rounds']:.0f}" if c else "-"
+
+    return [
+        _pct(miss.get("miss")),
+        _pct(miss.get("final_miss")),
+        said(same, "unchanged"),
+        said(same, "undecided"),
+        rounds(same),
+        said(edge, "slower"),
+        said(power, "slower"),
+        rounds(power),
+    ]
+
+
+def table(cells: Sequence[dict[str, Any]], today: Sequence[dict[str, Any]] = ()) -> str:
+    """The markdown table: one row per (host, pace, calibrated), a column per figure; with
+    *today* (the same cells of another checkout) each figure is followed by its figure there,
+    ``3.1 (12.5)``, and the rounds by the fixed-sample floor, ``42 [21]``."""
+    by, then = _by_row(cells), _by_row(today)
     head = [
         "host (pace)",
         "miss all looks %",
         "miss final %",
         "A/A unchanged %",
         "A/A undecided %",
-        "A/A rounds (floor)",
+        "A/A rounds [floor]",
         "-5 %: slower %",
         "-10 %: slower %",
-        "-10 %: rounds (floor)",
+        "-10 %: rounds [floor]",
     ]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for (name, pace, calibrated), got in by.items():
+    for key, got in by.items():
         if not any(k in got for k in ("miss", "ratio 1.00", "ratio 0.95", "ratio 0.90")):
             continue
-        miss, same = got.get("miss", {}), got.get("ratio 1.00", {})
-        edge, power = got.get("ratio 0.95", {}), got.get("ratio 0.90", {})
-
-        def said(c: dict[str, Any], k: str) -> str:
-            return _pct(c["said"].get(k, 0.0)) if c else "-"
-
-        def rounds(c: dict[str, Any]) -> str:
-            return f"{c['rounds']:.0f} ({c.get('floor') or '-'})" if c else "-"
-
+        name, pace, calibrated = key
+        figures = _figures(got)
+        before = _figures(then[key]) if key in then else None
+        for i, floor_of in ((4, "ratio 1.00"), (7, "ratio 0.90")):
+            floor = got.get(floor_of, {}).get("floor")
+            figures[i] += f" [{floor or '-'}]"
+        if before is not None:
+            figures = [f"{x} ({y})" for x, y in zip(figures, before, strict=True)]
         label = f"{name}{', calibrated' if calibrated else ''} ({pace:g} s)"
-        row = [
-            label,
-            _pct(miss.get("miss")),
-            _pct(miss.get("final_miss")),
-            said(same, "unchanged"),
-            said(same, "undecided"),
-            rounds(same),
-            said(edge, "slower"),
-            said(power, "slower"),
-            rounds(power),
-        ]
-        lines.append("| " + " | ".join(row) + " |")
+        lines.append("| " + " | ".join([label, *figures]) + " |")
     extra = []
     for c in cells:
         if c["kind"] == "aa-gates":
@@ -635,9 +653,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pace", action="append", type=float, help="seconds a round (2.5 and 3)")
     p.add_argument("--out", type=Path, help="write every cell as JSON here")
     p.add_argument("--table", type=Path, help="print the table of an earlier --out and exit")
+    p.add_argument("--today", type=Path, help="with --table: another checkout's --out beside it")
     args = p.parse_args(argv)
     if args.table:
-        print(table(json.loads(args.table.read_text())))
+        today = json.loads(args.today.read_text()) if args.today else []
+        print(table(json.loads(args.table.read_text()), today))
         return 0
     todo = jobs(args.runs, args.kind or KINDS, args.pace or (2.5, 3.0))
     began = time.monotonic()

@@ -88,7 +88,8 @@ def add_run_arguments(p: argparse.ArgumentParser, *, configurations: str) -> Non
         type=int,
         metavar="N",
         help="paired rounds a pair of server processes serves before both are restarted "
-        "(0: never; default: the profile's, else about a third of the time restarting)",
+        "(0: never; default: the profile's, else about a third of the time restarting, at "
+        "most 10)",
     )
     p.add_argument("--markdown", help="also write the table as markdown here")
     p.add_argument("--json", help="also write machine-readable JSON here")

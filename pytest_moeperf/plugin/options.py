@@ -205,7 +205,7 @@ def add_options(parser: pytest.Parser) -> None:
         metavar="N",
         help="paired rounds a pair of server processes serves before both are restarted "
         "(0: never; default: the profile's process_block, else as many as keep restarts at "
-        "about a third of the measuring time)",
+        "about a third of the measuring time, at most 10)",
     )
     group.addoption(
         "--moeperf-results",

@@ -4,9 +4,10 @@ A paired verdict's rounds are two samples back to back, in the order a seeded co
 each round. Both servers are restarted after every *process block* of rounds, so that what
 belongs to a process (where its pages and huge pages landed, which cores its threads got, its
 private copy of the weights under ``-lm none``) is not read as a difference between the sides:
-the interval then also carries the spread between process pairs (the host's process term
-over the blocks, raised to what the blocks show). The block's length is chosen so that
-restarting costs about a third of the measuring time, unless a profile or the gate sets it.
+the interval then also carries the spread between process pairs (what the blocks show of it,
+or the host's calibrated term pooled with that). The block's length is chosen so that
+restarting costs about a third of the measuring time (at most :data:`MAX_AUTO_BLOCK` rounds),
+unless a profile or the gate sets it.
 Sides whose servers do not fit in memory together are measured across restarts instead: each
 round is two blocks of a fresh process each, a block's median the side's value (each round a
 process block of its own).
@@ -31,6 +32,10 @@ from .source import BLOCK_SAMPLES, PAIRED_METHOD, RESTART_METHOD, Feed, Side, si
 RESTART_SHARE = 1 / 3
 """The share of the measuring time process blocks may spend restarting (server load and
 warmup): what sets their length when nothing else does."""
+MAX_AUTO_BLOCK = 10
+"""The longest automatic process block: on a host not calibrated a verdict's blocks are its
+only evidence on the process term (it looks from the third block on), so cheap restarts are
+not saved up into a few long blocks."""
 
 
 class Measuring(Protocol):
@@ -87,12 +92,13 @@ class LivePairing(Feed):
 
     def _auto_block(self) -> int:
         """Rounds per process pair so that restarting (both servers' load and warmup) takes
-        about :data:`RESTART_SHARE` of the measuring time; at least 2."""
+        about :data:`RESTART_SHARE` of the measuring time; at least 2, at most
+        :data:`MAX_AUTO_BLOCK`."""
         sample = max(m.conditions.measured_s / max(len(m.samples), 1) for m in self._got)
         load = max(m.conditions.server_ready_s or 0.0 for m in self._got)
         if sample <= 0:
             return 0
-        return max(2, math.ceil((load + sample) / (RESTART_SHARE * sample)))
+        return min(MAX_AUTO_BLOCK, max(2, math.ceil((load + sample) / (RESTART_SHARE * sample))))
 
     def _take(self, side: Side, n: int) -> Measurement:
         return self.source.measure(self.profile, side.configuration, side.workload, n, side.build)

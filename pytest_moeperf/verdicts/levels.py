@@ -57,6 +57,15 @@ taken at the grid's value at or below it (a smaller term makes its looks less al
 safe side)."""
 DF_GRID = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
 """The degrees of freedom of a calibrated term levels are simulated at (taken at or below)."""
+HELD_BACK = 0.2
+"""The share of a verdict's stated error rate its per-look level holds back: the level is the
+simulated quantile at ``(1 - HELD_BACK) * alpha``. The simulation is of hosts on a grid (process
+terms, lag-1), 40,000 paths each; over 112 simulated hosts louder than any default, levels
+set at the full 5 % kept it on average (4.1 % over all looks) but not in every one (up to
+6.5 %, and 2.4-2.6 % at the margin's edge where 2.5 % is stated, wherever process terms met
+the trimmed mean's winsorizing). Holding a fifth back keeps every host of
+``benchmarks/error_rates.py`` within the rate it states; its cost is in the campaign's power
+columns."""
 UNCALIBRATED_RATIOS = (0.0, 1.0, 3.0)
 """The process terms (over the round spread) the level of a host not calibrated is simulated
 at: it is the smallest of theirs, so it holds whatever the term (the blocks' own t is nearly
@@ -204,12 +213,13 @@ def null_smallest_p(design: Design) -> NDArray[np.float64]:
 def per_look_alpha(design: Design, alpha: float) -> float:
     """The two-sided level every look uses so that over all of *design*'s looks the interval
     misses the true ratio with probability at most *alpha*: the simulated smallest p-value
-    below which *alpha* of the simulated verdicts fall (a look decides when its p-value is
-    below this), the smallest over the design's :meth:`~Design.variants`."""
+    below which ``(1 - HELD_BACK) * alpha`` of the simulated verdicts fall (a look decides when
+    its p-value is below this), the smallest over the design's :meth:`~Design.variants`."""
     levels = []
+    kept = (1.0 - HELD_BACK) * alpha
     for variant in design.variants():
         null = null_smallest_p(variant)
-        levels.append(float(null[min(len(null) - 1, math.floor(alpha * len(null)))]))
+        levels.append(float(null[min(len(null) - 1, math.floor(kept * len(null)))]))
     # no look of more than alpha (a design whose looks cannot estimate their error gives 1)
     return max(1e-12, min(alpha, *levels))
 

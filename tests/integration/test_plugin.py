@@ -205,9 +205,11 @@ def test_claim(moeperf):
     moeperf.judge("cpu0.pp64 >= 0.1 * default.pp64")
 """
     )
+    # 6 rounds in process blocks of 2: three blocks, the first look of a host not calibrated
     result = inner.runpytest_subprocess(
-        "-m", "perf", "--moeperf-bench", "--moeperf-max-rounds", "6", "--moeperf-results", "r.json"
-    )
+        "-m", "perf", "--moeperf-bench", "--moeperf-max-rounds", "6",
+        "--moeperf-process-block", "2", "--moeperf-results", "r.json",
+    )  # fmt: skip
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(
         [

@@ -215,7 +215,8 @@ def test_a_host_with_louder_rounds_gets_a_larger_figure(tmp_path, clock):
         calibration, _ = _calibrate(
             tmp_path / str(sd), {"pp512": (sd, 0.01)}, seed=2, gates=16, clock=clock
         )
-        assert _aa_outcomes(calibration) <= {"unchanged", "undecided"}
+        # no false alarm (a small-* where the interval missed 1 is within the stated rate)
+        assert not _aa_outcomes(calibration) & {"slower", "faster"}
         spreads.append(calibration.figures()["mmap.pp512"].round_spread)
     quiet, loud = spreads
     assert 2.0 < loud / quiet < 3.0

@@ -78,13 +78,17 @@ def test_a_clear_winner_overtakes_the_leader_and_is_confirmed(tmp_path, clock):
     c = result.confirmation
     assert c is not None and (c.leader, c.challenger, c.outcome) == ("base", "t4-ub512", "faster")
     assert c.verdict.low <= 1.3 * 1.15 <= c.verdict.high
-    # t1 lost by more than twice the margin; t4-ub64's -20 % on this host not calibrated was
-    # decided slower on process blocks whose interval reaches past 0.90: no dead end
-    assert [d.challenger for d in result.dead_ends()] == ["t1"]
+    # t1 lost by more than twice the margin (a dead end); t4-ub64's -20 % is one where its
+    # interval lies wholly below 0.90, else a claim that it stays slower
+    dead = [d.challenger for d in result.dead_ends()]
+    assert dead[0] == "t1" and set(dead) <= {"t1", "t4-ub64"}
     assert source.pairs[-1] == ("base", "t4-ub512")
     text = tuned_tests(result, "p-tuned", date="2026-12-02")
     assert 'config="t1",\n    slower_than="base"' in text
-    assert 'moeperf.check("t4-ub64.pp512 <= ' in text
+    if "t4-ub64" in dead:
+        assert 'config="t4-ub64"' in text
+    else:
+        assert 'moeperf.check("t4-ub64.pp512 <= ' in text
 
 
 def test_a_challenger_within_the_margin_is_a_tie_never_a_winner(tmp_path, clock):
@@ -165,7 +169,12 @@ def test_the_finding_is_a_profile_that_reads_back_as_raced_and_tests_it_can_deci
     c = result.confirmation
     assert c is not None and factor <= c.verdict.low * 0.95 + 0.01
     Claim.parse(claim.split('"')[1])
-    assert 'moeperf.check("t4-ub64.pp512 <= ' in text  # slower, not by twice the margin
+    # what lost within twice the margin is a claim that it stays slower, the rest dead ends
+    lost = [d for d in result.duels if d.outcome == "slower"]
+    for d in lost:
+        dead_end = d.dead_end(0.05)
+        assert (f'config="{d.challenger}"' in text) == dead_end
+        assert (f'moeperf.check("{d.challenger}.pp512 <= ' in text) == (not dead_end)
     assert not race.state.path.exists()  # written down: the next run races again
     with pytest.raises(ConfigError, match="profile 'p-tuned' exists already; choose another"):
         write_finding(race, result, "p-tuned", output, tmp_path / "t2.py", date="2026-12-02")

@@ -534,6 +534,16 @@ def cell(job: Job) -> dict[str, Any]:
     return got
 
 
+def _runs_of(kind: str, runs: int) -> int:
+    """A cell's seeded runs: the gates and chains (20 rows or links each) a tenth as many."""
+    few = kind in ("aa-gates", "holm") or kind.startswith("creep")
+    return max(10, runs // 10) if few else runs
+
+
+def _key(c: dict[str, Any]) -> tuple[str, str, float, bool]:
+    return c["kind"], c["name"], c["pace"], c.get("calibrated", False)
+
+
 def jobs(runs: int, kinds: Sequence[str], paces: Sequence[float]) -> list[Job]:
     """Every (kind, host, pace) cell, seeded by its place. The A/A gates (20 rows each, a
     tenth as many gates) run on the louder hosts; the chains on independent rounds; the
@@ -547,8 +557,7 @@ def jobs(runs: int, kinds: Sequence[str], paces: Sequence[float]) -> list[Job]:
                     continue
                 if kind.startswith("creep") and (host.process or host.lag1 or host.block != 10):
                     continue
-                few = kind in ("aa-gates", "holm") or kind.startswith("creep")
-                out.append(Job(kind, host, pace, max(10, runs // 10) if few else runs, seed))
+                out.append(Job(kind, host, pace, _runs_of(kind, runs), seed))
             if kind in ("miss", "ratio 1.00", "ratio 0.90", "ratio 0.95"):
                 for sd in (0.05, 0.09):
                     host = Host(sd, block=10)
@@ -651,7 +660,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=2, help="processes")
     p.add_argument("--kind", action="append", choices=KINDS, help="cells to run (default all)")
     p.add_argument("--pace", action="append", type=float, help="seconds a round (2.5 and 3)")
-    p.add_argument("--out", type=Path, help="write every cell as JSON here")
+    p.add_argument(
+        "--out", type=Path, help="write every cell as JSON here (cells already there are kept)"
+    )
     p.add_argument("--table", type=Path, help="print the table of an earlier --out and exit")
     p.add_argument("--today", type=Path, help="with --table: another checkout's --out beside it")
     args = p.parse_args(argv)
@@ -660,9 +671,15 @@ def main(argv: list[str] | None = None) -> int:
         print(table(json.loads(args.table.read_text()), today))
         return 0
     todo = jobs(args.runs, args.kind or KINDS, args.pace or (2.5, 3.0))
-    began = time.monotonic()
-    print(f"{len(todo)} cells, {args.jobs} processes", file=sys.stderr)
     cells: list[dict[str, Any]] = []
+    if args.out and args.out.exists():
+        # An interrupted run resumes: the cells already written are kept, not run again.
+        cells = json.loads(args.out.read_text())
+        done = {_key(c) for c in cells if c["runs"] == _runs_of(c["kind"], args.runs)}
+        cells = [c for c in cells if _key(c) in done]
+        todo = [j for j in todo if (j.kind, j.host.name, j.pace, j.calibrated) not in done]
+    began = time.monotonic()
+    print(f"{len(todo)} cells to run, {len(cells)} kept, {args.jobs} processes", file=sys.stderr)
     with multiprocessing.Pool(args.jobs) as pool:
         for got in pool.imap_unordered(cell, todo):
             cells.append(got)

@@ -53,13 +53,13 @@ PROFILE = """[profiles.slowed]
 description = "the embedded profile's bench model and flags, on a server slowed per process"
 binary = "{wrapper}"
 model = "synthetic:bench"
-flags = ["-c", "4096", "-t", "2", "-np", "1"]
+flags = ["-c", "4096", "-t", "{threads}", "-np", "1"]
 baseline = "baselines.toml"
 workloads = ["{workload}"]
 repetitions = 3
 
 [profiles.slowed.configurations.{configuration}]
-"""
+{cpus}"""
 
 
 def _server() -> str:
@@ -86,8 +86,15 @@ def _setup(args: argparse.Namespace) -> tuple[Path, Path]:
     )
     wrapper.chmod(0o755)
     config = out / "moeperf.toml"
+    threads = len(args.cpus.split(",")) if args.cpus and "-" not in args.cpus else 2
     config.write_text(
-        PROFILE.format(wrapper=wrapper, workload=args.workload, configuration=args.configuration)
+        PROFILE.format(
+            wrapper=wrapper,
+            workload=args.workload,
+            configuration=args.configuration,
+            threads=threads,
+            cpus=f'cpus = "{args.cpus}"\n' if args.cpus else "",
+        )
     )
     return wrapper, config
 
@@ -175,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget", type=float, default=90.0, help="seconds a row may measure")
     p.add_argument("-c", "--configuration", default="mmap")
     p.add_argument("-w", "--workload", default="pp512")
+    p.add_argument("--cpus", help="pin the servers to these CPUs (default: the profile's, 0-1)")
     p.add_argument("--speed", type=float, default=0.85, help="a process's median speed")
     p.add_argument("--log-sd", type=float, default=0.03, help="log-SD of a process's speed")
     p.add_argument("--out", type=Path, required=True)

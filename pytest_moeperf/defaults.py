@@ -42,7 +42,8 @@ they said 5 % (``benchmarks/error_rates.py``). A build pair gated and accepted a
 day measures the host's own."""
 LINK_PRIOR_LINKS = 4.0
 """How many repeated links' worth of evidence :data:`LINK_TERM` counts as, pooled with the
-build pairs a host accepted more than once: with few repeats the term stays near 1 %."""
+build pairs a host accepted more than once: with few repeats the term stays near
+:data:`LINK_TERM`."""
 CONFIDENCE = 0.95
 """The confidence of an interval that is not sequential (a stored figure's, a log's, a single
 look's): 95 %, two-sided."""

@@ -221,12 +221,13 @@ class MoePerf:
         self, got: Decided, bench: tuple[list[float], list[float]], sides: tuple[Side, Side]
     ) -> None:
         """Each side's server/bench ratio over the rounds, with its interval."""
-        plan = self.session.plan(self.profile)
+        plan = got.plan or self.session.plan(self.profile)
         for side, m, rounds, values in zip(sides, (got.a, got.b), got.rounds, bench, strict=True):
             label = f"{side.configuration.name}.{side.workload.compact} ({m.build})"
             ratio = server_over_bench(
-                rounds, values, margin=MARGIN, plan=plan, label=f"{label} server / llama-bench"
-            )
+                rounds, values, margin=MARGIN, plan=plan, label=f"{label} server / llama-bench",
+                blocks=got.blocks,
+            )  # fmt: skip
             if ratio is not None:
                 self.session.bench_rounds.append(BenchRound(self.nodeid, label, ratio))
 

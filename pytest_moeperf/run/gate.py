@@ -388,7 +388,10 @@ class _Gating:
             oldest = _chained(session, self.profile, got.b, baseline.name, change, margin)
         where = None
         if beside:
-            where = attribute(got.rounds, bench, margin=margin, plan=self.plan, label=label)
+            where = attribute(
+                got.rounds, bench, margin=margin, plan=got.plan or self.plan, label=label,
+                blocks=got.blocks,
+            )  # fmt: skip
         d = [math.log(y / x) for x, y in zip(*got.rounds, strict=True)]
         p_slower, p_faster = row_p_values(d, got.blocks, got.plan or self.plan, margin)
         return GateRow(

@@ -67,15 +67,29 @@ class Attribution:
 
 
 def server_over_bench(
-    server: Sequence[float], bench: Sequence[float], *, margin: float, plan: Plan, label: str
+    server: Sequence[float],
+    bench: Sequence[float],
+    *,
+    margin: float,
+    plan: Plan,
+    label: str,
+    blocks: Sequence[int] | None = None,
 ) -> Verdict | None:
     """One side's server tok/s over its llama-bench tok/s, paired by round, with its interval
-    (the rounds both have); ``None`` with fewer than 2."""
+    (the rounds both have); ``None`` with fewer than 2. *blocks*: each round's process block,
+    as the row's own verdict had them (without them the rounds are one process pair)."""
     n = min(len(server), len(bench))
     if n < 2:
         return None
     change = Rule("change", margin=margin)
-    return judge_rounds(change, list(bench[:n]), list(server[:n]), plan, spent=True, label=label)[0]
+    return judge_rounds(
+        change, list(bench[:n]), list(server[:n]), plan, spent=True, label=label,
+        blocks=_first(blocks, n),
+    )[0]  # fmt: skip
+
+
+def _first(blocks: Sequence[int] | None, n: int) -> list[int] | None:
+    return list(blocks[:n]) if blocks and len(blocks) >= n else None
 
 
 def attribute(
@@ -85,9 +99,12 @@ def attribute(
     margin: float,
     plan: Plan,
     label: str,
+    blocks: Sequence[int] | None = None,
 ) -> Attribution | None:
     """The attribution of a row from its per-round server values (baseline, candidate) and
-    llama-bench values (baseline, candidate); ``None`` with fewer than 2 rounds of both."""
+    llama-bench values (baseline, candidate); ``None`` with fewer than 2 rounds of both.
+    *blocks*: each round's process block, as the row's own verdict had them (llama-bench runs
+    beside the servers, so its rounds share their blocks)."""
     n = min(len(server[0]), len(server[1]), len(bench[0]), len(bench[1]))
     if n < 2:
         return None
@@ -98,7 +115,9 @@ def attribute(
     def judge(a: list[float], b: list[float], what: str) -> Verdict:
         """``b / a`` of the rounds (server/bench: the server over its bench, as
         :func:`server_over_bench`)."""
-        return judge_rounds(change, a, b, plan, spent=True, label=f"{label} {what}")[0]
+        return judge_rounds(
+            change, a, b, plan, spent=True, label=f"{label} {what}", blocks=_first(blocks, n)
+        )[0]
 
     return Attribution(
         bench=judge(ba, bb, "llama-bench"),

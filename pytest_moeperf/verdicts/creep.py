@@ -15,7 +15,7 @@ across days:
   term: without it a chain's stated 95 % covered about 88 % at 1 % a link. A host measures
   its own from the build pairs it accepted more than once (:func:`link_spread`: how far the
   repeats of one pair stand apart beyond their own errors), pooled with the prior
-  (:data:`~pytest_moeperf.defaults.LINK_TERM`, 1 % a link) so that a few repeats move it
+  (:data:`~pytest_moeperf.defaults.LINK_TERM`, 2 % a link) so that a few repeats move it
   little and many decide it, down to zero where the repeats agree within their errors.
 - **Baseline checks.** An absolute check does compare two sessions: the stored median and
   today's. Its interval gains a between-session term (:func:`session_spread`), estimated per

@@ -8,12 +8,14 @@ round; between rounds the host may drift, so the simulated rounds are AR(1) at t
 calibrated lag-1 (0: independent). They lie in process blocks of the verdict's length, and on
 a calibrated host each block carries an offset at the host's calibrated process term (relative
 to its round spread), so that the looks are as correlated as the host's are. That gives the
-distribution of the smallest nominal p-value over all looks (:class:`Design`). Its *alpha*
-quantile is the level at which every look may judge so that all looks together miss the true
-ratio with probability *alpha*; the whole distribution turns a verdict's smallest p-value into
-a p-value of the sequential design (what a gate's family of rows is corrected with). The two
-are read off the same simulated values in the same way, so a row whose interval decided at
-some look always has a design p-value at or below the plan's *alpha*.
+distribution of the smallest nominal p-value over all looks (:class:`Design`). Its quantile
+at ``(1 - HELD_BACK) * alpha`` is the level at which every look may judge so that all looks
+together miss the true ratio with probability at most *alpha* (a fifth held back for hosts
+between the simulated ones); the whole distribution turns a verdict's smallest p-value into a
+p-value of the sequential design (what a gate's family of rows is corrected with). Both are
+read off the same simulated values, and the design p-value of a look at the level is at most
+``(1 - HELD_BACK) * alpha``, so a row whose interval decided at some look always has a design
+p-value below the plan's *alpha*.
 
 A host whose process term is not calibrated has the blocks' own statistic, whose null
 distribution hardly depends on the term (the looks keep to whole blocks, where it is a t with

@@ -38,9 +38,11 @@ Per cell (2,000 seeded runs unless --runs says otherwise):
     python benchmarks/error_rates.py --runs 2000 --jobs 2 --out error-rates.json
     python benchmarks/error_rates.py --table error-rates.json   # the table of a run
 
-Run it with ``PYTHONPATH`` at another checkout to measure that code (``--today DIR`` runs the
-same cells against a checkout of an earlier commit, in a subprocess, for the table's
-"today" columns).
+Every cell is seeded by its kind, host and pace, whichever cells a run asks for (``--kind``,
+``--pace``, ``--no-calibrated``), and a run keeps the cells its ``--out`` already holds with
+the same seed and runs (an interrupted run resumes; runs of different cells can be merged).
+Run it with ``PYTHONPATH`` at another checkout to measure that code; ``--table F --today G``
+puts G's figures (that checkout's ``--out``) in brackets beside each of F's.
 """
 
 from __future__ import annotations
@@ -441,6 +443,9 @@ def hosts() -> list[Host]:
     return out
 
 
+PACES = (2.5, 3.0)
+"""Seconds a round: 2.5 (the default budget reaches 72 rounds) and 3 (61: a last block of one
+round wherever the block length divides 60)."""
 KINDS = (
     "miss",
     "ratio 1.00",
@@ -515,6 +520,7 @@ def cell(job: Job) -> dict[str, Any]:
         "pace": job.pace,
         "runs": job.runs,
         "calibrated": job.calibrated,
+        "seed": job.seed,
     }
     if job.kind == "miss":
         got.update(coverage(bench, host, job.runs, job.seed))
@@ -544,13 +550,17 @@ def _key(c: dict[str, Any]) -> tuple[str, str, float, bool]:
     return c["kind"], c["name"], c["pace"], c.get("calibrated", False)
 
 
-def jobs(runs: int, kinds: Sequence[str], paces: Sequence[float]) -> list[Job]:
+def jobs(
+    runs: int, kinds: Sequence[str], paces: Sequence[float], *, calibrated: bool = True
+) -> list[Job]:
     """Every (kind, host, pace) cell, seeded by its place. The A/A gates (20 rows each, a
     tenth as many gates) run on the louder hosts; the chains on independent rounds; the
     calibrated cells on independent rounds of blocks of 10 (SD 0.05 and 0.09)."""
     out = []
-    for p, pace in enumerate(paces):
-        for k, kind in enumerate(kinds):
+    for pace in paces:
+        p = PACES.index(pace) if pace in PACES else round(1000 * pace)
+        for kind in kinds:
+            k = KINDS.index(kind)  # a cell's seed is the same whichever kinds are asked for
             for h, host in enumerate(hosts()):
                 seed = 10_000_000 * (k + 1) + 100_000 * h + 7_000_000_000 * p
                 if kind in ("aa-gates", "holm") and not (host.block == 10 and host.sd == 0.05):
@@ -558,7 +568,7 @@ def jobs(runs: int, kinds: Sequence[str], paces: Sequence[float]) -> list[Job]:
                 if kind.startswith("creep") and (host.process or host.lag1 or host.block != 10):
                     continue
                 out.append(Job(kind, host, pace, _runs_of(kind, runs), seed))
-            if kind in ("miss", "ratio 1.00", "ratio 0.90", "ratio 0.95"):
+            if calibrated and kind in ("miss", "ratio 1.00", "ratio 0.90", "ratio 0.95"):
                 for sd in (0.05, 0.09):
                     host = Host(sd, block=10)
                     seed = 10_000_000 * (k + 1) + 99_000_000 + int(1000 * sd) + 7_000_000_000 * p
@@ -661,6 +671,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--kind", action="append", choices=KINDS, help="cells to run (default all)")
     p.add_argument("--pace", action="append", type=float, help="seconds a round (2.5 and 3)")
     p.add_argument(
+        "--no-calibrated",
+        dest="calibrated",
+        action="store_false",
+        help="leave out the calibrated hosts' cells (each runs moeperf calibrate's 12 gates)",
+    )
+    p.add_argument(
         "--out", type=Path, help="write every cell as JSON here (cells already there are kept)"
     )
     p.add_argument("--table", type=Path, help="print the table of an earlier --out and exit")
@@ -670,13 +686,14 @@ def main(argv: list[str] | None = None) -> int:
         today = json.loads(args.today.read_text()) if args.today else []
         print(table(json.loads(args.table.read_text()), today))
         return 0
-    todo = jobs(args.runs, args.kind or KINDS, args.pace or (2.5, 3.0))
+    todo = jobs(args.runs, args.kind or KINDS, args.pace or PACES, calibrated=args.calibrated)
     cells: list[dict[str, Any]] = []
     if args.out and args.out.exists():
         # An interrupted run resumes: the cells already written are kept, not run again.
         cells = json.loads(args.out.read_text())
-        done = {_key(c) for c in cells if c["runs"] == _runs_of(c["kind"], args.runs)}
-        cells = [c for c in cells if _key(c) in done]
+        seeds = {(j.kind, j.host.name, j.pace, j.calibrated): (j.runs, j.seed) for j in todo}
+        cells = [c for c in cells if seeds.get(_key(c)) == (c["runs"], c.get("seed"))]
+        done = {_key(c) for c in cells}
         todo = [j for j in todo if (j.kind, j.host.name, j.pace, j.calibrated) not in done]
     began = time.monotonic()
     print(f"{len(todo)} cells to run, {len(cells)} kept, {args.jobs} processes", file=sys.stderr)

@@ -198,8 +198,11 @@ def test_a_slowed_server_with_an_untouched_bench_is_a_server_layer_change(
                 "gate", "--profile", "embedded-tiny", "--baseline", server,
                 "--candidate", str(slowed / "llama-server"), "-c", "default", "-w", "pp512",
                 # pp512 and 12 rounds before the first look: on the tiny model a short request
-                # is mostly HTTP, and the server/bench ratios need the rounds
+                # is mostly HTTP, and the server/bench ratios need the rounds; a fresh pair
+                # every 2 rounds, so that the rounds a slow host reaches hold 3 process blocks
+                # (a host not calibrated judges whole blocks from the third)
                 "-r", "12", "--max-rounds", "12", "--budget", "120", "--busy-limit", "1",
+                "--process-block", "2",
                 "--attribute", "--json", "gate.json",
             ]
         )  # fmt: skip

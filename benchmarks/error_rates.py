@@ -57,7 +57,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -671,6 +671,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--kind", action="append", choices=KINDS, help="cells to run (default all)")
     p.add_argument("--pace", action="append", type=float, help="seconds a round (2.5 and 3)")
     p.add_argument(
+        "--host", action="append", help="only this host's cells (its name: 'SD 0.05, blocks of 5')"
+    )
+    p.add_argument(
+        "--fresh", type=int, default=0, help="the N-th fresh set of seeds (a borderline cell again)"
+    )
+    p.add_argument(
         "--no-calibrated",
         dest="calibrated",
         action="store_false",
@@ -687,6 +693,14 @@ def main(argv: list[str] | None = None) -> int:
         print(table(json.loads(args.table.read_text()), today))
         return 0
     todo = jobs(args.runs, args.kind or KINDS, args.pace or PACES, calibrated=args.calibrated)
+    if args.host:
+        known = {j.host.name for j in todo}
+        for name in args.host:
+            if name not in known:
+                p.error(f"--host {name!r}: no such host among the cells asked for")
+        todo = [j for j in todo if j.host.name in args.host]
+    if args.fresh:  # the same cells again on seeds no other run used
+        todo = [replace(j, seed=j.seed + args.fresh * 1_000_000_000_000) for j in todo]
     cells: list[dict[str, Any]] = []
     if args.out and args.out.exists():
         # An interrupted run resumes: the cells already written are kept, not run again.

@@ -54,7 +54,7 @@ def calibration_rows(
                 f"{100 * f.round_spread:.1f} %",
                 f"{f.lag1:+.2f}",
                 "-" if f.process is None else f"{100 * f.process:.1f} %",
-                f"{100 * f.mde:.1f} % at {f.budget:g} s",
+                f"{f.mde_text} at {f.budget:g} s",
             ]
         )
     return out
@@ -73,9 +73,14 @@ def _notes(figures: Mapping[str, NoiseFigure], margin: float) -> list[str]:
         "calibrated at that lag-1)",
     ]
     for metric, f in figures.items():
-        if f.mde > margin:
+        if not math.isfinite(f.mde):
             notes.append(
-                f"{metric}: the budget of {f.budget:g} s reaches an MDE of {100 * f.mde:.1f} %, "
+                f"{metric}: no A/A gate reached an MDE within {f.budget:g} s (each had too few "
+                "process blocks to estimate its process term): give --budget more seconds"
+            )
+        elif f.mde > margin:
+            notes.append(
+                f"{metric}: the budget of {f.budget:g} s reaches an MDE of {f.mde_text}, "
                 f"above the margin of {100 * margin:.0f} %: expect undecided rows; give "
                 "--budget more seconds"
             )
@@ -170,10 +175,10 @@ def plot_calibration(
             d = r.log_ratios
             running = [100 * math.expm1(sum(d[: i + 1]) / (i + 1)) for i in range(len(d))]
             ax.plot(range(1, len(d) + 1), running, lw=1, alpha=0.8)
-        for y, style, label in (
-            (100 * margin, "--", f"margin ±{100 * margin:.0f} %"),
-            (100 * f.mde, ":", f"MDE at {f.budget:g} s ±{100 * f.mde:.1f} %"),
-        ):
+        lines = [(100 * margin, "--", f"margin ±{100 * margin:.0f} %")]
+        if math.isfinite(f.mde):
+            lines.append((100 * f.mde, ":", f"MDE at {f.budget:g} s ±{100 * f.mde:.1f} %"))
+        for y, style, label in lines:
             ax.axhline(y, ls=style, color="grey", label=label)
             ax.axhline(-y, ls=style, color="grey")
         ax.axhline(0, color="black", lw=0.5)

@@ -58,7 +58,8 @@ class NoiseFigure:
     """Lag-1 autocorrelation of consecutive rounds' log-ratios (within each process block of
     each gate, pooled, read past the blocks' own means: :func:`centred_lag1`)."""
     mde: float
-    """The median MDE the gates reached within their budget (0.05 = 5 %)."""
+    """The median MDE the gates reached within their budget (0.05 = 5 %; ``inf``: none
+    reached one, each gate's rounds too few process blocks to estimate their term)."""
     budget: float
     """Seconds each gate's row could measure."""
     false_alarms: int = 0
@@ -81,10 +82,15 @@ class NoiseFigure:
             term += f" ({self.process_df:g} df)"
         return (
             f"round spread {100 * self.round_spread:.1f} %, lag-1 {self.lag1:+.2f}{term}, MDE "
-            f"{100 * self.mde:.1f} % at {self.budget:g} s ({self.gates} A/A gate(s), "
+            f"{self.mde_text} at {self.budget:g} s ({self.gates} A/A gate(s), "
             f"{self.false_alarms} false alarm(s), {self.undecided} undecided; {self.build}, "
             f"{self.date})"
         )
+
+    @property
+    def mde_text(self) -> str:
+        """``4.2 %``, or ``not reached`` where no gate reached an MDE."""
+        return f"{100 * self.mde:.1f} %" if math.isfinite(self.mde) else "not reached"
 
     @property
     def sample_spread(self) -> float:
@@ -93,8 +99,13 @@ class NoiseFigure:
         return math.expm1(self.round_spread / math.sqrt(2.0))
 
     def to_dict(self) -> dict[str, Any]:
-        """Every field; ``process`` only when measured (TOML has no null)."""
-        return {k: v for k, v in asdict(self).items() if v is not None}
+        """Every field; ``process`` only when measured (TOML has no null), ``mde`` only when
+        reached (JSON has no infinity)."""
+        return {
+            k: v
+            for k, v in asdict(self).items()
+            if v is not None and not (k == "mde" and not math.isfinite(v))
+        }
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> NoiseFigure:
@@ -103,10 +114,10 @@ class NoiseFigure:
         unknown = sorted(set(d) - set(known))
         if unknown:
             raise ValueError(f"unknown field {unknown[0]!r} (known: {', '.join(known)})")
-        missing = [n for n in ("build", "date", "round_spread", "mde", "budget") if n not in d]
+        missing = [n for n in ("build", "date", "round_spread", "budget") if n not in d]
         if missing:
             raise ValueError(f"missing field {missing[0]!r}")
-        values: dict[str, Any] = {"gates": 0, "rounds": 0, "lag1": 0.0}
+        values: dict[str, Any] = {"gates": 0, "rounds": 0, "lag1": 0.0, "mde": math.inf}
         values.update((n, _checked(n, d[n])) for n in known if n in d)
         return cls(**values)
 
@@ -182,7 +193,7 @@ def noise_figure(
         rounds=sum(len(d) for d in round_log_ratios),
         round_spread=spread,
         lag1=centred_lag1(cross / squares, sizes) if squares else 0.0,
-        mde=statistics.median(mdes) if mdes else 0.0,
+        mde=statistics.median(mdes) if mdes else math.inf,
         budget=budget,
         false_alarms=sum(o in FALSE_ALARMS for o in outcomes),
         undecided=sum(o == "undecided" for o in outcomes),

@@ -206,3 +206,20 @@ def test_calibrate_pools_the_blocks_evidence_before_cutting_at_zero():
     figure = noise_figure(["undecided"] * 12, loud, [0.05] * 12, build="b", date="d",
                           budget=180.0, blocks=blocks)  # fmt: skip
     assert figure.process == pytest.approx(0.03, rel=0.3)
+
+
+def test_a_calibration_whose_gates_reached_no_mde_says_so():
+    """Gates of one process pair each decide nothing and reach no MDE: the figure says "not
+    reached" (it had said "MDE 0.0 %", a resolution nothing measured), and survives a round
+    trip through the stored file."""
+    from pytest_moeperf.report.calibrate import _notes
+    from pytest_moeperf.verdicts.calibration import NoiseFigure
+
+    rounds = [[0.01, -0.02, 0.03, 0.0]] * 4
+    figure = noise_figure(["undecided"] * 4, rounds, [], build="b", date="d", budget=90.0)
+    assert math.isinf(figure.mde)
+    assert "MDE not reached at 90 s" in figure.describe() and "0.0 %" not in figure.describe()
+    assert any("no A/A gate reached an MDE" in n for n in _notes({"mmap.pp512": figure}, 0.05))
+    stored = figure.to_dict()
+    assert "mde" not in stored  # JSON and TOML have no infinity
+    assert math.isinf(NoiseFigure.from_dict(stored).mde)

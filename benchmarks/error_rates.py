@@ -467,6 +467,11 @@ class Job:
     seed: int
     calibrated: bool = False
 
+    @property
+    def key(self) -> tuple[str, str, float, bool]:
+        """The cell's place in the table, as :func:`_key` reads it off a written cell."""
+        return self.kind, self.host.name, self.pace, self.calibrated
+
 
 _BENCHES: dict[tuple[float, int, bool, Host | None], Bench] = {}
 
@@ -705,10 +710,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.out and args.out.exists():
         # An interrupted run resumes: the cells already written are kept, not run again.
         cells = json.loads(args.out.read_text())
-        seeds = {(j.kind, j.host.name, j.pace, j.calibrated): (j.runs, j.seed) for j in todo}
+        seeds = {j.key: (j.runs, j.seed) for j in todo}
         cells = [c for c in cells if seeds.get(_key(c)) == (c["runs"], c.get("seed"))]
         done = {_key(c) for c in cells}
-        todo = [j for j in todo if (j.kind, j.host.name, j.pace, j.calibrated) not in done]
+        todo = [j for j in todo if j.key not in done]
     began = time.monotonic()
     print(f"{len(todo)} cells to run, {len(cells)} kept, {args.jobs} processes", file=sys.stderr)
     with multiprocessing.Pool(args.jobs) as pool:

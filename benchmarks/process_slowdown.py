@@ -86,7 +86,10 @@ def _setup(args: argparse.Namespace) -> tuple[Path, Path]:
     )
     wrapper.chmod(0o755)
     config = out / "moeperf.toml"
-    threads = len(args.cpus.split(",")) if args.cpus and "-" not in args.cpus else 2
+    # imported here, not at the top: every server start runs this script's --draw
+    from pytest_moeperf.host.machine import parse_cpu_list
+
+    threads = len(parse_cpu_list(args.cpus)) if args.cpus else 2
     config.write_text(
         PROFILE.format(
             wrapper=wrapper,

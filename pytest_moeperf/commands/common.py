@@ -21,6 +21,7 @@ from ..defaults import (
 )
 from ..errors import MoeperfError
 from ..fs import check_output, write_output
+from ..run.feeds import MAX_AUTO_BLOCK
 from ..run.live import LiveSource
 from ..run.profiles import Profile, host_memory
 from ..run.session import Options, PerfSession
@@ -89,7 +90,7 @@ def add_run_arguments(p: argparse.ArgumentParser, *, configurations: str) -> Non
         metavar="N",
         help="paired rounds a pair of server processes serves before both are restarted "
         "(0: never; default: the profile's, else about a third of the time restarting, at "
-        "most 10)",
+        f"most {MAX_AUTO_BLOCK})",
     )
     p.add_argument("--markdown", help="also write the table as markdown here")
     p.add_argument("--json", help="also write machine-readable JSON here")

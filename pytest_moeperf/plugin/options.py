@@ -31,6 +31,7 @@ from ..defaults import (
 from ..errors import MoeperfError
 from ..fs import check_output
 from ..llama.build import resolve_server_binary
+from ..run.feeds import MAX_AUTO_BLOCK
 from ..run.profiles import host_memory
 from ..run.rounds import AUTO_CAP, AUTO_ROUNDS
 from ..run.session import Options
@@ -205,7 +206,7 @@ def add_options(parser: pytest.Parser) -> None:
         metavar="N",
         help="paired rounds a pair of server processes serves before both are restarted "
         "(0: never; default: the profile's process_block, else as many as keep restarts at "
-        "about a third of the measuring time, at most 10)",
+        f"about a third of the measuring time, at most {MAX_AUTO_BLOCK})",
     )
     group.addoption(
         "--moeperf-results",

@@ -386,14 +386,14 @@ class _Gating:
         oldest = None
         if change:
             oldest = _chained(session, self.profile, got.b, baseline.name, change, margin)
+        judged_by = got.plan or self.plan  # the plan the row's rounds were judged by
         where = None
         if beside:
             where = attribute(
-                got.rounds, bench, margin=margin, plan=got.plan or self.plan, label=label,
-                blocks=got.blocks,
-            )  # fmt: skip
+                got.rounds, bench, margin=margin, plan=judged_by, label=label, blocks=got.blocks
+            )
         d = [math.log(y / x) for x, y in zip(*got.rounds, strict=True)]
-        p_slower, p_faster = row_p_values(d, got.blocks, got.plan or self.plan, margin)
+        p_slower, p_faster = row_p_values(d, got.blocks, judged_by, margin)
         return GateRow(
             name,
             w,

@@ -89,6 +89,7 @@ def server_over_bench(
 
 
 def _first(blocks: Sequence[int] | None, n: int) -> list[int] | None:
+    """The first *n* rounds' blocks; ``None`` (one process pair) where fewer are known."""
     return list(blocks[:n]) if blocks and len(blocks) >= n else None
 
 
@@ -109,6 +110,7 @@ def attribute(
     if n < 2:
         return None
     sa, sb = list(server[0][:n]), list(server[1][:n])
+    row_blocks = _first(blocks, n)
     ba, bb = list(bench[0][:n]), list(bench[1][:n])
     change = Rule("change", margin=margin)
 
@@ -116,7 +118,7 @@ def attribute(
         """``b / a`` of the rounds (server/bench: the server over its bench, as
         :func:`server_over_bench`)."""
         return judge_rounds(
-            change, a, b, plan, spent=True, label=f"{label} {what}", blocks=_first(blocks, n)
+            change, a, b, plan, spent=True, label=f"{label} {what}", blocks=row_blocks
         )[0]
 
     return Attribution(

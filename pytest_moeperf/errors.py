@@ -53,3 +53,8 @@ class Unavailable(MoeperfError):
 class StartupWarning(UserWarning):
     """A performance warning llama-server printed while starting (see ``logs.STARTUP_WARNINGS``);
     ``--moeperf-strict-warnings`` makes it a failure."""
+
+
+class StoreError(MoeperfError):
+    """The results store cannot be opened, read or written (down, unreachable, locked, of a
+    newer schema); the run's results file is written all the same."""

@@ -115,7 +115,7 @@ def read_history(folder: Path) -> tuple[list[RunRecord], list[str]]:
     for path in sorted(folder.glob(RESULTS_GLOB)):
         if not path.is_file():
             continue
-        record, problem = _read_results(path)
+        record, problem = read_results(path)
         if record is None:
             problems.append(f"{path}: {problem}")
             continue
@@ -124,7 +124,7 @@ def read_history(folder: Path) -> tuple[list[RunRecord], list[str]]:
     return [r for _, _, r in found], problems
 
 
-def _read_results(path: Path) -> tuple[RunRecord | None, str | None]:
+def read_results(path: Path) -> tuple[RunRecord | None, str | None]:
     """A results file's record, or why it cannot be used (replay reads it the same way: one
     reader, one version)."""
     try:

@@ -8,6 +8,8 @@ that recorded them. :func:`host_differences` says why a host is not this one;
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -140,3 +142,13 @@ def host_differences(
         for c in common
         for line in probe_differences(here[c], there[c], tolerance)
     ]
+
+
+def host_key(fingerprint: Mapping[str, Any]) -> str:
+    """The name a store files a host's runs under: its hostname and a digest of its identity
+    fields (``gpu-01/3fa2c1d04b``), so that two machines of one name, or one name reused on
+    other hardware, stay apart. The probe's figures are not in it: a host's state moves, and
+    which runs were measured alike is :func:`host_differences`' to say."""
+    identity = {name: fingerprint[name] for name in IDENTITY_FIELDS if name in fingerprint}
+    digest = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode())
+    return f"{fingerprint.get('hostname') or 'host'}/{digest.hexdigest()[:10]}"

@@ -9,7 +9,19 @@ from collections.abc import Sequence
 
 from ..defaults import SettingError
 from ..errors import MoeperfError
-from . import baselines, bisect, build, calibrate, gate, init, logstats, model, sweep, tune
+from . import (
+    baselines,
+    bisect,
+    build,
+    calibrate,
+    gate,
+    init,
+    logstats,
+    model,
+    store,
+    sweep,
+    tune,
+)
 
 VERBS = (
     (
@@ -55,6 +67,12 @@ VERBS = (
         sweep,
         "one configuration's traffic at -np 1, 2, 4, ... (as many clients as slots): "
         "throughput of all slots and of one, latencies; a table and a plot",
+    ),
+    (
+        "store",
+        store,
+        "the results store: import results files into it (twice is once), export its runs "
+        "as results files, or say what it holds",
     ),
     ("logstats", logstats, "ADR-style real-traffic table from llama-server logs"),
     (

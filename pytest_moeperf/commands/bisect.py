@@ -14,6 +14,7 @@ from ..measure.workload import Workload
 from ..report.bisect import bisect_markdown, bisect_text
 from ..run.bisect import replay_bisect, run_bisect
 from ..run.gate import BuildUnderTest
+from ..run.session import PerfSession
 from ..store.stored import bisect_json, read_bisect
 from ..verdicts.bisect import BisectResult
 from . import common
@@ -96,10 +97,13 @@ def replay(args: argparse.Namespace) -> int:
     return _report(args, result)
 
 
-def _report(args: argparse.Namespace, result: BisectResult) -> int:
+def _report(
+    args: argparse.Namespace, result: BisectResult, session: PerfSession | None = None
+) -> int:
     print(bisect_text(result))
     as_json = json.dumps(bisect_json(result), indent=1) + "\n"
-    common.write_reports(args, bisect_markdown(result), as_json)
+    keep = (session, "bisect") if session is not None else None
+    common.write_reports(args, bisect_markdown(result), as_json, keep=keep)
     return result.exit_code
 
 
@@ -131,4 +135,4 @@ def run(args: argparse.Namespace) -> int:
         )
     finally:
         session.close()
-    return _report(args, result)
+    return _report(args, result, session)

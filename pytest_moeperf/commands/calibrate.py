@@ -110,6 +110,7 @@ def run(args: argparse.Namespace) -> int:
         args,
         calibration_markdown(rows, figures, build=label, margin=args.margin),
         calibration_json(rows, figures),
+        keep=(session, "calibration"),
     )
     if args.plot:
         plot_calibration(rows, figures, args.margin, Path(args.plot))

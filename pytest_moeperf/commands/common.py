@@ -5,6 +5,8 @@ in, and writing their reports."""
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
 from pathlib import Path
 
@@ -23,8 +25,9 @@ from ..errors import MoeperfError
 from ..fs import check_output, write_output
 from ..run.feeds import MAX_AUTO_BLOCK
 from ..run.live import LiveSource
-from ..run.profiles import Profile, host_memory
+from ..run.profiles import Profile, host_memory, store_setting
 from ..run.session import Options, PerfSession
+from ..store.database import checked_store_url
 
 
 def say(line: str) -> None:
@@ -48,6 +51,13 @@ def add_run_arguments(p: argparse.ArgumentParser, *, configurations: str) -> Non
     sweep)."""
     p.add_argument("--profile", default="embedded", help="profile (default embedded)")
     p.add_argument("--config", help="TOML file of profiles (default ./moeperf.toml if present)")
+    p.add_argument(
+        "--store",
+        metavar="URL",
+        help="results store the outcome is kept in: sqlite:///PATH or postgresql://USER@HOST/DB "
+        "(default: env MOEPERF_STORE, else store = in the profiles file, else "
+        ".moeperf/moeperf.sqlite)",
+    )
     p.add_argument("-c", "--configuration", action="append", default=[], help=configurations)
     p.add_argument(
         "--margin",
@@ -155,10 +165,15 @@ def run_options(args: argparse.Namespace) -> Options:
     config_file = Path(args.config) if args.config else None
     if config_file is None and (root / "moeperf.toml").is_file():
         config_file = root / "moeperf.toml"
+    store, where = store_setting(
+        getattr(args, "store", None), "--store", config_file, root / "pyproject.toml", os.environ
+    )
+    checked_store_url(store, where, root / ".moeperf")  # a bad URL fails before any build
     return Options(
         profile=args.profile,
         config_file=config_file,
         pyproject=root / "pyproject.toml",
+        store=store,
         results_dir=root / ".moeperf",
         rootdir=root,
         startup_timeout=args.startup_timeout,
@@ -179,9 +194,23 @@ def live_session(args: argparse.Namespace) -> tuple[PerfSession, LiveSource]:
     return session, live
 
 
-def write_reports(args: argparse.Namespace, markdown: str, json_text: str) -> None:
-    """The --markdown and --json files, when asked."""
+def write_reports(
+    args: argparse.Namespace,
+    markdown: str,
+    json_text: str,
+    *,
+    keep: tuple[PerfSession, str] | None = None,
+) -> None:
+    """The --markdown and --json files, when asked; then, with *keep* (the session and the
+    kind of document: ``gate``), the --json document into the session's store, under its
+    host, whether asked or not (after the files: a store that fails loses none of them)."""
     if args.markdown:
         write_output(Path(args.markdown), markdown, "--markdown")
     if args.json:
         write_output(Path(args.json), json_text, "--json")
+    if keep is not None:
+        session, kind = keep
+        try:
+            session.keep_document(kind, json.loads(json_text))
+        finally:
+            session.close_store()

@@ -208,7 +208,9 @@ def run(args: argparse.Namespace) -> int:
     finally:
         session.close()
     print(gate_text(result))
-    write_reports(args, gate_markdown(result), gate_json_text(result, record))
+    write_reports(
+        args, gate_markdown(result), gate_json_text(result, record), keep=(session, "gate")
+    )
     if args.accept:
         refused = refusals(
             slower=[r.name for r in result.slower],

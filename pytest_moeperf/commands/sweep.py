@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         session.close()
     print(result.text())
-    write_reports(args, result.markdown(), result.json_text(record))
+    write_reports(args, result.markdown(), result.json_text(record), keep=(session, "sweep"))
     if args.plot:
         title = f"{title}: {result.configuration} ({profile.name})"
         plot([p.to_dict() for p in result.points], title, Path(args.plot))

@@ -126,7 +126,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"profile {name!r} written to {output}; its tests to {tests}")
     title = f"Tuning {profile.name}.{names[0]} for {objective.name} on this host ({today})"
     common.write_reports(
-        args, race_markdown(result, family, title), json.dumps(result.to_dict(), indent=1) + "\n"
+        args,
+        race_markdown(result, family, title),
+        json.dumps(result.to_dict(), indent=1) + "\n",
+        keep=(session, "tune"),
     )
     if args.plot:
         print(f"plot: {plot_race(result, title, Path(args.plot))}")

@@ -32,9 +32,10 @@ from ..errors import MoeperfError
 from ..fs import check_output
 from ..llama.build import resolve_server_binary
 from ..run.feeds import MAX_AUTO_BLOCK
-from ..run.profiles import host_memory
+from ..run.profiles import host_memory, store_setting
 from ..run.rounds import AUTO_CAP, AUTO_ROUNDS
 from ..run.session import Options
+from ..store.database import checked_store_url
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -52,6 +53,13 @@ def add_options(parser: pytest.Parser) -> None:
         metavar="PATH",
         help="TOML file of profiles and configurations (default: ini moeperf_config, "
         "else [tool.moeperf] in pyproject.toml)",
+    )
+    group.addoption(
+        "--moeperf-store",
+        metavar="URL",
+        help="results store: sqlite:///PATH or postgresql://USER@HOST/DB (precedence: this "
+        "option, env MOEPERF_STORE, store = in the profiles file; default: "
+        ".moeperf/moeperf.sqlite)",
     )
     group.addoption(
         "--llama-server",
@@ -244,11 +252,17 @@ def _options(config: pytest.Config) -> Options:
     root = Path(config.rootpath)
     cfg = config.getoption("moeperf_config") or config.getini("moeperf_config")
     get = config.getoption
+    config_file = (root / cfg) if cfg else None
+    store, where = store_setting(
+        get("moeperf_store"), "--moeperf-store", config_file, root / "pyproject.toml", os.environ
+    )
+    checked_store_url(store, where, root / ".moeperf")  # a bad URL: a usage error, at once
     opts = Options(
         profile=get("moeperf_profile") or config.getini("moeperf_profile"),
         profile_named=bool(get("moeperf_profile")),
-        config_file=(root / cfg) if cfg else None,
+        config_file=config_file,
         pyproject=root / "pyproject.toml",
+        store=store,
         llama_server=resolve_server_binary(
             get("llama_server"), config.getini("llama_server") or None, os.environ
         ),

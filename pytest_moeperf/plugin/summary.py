@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from ..errors import StoreError
 from ..fs import write_output
 from ..measure.measurement import Measurement
 from ..measure.workload import Workload
@@ -31,7 +32,6 @@ from ..report.tables import (
 )
 from ..run.crosscheck import bench_rows
 from ..run.session import PerfSession
-from ..store.history import read_history
 from ..verdicts.reference import Reference, ReferenceRow
 from .judged import Judged
 from .options import report_png
@@ -102,7 +102,10 @@ def write_report(perf: PerfSession) -> None:
         sections=sections,
     )
     if perf.measurements:
-        history, perf.history_problems = read_history(perf.options.results_dir)
+        try:
+            history = perf.history(record)
+        except StoreError as exc:  # the report is still written, without the history
+            history, perf.history_problems = [], [f"history not drawn: {exc}"]
         profiles = sorted({k[0] for k in perf.measurements})
         marks = plot_marks(
             perf.measurements.values(),

@@ -594,7 +594,8 @@ def parse_profiles(
 ) -> dict[str, Profile]:
     """Profiles from a parsed TOML document (``{"profiles": {...}}``); relative paths in them
     resolve against *base_dir*."""
-    _check_keys(source, data, {"profiles"})
+    _check_keys(source, data, {"profiles", "store"})
+    _store_of(data, source)
     profiles = data.get("profiles") or {}
     if not isinstance(profiles, dict):
         raise ConfigError(f"{source}: profiles must be a table of [profiles.NAME]")
@@ -619,6 +620,47 @@ def builtin_profiles() -> dict[str, Profile]:
     """The profiles shipped with the plugin (the ``embedded`` default)."""
     text = resources.files("pytest_moeperf").joinpath("embedded.toml").read_text()
     return parse_profiles(tomllib.loads(text), "pytest_moeperf/embedded.toml")
+
+
+STORE_ENV = "MOEPERF_STORE"
+"""The environment variable that names the results store (below the command-line option)."""
+
+
+def _store_of(data: Mapping[str, Any], source: str) -> str | None:
+    value = data.get("store")
+    if value is not None and not isinstance(value, str):
+        raise ConfigError(
+            f"{source}: store must be a database URL string, e.g. store = "
+            '"postgresql://moeperf@db.example/moeperf"'
+        )
+    return value
+
+
+def store_setting(
+    given: str | None,
+    given_as: str,
+    config_file: Path | None,
+    pyproject: Path | None,
+    env: Mapping[str, str],
+) -> tuple[str, str]:
+    """The results store's URL as the user named it, and where (for an error to name):
+    *given* (the option *given_as*: ``--moeperf-store``, a command's ``--store``), else
+    ``$MOEPERF_STORE``, else ``store =`` in the profiles file (``moeperf.toml``, or
+    ``[tool.moeperf]`` in *pyproject*); ``("", "")``: the default SQLite file in the results
+    folder."""
+    if given:
+        return given, given_as
+    if env.get(STORE_ENV):
+        return env[STORE_ENV], STORE_ENV
+    if config_file is not None:
+        return _store_of(_load_toml(config_file), str(config_file)) or "", f"{config_file} store"
+    if pyproject is not None and pyproject.is_file():
+        tool = _load_toml(pyproject).get("tool", {})
+        section = tool.get("moeperf") if isinstance(tool, dict) else None
+        if isinstance(section, dict):
+            where = f"{pyproject} [tool.moeperf]"
+            return _store_of(section, where) or "", f"{where} store"
+    return "", ""
 
 
 def load_profiles(config_file: Path | None, pyproject: Path | None = None) -> dict[str, Profile]:

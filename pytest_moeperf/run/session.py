@@ -12,6 +12,7 @@ import datetime as dt
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .. import __version__
 from ..defaults import (
@@ -23,7 +24,7 @@ from ..defaults import (
     REQUEST_TIMEOUT,
     STARTUP_TIMEOUT,
 )
-from ..errors import BaselineError, ConfigError
+from ..errors import BaselineError, ConfigError, StoreError
 from ..fs import write_output
 from ..llama.bench import BenchResult
 from ..measure.dependence import Dependence
@@ -31,11 +32,14 @@ from ..measure.measurement import Measurement
 from ..store.accept import accept_measurements, refusals, refuse
 from ..store.accepted import accepted_history, dependence_for, noise_for
 from ..store.baselines import BaselineEntry, BaselineFile, load_baselines
-from ..store.history import read_history, write_history
-from ..store.hosts import BaselineHost
+from ..store.database import store_url
+from ..store.history import write_history
+from ..store.hosts import BaselineHost, canonical_workload, host_key
 from ..store.record import BenchRound, CheckRecord, RunRecord, VerdictRecord, bench_entry
 from ..store.replay import Replay
+from ..store.runstore import run_key
 from ..store.sessions import session_medians
+from ..store.transfer import StoreHandle
 from ..verdicts.baseline_check import BaselineRow
 from ..verdicts.calibration import NoiseFigure
 from ..verdicts.creep import SessionSpread, session_spread
@@ -75,6 +79,9 @@ class Options:
     configuration_timeout: float | None = None
     """Seconds all measurements of one (configuration, build) may take in a session."""
     results_dir: Path = Path(".moeperf")
+    store: str = ""
+    """The results store's URL as named (``--moeperf-store``, ``$MOEPERF_STORE``, ``store =``);
+    empty: the default SQLite file in :attr:`results_dir`."""
     results_file: Path | None = None
     report_file: Path | None = None
     replay: Path | None = None
@@ -122,7 +129,13 @@ class PerfSession:
         """The profiles (given, or loaded from the options' files when first asked)."""
         self._baselines: dict[str, BaselineFile | None] = {}
         self._dependence: dict[str, Dependence] = {}
-        self._history: list[RunRecord] | None = None
+        self.store = StoreHandle(
+            store_url(options.store, options.results_dir),
+            options.results_dir,
+            default=not options.store,
+            say=self.progress,
+        )
+        """Where this run is kept with every other (opened when first asked)."""
         if source is None:
             if options.replay is not None:
                 source = ReplaySource(Replay.load(options.replay), self.profiles)
@@ -214,9 +227,13 @@ class PerfSession:
             self.servers.stop_servers(keep=lambda k: self.last_use.get((k[0], k[1]), -1) > index)
 
     def close(self) -> None:
-        """Stop every server this session started."""
+        """Stop every server this session started (the store stays open for the run's
+        record, until :meth:`close_store`)."""
         if self.servers is not None:
             self.servers.close()
+
+    def close_store(self) -> None:
+        self.store.close()
 
     # -- baselines -------------------------------------------------------------------------------
     def baseline_path(self, profile: Profile) -> Path | None:
@@ -271,20 +288,21 @@ class PerfSession:
         self, profile: Profile, host: BaselineHost, entry: BaselineEntry, cpus: str | None
     ) -> SessionSpread:
         """The between-session spread of *entry*'s build, configuration and workload on the
-        baseline file's *host*: its session medians in the history folder (and the file's own
-        entries of that build), pooled with the conservative prior."""
-        if self._history is None:
-            self._history, _ = read_history(self.options.results_dir)
+        baseline file's *host*: its session medians in the store (and the file's own entries of
+        that build), pooled with the conservative prior."""
+        points = self.store.open().session_points(
+            profile=profile.name,
+            configuration=entry.configuration,
+            workload=canonical_workload(entry.workload),
+            build=entry.build,
+            cpu_model=host.fingerprint.get("cpu_model"),
+        )
         bf = self.baselines(profile)
         accepted = accepted_history(bf, host.id, entry.configuration, entry.workload) if bf else []
         stored = [e.value for e in accepted if e.build == entry.build and e.samples]
         medians = session_medians(
-            self._history,
+            points,
             host,
-            profile=profile.name,
-            build=entry.build,
-            configuration=entry.configuration,
-            workload=entry.workload,
             cpus=cpus,
             tolerance=self.options.probe_tolerance,
             stored=stored,
@@ -357,12 +375,35 @@ class PerfSession:
 
     def write_results(self) -> Path | None:
         """Write the run record into the history folder (results file, pytest-benchmark saved
-        run, llama-bench JSONL rows), atomically; ``None`` when this run measured nothing."""
+        run, llama-bench JSONL rows), atomically, then into the store in one transaction;
+        ``None`` when this run measured nothing. A store that cannot take it is a
+        :class:`~pytest_moeperf.errors.StoreError` raised after the files are written."""
         if not self.source.taken:
             return None
         record = self.record = self.run_record()
         written = write_history(record, self.options.results_dir)
+        path = written[0]
         if self.options.results_file is not None:
             write_output(self.options.results_file, record.json_text(), "--moeperf-results")
-            return self.options.results_file
-        return written[0]
+            path = self.options.results_file
+        try:
+            self.store.open().add_run(record, key=run_key(record))
+        except StoreError as exc:
+            raise StoreError(
+                f"{exc} (this run is in {written[0]}: moeperf store import "
+                f"{self.options.results_dir} once the store is back)"
+            ) from None
+        return path
+
+    def keep_document(self, kind: str, body: dict[str, Any]) -> bool:
+        """A command's outcome (a gate's --json document) into the store, under this host."""
+        return self.store.open().add_document(kind, host_key(self.source.host), body)
+
+    def history(self, record: RunRecord) -> list[RunRecord]:
+        """The earlier runs of this host a report of *record* draws, oldest first (the
+        newest :data:`~pytest_moeperf.store.runstore.HISTORY_RUNS` that measured one of its
+        (profile, configuration) pairs)."""
+        wanted = {(m.conditions.profile, m.configuration) for m in record.measurements}
+        return self.store.open().recent_runs(
+            host_key(record.fingerprint), wanted, exclude=run_key(record)
+        )

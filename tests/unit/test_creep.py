@@ -18,8 +18,10 @@ from pytest_moeperf.measure.workload import Workload
 from pytest_moeperf.store.accept import accept_measurements, accept_noise
 from pytest_moeperf.store.accepted import accepted_chain, repeated_links
 from pytest_moeperf.store.baselines import load_baselines, parse_baselines
+from pytest_moeperf.store.database import store_url
 from pytest_moeperf.store.hosts import BaselineHost
 from pytest_moeperf.store.record import RunRecord
+from pytest_moeperf.store.runstore import open_store
 from pytest_moeperf.store.sessions import session_medians
 from pytest_moeperf.verdicts.baseline_check import judge_baseline
 from pytest_moeperf.verdicts.calibration import NoiseFigure, lag1, noise_figure
@@ -276,26 +278,28 @@ def _record(fingerprint: dict, value: float, build: str = "b1") -> RunRecord:
     )
 
 
-def test_session_medians_are_this_hosts_sessions_of_this_build_once_each():
+def test_session_medians_are_this_hosts_sessions_of_this_build_once_each(tmp_path):
+    """Through the real (SQLite) store: its query narrows to the build, configuration and
+    workload; the host's own runs are told apart by their fingerprints."""
     host = BaselineHost("host-1", dict(FP))
     other = {"cpu_model": "other cpu", "cpus": 2}
-    results = [
+    store = open_store(store_url("", tmp_path))
+    for record in (
         _record(FP, 100.0),
         _record(FP, 90.0),
         _record(other, 50.0),  # another host
         _record(FP, 70.0, build="b2"),  # another build
-    ]
-    got = session_medians(
-        results,
-        host,
-        profile="p",
-        build="b1",
-        configuration="mmap",
-        workload="pp512",
-        cpus=None,
-        stored=[100.0, 95.0],
-    )
+    ):
+        assert store.add_run(record)
+    points = store.session_points(profile="p", configuration="mmap", workload="pp512", build="b1")
+    assert len(points) == 3  # b2 is not read
+    got = session_medians(points, host, cpus=None, stored=[100.0, 95.0])
     assert got == [pytest.approx(100.0), pytest.approx(90.0), 95.0]  # 100.0 stored once
+    narrowed = store.session_points(
+        profile="p", configuration="mmap", workload="pp512", build="b1", cpu_model="other cpu"
+    )
+    assert [p.median for p in narrowed] == [pytest.approx(50.0)]
+    store.close()
 
 
 # -- the host's noise figures ------------------------------------------------------------------

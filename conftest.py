@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import os
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import URL
 
 pytest_plugins = ["pytester"]
 
@@ -42,6 +48,34 @@ def tiny_model() -> Path:
     return ensure_model(model_spec("tiny"))
 
 
+POSTGRES_ENV = "MOEPERF_TEST_POSTGRES"
+"""A PostgreSQL URL whose user may create databases: the store's tests run on it too."""
+
+
+@pytest.fixture
+def postgres_url(tmp_path: Path) -> Iterator[URL]:
+    """The URL of a new, empty PostgreSQL database of its own (dropped after the test), on the
+    server ``MOEPERF_TEST_POSTGRES`` names; the test skips, naming the variable, without it."""
+    import sqlalchemy as sa
+
+    from pytest_moeperf.store.database import store_url
+
+    server = os.environ.get(POSTGRES_ENV)
+    if not server:
+        pytest.skip(f"no PostgreSQL: set {POSTGRES_ENV}=postgresql://USER:PW@HOST/DB (CI does)")
+    admin = store_url(server, tmp_path)
+    name = f"moeperf_t_{uuid.uuid4().hex[:12]}"
+    engine = sa.create_engine(admin, isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield admin.set(database=name)
+    finally:
+        with engine.connect() as conn:
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        engine.dispose()
+
+
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
     """``pytest -m perf`` runs the perf suite (``tests/perf``): the unit and integration tests
     hold no perf test, so they are not even imported (some need the test extra's hypothesis,
@@ -49,6 +83,6 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     if config.getoption("markexpr") != "perf":
         return None
     tests = Path(__file__).parent / "tests"
-    if collection_path in (tests / "unit", tests / "integration"):
+    if collection_path in (tests / "unit", tests / "integration", tests / "store"):
         return True
     return None

@@ -5,8 +5,9 @@ dates) in a store, then what a perf session, a report and an import pay for them
     python benchmarks/store_scale.py --runs 10000 --store postgresql://USER:PW@127.0.0.1/DB
 
 Each timed step runs in a fresh process (the store opened from cold Python, as a perf session
-or a report opens it) and says its wall time and its peak memory (the process's maximum
-resident set, and what the step added to it):
+or a report opens it; with ``--cold``, the kernel's page cache dropped first, root only) and
+says its wall time and its peak memory (the process's maximum resident set, and what the step
+added to it):
 
 - ``session``: what a perf session reads from history: the store opened, and the session
   medians of every (configuration, workload) of the profile for one build on one host, as the
@@ -14,8 +15,9 @@ resident set, and what the step added to it):
 - ``plot``: the report's history: the newest runs of this host with the run's (profile,
   configuration) pairs, drawn into the report's PNG with the run itself;
 - ``import``: ``moeperf store import`` of 1,000 results files into an empty store of the same
-  backend (``--import-into``), and ``read_history`` of the same 1,000 files, the way every
-  perf session read its history before the store.
+  backend (``--import-into``), and ``read_history`` of the same 1,000 files (and, with
+  ``--today-files 10000``, of 10,000), the way every perf session read its history before the
+  store.
 
 A run is the embedded profile's configurations and workloads with ``--samples`` samples each
 (the results file's size is printed); ``--template FILE`` takes a real results file instead,
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import resource
 import subprocess
@@ -161,9 +164,15 @@ def step_plot(url: URL, samples: int) -> dict[str, Any]:
     wanted = {(m.conditions.profile, m.configuration) for m in record.measurements}
     history = store.recent_runs(host_key(record.fingerprint), wanted)
     store.close()
+    asked = time.perf_counter() - start
     png = Path(tempfile.mkdtemp()) / "report.png"
     plot_report(record, history, png)
-    return {"seconds": time.perf_counter() - start, "runs_drawn": len(history), **_memory(before)}
+    return {
+        "seconds": time.perf_counter() - start,
+        "query_seconds": asked,
+        "runs_drawn": len(history),
+        **_memory(before),
+    }
 
 
 def step_import(url: URL, folder: Path) -> dict[str, Any]:
@@ -190,7 +199,15 @@ def _memory(before: float) -> dict[str, float]:
     return {"peak_mb": round(peak_mb(), 1), "added_mb": round(peak_mb() - before, 1)}
 
 
+COLD = False
+"""``--cold``: the kernel's page cache dropped before each timed step (root only), so the
+store's pages are read from disk, as on a host whose store nothing read lately."""
+
+
 def _in_process(argv: list[str]) -> dict[str, Any]:
+    if COLD:
+        os.sync()
+        Path("/proc/sys/vm/drop_caches").write_text("1\n")
     out = subprocess.run(
         [sys.executable, __file__, *argv], check=True, capture_output=True, text=True
     ).stdout
@@ -222,10 +239,19 @@ def main() -> None:
     p.add_argument("--store", required=True, help="the store to fill (kept: rerun adds none)")
     p.add_argument("--import-into", help="an empty store of the same backend for the import")
     p.add_argument("--import-files", type=int, default=1000)
+    p.add_argument(
+        "--today-files",
+        type=int,
+        default=0,
+        help="also time read_history over this many results files (what a session read before)",
+    )
     p.add_argument("--step", choices=("session", "plot", "import", "read-history"))
     p.add_argument("--folder")
     p.add_argument("--out", help="the table as JSON")
+    p.add_argument("--cold", action="store_true", help="drop the page cache before each step")
     args = p.parse_args()
+    global COLD
+    COLD = args.cold
     url = store_url(args.store, Path("."))
     if args.step:  # one timed step, in its own process
         steps = {
@@ -236,7 +262,11 @@ def main() -> None:
         }
         print(json.dumps(steps[args.step]()))
         return
-    table: dict[str, Any] = {"store": url.render_as_string(), "fill": fill(args, url)}
+    table: dict[str, Any] = {
+        "store": url.render_as_string(),
+        "cold": args.cold,
+        "fill": fill(args, url),
+    }
     common = ["--store", args.store, "--samples", str(args.samples), "--runs", str(args.runs)]
     table["session"] = _in_process([*common, "--step", "session"])
     table["plot"] = _in_process([*common, "--step", "plot"])
@@ -251,6 +281,12 @@ def main() -> None:
         table["read_history_same_files"] = _in_process(
             [*common, "--step", "read-history", "--folder", tmp]
         )
+        for i in range(args.import_files, args.today_files):
+            (folder / f"results-{i:05d}.json").write_text(make_run(args, 20_000 + i).json_text())
+        if args.today_files > args.import_files:  # every perf session before the store
+            table[f"read_history_{args.today_files}_files"] = _in_process(
+                [*common, "--step", "read-history", "--folder", tmp]
+            )
     print(json.dumps(table, indent=1))
     if args.out:
         Path(args.out).write_text(json.dumps(table, indent=1) + "\n")

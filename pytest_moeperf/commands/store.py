@@ -16,7 +16,12 @@ from ..store.transfer import export_folder, import_folder
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("action", choices=("import", "export", "info"), help="what to do")
+    p.add_argument(
+        "action",
+        choices=("import", "export", "info", "list"),
+        help="import results files, export runs as results files, say how many runs it holds, "
+        "or list the newest runs with their keys (for --moeperf-replay store:KEY)",
+    )
     p.add_argument(
         "folder",
         nargs="?",
@@ -30,6 +35,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "store = in the profiles file, else .moeperf/moeperf.sqlite)",
     )
     p.add_argument("--config", help="TOML file of profiles (default ./moeperf.toml if present)")
+    p.add_argument("--last", type=int, default=20, help="list: how many runs (default 20)")
 
 
 def _opened(args: argparse.Namespace) -> RunStore:
@@ -51,6 +57,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.action == "info":
             print(f"store {store.name}: {store.count()} run(s)")
+            return 0
+        if args.action == "list":
+            for key, date, host, n in store.latest(args.last):
+                print(f"{key[:12]}  {date}  {host}  {n} measurement(s)")
             return 0
         if args.action == "import":
             done = import_folder(store, folder)

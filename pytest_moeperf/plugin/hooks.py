@@ -15,6 +15,7 @@ from ..errors import MoeperfError
 from ..llama import orphans
 from ..run.crosscheck import cross_check
 from ..run.session import PerfSession
+from ..store.hosts import host_key
 from .fixture import MoePerf
 from .judged import NOTHING_JUDGED, Judged, verdict_property
 from .markers import Declared, check_configurations, read_markers
@@ -262,7 +263,9 @@ def pytest_runtest_makereport(
     report = yield
     fixture = getattr(item, "funcargs", {}).get("moeperf")
     if report.when == "call" and isinstance(fixture, MoePerf):  # counted where reports meet
-        report.user_properties.append(verdict_property(fixture.outcomes()))
+        outcomes = fixture.outcomes()
+        host = host_key(fixture.session.source.host) if outcomes else ""
+        report.user_properties.append(verdict_property(outcomes, host))
     if call.excinfo is not None and isinstance(call.excinfo.value, MoeperfError):
         report.longrepr = f"{type(call.excinfo.value).__name__}: {call.excinfo.value}"
     logs = [str(v) for k, v in item.user_properties if k == "moeperf_log"]

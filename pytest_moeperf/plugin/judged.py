@@ -20,18 +20,26 @@ import pytest
 NOTHING_JUDGED = 5
 """The exit status of a perf session that decided no verdict (pytest's "no tests ran")."""
 PROPERTY = "moeperf_verdicts"
-"""The user property a perf test's report carries: ``{"decided": n, "undecided": [why, ...]}``."""
+"""The user property a perf test's report carries: ``{"decided": n, "undecided": [why, ...],
+"host": "gpu-01/3fa2c1d04b"}`` (the host the verdicts are of, as the store files it)."""
 BUDGET_SPENT = "budget spent before the interval decided"
 """Why a verdict is undecided when no host condition made it so."""
 _SHOWN = 3
 _WIDTH = 90
 
 
-def verdict_property(outcomes: Iterable[tuple[str, str | None]]) -> tuple[str, dict[str, Any]]:
-    """The user property of a test whose verdicts had these (outcome, reason) pairs."""
+def verdict_property(
+    outcomes: Iterable[tuple[str, str | None]], host: str = ""
+) -> tuple[str, dict[str, Any]]:
+    """The user property of a test whose verdicts had these (outcome, reason) pairs, judged on
+    *host*."""
     pairs = list(outcomes)
     undecided = [reason or BUDGET_SPENT for outcome, reason in pairs if outcome == "undecided"]
-    return PROPERTY, {"decided": len(pairs) - len(undecided), "undecided": undecided}
+    return PROPERTY, {
+        "decided": len(pairs) - len(undecided),
+        "undecided": undecided,
+        "host": host,
+    }
 
 
 def _kind(text: str) -> str:
@@ -64,6 +72,9 @@ class Judged:
     unjudged: int = 0
     """Perf tests that passed without judging a verdict (a measurement and a plain assert)."""
     failed: int = 0
+    hosts: Counter[str] = field(default_factory=Counter)
+    """Verdicts (decided or not) per host they are of: under xdist's remote gateways, one
+    session's tests measure on several hosts."""
     exit_status: int | None = None
     """The exit status the count gave the session (:data:`NOTHING_JUDGED`), once it did."""
 
@@ -82,6 +93,8 @@ class Judged:
         decided, undecided = int(verdicts.get("decided", 0)), list(verdicts.get("undecided", []))
         self.decided += decided
         self.undecided.update(_kind(r) for r in undecided)
+        if verdicts.get("host") and (decided or undecided):
+            self.hosts[str(verdicts["host"])] += decided + len(undecided)
         if report.skipped and not hasattr(report, "wasxfail") and not undecided:
             self.skipped[_kind(_skip_reason(report))] += 1  # skipped, not for a verdict
         elif report.passed and not (decided or undecided):
@@ -106,6 +119,8 @@ class Judged:
             parts.append(f"{self.failed} failed")
         if self.unjudged:
             parts.append(f"{self.unjudged} passed without a verdict")
+        if self.hosts:
+            parts.append("of " + ", ".join(f"{h} ({n})" for h, n in sorted(self.hosts.items())))
         return f"{self.tests} perf test{'s' * (self.tests != 1)}: " + "; ".join(parts)
 
 

@@ -78,7 +78,8 @@ def add_options(parser: pytest.Parser) -> None:
         "--moeperf-replay",
         metavar="PATH",
         help="judge stored numbers instead of starting servers: a results file written by a "
-        "run (.moeperf/results-*.json) or a baseline file (baselines/*.toml)",
+        "run (.moeperf/results-*.json), a baseline file (baselines/*.toml), or store:KEY, a "
+        "run of the results store by the first digits of its key (moeperf store list)",
     )
     group.addoption(
         "--moeperf-report",

@@ -6,35 +6,21 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
-from typing import Protocol
 
 from ..errors import MoeperfError
 from ..host.locks import measuring
 from ..llama.bench import run_bench
 from ..measure.measurement import Measurement
-from ..measure.workload import Workload
 from .pool import ServerKey
-from .profiles import Configuration, Profile
+from .profiles import Profile
 from .session import PerfSession
-from .source import Side
-
-
-class BenchHost(Protocol):
-    """What llama-bench in rounds needs of the host: servers to stop, a repetition to run."""
-
-    def stop_servers(self, keep: Callable[[ServerKey], bool] | None = None) -> None: ...
-
-    def bench_sample(
-        self, profile: Profile, configuration: Configuration, workload: Workload,
-        label: str | None = None,
-    ) -> float: ...  # fmt: skip
-
+from .source import BenchSampler, Side
 
 BENCH_HEADERS = ["configuration", "workload", "server tok/s", "bench tok/s", "gap (%)", "build"]
 
 
 def bench_in_rounds(
-    source: BenchHost, profile: Profile, a: Side, b: Side
+    source: BenchSampler, profile: Profile, a: Side, b: Side
 ) -> tuple[Callable[[int, str, bool], None], tuple[list[float], list[float]]]:
     """An ``after_round`` for the rounds loop that runs one llama-bench repetition of each
     side (same build, model, flags, pinning and workload as its server) in the round's order,

@@ -36,21 +36,16 @@ from .crosscheck import bench_in_rounds
 from .profiles import Configuration, HostLacks, Pinning, Profile, host_owns
 from .rounds import Decided, decide_pair
 from .session import PerfSession
-from .source import RunSource, Side, block_length
+from .source import BenchSampler, CheckedHost, RunSource, Side, block_length
 
 BASELINE, CANDIDATE = "baseline", "candidate"
 
 
-class Stage(Protocol):
+class Stage(CheckedHost, BenchSampler, Protocol):
     """What a gate asks of the host beside its rounds (the live stage gives it; a test's
     fake or a stored gate gives what it has): configurations checked before any server
-    starts, servers started and stopped, the correctness guard's tokens, the host's load."""
-
-    def check(
-        self, profile: Profile, configurations: Sequence[Configuration], labels: Sequence[str]
-    ) -> None:
-        """:class:`HostLacks` naming what this host or a build lacks."""
-        ...
+    starts, servers started and stopped, the correctness guard's tokens, the host's load, a
+    llama-bench repetition (the gate's ``--attribute``)."""
 
     def forget(self, profile: str, labels: Sequence[str]) -> None:
         """Drop the measurements and servers of these build labels (an earlier gate's)."""
@@ -61,23 +56,12 @@ class Stage(Protocol):
         :class:`Unavailable`."""
         ...
 
-    def stop_servers(self, keep: Callable[[tuple[str, str, str]], bool] | None = None) -> None:
-        """Stop every running server (except those *keep* selects)."""
-        ...
-
     def greedy(self, profile: Profile, configuration: Configuration, label: str) -> tuple[int, ...]:
         """The correctness guard's tokens from that server."""
         ...
 
     def host_load(self, seconds: float) -> tuple[float, tuple[float, float, float]]:
         """The share of the CPUs other work took over *seconds*, and the load averages."""
-        ...
-
-    def bench_sample(
-        self, profile: Profile, configuration: Configuration, workload: Workload,
-        label: str | None = None,
-    ) -> float:  # fmt: skip
-        """One llama-bench repetition (the gate's ``--attribute``), tok/s."""
         ...
 
 

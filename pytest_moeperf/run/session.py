@@ -108,6 +108,10 @@ class Options:
     ``process_block``, else as many as keep restarts at a third of the measuring time."""
 
 
+STORE_RUN = "store:"
+"""``--moeperf-replay store:KEY`` replays a run of the store (the first digits of its key)."""
+
+
 class PerfSession:
     """The run-wide state of pytest-moeperf."""
 
@@ -138,7 +142,7 @@ class PerfSession:
         """Where this run is kept with every other (opened when first asked)."""
         if source is None:
             if options.replay is not None:
-                source = ReplaySource(Replay.load(options.replay), self.profiles)
+                source = ReplaySource(self._replay(options.replay), self.profiles)
             else:
                 source = LiveSource(options, self.report, self.progress)
                 servers = source.stage
@@ -165,6 +169,15 @@ class PerfSession:
         self.finish_error: str | None = None
         self.history_problems: list[str] = []
         self.report_files: list[Path] = []
+
+    def _replay(self, named: Path) -> Replay:
+        """The stored run *named*: a results or baseline file, or ``store:KEY`` (a run of the
+        store, by the first digits of its key)."""
+        text = str(named)
+        if not text.startswith(STORE_RUN):
+            return Replay.load(named)
+        run = self.store.open().run(text.removeprefix(STORE_RUN))
+        return Replay.of_record(Path(STORE_RUN + run.key[:12]), run.record)
 
     # -- declarations ---------------------------------------------------------------------------
     @property
@@ -348,6 +361,20 @@ class PerfSession:
             )
             self._baselines.pop(name, None)
             written.append(path)
+            self.keep_document(  # the accepted history, beside the file that is reviewed
+                "accept",
+                {
+                    "profile": name,
+                    "file": str(path),
+                    "date": today,
+                    "run": run_key(self.record) if self.record is not None else None,
+                    "accepted": [
+                        {"measurement": list(m.key), "median": m.summary.median}
+                        for m in ms
+                        if m.values
+                    ],
+                },
+            )
         self.accepted = written
         return written
 

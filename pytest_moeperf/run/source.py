@@ -257,7 +257,41 @@ class RunSource(Source):
         return {}
 
 
-class Servers(Protocol):
+class ServerControl(Protocol):
+    """What every user of a live host's servers asks of them beside measuring: stop them. The
+    host protocols below (the session's :class:`Servers`, a gate's ``Stage``, a sweep's
+    ``SweepHost``, llama-bench's :class:`BenchSampler`) each add only what their callers ask."""
+
+    def stop_servers(self, keep: Callable[[ServerKey], bool] | None = None) -> None:
+        """Stop every running server except those *keep* selects."""
+        ...
+
+
+class CheckedHost(ServerControl, Protocol):
+    """A host whose configurations are checked before any server starts (a gate's, a
+    sweep's)."""
+
+    def check(
+        self, profile: Profile, configurations: Sequence[Configuration], labels: Sequence[str]
+    ) -> None:
+        """:class:`~pytest_moeperf.run.profiles.HostLacks` naming what this host or a build
+        lacks."""
+        ...
+
+
+class BenchSampler(ServerControl, Protocol):
+    """A host that runs llama-bench beside its servers (their servers stopped first)."""
+
+    def bench_sample(
+        self, profile: Profile, configuration: Configuration, workload: Workload,
+        label: str | None = None,
+    ) -> float:  # fmt: skip
+        """One llama-bench repetition of *workload* as (profile, configuration, build) runs
+        it, tok/s: the compute without the server around it."""
+        ...
+
+
+class Servers(BenchSampler, Protocol):
     """What only a live host has: the servers a run started, to start, ask and stop."""
 
     @property
@@ -271,18 +305,6 @@ class Servers(Protocol):
         """The running server of (profile, configuration, build), started if needed."""
         ...
 
-    def stop_servers(self, keep: Callable[[ServerKey], bool] | None = None) -> None:
-        """Stop every running server except those *keep* selects."""
-        ...
-
     def close(self) -> None:
         """Stop everything this run started."""
-        ...
-
-    def bench_sample(
-        self, profile: Profile, configuration: Configuration, workload: Workload,
-        label: str | None = None,
-    ) -> float:  # fmt: skip
-        """One llama-bench repetition of *workload* as (profile, configuration, build) runs
-        it, tok/s: the compute without the server around it."""
         ...

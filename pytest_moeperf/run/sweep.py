@@ -15,7 +15,7 @@ experts moved off the card cost and saved.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Protocol
@@ -28,25 +28,18 @@ from ..measure.traffic import TrafficRun
 from ..measure.workload import Workload
 from ..report.sweep import NcmoeSweepResult, SweepResult
 from ..store.sweeps import NcmoePoint, SweepPoint
-from .pool import ServerKey
 from .profiles import Configuration, Profile
-from .source import Source
+from .source import CheckedHost, Source
 
 
-class SweepHost(Protocol):
+class SweepHost(CheckedHost, Protocol):
     """What a sweep needs of the live host beside its source's measurements: configurations
     checked before any server starts, each server's traffic, the model's layers, servers
     stopped."""
 
-    def check(
-        self, profile: Profile, configurations: Sequence[Configuration], labels: Sequence[str]
-    ) -> None: ...
-
     def traffic_of(self, profile: Profile, configuration: Configuration) -> TrafficRun: ...
 
     def model_of(self, profile: Profile) -> tuple[Path, DecodeBytes | None]: ...
-
-    def stop_servers(self, keep: Callable[[ServerKey], bool] | None = None) -> None: ...
 
 
 METRICS = ("throughput", "decode", "prefill", "requests")

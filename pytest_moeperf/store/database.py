@@ -87,7 +87,7 @@ measurements = sa.Table(
     sa.Column("measurement", sa.Text, nullable=False),
     sa.Index("measurements_series", "profile", "configuration", "workload", "build"),
     sa.Index("measurements_host", "host", "profile", "configuration", "run_id"),
-    sa.Index("measurements_run", "run_id"),
+    sa.Index("measurements_run", "run_id", "profile", "configuration"),
 )
 """A run's measurements, one row each, with its samples (the measurement's JSON)."""
 

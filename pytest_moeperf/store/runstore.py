@@ -194,7 +194,8 @@ class RunStore:
             sa.select(runs.c.id, runs.c.written, runs.c.date, runs.c.fingerprint)
             .where(
                 runs.c.host == host,
-                sa.exists().where(m.c.run_id == runs.c.id, m.c.host == host, match),
+                # answered from the index of (run, profile, configuration) alone
+                sa.exists().where(m.c.run_id == runs.c.id, match),
             )
             .order_by(runs.c.written.desc(), runs.c.id.desc())
             .limit(limit)
@@ -221,6 +222,41 @@ class RunStore:
             )
             for r in reversed(chosen)
         ]
+
+    def run(self, key: str) -> StoredRun:
+        """The run whose key starts with *key* (at least 6 characters of it), or one
+        :class:`StoreError` line saying there is none or which several it names."""
+        if len(key) < 6 or not all(c in "0123456789abcdef" for c in key):
+            raise StoreError(
+                f"store {self.name}: run key {key!r}: give at least 6 hex digits of a key "
+                "(moeperf store list shows them)"
+            )
+        q = (
+            sa.select(runs.c.key, runs.c.record)
+            .where(runs.c.key >= key, runs.c.key < key + "g")  # the keys with this prefix
+            .limit(2)
+        )
+        with self.db.reading() as conn:
+            found = list(conn.execute(q))
+        if len(found) != 1:
+            what = "no run" if not found else "more than one run"
+            raise StoreError(
+                f"store {self.name}: {what} with a key starting {key!r}; moeperf store list "
+                "shows the keys"
+            )
+        return StoredRun(found[0].key, RunRecord.from_dict(unpacked(found[0].record)))
+
+    def latest(self, limit: int, host: str | None = None) -> list[tuple[str, str, str, int]]:
+        """The newest *limit* runs (of *host*), newest first: key, date, host, measurements."""
+        counted = (
+            sa.select(sa.func.count()).where(measurements.c.run_id == runs.c.id).scalar_subquery()
+        )
+        q = sa.select(runs.c.key, runs.c.date, runs.c.host, counted)
+        if host is not None:
+            q = q.where(runs.c.host == host)
+        q = q.order_by(runs.c.written.desc(), runs.c.id.desc()).limit(limit)
+        with self.db.reading() as conn:
+            return [(k, d, h, int(n)) for k, d, h, n in conn.execute(q)]
 
     def stored_runs(self) -> Iterator[StoredRun]:
         """Every run, oldest first, read :data:`BATCH` at a time."""

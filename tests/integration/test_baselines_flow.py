@@ -9,6 +9,9 @@ import pytest
 from _premise import accepted_or_skip, baseline_applies_or_skip
 from _profiles import TINY_PROFILE
 
+from pytest_moeperf.store.database import store_url
+from pytest_moeperf.store.runstore import open_store
+
 CONFIG = TINY_PROFILE
 
 TEST = """
@@ -44,6 +47,11 @@ def test_accept_then_check_then_fail_with_the_table(tiny):
     text = baseline.read_text()
     assert 'configuration = "default"' in text and 'workload = "pp64"' in text
     assert "[host.fingerprint]" in text and "model_sha256_16mib" in text and "probes" in text
+    store = open_store(store_url("", tiny.path / ".moeperf"))  # the accept, kept in the store
+    (kept,) = store.documents("accept")
+    store.close()
+    assert kept["profile"] == "tiny" and kept["file"] == str(baseline)
+    assert [a["measurement"][::2] for a in kept["accepted"]] == [["default", "pp64"]]
 
     # the tiny model is too fast to measure steadily (its throughput swings by 10x on a busy
     # host): a baseline any server reaches passes, one no server reaches fails

@@ -45,6 +45,10 @@ def test_a_perf_run_lands_in_the_default_store_once(inner):
         assert [r.date for r in earlier] == [record.date]
     finally:
         store.close()
+    # replayed from the store by its key: the same measurement, no server started
+    replayed = inner.runpytest_subprocess("-m", "perf", f"--moeperf-replay=store:{stored.key[:8]}")
+    replayed.assert_outcomes(passed=1)
+    assert not any(line.startswith("moeperf: started") for line in replayed.outlines)
 
 
 def test_a_store_that_is_down_loses_nothing_measured(inner):

@@ -308,3 +308,25 @@ def test_the_store_is_named_by_option_then_variable_then_profiles_file(tmp_path)
         load_profiles(config)
     with pytest.raises(StoreError, match=r"^MOEPERF_STORE: store mysql://x@y/z: mysql is not"):
         checked_store_url("mysql://x@y/z", "MOEPERF_STORE", tmp_path)
+
+
+def test_a_run_is_found_by_the_first_digits_of_its_key(store_at, capsys):
+    store = open_store(store_at)
+    records = [run_record(seed=s) for s in range(3)]
+    for r in records:
+        store.add_run(r)
+    key = run_key(records[1])
+    assert store.run(key[:8]).record.to_dict() == records[1].to_dict()
+    with pytest.raises(StoreError, match="at least 6 hex digits"):
+        store.run(key[:3])
+    absent = next(
+        p for p in ("000000", "ffffff") if not any(run_key(r).startswith(p) for r in records)
+    )
+    with pytest.raises(StoreError, match=f"no run with a key starting '{absent}'"):
+        store.run(absent)
+    newest = store.latest(2)
+    assert [k for k, *_ in newest] == [run_key(records[2]), run_key(records[1])]
+    assert all(n == 4 for *_, n in newest)
+    store.close()
+    assert moeperf(["store", "list", "--last", "1", "--store", _url_text(store_at)]) == 0
+    assert capsys.readouterr().out.startswith(run_key(records[2])[:12])

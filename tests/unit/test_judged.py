@@ -96,3 +96,21 @@ def test_long_reasons_are_cut_and_the_rest_counted():
     judged = _count(*(_report("call", "skipped", skip=f"reason {c} " + "x" * 200) for c in "abcd"))
     line = judged.line()
     assert line.endswith(", 1 more)") and line.count("...") == 3
+
+
+def test_the_line_says_which_host_the_verdicts_are_of():
+    """Under xdist's remote gateways one session's tests measure on several hosts: the count
+    says how many verdicts each host's are (a test without verdicts names none)."""
+
+    def on(host: str, verdicts: list) -> pytest.TestReport:
+        report = _report("call", "passed")
+        report.user_properties = [verdict_property(verdicts, host)]
+        return report
+
+    judged = _count(
+        on("gpu-01/aa", [("holds", None), ("undecided", None)]),
+        on("gpu-02/bb", [("holds", None)]),
+        on("gpu-02/bb", []),
+    )
+    assert judged.hosts == {"gpu-01/aa": 2, "gpu-02/bb": 1}
+    assert judged.line().endswith("; of gpu-01/aa (2), gpu-02/bb (1)")

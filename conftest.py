@@ -15,6 +15,13 @@ if TYPE_CHECKING:
 
 pytest_plugins = ["pytester"]
 
+# psycopg is imported here, before any test: pytester's fixture takes a snapshot of sys.modules
+# and restores it afterwards, so a psycopg first imported inside a test that uses it (a
+# PostgreSQL store beside an inner project) would be imported anew by the next one, while its
+# compiled half (psycopg_binary, never unloaded) still raises the old module's errors, which
+# SQLAlchemy then fails to recognise as the driver's (a down store became a traceback).
+import psycopg  # noqa: E402, F401
+
 try:  # hypothesis comes with the test extra; the perf suite runs without it
     from hypothesis import settings
 except ImportError:  # pragma: no cover

@@ -234,8 +234,10 @@ def test_a_writer_killed_mid_run_leaves_no_part_of_it(store_at, tmp_path):
     finally:
         writer.send_signal(signal.SIGKILL)
         writer.wait(timeout=60)
+    store.close()
     if store_at.drivername.startswith("postgresql"):  # the server sees the socket close
         _wait_for_no_backend(store_at)
+    store = open_store(store_at)
     assert store.count() == 1
     assert _rows(store_at, "measurements") == 4 and _rows(store_at, "run_hosts") == 1
     assert store.add_run(run_record(seed=10))  # and the store takes the next run
@@ -248,13 +250,14 @@ def _wait_for_no_backend(url: URL) -> None:
         "SELECT count(*) FROM pg_stat_activity WHERE datname = :db AND pid <> pg_backend_pid()"
     )
     try:
-        for _ in range(600):
+        for _ in range(1200):
             with engine.connect() as conn:
                 if not conn.execute(q, {"db": url.database}).scalar_one():
                     return
             time.sleep(0.05)
     finally:
         engine.dispose()
+    pytest.fail("the killed writer's backend was still there after 60 s")
 
 
 # -- a store that is not there ---------------------------------------------------------------------

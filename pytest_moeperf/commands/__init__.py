@@ -14,6 +14,7 @@ from . import (
     bisect,
     build,
     calibrate,
+    changes,
     gate,
     init,
     logstats,
@@ -67,6 +68,13 @@ VERBS = (
         sweep,
         "one configuration's traffic at -np 1, 2, 4, ... (as many clients as slots): "
         "throughput of all slots and of one, latencies; a table and a plot",
+    ),
+    (
+        "changes",
+        changes,
+        "the change points of every series in the results store, with the builds each lies "
+        "between and the bisect that names the first bad one; exit 1 when one lies after the "
+        "last accepted baseline",
     ),
     (
         "store",

@@ -83,13 +83,17 @@ measurements = sa.Table(
     sa.Column("build", sa.String(200), nullable=False),
     sa.Column("samples", sa.Integer, nullable=False),
     sa.Column("median", sa.Float, nullable=True),
+    sa.Column("log_se", sa.Float, nullable=True),
+    sa.Column("probe", sa.Float, nullable=True),
     sa.Column("host_busy", sa.Float, nullable=False),
     sa.Column("measurement", sa.Text, nullable=False),
     sa.Index("measurements_series", "profile", "configuration", "workload", "build"),
     sa.Index("measurements_host", "host", "profile", "configuration", "run_id"),
     sa.Index("measurements_run", "run_id", "profile", "configuration"),
 )
-"""A run's measurements, one row each, with its samples (the measurement's JSON)."""
+"""A run's measurements, one row each, with its samples (the measurement's JSON), its median's
+log SE, and the host's probe figure that bounds it (bandwidth for decode, compute for prefill)
+where the run probed its CPUs: what a series' change points are computed from."""
 
 verdicts = sa.Table(
     "verdicts",

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+import statistics
 import time
 import zlib
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,6 +65,23 @@ class SessionPoint:
 
     fingerprint: dict[str, Any]
     median: float
+
+
+@dataclass(frozen=True)
+class SeriesRow:
+    """One run's point of a series, as the store keeps it."""
+
+    host: str
+    profile: str
+    configuration: str
+    workload: str
+    build: str
+    median: float
+    log_se: float | None
+    probe: float | None
+    written: float
+    date: str
+    run: str
 
 
 @dataclass(frozen=True)
@@ -258,6 +277,46 @@ class RunStore:
         with self.db.reading() as conn:
             return [(k, d, h, int(n)) for k, d, h, n in conn.execute(q)]
 
+    def series_rows(self, **where: str) -> list[SeriesRow]:
+        """Every measurement with a median, as series rows (host, profile, configuration,
+        workload, then its run's time), narrowed by *where* (``host=``, ``profile=``,
+        ``configuration=``, ``workload=``); no samples are read."""
+        m = measurements
+        q = (
+            sa.select(
+                m.c.host,
+                m.c.profile,
+                m.c.configuration,
+                m.c.workload,
+                m.c.build,
+                m.c.median,
+                m.c.log_se,
+                m.c.probe,
+                runs.c.written,
+                runs.c.date,
+                runs.c.key,
+            )
+            .select_from(m.join(runs, runs.c.id == m.c.run_id))
+            .where(m.c.median.is_not(None))
+            .order_by(m.c.host, m.c.profile, m.c.configuration, m.c.workload, runs.c.written)
+        )
+        for column, value in where.items():
+            q = q.where(m.c[column] == value)
+        with self.db.reading() as conn:
+            return [SeriesRow(*row) for row in conn.execute(q)]
+
+    def accepted_at(self, host: str) -> dict[str, float]:
+        """When each profile's baselines were last accepted on *host* (the store's time)."""
+        q = sa.select(documents.c.written, documents.c.body).where(
+            documents.c.kind == "accept", documents.c.host == host
+        )
+        out: dict[str, float] = {}
+        with self.db.reading() as conn:
+            for written, body in conn.execute(q):
+                profile = str(unpacked(body).get("profile", ""))
+                out[profile] = max(out.get(profile, 0.0), float(written))
+        return out
+
     def stored_runs(self) -> Iterator[StoredRun]:
         """Every run, oldest first, read :data:`BATCH` at a time."""
         after = (-1.0, -1)
@@ -324,6 +383,8 @@ def _add_parts(conn: Connection, run_id: int, host: str, record: RunRecord) -> N
                     "build": mm.build,
                     "samples": len(mm.values),
                     "median": mm.summary.median if mm.values else None,
+                    "log_se": median_log_se(mm.values),
+                    "probe": _probe_figure(record, mm),
                     "host_busy": mm.conditions.host_busy,
                     "measurement": json.dumps(mm.to_dict()),
                 }
@@ -346,6 +407,26 @@ def _add_parts(conn: Connection, run_id: int, host: str, record: RunRecord) -> N
                 for v in record.verdicts
             ],
         )
+
+
+def median_log_se(values: Sequence[float]) -> float | None:
+    """The log SE of a median of *values* (1.2533 x their log SD / sqrt n); ``None`` for fewer
+    than two."""
+    positive = [v for v in values if v > 0]
+    if len(positive) < 2:
+        return None
+    return 1.2533 * statistics.stdev(math.log(v) for v in positive) / math.sqrt(len(positive))
+
+
+def _probe_figure(record: RunRecord, m: Measurement) -> float | None:
+    """The run's probe figure of *m*'s CPUs that bounds its workload (memory bandwidth for
+    decode, compute for prefill); ``None`` where the run did not probe them."""
+    raw = record.probes.get(m.conditions.probe_cpus or "")
+    if not isinstance(raw, dict):
+        return None
+    key = "bandwidth_gbs" if m.workload.kind == "tg" else "compute_gops"
+    value = raw.get(key)
+    return float(value) if isinstance(value, int | float) and value > 0 else None
 
 
 def _written(record: RunRecord) -> float:

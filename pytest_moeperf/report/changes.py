@@ -1,0 +1,41 @@
+"""``moeperf changes``' text: the change points of a store's series, each with its builds, its
+interval, the hosts that show it and the bisect that names the first bad build."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from ..store.series import Series
+from ..verdicts.changes import ChangePoint
+
+
+@dataclass
+class Found:
+    """A change point of one series, and what the command says of it."""
+
+    series: Series
+    change: ChangePoint
+    bisect: str | None
+    after_accept: bool
+    """It lies after the last accepted baseline of its host and profile."""
+    also: list[str] = field(default_factory=list)
+    """Other hosts whose same series steps at the same build."""
+
+
+def changes_text(store: str, series: Sequence[Series], found: Sequence[Found]) -> str:
+    hosts = len({s.host for s in series})
+    lines = [
+        f"store {store}: {len(series)} series of {hosts} host(s), {len(found)} change point(s)"
+    ]
+    for f in found:
+        lines.append(f"{f.series.name}: {f.change.describe()}")
+        if not f.change.host and f.also:  # (the host's change says so in its line)
+            lines.append(f"  also on {', '.join(f.also)}: every host's change, not one host's")
+        elif not f.change.host and hosts > 1:
+            lines.append("  on this host only")
+        if f.after_accept and not f.change.host:
+            lines.append("  after the last accepted baseline")
+        if f.bisect:
+            lines.append(f"  bisect: {f.bisect}")
+    return "\n".join(lines)

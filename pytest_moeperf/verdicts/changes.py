@@ -1,0 +1,250 @@
+"""Change points of a series: where one (host, profile, configuration, workload) steps, over
+its runs, by more than the margin, between which two builds, and whether the host did it.
+
+The detector is PELT (``ruptures``) over the runs' log medians with a weighted L2 cost: each
+run weighs by the inverse of its own variance (its median's, from its samples) plus the host's
+between-session term, so a noisy run moves a segment's mean less. The between-session term is
+the series' own: the spread of its run-to-run differences (robust, a median absolute
+deviation), never below :data:`SESSION_FLOOR`. Its penalty (:data:`PENALTY` x log n, in units
+of that variance) keeps a series with no change from showing one in more than 5 % of series of
+this kind of VM's noise (``benchmarks/change_points.py`` measures it); a segment boundary is
+then called a change only when the step is at least the margin and its interval, widened for
+the drift between neighbouring runs, leaves out no change.
+
+A step the host's own probe made at the same run (its memory bandwidth or compute moved as
+much, the same way) is the host's: shown as such, never handed to a bisect. A step between
+two runs of one build is no build's either.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import ruptures as rpt  # type: ignore[import-untyped]
+from ruptures.base import BaseCost  # type: ignore[import-untyped]
+
+SESSION_FLOOR = 0.02
+"""The least between-session term (log SD) a series is weighed with: a series of agreeing runs
+still moves by a few per cent between sessions on any shared host."""
+PENALTY = 4.5
+"""PELT's penalty, x log n, in units of a run's variance (chosen by simulation: at most 5 % of
+series of 100 drifting runs with no change show one)."""
+MIN_RUNS = 3
+"""The fewest runs a segment holds (a change needs runs on both sides to stand on)."""
+Z = 1.959964
+"""The change's interval: 95 %, two-sided."""
+HOST_SHARE = 0.5
+"""A probe step at the same run (within one) that is at least this share of the series' step,
+the same way, makes the change the host's."""
+
+
+@dataclass(frozen=True)
+class Point:
+    """One run's value of a series: its median and that median's own log SE, its build and
+    date, the host's probe figure at that run (``None``: not probed), and the run's key."""
+
+    median: float
+    log_se: float
+    build: str
+    date: str = ""
+    probe: float | None = None
+    run: str = ""
+
+
+@dataclass(frozen=True)
+class ChangePoint:
+    """A step of a series at run *index* (the first run after it)."""
+
+    index: int
+    before: str
+    """The build of the last run before the step."""
+    after: str
+    """The build of the first run after it."""
+    ratio: float
+    """After / before (weighted means of the two segments)."""
+    low: float
+    high: float
+    host: bool = False
+    """The host's probe made the same step at the same run: the host's change, not a build's."""
+    date: str = ""
+
+    @property
+    def between_builds(self) -> bool:
+        return self.before != self.after
+
+    @property
+    def bisectable(self) -> bool:
+        """A build's change: between two builds, and not the host's."""
+        return self.between_builds and not self.host
+
+    def describe(self) -> str:
+        pct = 100 * (self.ratio - 1)
+        where = (
+            f"between {self.before} and {self.after}"
+            if self.between_builds
+            else f"within {self.before}"
+        )
+        whose = "; the host's probe moved with it: the host's change" if self.host else ""
+        return (
+            f"{pct:+.1f} % [{100 * (self.low - 1):+.1f}, {100 * (self.high - 1):+.1f}] "
+            f"{where} (run {self.index + 1}, {self.date or 'undated'}){whose}"
+        )
+
+
+class WeightedL2(BaseCost):  # type: ignore[misc]
+    """The weighted sum of squares of a segment about its weighted mean (``signal`` columns:
+    value, weight), from cumulative sums: O(1) a segment."""
+
+    model = "weighted-l2"
+    min_size = MIN_RUNS
+
+    def fit(self, signal: np.ndarray) -> WeightedL2:
+        self.signal = signal  # ruptures reads its length
+        y, w = signal[:, 0], signal[:, 1]
+        self._w = np.concatenate([[0.0], np.cumsum(w)])
+        self._wy = np.concatenate([[0.0], np.cumsum(w * y)])
+        self._wyy = np.concatenate([[0.0], np.cumsum(w * y * y)])
+        return self
+
+    def error(self, start: int, end: int) -> float:
+        w = self._w[end] - self._w[start]
+        wy = self._wy[end] - self._wy[start]
+        return float(self._wyy[end] - self._wyy[start] - wy * wy / w)
+
+
+def session_term(values: np.ndarray, log_se: np.ndarray) -> float:
+    """The series' between-session term (log SD): the robust spread of its run-to-run
+    differences, less the runs' own variance, at least :data:`SESSION_FLOOR`."""
+    if len(values) < 3:
+        return SESSION_FLOOR
+    diffs = np.diff(values)
+    spread = 1.4826 * float(np.median(np.abs(diffs - np.median(diffs)))) / math.sqrt(2)
+    own = float(np.median(log_se**2))
+    return max(math.sqrt(max(spread**2 - own, 0.0)), SESSION_FLOOR)
+
+
+def _drift_factor(residuals: np.ndarray) -> float:
+    """How much neighbouring runs' drift widens a mean's SE: sqrt((1 + r) / (1 - r)) of the
+    residuals' lag-1 correlation r (0 and below: 1)."""
+    if len(residuals) < 4 or float(np.var(residuals)) == 0.0:
+        return 1.0
+    r = float(np.corrcoef(residuals[:-1], residuals[1:])[0, 1])
+    r = min(max(r, 0.0), 0.9)
+    return math.sqrt((1 + r) / (1 - r))
+
+
+def change_points(
+    points: Sequence[Point], margin: float, *, penalty: float = PENALTY
+) -> list[ChangePoint]:
+    """The changes of the series *points* (oldest first): segment boundaries PELT finds that
+    step by at least *margin* (relative) with an interval leaving out no change, each moved to
+    the boundary between two builds that explains it as well (a build's change can lie nowhere
+    else)."""
+    n = len(points)
+    if n < 2 * MIN_RUNS:
+        return []
+    y = np.log([p.median for p in points])
+    se = np.array([p.log_se for p in points])
+    tau = session_term(y, se)
+    ends = _segments(y, 1.0 / (se**2 + tau**2), penalty * math.log(n))
+    # again, with the drift the first segments leave: the runs' spread about their segments
+    # and its lag-1 (neighbouring runs drift together: a mean is worth fewer runs)
+    resid = y - _fitted(y, 1.0 / (se**2 + tau**2), ends)
+    tau = max(math.sqrt(max(float(np.var(resid)) - float(np.median(se**2)), 0.0)), tau)
+    inflate = _drift_factor(resid)
+    w = 1.0 / (se**2 + tau**2) / inflate**2
+    ends = _segments(y, w, penalty * math.log(n))
+    cost = WeightedL2().fit(np.column_stack([y, w]))
+    bounds = [0, *ends]
+    probes = _probe_series(points)
+    found = []
+    for i, k in enumerate(ends[:-1]):
+        a, b = bounds[i], bounds[i + 2]
+        k = _at_build_boundary(points, cost, a, k, b)
+        mean_a = float(np.sum(w[a:k] * y[a:k]) / np.sum(w[a:k]))
+        mean_b = float(np.sum(w[k:b] * y[k:b]) / np.sum(w[k:b]))
+        step = mean_b - mean_a
+        half = Z * math.sqrt(1 / np.sum(w[a:k]) + 1 / np.sum(w[k:b]))
+        if abs(step) < math.log1p(margin) or abs(step) <= half:
+            continue
+        found.append(
+            ChangePoint(
+                index=k,
+                before=points[k - 1].build,
+                after=points[k].build,
+                ratio=math.exp(step),
+                low=math.exp(step - half),
+                high=math.exp(step + half),
+                host=_host_moved(probes, k, step, a, b),
+                date=points[k].date,
+            )
+        )
+    return found
+
+
+def _segments(y: np.ndarray, w: np.ndarray, pen: float) -> list[int]:
+    """PELT's segment ends (the last is ``len(y)``) under the weighted L2 cost."""
+    algo = rpt.Pelt(custom_cost=WeightedL2(), min_size=MIN_RUNS, jump=1)
+    return [int(e) for e in algo.fit(np.column_stack([y, w])).predict(pen=pen)]
+
+
+def _fitted(y: np.ndarray, w: np.ndarray, ends: Sequence[int]) -> np.ndarray:
+    """Each run's segment mean."""
+    out = np.empty_like(y)
+    for a, b in itertools.pairwise([0, *ends]):
+        out[a:b] = np.sum(w[a:b] * y[a:b]) / np.sum(w[a:b])
+    return out
+
+
+def _at_build_boundary(points: Sequence[Point], cost: WeightedL2, a: int, k: int, b: int) -> int:
+    """Where between runs *a* and *b* the step at *k* lies: the boundary between two builds
+    that splits them best, when it fits nearly as well as *k* (within a chi-square of one
+    degree of freedom at 95 %, :data:`Z` squared); else *k* (a step within a build)."""
+    best = cost.error(a, k) + cost.error(k, b)
+    candidates = [
+        j for j in range(a + MIN_RUNS, b - MIN_RUNS + 1) if points[j - 1].build != points[j].build
+    ]
+    if not candidates:
+        return k
+    j = min(candidates, key=lambda j: cost.error(a, j) + cost.error(j, b))
+    return j if cost.error(a, j) + cost.error(j, b) - best <= Z * Z else k
+
+
+def _probe_series(points: Sequence[Point]) -> np.ndarray | None:
+    values = [p.probe for p in points]
+    if any(v is None or v <= 0 for v in values):
+        return None
+    return np.log(np.array(values, dtype=float))
+
+
+def _host_moved(probes: np.ndarray | None, k: int, step: float, a: int, b: int) -> bool:
+    """Whether the probe stepped the same way by at least :data:`HOST_SHARE` of *step* at run
+    *k* (or a run beside it), its segments' medians compared."""
+    if probes is None:
+        return False
+    for at in (k - 1, k, k + 1):
+        if a < at < b:
+            moved = float(np.median(probes[at:b]) - np.median(probes[a:at]))
+            if moved * step > 0 and abs(moved) >= HOST_SHARE * abs(step):
+                return True
+    return False
+
+
+def bisect_command(
+    change: ChangePoint, *, profile: str, configuration: str, workload: str, margin: float
+) -> str | None:
+    """The ``moeperf bisect`` that finds the first bad build of *change* (a slowdown between
+    two published builds); ``None`` for the host's change, one within a build, or a speed-up."""
+    published = all(re.fullmatch(r"b\d+", b) for b in (change.before, change.after))
+    if not change.bisectable or change.ratio >= 1 or not published:
+        return None
+    good, bad = (b.removeprefix("b") for b in (change.before, change.after))
+    return (
+        f"moeperf bisect --profile {profile} -c {configuration} --metric {workload} "
+        f"--good {good} --bad {bad} --margin {margin:g}"
+    )

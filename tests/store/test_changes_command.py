@@ -1,0 +1,74 @@
+"""``moeperf changes`` over a real store (both backends): the change point of each series with
+its builds, interval, the hosts that show it and its bisect; exit 1 when one lies after the
+last accepted baseline."""
+
+from __future__ import annotations
+
+import time
+
+from _records import run_record
+
+from pytest_moeperf.commands import main as moeperf
+from pytest_moeperf.store.hosts import host_key
+from pytest_moeperf.store.runstore import open_store
+
+RUNS, PER_BUILD, STEP_BUILD = 40, 4, 10429
+
+
+def _build(i: int) -> str:
+    return f"b{10423 + i // PER_BUILD}"
+
+
+def _fill(store, host: str, slowed: bool) -> None:
+    for i in range(RUNS):
+        build = _build(i)
+        speed = 0.7 if slowed and int(build[1:]) >= STEP_BUILD else 1.0
+        store.add_run(run_record(host=host, build=build, day=1 + i // 2, seed=i, speed=speed))
+
+
+def test_changes_names_the_builds_the_hosts_and_the_bisect(store_at, capsys):
+    store = open_store(store_at)
+    _fill(store, "gpu-01", slowed=True)
+    _fill(store, "gpu-02", slowed=False)
+    url = store_at.render_as_string(hide_password=False)
+    code = moeperf(["changes", "--store", url, "-c", "mmap", "-w", "tg64"])
+    out = capsys.readouterr().out
+    assert code == 1, out  # nothing accepted: a change after it
+    lines = out.splitlines()
+    assert lines[0].endswith("2 series of 2 host(s), 1 change point(s)")
+    a = host_key(run_record(host="gpu-01").fingerprint)
+    assert lines[1].startswith(f"{a} embedded mmap tg64: -30.")
+    assert "between b10428 and b10429" in lines[1]
+    assert lines[2] == "  on this host only"
+    assert lines[3] == "  after the last accepted baseline"
+    assert lines[4] == (
+        "  bisect: moeperf bisect --profile embedded -c mmap --metric tg64 --good 10428 "
+        "--bad 10429 --margin 0.05"
+    )
+    # accepted since: the change is known, the nightly job passes
+    time.sleep(0.01)
+    store.add_document("accept", a, {"profile": "embedded"})
+    store.close()
+    assert moeperf(["changes", "--store", url, "-c", "mmap", "-w", "tg64"]) == 0
+    assert "after the last accepted baseline" not in capsys.readouterr().out
+
+
+def test_every_hosts_change_is_said_so(store_at, capsys):
+    store = open_store(store_at)
+    _fill(store, "gpu-01", slowed=True)
+    _fill(store, "gpu-02", slowed=True)
+    store.close()
+    url = store_at.render_as_string(hide_password=False)
+    moeperf(["changes", "--store", url, "-c", "lm-none", "-w", "pp512"])
+    out = capsys.readouterr().out
+    assert out.count("between b10428 and b10429") == 2
+    assert out.count("every host's change, not one host's") == 2
+
+
+def test_a_store_with_no_change_exits_0(store_at, capsys):
+    store = open_store(store_at)
+    _fill(store, "gpu-01", slowed=False)
+    store.close()
+    url = store_at.render_as_string(hide_password=False)
+    assert moeperf(["changes", "--store", url]) == 0
+    assert capsys.readouterr().out.strip().endswith("4 series of 1 host(s), 0 change point(s)")

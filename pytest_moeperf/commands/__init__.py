@@ -15,6 +15,7 @@ from . import (
     build,
     calibrate,
     changes,
+    dashboard,
     gate,
     init,
     logstats,
@@ -75,6 +76,12 @@ VERBS = (
         "the change points of every series in the results store, with the builds each lies "
         "between and the bisect that names the first bad one; exit 1 when one lies after the "
         "last accepted baseline",
+    ),
+    (
+        "dashboard",
+        dashboard,
+        "the results store's series as static pages (every host's runs over builds, change "
+        "points with their bisect, the commands' records); --serve serves them on 127.0.0.1",
     ),
     (
         "store",

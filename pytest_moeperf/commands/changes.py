@@ -11,12 +11,11 @@ import os
 from pathlib import Path
 
 from ..defaults import MARGIN, check_margin
-from ..report.changes import Found, changes_text
+from ..report.changes import changes_text
 from ..run.profiles import store_setting
 from ..store.database import checked_store_url
 from ..store.runstore import open_store
-from ..store.series import series_of
-from ..verdicts.changes import bisect_command, change_points
+from ..store.series import find_changes, series_of
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -63,20 +62,6 @@ def run(args: argparse.Namespace) -> int:
         name = store.name
     finally:
         store.close()
-    found: list[Found] = []
-    for s in all_series:
-        for c in change_points(s.points(), args.margin):
-            profile, configuration, workload = s.key
-            command = bisect_command(
-                c, profile=profile, configuration=configuration, workload=workload,
-                margin=args.margin,
-            )  # fmt: skip
-            since = accepted[s.host].get(s.profile, 0.0)
-            found.append(Found(s, c, command, after_accept=s.rows[c.index].written > since))
-    for f in found:  # which other hosts show the same change (the same build after it)
-        f.also = sorted(
-            {g.series.host for g in found if g.series.key == f.series.key
-             and g.series.host != f.series.host and g.change.after == f.change.after}
-        )  # fmt: skip
+    found = find_changes(all_series, accepted, args.margin)
     print(changes_text(name, all_series, found))
     return 1 if any(f.after_accept and not f.change.host for f in found) else 0

@@ -4,23 +4,8 @@ interval, the hosts that show it and the bisect that names the first bad build."
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
-from ..store.series import Series
-from ..verdicts.changes import ChangePoint
-
-
-@dataclass
-class Found:
-    """A change point of one series, and what the command says of it."""
-
-    series: Series
-    change: ChangePoint
-    bisect: str | None
-    after_accept: bool
-    """It lies after the last accepted baseline of its host and profile."""
-    also: list[str] = field(default_factory=list)
-    """Other hosts whose same series steps at the same build."""
+from ..store.series import Found, Series
 
 
 def changes_text(store: str, series: Sequence[Series], found: Sequence[Found]) -> str:

@@ -157,6 +157,17 @@ class RunStore:
         with self.db.reading() as conn:
             return [unpacked(b) for (b,) in conn.execute(q.order_by(documents.c.written))]
 
+    def records(self, host: str) -> list[tuple[str, dict[str, Any]]]:
+        """Every document of *host* (gates, bisects, tunes, sweeps, calibrations, accepts) as
+        (kind, document), oldest first."""
+        q = (
+            sa.select(documents.c.kind, documents.c.body)
+            .where(documents.c.host == host)
+            .order_by(documents.c.written, documents.c.id)
+        )
+        with self.db.reading() as conn:
+            return [(kind, unpacked(body)) for kind, body in conn.execute(q)]
+
     def session_points(
         self,
         *,

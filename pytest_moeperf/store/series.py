@@ -3,10 +3,10 @@ each run a point with its median's own interval and the host's probe figure at t
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ..verdicts.changes import Point
+from ..verdicts.changes import ChangePoint, Point, bisect_command, change_points
 from .runstore import SeriesRow
 
 FALLBACK_LOG_SE = 0.05
@@ -53,3 +53,44 @@ def series_of(rows: Iterable[SeriesRow]) -> list[Series]:
             out[key] = Series(*key)
         out[key].rows.append(r)
     return list(out.values())
+
+
+@dataclass
+class Found:
+    """A change point of one series, and what is said of it."""
+
+    series: Series
+    change: ChangePoint
+    bisect: str | None
+    after_accept: bool
+    """It lies after the last accepted baseline of its host and profile."""
+    also: list[str] = field(default_factory=list)
+    """Other hosts whose same series steps at the same build."""
+
+
+def find_changes(
+    all_series: Sequence[Series], accepted: Mapping[str, Mapping[str, float]], margin: float
+) -> list[Found]:
+    """The change points of every series, each with its bisect command, whether it lies after
+    the last accept of its host and profile (*accepted*: host -> profile -> time), and which
+    other hosts' same series step at the same build."""
+    found: list[Found] = []
+    for s in all_series:
+        profile, configuration, workload = s.key
+        for c in change_points(s.points(), margin):
+            command = bisect_command(
+                c, profile=profile, configuration=configuration, workload=workload, margin=margin
+            )
+            since = accepted.get(s.host, {}).get(profile, 0.0)
+            found.append(Found(s, c, command, after_accept=s.rows[c.index].written > since))
+    for f in found:
+        f.also = sorted(
+            {
+                g.series.host
+                for g in found
+                if g.series.key == f.series.key
+                and g.series.host != f.series.host
+                and g.change.after == f.change.after
+            }
+        )
+    return found

@@ -4,8 +4,13 @@ last accepted baseline."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 import time
 
+import httpx
+import pytest
 from _records import run_record
 
 from pytest_moeperf.commands import main as moeperf
@@ -72,3 +77,29 @@ def test_a_store_with_no_change_exits_0(store_at, capsys):
     url = store_at.render_as_string(hide_password=False)
     assert moeperf(["changes", "--store", url]) == 0
     assert capsys.readouterr().out.strip().endswith("4 series of 1 host(s), 0 change point(s)")
+
+
+def test_the_dashboard_is_served_on_loopback_only(store_at, tmp_path):
+    store = open_store(store_at)
+    _fill(store, "gpu-01", slowed=True)
+    store.close()
+    url = store_at.render_as_string(hide_password=False)
+    serving = subprocess.Popen(
+        [sys.executable, "-m", "pytest_moeperf.commands", "dashboard", "--output",
+         str(tmp_path / "site"), "--store", url, "--serve", "--port", "0"],
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert serving.stderr is not None
+        for line in serving.stderr:  # the event: it says where it serves
+            if "serving http://" in line:
+                break
+        else:
+            pytest.fail(f"dashboard --serve exited {serving.wait()} before serving")
+        address = line.split("serving ")[1].split()[0]
+        assert address.startswith("http://127.0.0.1:")
+        page = httpx.get(address + "index.html", timeout=30)
+        assert page.status_code == 200 and "every host&#x27;s series" in page.text
+    finally:
+        serving.send_signal(signal.SIGINT)
+        assert serving.wait(timeout=30) == 0

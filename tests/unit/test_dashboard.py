@@ -1,0 +1,48 @@
+"""The dashboard's charts over long series: each run a point while they are few, each build
+one point (its runs' median and range) beyond, the newest builds in a compact chart, and a
+change point's line between the builds it lies between."""
+
+from __future__ import annotations
+
+import re
+
+from pytest_moeperf.report.dashboard import MOST_COMPACT, _chart, drawn_points
+from pytest_moeperf.store.runstore import SeriesRow
+from pytest_moeperf.store.series import Series, find_changes
+
+
+def _series(runs: int, per_build: int, step_build: int = 10_000_000) -> Series:
+    s = Series("h/1", "embedded", "mmap", "tg64")
+    for i in range(runs):
+        build = 10423 + i // per_build
+        median = 100.0 * (0.7 if build >= step_build else 1.0) * (1 + 0.01 * ((i * 7) % 3 - 1))
+        s.rows.append(
+            SeriesRow("h/1", "embedded", "mmap", "tg64", f"b{build}", median, 0.01, None,
+                      float(i), f"day {i}", f"k{i}")
+        )  # fmt: skip
+    return s
+
+
+def test_few_runs_are_drawn_one_by_one():
+    points = drawn_points(_series(40, 4), 300)
+    assert len(points) == 40 and [p.first for p in points] == list(range(40))
+
+
+def test_a_long_series_is_drawn_a_build_a_point_the_newest_first_kept():
+    s = _series(1000, 5)  # 200 builds
+    full = drawn_points(s, 300)
+    assert len(full) == 200 and full[0].build == "b10423" and full[0].last == 4
+    assert full[0].low <= full[0].median <= full[0].high
+    compact = drawn_points(s, MOST_COMPACT)
+    assert len(compact) == MOST_COMPACT and compact[-1].build == "b10622"
+
+
+def test_a_change_point_is_drawn_between_its_builds_in_a_long_series():
+    s = _series(1000, 5, step_build=10600)
+    (found,) = find_changes([s], {}, 0.05)
+    assert (found.change.before, found.change.after) == ("b10599", "b10600")
+    svg = _chart(s, [found])
+    circles = [float(x) for x in re.findall(r'circle class=point cx="([0-9.]+)"', svg)]
+    (line,) = [float(x) for x in re.findall(r'class="changepoint" x1="([0-9.]+)"', svg)]
+    assert circles[176] < line < circles[177]  # b10599 is the 177th build drawn
+    assert svg.count("<circle") == 200

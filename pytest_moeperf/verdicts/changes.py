@@ -38,6 +38,9 @@ MIN_RUNS = 3
 """The fewest runs a segment holds (a change needs runs on both sides to stand on)."""
 Z = 1.959964
 """The change's interval: 95 %, two-sided."""
+EXACT_RUNS = 200
+"""Up to this many runs PELT considers a split after every run; a longer series (years of
+nightly runs) is split every ``n / EXACT_RUNS`` runs, which keeps a series under a second."""
 HOST_SHARE = 0.5
 """A probe step at the same run (within one) that is at least this share of the series' step,
 the same way, makes the change the host's."""
@@ -160,12 +163,11 @@ def change_points(
     w = 1.0 / (se**2 + tau**2) / inflate**2
     ends = _segments(y, w, penalty * math.log(n))
     cost = WeightedL2().fit(np.column_stack([y, w]))
-    bounds = [0, *ends]
+    bounds = [0, *_placed(points, cost, ends), n]
     probes = _probe_series(points)
     found = []
-    for i, k in enumerate(ends[:-1]):
+    for i, k in enumerate(bounds[1:-1]):
         a, b = bounds[i], bounds[i + 2]
-        k = _at_build_boundary(points, cost, a, k, b)
         mean_a = float(np.sum(w[a:k] * y[a:k]) / np.sum(w[a:k]))
         mean_b = float(np.sum(w[k:b] * y[k:b]) / np.sum(w[k:b]))
         step = mean_b - mean_a
@@ -188,8 +190,11 @@ def change_points(
 
 
 def _segments(y: np.ndarray, w: np.ndarray, pen: float) -> list[int]:
-    """PELT's segment ends (the last is ``len(y)``) under the weighted L2 cost."""
-    algo = rpt.Pelt(custom_cost=WeightedL2(), min_size=MIN_RUNS, jump=1)
+    """PELT's segment ends (the last is ``len(y)``) under the weighted L2 cost; a series of
+    more than :data:`EXACT_RUNS` runs is split only every ``n / EXACT_RUNS`` runs (the split
+    is then put on its build boundary, or left within that many runs of where it lies)."""
+    jump = max(1, math.ceil(len(y) / EXACT_RUNS))
+    algo = rpt.Pelt(custom_cost=WeightedL2(), min_size=MIN_RUNS, jump=jump)
     return [int(e) for e in algo.fit(np.column_stack([y, w])).predict(pen=pen)]
 
 
@@ -199,6 +204,24 @@ def _fitted(y: np.ndarray, w: np.ndarray, ends: Sequence[int]) -> np.ndarray:
     for a, b in itertools.pairwise([0, *ends]):
         out[a:b] = np.sum(w[a:b] * y[a:b]) / np.sum(w[a:b])
     return out
+
+
+def _placed(points: Sequence[Point], cost: WeightedL2, ends: Sequence[int]) -> list[int]:
+    """PELT's splits each put on its build boundary (:func:`_at_build_boundary`), in order,
+    those that would leave a segment shorter than :data:`MIN_RUNS` dropped (a coarse split of a
+    long series can put two splits around one step)."""
+    bounds = [0, *ends]
+    placed = sorted(
+        {
+            _at_build_boundary(points, cost, bounds[i], k, bounds[i + 2])
+            for i, k in enumerate(ends[:-1])
+        }
+    )
+    kept: list[int] = []
+    for k in placed:
+        if k - (kept[-1] if kept else 0) >= MIN_RUNS and len(points) - k >= MIN_RUNS:
+            kept.append(k)
+    return kept
 
 
 def _at_build_boundary(points: Sequence[Point], cost: WeightedL2, a: int, k: int, b: int) -> int:

@@ -108,3 +108,10 @@ def test_the_session_term_is_the_run_to_run_spread_and_never_below_the_floor():
 
 def test_too_few_runs_have_no_change():
     assert change_points(_series(-0.5, n=5), 0.05) == []
+
+
+def test_a_long_series_is_split_coarsely_then_put_on_its_build_boundary():
+    """1,000 runs, builds every 7 runs (not a multiple of the coarse split of 5 runs): the step
+    at the build starting at run 497 is still found between its two builds."""
+    (change,) = change_points(_series(-0.2, at=497, n=1000, per_build=7), 0.05)
+    assert change.index == 497 and (change.before, change.after) == ("b10493", "b10494")

@@ -58,11 +58,12 @@ def run(args: argparse.Namespace) -> int:
         hosts = sorted({s.host for s in all_series})
         accepted = {h: store.accepted_at(h) for h in hosts}
         records = {h: store.records(h) for h in hosts}
+        verdicts = {h: store.verdict_rows(h) for h in hosts}
         name = store.name
     finally:
         store.close()
     found = find_changes(all_series, accepted, args.margin)
-    written = write_site(Site(name, all_series, found, records), out)
+    written = write_site(Site(name, all_series, found, records, verdicts), out)
     say(
         f"dashboard: {len(written)} files in {out} ({len(all_series)} series of {len(hosts)} "
         f"host(s), {len(found)} change point(s)) in {time.monotonic() - began:.1f} s; open "

@@ -157,16 +157,29 @@ class RunStore:
         with self.db.reading() as conn:
             return [unpacked(b) for (b,) in conn.execute(q.order_by(documents.c.written))]
 
-    def records(self, host: str) -> list[tuple[str, dict[str, Any]]]:
+    def records(self, host: str) -> list[tuple[str, float, dict[str, Any]]]:
         """Every document of *host* (gates, bisects, tunes, sweeps, calibrations, accepts) as
-        (kind, document), oldest first."""
+        (kind, when it was kept, document), oldest first."""
         q = (
-            sa.select(documents.c.kind, documents.c.body)
+            sa.select(documents.c.kind, documents.c.written, documents.c.body)
             .where(documents.c.host == host)
             .order_by(documents.c.written, documents.c.id)
         )
         with self.db.reading() as conn:
-            return [(kind, unpacked(body)) for kind, body in conn.execute(q)]
+            return [(kind, float(at), unpacked(body)) for kind, at, body in conn.execute(q)]
+
+    def verdict_rows(self, host: str) -> list[tuple[str, float, str, dict[str, Any]]]:
+        """Every verdict of *host*'s runs as (test, the run's time, the run's date, the
+        verdict's document), by test, oldest first."""
+        v = verdicts
+        q = (
+            sa.select(v.c.test, runs.c.written, runs.c.date, v.c.verdict)
+            .select_from(v.join(runs, runs.c.id == v.c.run_id))
+            .where(v.c.host == host)
+            .order_by(v.c.test, runs.c.written, v.c.id)
+        )
+        with self.db.reading() as conn:
+            return [(t, float(at), d, json.loads(text)) for t, at, d, text in conn.execute(q)]
 
     def session_points(
         self,

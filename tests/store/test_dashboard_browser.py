@@ -7,6 +7,7 @@ narrows the series."""
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,10 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "store"))
 from _records import run_record
 
 from pytest_moeperf.commands import main as moeperf
-from pytest_moeperf.store.runstore import open_store
+from pytest_moeperf.store.hosts import host_key
+from pytest_moeperf.store.record import VerdictRecord
+from pytest_moeperf.store.runstore import open_store, run_key
+from pytest_moeperf.verdicts.judge import Verdict
 
 CHROMIUM = "/usr/bin/chromium"
 FLAGS = [
@@ -52,6 +56,21 @@ def test_every_page_draws_the_store_offline_with_its_change_points(browser, stor
     _fill(store, "gpu-01", slowed=True)
     _fill(store, "gpu-02", slowed=False)
     store.add_document("gate", "x", {})  # another host's record: on no page of these
+    a = host_key(run_record(host="gpu-01").fingerprint)
+    accepted = run_record(host="gpu-01", build="b10424", day=3, seed=5)  # run 5 of gpu-01
+    mmap_tg64 = next(m for m in accepted.measurements if m.key == ("mmap", "b10424", "tg64"))
+    store.add_document("accept", a, {
+        "profile": "embedded", "date": "2026-11-03", "run": run_key(accepted),
+        "accepted": [{"measurement": list(mmap_tg64.key), "median": mmap_tg64.summary.median}],
+    })  # fmt: skip
+    store.add_document("gate", a, {"baseline": "b10428", "candidate": "b10429"})
+    for i, (outcome, low) in enumerate([("holds", 2.1), ("undecided", 1.8), ("fails", 1.2)]):
+        claim = Verdict(outcome, low + 0.2, low, low + 0.4, 2.0, label="lm-none / mmap")
+        record = replace(
+            run_record(host="gpu-01", build="b10433", day=27, seed=50 + i, speed=0.7),
+            verdicts=[VerdictRecord("test_x.py::test_lm_none_doubles_prefill", claim)],
+        )
+        store.add_run(record)
     store.close()
     site = tmp_path / "site"
     url = store_at.render_as_string(hide_password=False)
@@ -77,8 +96,8 @@ def test_every_page_draws_the_store_offline_with_its_change_points(browser, stor
     assert errors == [] and off_machine == []
     # every point the store holds: 2 hosts x 4 series x 40 runs, on each host's page and the index
     host_pages = [n for n in drawn if n.startswith("host-")]
-    assert [drawn[n] for n in host_pages] == [4 * RUNS, 4 * RUNS]
-    assert drawn["index.html"] == 2 * 4 * RUNS
+    assert [drawn[n] for n in host_pages] == [4 * (RUNS + 3), 4 * RUNS]
+    assert drawn["index.html"] == 2 * 4 * RUNS + 4 * 3
 
     slowed = next(p for p in pages if p.name.startswith("host-gpu-01"))
     page.goto(slowed.as_uri())
@@ -88,8 +107,18 @@ def test_every_page_draws_the_store_offline_with_its_change_points(browser, stor
         "--margin 0.05"
     ) in bisects
     assert page.locator("line.changepoint").count() == 4  # each of its 4 series stepped
+    # the accepted baseline a step in its own series only; the gate a mark on each that opens it
+    assert page.locator("#embedded-mmap-tg64 line.baseline").count() == 1
+    assert page.locator("line.baseline").count() == 1
+    links = page.locator("a.record").evaluate_all("marks => marks.map(m => m.getAttribute('href'))")
+    assert len(links) == 4 and all((site / link).is_file() for link in links)
+    # the claim's ratio over its runs against its bound, the undecided one drawn as undecided
+    claim = page.locator("section.claim")
+    assert claim.locator("circle.verdict").count() == 3
+    assert claim.locator("circle.verdict.undecided").count() == 1
+    assert claim.locator("line.bound").count() == 1
     # the filter narrows the series, and a build range greys the points outside it
-    assert page.locator("section.series:not(.hidden)").count() == 4
+    assert page.locator("section.series:not(.hidden)").count() == 5  # 4 series and the claim
     page.fill("#text", "tg64")
     assert page.locator("section.series:not(.hidden)").count() == 2
     page.fill("#text", "mmap tg64")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from pytest_moeperf.report.dashboard import MOST_COMPACT, _chart, drawn_points
+from pytest_moeperf.report.charts import MOST_COMPACT, drawn_points, series_chart
 from pytest_moeperf.store.runstore import SeriesRow
 from pytest_moeperf.store.series import Series, find_changes
 
@@ -41,7 +41,7 @@ def test_a_change_point_is_drawn_between_its_builds_in_a_long_series():
     s = _series(1000, 5, step_build=10600)
     (found,) = find_changes([s], {}, 0.05)
     assert (found.change.before, found.change.after) == ("b10599", "b10600")
-    svg = _chart(s, [found])
+    svg = series_chart(s, [found])
     circles = [float(x) for x in re.findall(r'circle class=point cx="([0-9.]+)"', svg)]
     (line,) = [float(x) for x in re.findall(r'class="changepoint" x1="([0-9.]+)"', svg)]
     assert circles[176] < line < circles[177]  # b10599 is the 177th build drawn

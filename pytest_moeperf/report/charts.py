@@ -1,0 +1,224 @@
+"""The dashboard's charts, as SVG text: a series over its runs (each run a point with its
+median's 95 % interval; each build a point in a long series), with its change points, its
+accepted baselines as steps and the commands' records as marks that open them; and a claim's
+ratio over runs against its bound, undecided verdicts drawn as undecided."""
+
+from __future__ import annotations
+
+import html
+import math
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from ..store.series import Found, Series
+
+WIDTH, HEIGHT, PAD = 640, 200, 36
+Z = 1.959964
+MOST_POINTS = 300
+"""Runs a host page's chart draws one by one; a longer series is drawn a build a point."""
+MOST_COMPACT = 60
+"""The same for the side-by-side charts of the index."""
+
+
+def build_number(build: str) -> int | None:
+    m = re.fullmatch(r"b(\d+)", build)
+    return int(m[1]) if m else None
+
+
+@dataclass(frozen=True)
+class Drawn:
+    """One point of a chart: a run, or (in a long series) the runs of one build; *first* and
+    *last* are the runs it stands for."""
+
+    build: str
+    label: str
+    median: float
+    low: float
+    high: float
+    first: int
+    last: int
+
+
+@dataclass(frozen=True)
+class Step:
+    """An accepted baseline: its value, from the run it was accepted from (index) on."""
+
+    first: int
+    value: float
+    label: str
+
+
+@dataclass(frozen=True)
+class Mark:
+    """A command's record (a gate, a bisect, a tune...) kept before run *first*: a mark that
+    links to the record."""
+
+    first: int
+    kind: str
+    link: str
+
+
+def drawn_points(s: Series, most: int) -> list[Drawn]:
+    """The points a chart of *s* draws: each run while there are at most *most*; else each
+    build's runs as one point (their median, the range of their medians), the newest *most*."""
+    rows = s.rows
+    if len(rows) <= most:
+        return [
+            Drawn(
+                r.build,
+                f"{r.build} {r.date}",
+                r.median,
+                r.median * math.exp(-Z * (r.log_se or 0.0)),
+                r.median * math.exp(Z * (r.log_se or 0.0)),
+                i,
+                i,
+            )
+            for i, r in enumerate(rows)
+        ]
+    groups: list[list[int]] = []
+    for i, r in enumerate(rows):
+        if groups and rows[groups[-1][0]].build == r.build:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    out = []
+    for g in groups[-most:]:
+        medians = sorted(rows[i].median for i in g)
+        out.append(
+            Drawn(
+                rows[g[0]].build,
+                f"{rows[g[0]].build}: {len(g)} runs",
+                medians[len(medians) // 2],
+                medians[0],
+                medians[-1],
+                g[0],
+                g[-1],
+            )
+        )
+    return out
+
+
+def _frame(
+    w: int, h: int, top: float, bottom: float, n: int
+) -> tuple[Callable[[int], float], Callable[[float], float]]:
+    span = (top - bottom) or top or 1.0
+
+    def x(i: int) -> float:
+        return PAD + (w - 2 * PAD) * (i + 0.5) / n
+
+    def y(v: float) -> float:
+        return h - PAD / 2 - (h - PAD) * (v - bottom) / span
+
+    return x, y
+
+
+def _svg(
+    w: int, h: int, top: float, bottom: float, marks: Sequence[str], first: str, last: str
+) -> str:
+    return (
+        f'<svg class=chart width="{w}" height="{h}" viewBox="0 0 {w} {h}" role=img>'
+        f'<text x=2 y=12 class=axis>{top:.4g}</text><text x=2 y="{h - 4}" class=axis>'
+        f"{bottom:.4g}</text>{''.join(marks)}"
+        f'<text x="{PAD}" y="{h - 2}" class=axis>{html.escape(first)}</text>'
+        f'<text x="{w - PAD}" y="{h - 2}" class=axis text-anchor=end>{html.escape(last)}</text>'
+        "</svg>"
+    )
+
+
+def _slot(points: Sequence[Drawn], run: int) -> int | None:
+    """The index of the first point drawn at or after *run* (``None``: after the last)."""
+    return next((i for i, p in enumerate(points) if p.last >= run), None)
+
+
+def series_chart(
+    s: Series,
+    found: Sequence[Found],
+    *,
+    steps: Sequence[Step] = (),
+    marks: Sequence[Mark] = (),
+    compact: bool = False,
+) -> str:
+    """An SVG of the series *s*: its points (:func:`drawn_points`), each change point a line
+    between the points it lies between, each accepted baseline a step from its run on, each
+    record a mark above the run after it that links to it."""
+    w, h = (WIDTH // 2, HEIGHT // 2) if compact else (WIDTH, HEIGHT)
+    points = drawn_points(s, MOST_COMPACT if compact else MOST_POINTS)
+    top = max([p.high for p in points] + [st.value for st in steps])
+    bottom = min([p.low for p in points] + [st.value for st in steps])
+    x, y = _frame(w, h, top, bottom, len(points))
+    out = []
+    for i, p in enumerate(points):
+        num = build_number(p.build)
+        number = "" if num is None else str(num)
+        out.append(
+            f'<line class=interval x1="{x(i):.1f}" x2="{x(i):.1f}" y1="{y(p.low):.1f}" '
+            f'y2="{y(p.high):.1f}"/><circle class=point cx="{x(i):.1f}" cy="{y(p.median):.1f}" '
+            f'r=2.5 data-build="{html.escape(p.build)}" data-number="{number}">'
+            f"<title>{html.escape(p.label)}: {p.median:.4g} tok/s</title></circle>"
+        )
+    for f in found:
+        after = _slot(points, f.change.index)
+        if not after:  # at or before the first point drawn
+            continue
+        cx = (x(after - 1) + x(after)) / 2
+        out.append(
+            f'<line class="changepoint{" host" if f.change.host else ""}" x1="{cx:.1f}" '
+            f'x2="{cx:.1f}" y1="4" y2="{h - PAD / 2:.1f}"><title>'
+            f"{html.escape(f.change.describe())}</title></line>"
+        )
+    for k, st in enumerate(steps):
+        start = _slot(points, st.first)
+        if start is None:
+            continue
+        nxt = _slot(points, steps[k + 1].first) if k + 1 < len(steps) else None
+        end = len(points) - 1 if nxt is None else max(nxt - 1, start)
+        out.append(
+            f'<line class=baseline x1="{x(start) - 3:.1f}" x2="{x(end) + 3:.1f}" '
+            f'y1="{y(st.value):.1f}" y2="{y(st.value):.1f}"><title>{html.escape(st.label)}'
+            "</title></line>"
+        )
+    for m in marks:
+        at = _slot(points, m.first)
+        cx = x(at) if at is not None else w - PAD / 2
+        out.append(
+            f'<a class=record href="{html.escape(m.link)}"><path d="M{cx - 4:.1f},2 '
+            f'L{cx + 4:.1f},2 L{cx:.1f},9 Z"><title>{html.escape(m.kind)}</title></path></a>'
+        )
+    return _svg(w, h, top, bottom, out, points[0].build, points[-1].build)
+
+
+@dataclass(frozen=True)
+class Judged:
+    """One run's verdict of a claim: its ratio and interval, outcome and bound."""
+
+    date: str
+    outcome: str
+    ratio: float
+    low: float
+    high: float
+    threshold: float
+    relation: str
+
+
+def claim_chart(verdicts: Sequence[Judged]) -> str:
+    """A claim's ratio over runs: each verdict its ratio and interval (hollow when undecided,
+    red when it failed), the bound a dashed line."""
+    w, h = WIDTH, HEIGHT // 2 + 40
+    top = max([v.high for v in verdicts] + [v.threshold for v in verdicts])
+    bottom = min([v.low for v in verdicts] + [v.threshold for v in verdicts])
+    x, y = _frame(w, h, top, bottom, len(verdicts))
+    out = []
+    bound = verdicts[-1].threshold
+    out.append(
+        f'<line class=bound x1="{PAD}" x2="{w - PAD}" y1="{y(bound):.1f}" y2="{y(bound):.1f}">'
+        f"<title>bound {verdicts[-1].relation} {bound:g}</title></line>"
+    )
+    for i, v in enumerate(verdicts):
+        out.append(
+            f'<line class=interval x1="{x(i):.1f}" x2="{x(i):.1f}" y1="{y(v.low):.1f}" '
+            f'y2="{y(v.high):.1f}"/><circle class="verdict {html.escape(v.outcome)}" '
+            f'cx="{x(i):.1f}" cy="{y(v.ratio):.1f}" r=3><title>{html.escape(v.date)}: '
+            f"{html.escape(v.outcome)} {v.ratio:.3g} [{v.low:.3g}, {v.high:.3g}]</title></circle>"
+        )
+    return _svg(w, h, top, bottom, out, verdicts[0].date[:10], verdicts[-1].date[:10])

@@ -38,6 +38,15 @@ VerdictRow = tuple[str, float, str, dict[str, Any]]
 """A verdict of a run: its test, the run's time and date, the verdict's document."""
 
 
+@dataclass(frozen=True)
+class Table:
+    """A table of the record's layout: its title, headers and rows."""
+
+    title: str
+    headers: list[str]
+    rows: list[list[str]]
+
+
 @dataclass
 class Site:
     """What the pages are made of: the store's series, their change points, and each host's
@@ -48,6 +57,8 @@ class Site:
     found: list[Found]
     records: dict[str, list[Record]] = field(default_factory=dict)
     verdicts: dict[str, list[VerdictRow]] = field(default_factory=dict)
+    references: dict[str, list[Table]] = field(default_factory=dict)
+    """Per host, the recorded references of its profiles beside its numbers."""
 
 
 def slug(text: str) -> str:
@@ -140,6 +151,8 @@ def _host(site: Site, host: str) -> str:
             f"{chart}<ul class=changes>{items}</ul></section>"
         )
     parts.extend(_claims(site.verdicts.get(host, [])))
+    for table in site.references.get(host, []):
+        parts.append(f"<h2 class=reference>{html.escape(table.title)}</h2>{_table(table)}")
     if records:
         parts.append("<h2>Records</h2><ul class=records>")
         for i, (kind, _, body) in enumerate(records):
@@ -202,6 +215,14 @@ def _claims(rows: Sequence[VerdictRow]) -> list[str]:
             f"{claim_chart(judged)}<p>{counts}</p></section>"
         )
     return parts
+
+
+def _table(t: Table) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in t.headers)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in t.rows
+    )
+    return f"<table class=reference><tr>{head}</tr>{body}</table>"
 
 
 def _about(body: dict[str, Any]) -> str:

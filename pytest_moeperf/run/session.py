@@ -108,6 +108,32 @@ class Options:
     ``process_block``, else as many as keep restarts at a third of the measuring time."""
 
 
+def profile_reference(profile: Profile, rootdir: Path) -> Reference | None:
+    """*profile*'s recorded reference (its ``reference`` baseline file), or ``None`` when it
+    names none; a missing or invalid file is a :class:`ConfigError` naming the profile's key and
+    the file."""
+    if profile.reference is None:
+        return None
+    key = f"{profile.source}: profile {profile.name!r}: reference = {profile.reference!r}"
+    path = profile.path(profile.reference, rootdir)
+    if not path.is_file():
+        raise ConfigError(
+            f"{key}: no such baseline file {path}; point it at a baseline file "
+            "(baselines/*.toml) or remove the key"
+        )
+    try:
+        bf = load_baselines(path)
+    except BaselineError as exc:
+        raise ConfigError(f"{key}: {exc}") from None
+    return Reference(
+        label=profile.reference_label or DEFAULT_LABEL,
+        path=profile.reference,
+        entries=bf.entries,
+        hosts=tuple(h.id for h in bf.hosts),
+        profile=profile.name,
+    )
+
+
 STORE_RUN = "store:"
 """``--moeperf-replay store:KEY`` replays a run of the store (the first digits of its key)."""
 
@@ -268,33 +294,9 @@ class PerfSession:
         return self._baselines[profile.name]
 
     def reference(self, profile: Profile) -> Reference | None:
-        """*profile*'s recorded reference (its ``reference`` baseline file, read once), or
-        ``None`` when it names none; a missing or invalid file is a :class:`ConfigError` naming
-        the profile's key and the file."""
+        """*profile*'s recorded reference (:func:`profile_reference`), read once."""
         if profile.name not in self._references:
-            ref = None
-            if profile.reference is not None:
-                key = (
-                    f"{profile.source}: profile {profile.name!r}: reference = {profile.reference!r}"
-                )
-                path = profile.path(profile.reference, self.options.rootdir)
-                if not path.is_file():
-                    raise ConfigError(
-                        f"{key}: no such baseline file {path}; point it at a baseline file "
-                        "(baselines/*.toml) or remove the key"
-                    )
-                try:
-                    bf = load_baselines(path)
-                except BaselineError as exc:
-                    raise ConfigError(f"{key}: {exc}") from None
-                ref = Reference(
-                    label=profile.reference_label or DEFAULT_LABEL,
-                    path=profile.reference,
-                    entries=bf.entries,
-                    hosts=tuple(h.id for h in bf.hosts),
-                    profile=profile.name,
-                )
-            self._references[profile.name] = ref
+            self._references[profile.name] = profile_reference(profile, self.options.rootdir)
         return self._references[profile.name]
 
     def session_spread(

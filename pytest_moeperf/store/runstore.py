@@ -157,6 +157,12 @@ class RunStore:
         with self.db.reading() as conn:
             return [unpacked(b) for (b,) in conn.execute(q.order_by(documents.c.written))]
 
+    def hosts(self, profile: str) -> list[str]:
+        """The hosts that measured *profile*."""
+        q = sa.select(run_hosts.c.host).where(run_hosts.c.profile == profile).distinct()
+        with self.db.reading() as conn:
+            return sorted(str(h) for (h,) in conn.execute(q))
+
     def records(self, host: str) -> list[tuple[str, float, dict[str, Any]]]:
         """Every document of *host* (gates, bisects, tunes, sweeps, calibrations, accepts) as
         (kind, when it was kept, document), oldest first."""

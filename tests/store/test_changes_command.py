@@ -4,10 +4,13 @@ last accepted baseline."""
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
+from pathlib import Path
 
 import httpx
 import pytest
@@ -103,3 +106,31 @@ def test_the_dashboard_is_served_on_loopback_only(store_at, tmp_path):
     finally:
         serving.send_signal(signal.SIGINT)
         assert serving.wait(timeout=30) == 0
+
+
+def test_the_dashboard_shows_a_profiles_reference_beside_the_hosts_newest_run(
+    store_at, tmp_path, monkeypatch
+):
+    """The repository's moeperf.toml names ADR-0042's tables as the adr-0042 profile's
+    reference: a host that ran that profile sees them beside its own numbers, in the record's
+    layout."""
+    run = run_record(host="prod-01", build="b11713")
+    record = replace(  # the same run, as the adr-0042 profile's
+        run,
+        measurements=[
+            replace(m, conditions=replace(m.conditions, profile="adr-0042"))
+            for m in run.measurements
+        ],
+        fingerprints={"adr-0042": run.fingerprints["embedded"]},
+    )
+    store = open_store(store_at)
+    store.add_run(record)
+    store.close()
+    monkeypatch.chdir(Path(__file__).parents[2])  # the repository: its moeperf.toml
+    url = store_at.render_as_string(hide_password=False)
+    assert moeperf(["dashboard", "--output", str(tmp_path / "site"), "--store", url]) == 0
+    page = next((tmp_path / "site").glob("host-prod-01-*.html")).read_text()
+    assert "<h2 class=reference>" in page and "ADR-0042" in page
+    assert "<th>pp2048 ADR-0042</th><th>pp2048 here</th>" in page
+    mmap = re.search(r"<tr><td>mmap</td>(.*?)</tr>", page)
+    assert mmap is not None and "<td>b11713</td>" in mmap[1]

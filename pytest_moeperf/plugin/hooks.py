@@ -264,7 +264,8 @@ def pytest_runtest_makereport(
     fixture = getattr(item, "funcargs", {}).get("moeperf")
     if report.when == "call" and isinstance(fixture, MoePerf):  # counted where reports meet
         outcomes = fixture.outcomes()
-        host = host_key(fixture.session.source.host) if outcomes else ""
+        measured_on = fixture.session.source.measured_on if outcomes else {}
+        host = host_key(measured_on) if measured_on else ""  # a replay: the stored run's host
         report.user_properties.append(verdict_property(outcomes, host))
     if call.excinfo is not None and isinstance(call.excinfo.value, MoeperfError):
         report.longrepr = f"{type(call.excinfo.value).__name__}: {call.excinfo.value}"

@@ -107,6 +107,10 @@ class ReplaySource(RunSource):
         return dict(self.replay.fingerprint)
 
     @property
+    def measured_on(self) -> dict[str, Any]:
+        return dict(self.replay.fingerprint)
+
+    @property
     def host_changes(self) -> list[str]:
         return list(self.replay.host_changes)
 

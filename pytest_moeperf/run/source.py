@@ -225,6 +225,12 @@ class RunSource(Source):
         return {}
 
     @property
+    def measured_on(self) -> dict[str, Any]:
+        """The fingerprint of the host the numbers were measured on: this host's, or a stored
+        run's (``{}``: not known)."""
+        return self.host
+
+    @property
     def probes(self) -> dict[str, Probe]:
         """The calibration probe of each CPU set (``"0-1"``)."""
         return {}

@@ -333,3 +333,17 @@ def test_a_run_is_found_by_the_first_digits_of_its_key(store_at, capsys):
     store.close()
     assert moeperf(["store", "list", "--last", "1", "--store", _url_text(store_at)]) == 0
     assert capsys.readouterr().out.startswith(run_key(records[2])[:12])
+
+
+def test_a_replayed_runs_verdicts_are_of_the_host_that_measured_it(tmp_path):
+    """The judged line names the host each verdict is of: a replay's are the stored run's
+    host's (not this one's, and not an empty fingerprint's)."""
+    from pytest_moeperf.run.profiles import builtin_profiles
+    from pytest_moeperf.run.replayed import ReplaySource
+    from pytest_moeperf.store.replay import Replay
+
+    record = run_record(host="gpu-07")
+    source = ReplaySource(Replay.of_record(tmp_path / "r.json", record), builtin_profiles())
+    assert source.host == {}  # not this host's
+    assert host_key(source.measured_on) == host_key(record.fingerprint)
+    assert source.measured_on["hostname"] == "gpu-07"

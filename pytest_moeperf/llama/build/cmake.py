@@ -22,6 +22,9 @@ BASE_CMAKE_ARGS: tuple[str, ...] = (
     "-DLLAMA_BUILD_TESTS=OFF",
     "-DLLAMA_BUILD_EXAMPLES=OFF",
     "-DLLAMA_USE_PREBUILT_UI=OFF",
+    # no web UI: trees that build it (b10429 has `LLAMA_BUILD_UI`, on by default) would run
+    # `npm ci` inside the build, which needs the npm registry and hung for minutes here
+    "-DLLAMA_BUILD_UI=OFF",
     "-DGGML_NATIVE=ON",
     "-DBUILD_SHARED_LIBS=OFF",
     "-DLLAMA_OPENSSL=OFF",

@@ -7,25 +7,15 @@ the last accepted baseline of its host and profile, for a nightly job; 0 otherwi
 from __future__ import annotations
 
 import argparse
-import os
-from pathlib import Path
 
 from ..defaults import MARGIN, check_margin
 from ..report.changes import changes_text
-from ..run.profiles import store_setting
-from ..store.database import checked_store_url
-from ..store.runstore import open_store
-from ..store.series import find_changes, series_of
+from ..store.series import store_changes
+from .common import add_store_arguments, opened_store
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--store",
-        metavar="URL",
-        help="sqlite:///PATH or postgresql://USER@HOST/DB (default: env MOEPERF_STORE, else "
-        "store = in the profiles file, else .moeperf/moeperf.sqlite)",
-    )
-    p.add_argument("--config", help="TOML file of profiles (default ./moeperf.toml if present)")
+    add_store_arguments(p)
     p.add_argument("--host", help="only this host's series (its store name, host/digest)")
     p.add_argument("--profile", help="only this profile's series")
     p.add_argument("-c", "--configuration", help="only this configuration's series")
@@ -40,28 +30,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     check_margin(args.margin, "--margin")
-    root = Path.cwd()
-    config = Path(args.config) if args.config else None
-    if config is None and (root / "moeperf.toml").is_file():
-        config = root / "moeperf.toml"
-    text, where = store_setting(args.store, "--store", config, root / "pyproject.toml", os.environ)
-    store = open_store(checked_store_url(text, where, root / ".moeperf"))
+    wanted = {
+        "host": args.host,
+        "profile": args.profile,
+        "configuration": args.configuration,
+        "workload": args.workload,
+    }
+    store = opened_store(args)
     try:
-        wanted = {
-            k: v
-            for k, v in {
-                "host": args.host,
-                "profile": args.profile,
-                "configuration": args.configuration,
-                "workload": args.workload,
-            }.items()
-            if v
-        }
-        all_series = series_of(store.series_rows(**wanted))
-        accepted = {s.host: store.accepted_at(s.host) for s in all_series}
-        name = store.name
+        all_series, found = store_changes(
+            store, args.margin, **{k: v for k, v in wanted.items() if v}
+        )
     finally:
         store.close()
-    found = find_changes(all_series, accepted, args.margin)
-    print(changes_text(name, all_series, found))
+    print(changes_text(store.name, all_series, found))
     return 1 if any(f.after_accept and not f.change.host for f in found) else 0

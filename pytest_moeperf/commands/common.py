@@ -10,6 +10,8 @@ import os
 import sys
 from pathlib import Path
 
+from sqlalchemy.engine import URL
+
 from ..defaults import (
     BUDGET,
     BUSY_LIMIT,
@@ -28,6 +30,7 @@ from ..run.live import LiveSource
 from ..run.profiles import Profile, host_memory, store_setting
 from ..run.session import Options, PerfSession
 from ..store.database import checked_store_url
+from ..store.runstore import RunStore, open_store
 
 
 def say(line: str) -> None:
@@ -46,18 +49,45 @@ def add_workload_argument(p: argparse.ArgumentParser) -> None:
     )
 
 
-def add_run_arguments(p: argparse.ArgumentParser, *, configurations: str) -> None:
-    """The arguments of a command that measures builds or configurations (gate, bisect,
-    sweep)."""
-    p.add_argument("--profile", default="embedded", help="profile (default embedded)")
+def add_store_arguments(p: argparse.ArgumentParser) -> None:
+    """``--config`` and ``--store``: the profiles file and the results store a command reads."""
     p.add_argument("--config", help="TOML file of profiles (default ./moeperf.toml if present)")
     p.add_argument(
         "--store",
         metavar="URL",
-        help="results store the outcome is kept in: sqlite:///PATH or postgresql://USER@HOST/DB "
-        "(default: env MOEPERF_STORE, else store = in the profiles file, else "
-        ".moeperf/moeperf.sqlite)",
+        help="results store: sqlite:///PATH or postgresql://USER@HOST/DB (default: env "
+        "MOEPERF_STORE, else store = in the profiles file, else .moeperf/moeperf.sqlite)",
     )
+
+
+def config_file(args: argparse.Namespace) -> Path | None:
+    """The profiles file: --config, else ./moeperf.toml when there is one."""
+    if args.config:
+        return Path(args.config)
+    here = Path.cwd() / "moeperf.toml"
+    return here if here.is_file() else None
+
+
+def store_text(args: argparse.Namespace) -> tuple[str, URL]:
+    """The results store as named (--store, $MOEPERF_STORE, store = in the profiles file; empty:
+    the default) and its URL; a bad one fails here, before any build work."""
+    root = Path.cwd()
+    text, where = store_setting(
+        args.store, "--store", config_file(args), root / "pyproject.toml", os.environ
+    )
+    return text, checked_store_url(text, where, root / ".moeperf")
+
+
+def opened_store(args: argparse.Namespace) -> RunStore:
+    """The results store *args* name, opened."""
+    return open_store(store_text(args)[1])
+
+
+def add_run_arguments(p: argparse.ArgumentParser, *, configurations: str) -> None:
+    """The arguments of a command that measures builds or configurations (gate, bisect,
+    sweep)."""
+    p.add_argument("--profile", default="embedded", help="profile (default embedded)")
+    add_store_arguments(p)
     p.add_argument("-c", "--configuration", action="append", default=[], help=configurations)
     p.add_argument(
         "--margin",
@@ -162,16 +192,10 @@ def run_options(args: argparse.Namespace) -> Options:
     results under ./.moeperf, replies streamed so that every build is measured alike (a
     replay gives its session its stored source itself)."""
     root = Path.cwd()
-    config_file = Path(args.config) if args.config else None
-    if config_file is None and (root / "moeperf.toml").is_file():
-        config_file = root / "moeperf.toml"
-    store, where = store_setting(
-        getattr(args, "store", None), "--store", config_file, root / "pyproject.toml", os.environ
-    )
-    checked_store_url(store, where, root / ".moeperf")  # a bad URL fails before any build
+    store, _ = store_text(args)
     return Options(
         profile=args.profile,
-        config_file=config_file,
+        config_file=config_file(args),
         pyproject=root / "pyproject.toml",
         store=store,
         results_dir=root / ".moeperf",

@@ -4,15 +4,13 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
 from ..errors import MoeperfError
-from ..run.profiles import store_setting
-from ..store.database import checked_store_url, shown
-from ..store.runstore import RunStore, open_store
+from ..store.database import shown
 from ..store.transfer import export_folder, import_folder
+from .common import add_store_arguments, opened_store
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -28,23 +26,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="import: a folder of results-*.json (default .moeperf); export: the folder to "
         "write them to",
     )
-    p.add_argument(
-        "--store",
-        metavar="URL",
-        help="sqlite:///PATH or postgresql://USER@HOST/DB (default: env MOEPERF_STORE, else "
-        "store = in the profiles file, else .moeperf/moeperf.sqlite)",
-    )
-    p.add_argument("--config", help="TOML file of profiles (default ./moeperf.toml if present)")
+    add_store_arguments(p)
     p.add_argument("--last", type=int, default=20, help="list: how many runs (default 20)")
-
-
-def _opened(args: argparse.Namespace) -> RunStore:
-    root = Path.cwd()
-    config = Path(args.config) if args.config else None
-    if config is None and (root / "moeperf.toml").is_file():
-        config = root / "moeperf.toml"
-    text, where = store_setting(args.store, "--store", config, root / "pyproject.toml", os.environ)
-    return open_store(checked_store_url(text, where, root / ".moeperf"))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -53,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     folder = Path(args.folder or ".moeperf")
     if args.action == "import" and not folder.is_dir():
         raise MoeperfError(f"moeperf store import {folder}: no such folder of results files")
-    store = _opened(args)
+    store = opened_store(args)
     try:
         if args.action == "info":
             print(f"store {store.name}: {store.count()} run(s)")

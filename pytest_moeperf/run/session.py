@@ -191,6 +191,8 @@ class PerfSession:
         self.results_path: Path | None = None
         self.record: RunRecord | None = None
         """The run record, once written."""
+        self.record_key = ""
+        """Its key in the store (:func:`~pytest_moeperf.store.runstore.run_key`), once written."""
         self.accepted: list[Path] = []
         self.finish_error: str | None = None
         self.history_problems: list[str] = []
@@ -415,8 +417,9 @@ class PerfSession:
         if self.options.results_file is not None:
             write_output(self.options.results_file, record.json_text(), "--moeperf-results")
             path = self.options.results_file
+        self.record_key = run_key(record)  # the record's hash: once, for the store and history
         try:
-            self.store.open().add_run(record, key=run_key(record))
+            self.store.open().add_run(record, key=self.record_key)
         except StoreError as exc:
             raise StoreError(
                 f"{exc} (this run is in {written[0]}: moeperf store import "
@@ -433,6 +436,5 @@ class PerfSession:
         newest :data:`~pytest_moeperf.store.runstore.HISTORY_RUNS` that measured one of its
         (profile, configuration) pairs)."""
         wanted = {(m.conditions.profile, m.configuration) for m in record.measurements}
-        return self.store.open().recent_runs(
-            host_key(record.fingerprint), wanted, exclude=run_key(record)
-        )
+        key = self.record_key if record is self.record and self.record_key else run_key(record)
+        return self.store.open().recent_runs(host_key(record.fingerprint), wanted, exclude=key)

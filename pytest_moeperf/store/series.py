@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ..verdicts.changes import ChangePoint, Point, bisect_command, change_points
-from .runstore import SeriesRow
+from .runstore import RunStore, SeriesRow
 
 FALLBACK_LOG_SE = 0.05
 """A run's median's log SE where it kept fewer than two samples (it cannot say its own)."""
@@ -94,3 +94,11 @@ def find_changes(
             }
         )
     return found
+
+
+def store_changes(store: RunStore, margin: float, **where: str) -> tuple[list[Series], list[Found]]:
+    """The series of *store* (narrowed by *where*: ``host=``, ``profile=``, ...) and their
+    change points, each knowing whether it lies after its host's last accept."""
+    all_series = series_of(store.series_rows(**where))
+    accepted = {h: store.accepted_at(h) for h in {s.host for s in all_series}}
+    return all_series, find_changes(all_series, accepted, margin)

@@ -71,7 +71,8 @@ from pytest_moeperf.run.gate import BuildUnderTest, run_gate
 from pytest_moeperf.run.profiles import Configuration, Profile
 from pytest_moeperf.run.rounds import decide_pair
 from pytest_moeperf.run.session import Options, PerfSession
-from pytest_moeperf.run.source import PAIRED_METHOD, Feed, RunSource, Side
+from pytest_moeperf.run.source import PAIRED_METHOD, Feed, Side
+from pytest_moeperf.run.source import Host as RunHost
 from pytest_moeperf.store.record import SideRounds
 from pytest_moeperf.verdicts.creep import judge_chain, link_spread
 from pytest_moeperf.verdicts.gate import GateRow
@@ -181,7 +182,7 @@ class SimulatedFeed(Feed):
         )
 
 
-class SimulatedSource(RunSource):
+class SimulatedSource(RunHost):
     """The session's source: every pair is a :class:`SimulatedFeed` of the current run; the host
     stays where it is (the simulated host moves only in its rounds)."""
 
@@ -213,10 +214,6 @@ class SimulatedSource(RunSource):
 
     def fingerprint(self, profile: Profile, label: str | None = None) -> dict[str, Any]:
         return {"cpu_model": "simulated", "cpus": 2}
-
-    @property
-    def host_changes(self) -> list[str]:
-        return []
 
 
 class SimulatedStage:

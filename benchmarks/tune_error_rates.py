@@ -32,7 +32,8 @@ from pytest_moeperf.measure.measurement import Measurement
 from pytest_moeperf.measure.workload import Workload
 from pytest_moeperf.run.profiles import Configuration, Profile
 from pytest_moeperf.run.session import Options, PerfSession
-from pytest_moeperf.run.source import Feed, RunSource, Side
+from pytest_moeperf.run.source import Feed, Side
+from pytest_moeperf.run.source import Host as RunHost
 from pytest_moeperf.run.tune import Knob, Race, RaceState, run_race
 
 SCENARIOS: dict[str, dict[str, float]] = {
@@ -47,7 +48,7 @@ WRONG = {
 }
 
 
-class SimRace(RunSource):
+class SimRace(RunHost):
     """A session's source whose pairs are simulated rounds at the ratio of the two sides'
     true speeds (the ``-t`` value names the speed), on one simulated host."""
 
@@ -75,10 +76,6 @@ class SimRace(RunSource):
 
     def fingerprint(self, profile: Profile, label: str | None = None) -> dict[str, Any]:
         return {}
-
-    @property
-    def host_changes(self) -> list[str]:
-        return []
 
 
 class NoStage:

@@ -178,7 +178,7 @@ class MoePerf:
         ref = session.reference(profile) if rule.kind != "change" else None
         if ref is not None:
             session.reference_rows.append(ref.row(self.nodeid, got.verdict, got.b, got.a))
-        session.verdicts.append(got.record(self.nodeid, label))
+        session.journal.judged(got.record(self.nodeid, label))
         return got.verdict
 
     def _against_reference(self, verdict: Verdict) -> str:
@@ -229,7 +229,7 @@ class MoePerf:
                 blocks=got.blocks,
             )  # fmt: skip
             if ratio is not None:
-                self.session.bench_rounds.append(BenchRound(self.nodeid, label, ratio))
+                self.session.journal.bench_round(BenchRound(self.nodeid, label, ratio))
 
     def judge(self, claim: str | Claim) -> Verdict:
         """The verdict of *claim* (holds / fails / undecided) on this session's measurements.
@@ -364,7 +364,7 @@ class MoePerf:
         self._touch(checked.measurement)
         row = BaselineRow(self.nodeid, checked.measurement, checked.check)
         self.checks.append(row)
-        session.baseline_rows.append(row)
+        session.checked(row)
         check = checked.check
         if check.outcome == "fail":
             pytest.fail(baseline_failure(self.checks, bf.path), pytrace=False)

@@ -41,7 +41,7 @@ def _host_lines(perf: PerfSession) -> list[str]:
     """The host as this run measured it, and how long its servers took to start."""
     return host_lines(
         perf.source.probes.values(), perf.source.host_changes, perf.measurements.values()
-    ) + start_lines(perf.source.load_times(), perf.source.setup_seconds)
+    ) + start_lines(perf.journal.load_times(), perf.source.setup_seconds)
 
 
 def _references(
@@ -93,10 +93,10 @@ def write_report(perf: PerfSession) -> None:
     text = markdown_report(
         list(perf.measurements.values()),
         perf.baseline_rows,
-        [(v.test, v.verdict) for v in perf.verdicts],
+        [(v.test, v.verdict) for v in perf.journal.verdicts],
         fp,
         startup_lines(perf.source.findings),
-        bench_rows(perf) if perf.bench else None,
+        bench_rows(perf) if perf.journal.bench else None,
         host_lines=_host_lines(perf),
         traffic=record.traffic,
         sections=sections,
@@ -162,12 +162,12 @@ def _measured_blocks(perf: PerfSession, reporter: pytest.TerminalReporter) -> No
         title = "GPUs while measuring (nvidia-smi dmon: median sm, max memory, median PCIe):"
         _block(reporter, title, *(f"  {line}" for line in gpus))
     # the record written at session finish holds every pass already: not serialised again
-    if traffic := traffic_rows(perf.record.traffic if perf.record else perf.source.traffic_runs()):
+    if traffic := traffic_rows(perf.record.traffic if perf.record else perf.journal.traffic_runs()):
         title = "traffic (all passes; prefill and decode summed as logstats):"
         _block(reporter, title, text_table(TRAFFIC_HEADERS, traffic))
-    if perf.verdicts:
-        table = text_table(*verdict_rows([(v.test, v.verdict) for v in perf.verdicts]))
-        _block(reporter, table, claims_rate_line(len(perf.verdicts)))
+    if verdicts := perf.journal.verdicts:
+        table = text_table(*verdict_rows([(v.test, v.verdict) for v in verdicts]))
+        _block(reporter, table, claims_rate_line(len(verdicts)))
     if perf.source.notices:  # what verdicts said before measuring (or after their first round)
         _block(
             reporter,
@@ -183,12 +183,11 @@ def _measured_blocks(perf: PerfSession, reporter: pytest.TerminalReporter) -> No
 def _bench_blocks(perf: PerfSession, reporter: pytest.TerminalReporter) -> None:
     """The summary's blocks of llama-bench beside the servers (in their rounds, and the
     cross-check with its errors), and llama-server's startup warnings."""
-    if perf.bench_rounds:
+    if perf.journal.bench_rounds:
         title = "llama-bench in the same rounds as the servers (same build, model, flags, pinning):"
-        _block(
-            reporter, title, text_table(BENCH_ROUND_HEADERS, bench_round_rows(perf.bench_rounds))
-        )
-    if perf.bench or perf.bench_errors:
+        rows = bench_round_rows(perf.journal.bench_rounds)
+        _block(reporter, title, text_table(BENCH_ROUND_HEADERS, rows))
+    if perf.journal.bench or perf.bench_errors:
         _block(
             reporter,
             "llama-bench cross-check (same model, flags, pinning):",

@@ -134,12 +134,12 @@ def run_bisect(
     saved there as soon as it is measured."""
 
     def gate(baseline: BuildUnderTest, candidate: BuildUnderTest) -> Gated:
-        before = len(session.verdicts)
+        before = len(session.journal.verdicts)
         got = _compare(
             session, stage, profile, baseline, candidate, configurations, metric, margin, budget
         )
         # the gate forgot the previous gate's sides: the session holds this gate's alone
-        record = replace(session.run_record(), verdicts=session.verdicts[before:])
+        record = replace(session.run_record(), verdicts=session.journal.verdicts[before:])
         return got, record.to_dict()
 
     return search(

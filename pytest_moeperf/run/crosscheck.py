@@ -70,13 +70,13 @@ def cross_check(session: PerfSession) -> None:
             session.bench_errors.append(f"{rec.server.name}: cross-check skipped: {exc}")
             continue
         for m in ms:
-            session.bench[(*key, m.workload.name)] = results[m.workload.name]
+            session.journal.benched((*key, m.workload.name), results[m.workload.name])
 
 
 def bench_rows(session: PerfSession) -> tuple[list[str], list[list[str]]]:
     """configuration | workload | server tok/s | bench tok/s | gap (%) | build."""
     rows = []
-    for key, b in session.bench.items():
+    for key, b in session.journal.bench.items():
         server = session.measurements[key].summary.median
         bench = statistics.median(b.values)
         gap = f"{100 * (server / bench - 1):+.1f}"

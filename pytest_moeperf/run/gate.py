@@ -36,7 +36,7 @@ from .crosscheck import bench_in_rounds
 from .profiles import Configuration, HostLacks, Pinning, Profile, host_owns
 from .rounds import Decided, decide_pair
 from .session import PerfSession
-from .source import BenchSampler, CheckedHost, RunSource, Side, block_length
+from .source import BenchSampler, CheckedHost, Host, Side, block_length
 
 BASELINE, CANDIDATE = "baseline", "candidate"
 
@@ -287,7 +287,7 @@ def run_gate(
 
 
 def _runnable(
-    source: RunSource,
+    source: Host,
     stage: Stage,
     profile: Profile,
     gated: Profile,
@@ -365,7 +365,7 @@ class _Gating:
         )
         if got.resolution:  # said before the row measured; kept with the gate
             notes.append(got.resolution)
-        session.verdicts.append(got.record(f"gate {name}.{w.name}", label))
+        session.journal.judged(got.record(f"gate {name}.{w.name}", label))
         change = _paired_change(got, baseline.name) if len(got.rounds[0]) >= 2 else None
         oldest = None
         if change:
@@ -430,7 +430,7 @@ def _closing_notes(
             "the same rounds, so the ratios stand, but these numbers are no baselines"
         )
     notes += [f"host probe: {p.describe()}" for p in source.probes.values()]
-    notes += start_lines(source.load_times(), source.setup_seconds)
+    notes += start_lines(source.journal.load_times(), source.setup_seconds)
     return notes
 
 

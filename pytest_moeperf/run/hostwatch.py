@@ -14,6 +14,7 @@ from ..host.locks import measuring
 from ..host.machine import format_cpu_list, online_cpus, parse_cpu_list
 from ..host.preflight import neighbours, node_memory, numa_balancing, preflight_lines
 from ..host.probe import Probe, probe_moved, run_probe
+from ..store.journal import Journal
 
 FIRST_PROBES = 4
 """The most probes a CPU set's first reading takes: probes until two in a row agree (within
@@ -29,17 +30,14 @@ class ProbeSettings(Protocol):
 class HostWatch:
     """The probes of a run by CPU set (``"0-1"``) and the host changes they show."""
 
-    def __init__(self, settings: ProbeSettings, report: Callable[[str], None]) -> None:
+    def __init__(
+        self, settings: ProbeSettings, report: Callable[[str], None], journal: Journal | None = None
+    ) -> None:
         self.settings = settings
         self.report = report
-        self.probes: dict[str, Probe] = {}
-        """The calibration probe of each CPU set (``"0-1"``), taken before its first
-        measurement: what this run's numbers and baselines are judged against."""
-        self.reprobes: dict[str, list[tuple[float, Probe]]] = {}
-        """Later probes of each CPU set (wall time, probe): before verdicts, and at the end."""
-        self._changes: dict[str, str] = {}
-        """How the host changed under the run: the latest line of each probe figure that
-        moved (``"compute on CPUs 0-1"`` -> its line)."""
+        self.journal = journal if journal is not None else Journal()
+        """The run's journal: each probe, later probe and move of the host is appended to it as
+        it happens."""
         self._probed_at: dict[str, float] = {}
         self._flown: set[str] = set()
 
@@ -87,7 +85,8 @@ class HostWatch:
                     taken[-2], taken[-1], tolerance=tolerance
                 ):
                     taken.append(run_probe(cpus))
-            probe = self.probes[key] = taken[-1]
+            probe = taken[-1]
+            self.journal.probed(key, probe)
             self._probed_at[key] = time.time()
             self.report(f"moeperf: host probe: {probe.describe()} in {probe.seconds:.1f} s")
             if probe_moved(taken[-2], probe, tolerance=tolerance):
@@ -103,37 +102,43 @@ class HostWatch:
                 )
         return self.probes[key]
 
+    @property
+    def probes(self) -> dict[str, Probe]:
+        """The calibration probe of each CPU set (``"0-1"``), taken before its first
+        measurement: what this run's numbers and baselines are judged against."""
+        return self.journal.probes
+
     def host_moved(self, keys: set[str] | list[str], *, force: bool = False) -> list[str]:
         """Probe the CPU sets *keys* again (when their last probe is older than
         ``options.reprobe_seconds``, or always with *force*) and say how each moved from its first
         probe beyond the probe tolerance: one line per figure, ``[]`` when the host is as it
-        was. Every move is also kept in :attr:`host_changes`."""
+        was. Every move is also kept in the journal."""
         lines = []
         tolerance = self.settings.probe_tolerance
         for key in sorted(keys):
             first = self.probes.get(key)
             if first is None:
                 continue
-            seen = self.reprobes.setdefault(key, [])
+            seen = self.journal.reprobes.get(key, [])
             last_at = seen[-1][0] if seen else self._probed_at.get(key, 0.0)
             if force or time.time() - last_at >= self.settings.reprobe_seconds:
                 cpus = parse_cpu_list(key)
                 with measuring(cpus):
-                    seen.append((time.time(), run_probe(cpus)))
+                    self.journal.reprobed(key, time.time(), run_probe(cpus))
+                seen = self.journal.reprobes[key]
                 if probe_moved(first, seen[-1][1], tolerance=tolerance):
                     with measuring(cpus):  # a move must be confirmed by a second probe
-                        seen.append((time.time(), run_probe(cpus)))
+                        self.journal.reprobed(key, time.time(), run_probe(cpus))
             if not seen:
                 continue
             recent = [p for _, p in seen[-2:]]
             for line in probe_moved(first, *recent, tolerance=tolerance):
                 lines.append(line)
                 figure = line.split(":", 1)[0]  # what the line is about: "compute on CPUs 0-1"
-                self._changes.pop(figure, None)  # the latest values last
-                self._changes[figure] = line
+                self.journal.host_changed(figure, line)  # the latest values last
         return lines
 
     @property
     def host_changes(self) -> list[str]:
         """How the host changed under the run (probe figures that moved), one line each."""
-        return list(self._changes.values())
+        return self.journal.host_changes

@@ -5,7 +5,7 @@ pinned on 127.0.0.1 with its environment and log."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -31,14 +31,6 @@ def gpu_env(configuration: Configuration) -> dict[str, str]:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, configuration.gpus))
         env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     return env
-
-
-def server_names(keys: Iterable[ServerKey]) -> dict[ServerKey, str]:
-    """Each server's name as reports show it, ``mmap (b11434)``, with its profile in front
-    (``embedded: mmap (b11434)``) when the keys span more than one profile."""
-    keys = list(keys)
-    several = len({k[0] for k in keys}) > 1
-    return {k: (f"{k[0]}: " if several else "") + f"{k[1]} ({k[2]})" for k in keys}
 
 
 class Launcher:
@@ -254,9 +246,3 @@ class Launcher:
         if configuration.vram_gib is not None:
             est = replace(est, vram=int(configuration.vram_gib * GIB))
         return est
-
-    def load_times(self) -> dict[str, list[float]]:
-        """Seconds each start of each server took to load (until ``/health`` answered), by the
-        server's name (``mmap (b11434)``)."""
-        keys = [k for k in self.pool.starts if k in self.pool.servers]
-        return {name: list(self.pool.starts[k]) for k, name in server_names(keys).items()}

@@ -27,12 +27,12 @@ from ..measure.measurement import Conditions, Measurement, Roofline, Sample
 from ..measure.meter import Meter
 from ..measure.traffic import Pass, TrafficRun, run_pass
 from ..measure.workload import Workload
+from ..store.journal import Journal
 from .feeds import LivePairing, LiveSeries
-from .launch import server_names
 from .live_stage import LiveSettings, LiveStage, banned
 from .pool import ServerKey, ServerRecord
 from .profiles import Configuration, Profile, traffic_of
-from .source import Feed, RunSource, Side
+from .source import Feed, Host, Side
 
 
 def decode_bandwidth(
@@ -73,13 +73,18 @@ def decode_limit(
     return Roofline(bandwidth, source, db.per_token(depth), round(db.limit(bandwidth, depth), 3))
 
 
-class LiveSource(RunSource):
-    """Measurements taken now on this session's servers (its :attr:`stage`)."""
+class LiveSource(Host):
+    """Measurements taken now on this session's servers (its :attr:`stage`), each appended to
+    the run's journal as it is taken, as the stage appends the host's facts."""
 
     def __init__(
-        self, options: LiveSettings, report: Callable[[str], None], progress: Callable[[str], None]
+        self,
+        options: LiveSettings,
+        report: Callable[[str], None],
+        progress: Callable[[str], None],
+        journal: Journal | None = None,
     ) -> None:
-        super().__init__()
+        super().__init__(journal)
         self.options = options
         self.report = report
         """Progress lines shown with ``-v`` (server started, measuring)."""
@@ -91,27 +96,19 @@ class LiveSource(RunSource):
         self.gpu_samples: dict[tuple[str, str, str, str], list[DmonSample]] = {}
         """What ``nvidia-smi dmon`` saw of each measurement's GPUs, every call's samples."""
         self.stage = LiveStage(
-            options, report, progress, self.notice, measured=(self.measurements, self.gpu_samples)
+            options, report, progress, self.notice, self.journal, measured=(self.gpu_samples,)
         )
         """This host and the servers the measurements are taken on."""
 
-    # -- the host and the servers, as the run's record tells them -----------------------------
+    # -- the host and the servers -------------------------------------------------------------
     @property
     def host(self) -> dict[str, Any]:
         return self.stage.host
 
-    @property
-    def probes(self) -> dict[str, Probe]:
-        return self.stage.hostwatch.probes
-
-    @property
-    def host_changes(self) -> list[str]:
-        return self.stage.hostwatch.host_changes
-
     def host_moved(self, measurements: Iterable[Measurement], *, force: bool = False) -> list[str]:
         keys = {m.conditions.probe_cpus for m in measurements if m.conditions.probe_cpus}
         if force and not keys:
-            keys = set(self.probes)
+            keys = set(self.journal.probes)
         return self.stage.hostwatch.host_moved(keys, force=force)
 
     def notice(self, line: str) -> None:
@@ -125,29 +122,11 @@ class LiveSource(RunSource):
     def findings(self) -> dict[ServerKey, list[StartupFinding]]:
         return self.stage.pool.findings
 
-    def load_times(self) -> dict[str, list[float]]:
-        return self.stage.launcher.load_times()
-
     @property
     def setup_seconds(self) -> float:
         return self.stage.launcher.setup_seconds
 
-    def reprobes(self) -> dict[str, list[dict[str, Any]]]:
-        return {
-            k: [{"at": at, **p.to_dict()} for at, p in seen]
-            for k, seen in sorted(self.stage.hostwatch.reprobes.items())
-        }
-
-    def traffic_runs(self) -> dict[str, dict[str, Any]]:
-        traffic = self.stage.traffic
-        keys = [k for k, run in traffic.items() if run.passes]
-        return {name: traffic[k].to_dict() for k, name in server_names(keys).items()}
-
     # -- samples ------------------------------------------------------------------------------
-    @property
-    def taken(self) -> list[Measurement]:
-        return [m for m in self.measurements.values() if m.samples]
-
     def measure(
         self, profile: Profile, configuration: Configuration, workload: Workload,
         repetitions: int | None = None, build: str | None = None,
@@ -161,7 +140,8 @@ class LiveSource(RunSource):
         if have is not None and len(have.samples) >= reps:
             return have
         start = len(have.samples) if have else 0
-        sent = len(self.stage.traffic[key[:3]].passes) if key[:3] in self.stage.traffic else 0
+        traffic = self.journal.traffic
+        sent = len(traffic[key[:3]].passes) if key[:3] in traffic else 0
         probe = self.stage.hostwatch.probe(rec.server.cpus)
         with measuring(rec.server.cpus, rec.gpus):
             # CPU time on the server's CPUs of anything but us and the server
@@ -194,7 +174,7 @@ class LiveSource(RunSource):
             steal = other.steal()
             busy = other.share() + steal
         if workload.is_traffic:  # a metric read off passes sent before: their accounting
-            run = self.stage.traffic[key[:3]]
+            run = traffic[key[:3]]
             sent_now = len(run.passes) > sent or sent == 0
             busy, steal = run.account(ended - began if sent_now else 0.0, busy, steal)
         conditions = self._conditions(
@@ -202,7 +182,9 @@ class LiveSource(RunSource):
         )
         samples = (have.samples if have else ()) + taken
         m = Measurement(configuration.name, rec.label, workload, samples, conditions)
-        self.measurements[key] = m
+        self.journal.measured(key, m)
+        if profile.name not in self.journal.fingerprints:  # the build and model it ran
+            self.journal.fingerprinted(profile.name, self.stage.fingerprint(profile))
         s = m.summary
         self.report(
             f"moeperf: {configuration.name} {workload}: median {s.median:.1f} {workload.unit} "
@@ -238,7 +220,7 @@ class LiveSource(RunSource):
                 f"work while measuring {configuration.name} {workload}: expect noise (wide "
                 "intervals, undecided verdicts)"
             )
-        run = self.stage.traffic.get(key[:3]) if workload.is_traffic else None
+        run = self.journal.traffic.get(key[:3]) if workload.is_traffic else None
         gpu_samples = self.gpu_samples.get(key)
         db = self.stage.artifacts.model_bytes(rec.server.model) if workload.kind == "tg" else None
         return Conditions(
@@ -250,7 +232,7 @@ class LiveSource(RunSource):
             log=str(rec.server.log_path),
             server_pid=rec.server.pid,
             server_ready_s=rec.server.ready_seconds,
-            server_starts=tuple(self.stage.pool.starts.get(key[:3], [])),
+            server_starts=tuple(self.journal.starts.get(key[:3], [])),
             streamed=self._streams.get(key[:3], False),
             spans=(*old.spans, span),
             measured_s=measured,
@@ -315,9 +297,9 @@ class LiveSource(RunSource):
         """Samples of a traffic metric beyond those its measurement holds, one per pass, until it
         has *repetitions* (:meth:`TrafficRun.samples`)."""
         key = (profile.name, configuration.name, rec.label)
-        run = self.stage.traffic.get(key)
+        run = self.journal.traffic.get(key)
         if run is None:
-            run = self.stage.traffic[key] = TrafficRun(
+            run = self.journal.traffic[key] = TrafficRun(
                 traffic_of(profile, configuration, self.options.rootdir)
             )
         have = self.measurements.get((*key, workload.name))

@@ -26,6 +26,7 @@ from ..measure.meter import server_vocab
 from ..measure.output import greedy_tokens
 from ..measure.traffic import TrafficRun
 from ..measure.workload import Workload
+from ..store.journal import Journal
 from .artifacts import SYNTHETIC, Artifacts
 from .hostwatch import HostWatch
 from .launch import Launcher, gpu_env
@@ -67,20 +68,25 @@ class LiveStage:
         report: Callable[[str], None],
         progress: Callable[[str], None],
         notice: Callable[[str], None],
+        journal: Journal,
         measured: Sequence[dict[Any, Any]] = (),
     ) -> None:
         self.options = options
+        self.journal = journal
+        """The run's journal: the host's fingerprint, probes, servers' starts and traffic are
+        appended to it as they happen."""
         self.measured = measured
-        """What was measured on the servers, in stores keyed from the server's key (profile,
-        configuration, build label, ...): dropped with the servers by :meth:`forget`."""
-        self._host: dict[str, Any] | None = None
+        """What else was kept of the servers' measurements, keyed from the server's key
+        (profile, configuration, build label, ...): dropped with them by :meth:`forget`."""
         self._fingerprints: dict[str, dict[str, Any]] = {}
         self._vocab: dict[Path, int] = {}
-        self.pool = ServerPool(lambda: ServerPool.host_capacity(options.host_memory), report=report)
+        self.pool = ServerPool(
+            lambda: ServerPool.host_capacity(options.host_memory), report=report, journal=journal
+        )
         """The running servers and the scheduler that lets them start."""
         self.artifacts = Artifacts(options, progress)
         """The builds and models the servers run."""
-        self.hostwatch = HostWatch(options, report)
+        self.hostwatch = HostWatch(options, report, journal)
         """The host probed before measurements and verdicts, and how it moved."""
         worker = os.environ.get("PYTEST_XDIST_WORKER")  # its own logs: workers start together
         logs = time.strftime("%Y%m%d-%H%M%S") + (f"-{worker}" if worker else "")
@@ -95,22 +101,20 @@ class LiveStage:
             busy_limit=options.busy_limit,
             notice=notice,
         )
-        self.traffic: dict[ServerKey, TrafficRun] = {}
-        """Every pass of traffic sent to each server, with its raw per-request timings."""
 
     # -- the host -----------------------------------------------------------------------------
     @property
     def host(self) -> dict[str, Any]:
-        """This host's fingerprint (taken once)."""
-        if self._host is None:
-            self._host = host_fingerprint()
-        return self._host
+        """This host's fingerprint (taken once, into the journal)."""
+        if not self.journal.host:
+            self.journal.hosted(host_fingerprint())
+        return self.journal.host
 
     def fingerprint(self, profile: Profile, label: str | None = None) -> dict[str, Any]:
         """The facts *profile*'s numbers are taken on: the host with its probes, the
         llama-server build (of the servers of build *label*, when given: the gate's candidate)
         and the model (name, size of all its files, how many, hash of the first one's head)."""
-        probes = {k: p.to_dict() for k, p in sorted(self.hostwatch.probes.items())}
+        probes = {k: p.to_dict() for k, p in sorted(self.journal.probes.items())}
         if label is not None or profile.name not in self._fingerprints:
             fp = {**self.host, "probes": probes}
             servers = self.pool.servers.items()
@@ -155,7 +159,8 @@ class LiveStage:
         """Drop the measurements and stop the servers of these build labels of *profile*: a
         gate's sides (``baseline``, ``candidate``) about to name other builds."""
         gone = set(labels)
-        for store in (*self.measured, self.traffic):
+        self.journal.forget(profile, gone)
+        for store in self.measured:
             for key in [k for k in store if k[0] == profile and k[2] in gone]:
                 del store[key]
         self.stop_servers(keep=lambda k: not (k[0] == profile and k[2] in gone))
@@ -195,7 +200,7 @@ class LiveStage:
         """Every pass of traffic sent to the server of (profile, configuration)."""
         return next(
             run
-            for k, run in self.traffic.items()
+            for k, run in self.journal.traffic.items()
             if k[0] == profile.name and k[1] == configuration.name
         )
 

@@ -37,6 +37,7 @@ from ..llama.build import Build
 from ..llama.footprint import GIB, Footprint
 from ..llama.server import LlamaServer
 from ..llama.startup import StartupFinding, offload_failure, scan_startup
+from ..store.journal import Journal
 from .profiles import Configuration, HostLacks
 
 ServerKey = tuple[str, str, str]  # (profile, configuration, build label)
@@ -144,6 +145,7 @@ class ServerPool:
         ledger: MemoryLedger | None = None,
         gpu_reader: GpuReader | None = None,
         wait: float = MEMORY_WAIT,
+        journal: Journal | None = None,
     ) -> None:
         self._capacity = capacity
         """The capacity, or how to read it when a server first asks (``host_capacity``)."""
@@ -156,8 +158,8 @@ class ServerPool:
         self.servers: dict[ServerKey, ServerRecord] = {}
         self.findings: dict[ServerKey, list[StartupFinding]] = {}
         """Performance warnings each server printed at its (last) start."""
-        self.starts: dict[ServerKey, list[float]] = {}
-        """Seconds each start of a server took until ``/health`` answered (its load time)."""
+        self.journal = journal if journal is not None else Journal()
+        """The run's journal, where each start's load time is appended."""
         self._touched: dict[ServerKey, float] = {}
         self._in_use: Counter[ServerKey] = Counter()
 
@@ -421,7 +423,7 @@ class ServerPool:
         startup = last_start(server.log_path)
         self.findings[key] = scan_startup(startup)
         self.servers[key] = rec
-        self.starts.setdefault(key, []).append(server.ready_seconds or 0.0)
+        self.journal.started(key, server.ready_seconds or 0.0)
         self._touched[key] = time.monotonic()
         line = offload_failure(startup, rec.configuration.server_args) if rec.gpus else None
         if line is not None:
@@ -451,7 +453,7 @@ class ServerPool:
     def forget(self, which: Callable[[ServerKey], bool]) -> None:
         """Drop what the pool keeps of the (stopped) servers *which* selects: their load
         times and startup warnings (a gate's sides about to name other builds)."""
-        for table in (self.starts, self.findings, self._touched):
+        for table in (self.findings, self._touched):
             for k in [k for k in table if which(k)]:
                 del table[k]
 

@@ -15,9 +15,11 @@ from dataclasses import replace
 from typing import Any
 
 from ..errors import ResultsError
+from ..host.probe import Probe
 from ..measure.dependence import Dependence
 from ..measure.measurement import Measurement
 from ..measure.workload import Workload
+from ..store.journal import Journal, MeasurementKey
 from ..store.record import matching, rounds_of
 from ..store.replay import Replay
 from ..verdicts.sequential import Plan
@@ -25,7 +27,7 @@ from .profiles import Configuration, Profile
 from .source import (
     PAIRED_METHOD,
     Feed,
-    RunSource,
+    Host,
     Side,
     StoredFeed,
     block_length,
@@ -58,21 +60,32 @@ def stored_plan(stored: Mapping[str, float | None]) -> Plan:
     )
 
 
-class ReplaySource(RunSource):
-    """Measurements and rounds from a stored file."""
+class ReplaySource(Host):
+    """A stored host: measurements and rounds read back from a stored run's journal (a
+    results file, the store, a baseline file). What it gives the run is read, not taken:
+    :attr:`measurements` are its own, and the run's journal gets no measurement of it."""
 
-    def __init__(self, replay: Replay, profiles: Mapping[str, Profile]) -> None:
-        super().__init__()
+    def __init__(
+        self, replay: Replay, profiles: Mapping[str, Profile], journal: Journal | None = None
+    ) -> None:
+        super().__init__(journal)
         self.replay = replay
+        self.given: dict[MeasurementKey, Measurement] = {}
+        """Each stored measurement the run was given, by (profile, configuration, build,
+        workload)."""
         self._unused = list(replay.verdicts)
         check_configurations(replay, profiles)
+
+    @property
+    def measurements(self) -> dict[MeasurementKey, Measurement]:
+        return self.given
 
     def measure(
         self, profile: Profile, configuration: Configuration, workload: Workload,
         repetitions: int | None = None, build: str | None = None,
     ) -> Measurement:  # fmt: skip
         m = self.replay.find(profile.name, configuration.name, workload, build, profile.build_label)
-        self.measurements[(profile.name, m.configuration, m.build, workload.name)] = m
+        self.given[(profile.name, m.configuration, m.build, workload.name)] = m
         return m
 
     def pair(self, profile: Profile, a: Side, b: Side, *, label: str, relation: str) -> Feed:
@@ -109,6 +122,10 @@ class ReplaySource(RunSource):
     @property
     def measured_on(self) -> dict[str, Any]:
         return dict(self.replay.fingerprint)
+
+    @property
+    def probes(self) -> dict[str, Probe]:
+        return {}  # the stored run's are in its fingerprint: no probe of this run
 
     @property
     def host_changes(self) -> list[str]:

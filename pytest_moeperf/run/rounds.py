@@ -164,11 +164,12 @@ def until_decided(
     :func:`auto_budget`, *auto_rounds* of them), and *notice* hears at once when the first
     look cannot fit in the budget, instead of the verdict spending it to end undecided
     without a word."""
+    looks_given = feed.plan is not None  # the feed brings the looks its rounds were judged at
     plan = feed.plan or plan
-    reach_fixed = feed.plan is not None
+    reach_fixed = looks_given
     began, setup = time.monotonic(), feed.setup_seconds()
     limit = math.inf if budget is None else budget
-    paced = feed.ready > 0 and feed.plan is not None  # a stored feed: nothing to pace
+    paced = False  # the pace is of rounds measured now: beyond those the feed holds
 
     def measuring() -> float:
         return time.monotonic() - began - (feed.setup_seconds() - setup)
@@ -210,8 +211,8 @@ def until_decided(
                 plan = plan.within(len(rounds) + math.floor(REACH_ALLOWANCE * left / pace) + 1)
                 reach_fixed = True
             spent = exhausted or not feed.more(len(rounds)) or measuring() > limit
-            if spent and feed.plan is None:  # the last look is the rounds there are, a look
-                plan = plan.within(len(rounds))  # of the plan's own (a stored plan is one)
+            if spent and not looks_given:  # the last look is the rounds there are, a look
+                plan = plan.within(len(rounds))  # of the plan's own (a given plan is one)
             result, final = judge(rounds, spent, plan)
             if final:
                 return Ran(result, rounds, measuring(), plan)

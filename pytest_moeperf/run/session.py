@@ -26,7 +26,6 @@ from ..defaults import (
 )
 from ..errors import BaselineError, ConfigError, StoreError
 from ..fs import write_output
-from ..llama.bench import BenchResult
 from ..measure.dependence import Dependence
 from ..measure.measurement import Measurement
 from ..store.accept import accept_measurements, refusals, refuse
@@ -35,9 +34,10 @@ from ..store.baselines import BaselineEntry, BaselineFile, load_baselines
 from ..store.database import store_url
 from ..store.history import write_history
 from ..store.hosts import BaselineHost, canonical_workload, host_key
-from ..store.record import BenchRound, CheckRecord, RunRecord, VerdictRecord, bench_entry
+from ..store.journal import Journal
+from ..store.record import CheckRecord, RunRecord
 from ..store.replay import Replay
-from ..store.runstore import run_key
+from ..store.runstore import RunStore, run_key
 from ..store.sessions import session_medians
 from ..store.transfer import StoreHandle
 from ..verdicts.baseline_check import BaselineRow
@@ -48,7 +48,7 @@ from ..verdicts.sequential import Plan
 from .live import LiveSource
 from .profiles import Profile, load_profiles
 from .replayed import ReplaySource
-from .source import MeasurementKey, RunSource, Servers
+from .source import Host, MeasurementKey, Servers
 
 
 @dataclass
@@ -146,7 +146,7 @@ class PerfSession:
         options: Options,
         report: Callable[[str], None] | None = None,
         progress: Callable[[str], None] | None = None,
-        source: RunSource | None = None,
+        source: Host | None = None,
         servers: Servers | None = None,
         profiles: dict[str, Profile] | None = None,
     ) -> None:
@@ -172,21 +172,20 @@ class PerfSession:
             else:
                 source = LiveSource(options, self.report, self.progress)
                 servers = source.stage
-        self.source: RunSource = source
-        """Where samples come from: live servers, or a replayed file."""
+        self.source: Host = source
+        """The host samples come from: live servers, or a stored run."""
+        self.journal: Journal = source.journal
+        """What happens in this run, appended as it happens by the host, the loop and the
+        tests (:mod:`pytest_moeperf.store.journal`); frozen, the run record."""
         self.servers: Servers | None = servers
         """The servers this session starts (``None``: a replayed run starts none)."""
         self.last_use: dict[tuple[str, str], int] = {}
-        self.verdicts: list[VerdictRecord] = []
         self.baseline_rows: list[BaselineRow] = []
+        """Each baseline check with its measurement, for the report (the journal keeps the
+        check)."""
         self.reference_rows: list[ReferenceRow] = []
         """Each claim and dead end of a profile with a ``reference``, beside its numbers."""
         self._references: dict[str, Reference | None] = {}
-        self.bench_rounds: list[BenchRound] = []
-        """With ``--moeperf-bench``: each paired verdict's sides' server/bench ratios,
-        llama-bench measured in the same rounds as the servers."""
-        self.bench: dict[MeasurementKey, BenchResult] = {}
-        """llama-bench's numbers for measured workloads (``--moeperf-bench``)."""
         self.bench_errors: list[str] = []
         self.results_path: Path | None = None
         self.record: RunRecord | None = None
@@ -330,7 +329,7 @@ class PerfSession:
         """Write this session's measurements as the new baselines of their profiles, on this
         host: refused, nothing written, when tests failed, the host changed under the run or a
         measurement was taken on a busy host (:func:`~pytest_moeperf.store.accept.refusals`)."""
-        taken = self.source.taken
+        taken = self.journal.taken
         refused = refusals(
             failed=failed,
             host_changes=self.source.host_changes,
@@ -383,34 +382,27 @@ class PerfSession:
         return written
 
     # -- the run record ---------------------------------------------------------------------------
+    def checked(self, row: BaselineRow) -> None:
+        """A test's baseline check: into the journal, and the report's rows."""
+        self.journal.checked(CheckRecord(row.nodeid, row.measurement.key, row.check))
+        self.baseline_rows.append(row)
+
     def run_record(self) -> RunRecord:
-        """Everything this session measured and judged, as the results file holds it."""
-        measured = self.measurements.values()
-        profiles = sorted({m.conditions.profile for m in measured if m.conditions.profile})
-        return RunRecord(
-            fingerprint=self.source.host,
-            fingerprints={p: self.source.fingerprint(self.profile(p)) for p in profiles},
-            probes={k: p.to_dict() for k, p in sorted(self.source.probes.items())},
-            reprobes=self.source.reprobes(),
-            host_changes=list(self.source.host_changes),
-            server_starts=self.source.load_times(),
-            measurements=list(self.measurements.values()),
-            traffic=self.source.traffic_runs(),
-            verdicts=list(self.verdicts),
-            bench_rounds=list(self.bench_rounds),
-            bench=[bench_entry(k, b) for k, b in self.bench.items()],
-            baseline_checks=[
-                CheckRecord(r.nodeid, r.measurement.key, r.check) for r in self.baseline_rows
-            ],
-        )
+        """Everything this session measured and judged, as the results file holds it: its
+        journal, frozen."""
+        return self.journal.freeze()
 
     def write_results(self) -> Path | None:
         """Write the run record into the history folder (results file, pytest-benchmark saved
         run, llama-bench JSONL rows), atomically, then into the store in one transaction;
         ``None`` when this run measured nothing. A store that cannot take it is a
         :class:`~pytest_moeperf.errors.StoreError` raised after the files are written."""
-        if not self.source.taken:
+        if not self.journal.taken:
             return None
+        try:  # opened first: a new default store takes in the older runs' files, not this one's
+            store: RunStore | StoreError = self.store.open()
+        except StoreError as exc:
+            store = exc
         record = self.record = self.run_record()
         written = write_history(record, self.options.results_dir)
         path = written[0]
@@ -419,7 +411,9 @@ class PerfSession:
             path = self.options.results_file
         self.record_key = run_key(record)  # the record's hash: once, for the store and history
         try:
-            self.store.open().add_run(record, key=self.record_key)
+            if isinstance(store, StoreError):
+                raise store
+            store.add_run(record, key=self.record_key)
         except StoreError as exc:
             raise StoreError(
                 f"{exc} (this run is in {written[0]}: moeperf store import "

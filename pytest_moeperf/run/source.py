@@ -1,15 +1,17 @@
-"""Where samples come from: a *source* gives the measurements of (configuration, workload,
-build) of a profile, and the rounds of a verdict, from live servers or from a stored run.
+"""Where samples come from: a *host*, live or stored, gives the measurements of
+(configuration, workload, build) of a profile, and the rounds of a verdict, and appends what
+happens on it to the run's journal (:mod:`pytest_moeperf.store.journal`).
 
-Everything above a source (the rounds loop, the fixture, the gate, bisect) asks it for
-measurements and *feeds* and never asks which kind it is:
+Everything above a host (the rounds loop, the fixture, the gate, bisect) asks it for
+measurements and *feeds* and never asks which kind it is; the loop and the sweeps read only its
+narrow :class:`Source`:
 
 - a :class:`Feed` is one verdict's rounds as the source gives them, a round being one value of
   each side (two sides paired back to back, or one side checked against a stored baseline).
   A live feed measures each round when asked; a stored feed gives the rounds that were
   measured (a verdict's blocks across restarts as the medians they were) and then no more.
   Rounds a feed holds already (:attr:`Feed.ready`) are judged together at the first look.
-- the live source (:mod:`pytest_moeperf.run.live`) measures under locks on the servers its
+- the live host (:mod:`pytest_moeperf.run.live`) measures under locks on the servers its
   stage (:mod:`pytest_moeperf.run.live_stage`) starts, accounts for other work and steal while
   measuring, warms servers up and sends requests and traffic; the replayed one
   (:mod:`pytest_moeperf.run.replayed`) reads a results or baseline file.
@@ -29,13 +31,12 @@ from ..llama.startup import StartupFinding
 from ..measure.measurement import Measurement
 from ..measure.stats import Figure
 from ..measure.workload import Workload
+from ..store.journal import Journal, MeasurementKey
 from ..store.record import SideRounds
 from ..verdicts.sequential import Coin, Plan
 from .pool import ServerKey, ServerRecord
 from .profiles import Configuration, Profile
 
-MeasurementKey = tuple[str, str, str, str]
-"""(profile, configuration, build label, workload)."""
 BLOCK_SAMPLES = 3
 """Samples per server process when two sides are measured across restarts."""
 PAIRED_METHOD = "paired rounds"
@@ -162,20 +163,59 @@ def side_rounds(profile: Profile, m: Measurement, first: int, per_round: int = 1
     return SideRounds(profile.name, m.configuration, m.build, m.workload.name, first, per_round)
 
 
-class Source(ABC):
-    """What the decision loop reads (:mod:`pytest_moeperf.run.rounds`): measurements, the
-    rounds of a verdict, how the host moved under them, and what a verdict learned before it
-    spent its budget. Live servers, a stored run and a test's fake all give it."""
+class Source(Protocol):
+    """What the decision loop (:mod:`pytest_moeperf.run.rounds`) and the sweeps read of a
+    host: measurements, the rounds of a verdict, how the host moved under them, and a place
+    for what a verdict learned before spending its budget. A :class:`Host` gives it."""
 
-    def __init__(self) -> None:
-        self.notices: list[str] = []
+    def measure(
+        self, profile: Profile, configuration: Configuration, workload: Workload,
+        repetitions: int | None = None, build: str | None = None,
+    ) -> Measurement:  # fmt: skip
+        ...
+
+    def pair(self, profile: Profile, a: Side, b: Side, *, label: str, relation: str) -> Feed: ...
+
+    def series(
+        self, profile: Profile, configuration: Configuration, workload: Workload
+    ) -> Feed: ...
+
+    def host_moved(
+        self, measurements: Iterable[Measurement], *, force: bool = False
+    ) -> list[str]: ...
+
+    def notice(self, line: str) -> None: ...
+
+
+class Host(ABC):
+    """A host, live or stored: one interface for the session, the fixture, the gate and the
+    decision loop (which reads only its :class:`Source`): measurements, the rounds of a
+    verdict, how the host moved under them, the facts its numbers were taken on. Live servers
+    (:mod:`pytest_moeperf.run.live`), a stored run (:mod:`pytest_moeperf.run.replayed`) and a
+    test's fake all give it; what happens on it goes into one :attr:`journal` of the run,
+    which the store keeps (servers themselves are not here: only a live host has them,
+    :class:`Servers`)."""
+
+    def __init__(self, journal: Journal | None = None) -> None:
+        self.journal = journal if journal is not None else Journal()
+        """What happens in this run, as it happens (frozen: its run record)."""
+
+    @property
+    def measurements(self) -> dict[MeasurementKey, Measurement]:
+        """Every measurement this host gave the run, by (profile, configuration, build,
+        workload): the journal's (a stored host's are read, not taken: its own)."""
+        return self.journal.measurements
+
+    @property
+    def notices(self) -> list[str]:
         """What verdicts learned before spending their budgets, in order."""
+        return self.journal.notices
 
     def notice(self, line: str) -> None:
-        """Keep *line*, and say it now whatever the verbosity (a live source): what a verdict
-        learns before it spends its budget (a first look that cannot fit, an automatic
-        budget)."""
-        self.notices.append(line)
+        """Keep *line* in the journal, and say it now whatever the verbosity (a live host):
+        what a verdict learns before it spends its budget (a first look that cannot fit, an
+        automatic budget)."""
+        self.journal.noticed(line)
 
     @abstractmethod
     def measure(
@@ -198,31 +238,14 @@ class Source(ABC):
         """How the host moved under these measurements' CPUs since the run's first probe
         (probing them again when due, or with *force*); ``[]`` when it stayed."""
 
-
-class RunSource(Source):
-    """A session's source: the loop's, and what the run's record and summary say of where its
-    numbers came from (the host, its probes, the servers' starts and traffic), live or as a
-    stored run has them. Servers themselves are not here: only a live host has them
-    (:class:`Servers`)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.measurements: dict[MeasurementKey, Measurement] = {}
-        """Every measurement this source gave, by (profile, configuration, build, workload)."""
-
-    @property
-    def taken(self) -> list[Measurement]:
-        """The measurements this run took itself (what its run record holds)."""
-        return []
-
-    @abstractmethod
     def fingerprint(self, profile: Profile, label: str | None = None) -> dict[str, Any]:
         """The host and build facts *profile*'s numbers were taken on (of build *label*)."""
+        return {}
 
     @property
     def host(self) -> dict[str, Any]:
         """This host's fingerprint, without builds and models (``{}``: not this host's)."""
-        return {}
+        return self.journal.host
 
     @property
     def measured_on(self) -> dict[str, Any]:
@@ -232,35 +255,23 @@ class RunSource(Source):
 
     @property
     def probes(self) -> dict[str, Probe]:
-        """The calibration probe of each CPU set (``"0-1"``)."""
-        return {}
+        """The calibration probe of each CPU set (``"0-1"``) the run took."""
+        return self.journal.probes
 
     @property
-    @abstractmethod
     def host_changes(self) -> list[str]:
-        """How the host changed under the run, one line per probe figure that moved."""
-
-    def reprobes(self) -> dict[str, list[dict[str, Any]]]:
-        """Later probes of each CPU set (before verdicts, at the end), with their times."""
-        return {}
+        """How the host changed under the numbers, one line per probe figure that moved."""
+        return self.journal.host_changes
 
     @property
     def findings(self) -> dict[ServerKey, list[StartupFinding]]:
         """Performance warnings each server printed at its (last) start."""
         return {}
 
-    def load_times(self) -> dict[str, list[float]]:
-        """Seconds each start of each server took, by the server's name."""
-        return {}
-
     @property
     def setup_seconds(self) -> float:
         """Seconds spent on builds, models and server starts (outside every budget)."""
         return 0.0
-
-    def traffic_runs(self) -> dict[str, dict[str, Any]]:
-        """Each server's traffic, every pass and request, by the server's name."""
-        return {}
 
 
 class ServerControl(Protocol):

@@ -7,7 +7,7 @@ cells, or accepted samples); a bisect's ``--json`` holds the run record of each 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,24 +18,40 @@ from ..measure.stats import Figure
 from ..measure.workload import Workload
 from ..verdicts.reference import stand_in
 from .baselines import BaselineEntry, BaselineFile, load_baselines
+from .journal import Journal
 from .record import RunRecord, VerdictRecord, read_record
 
 
 @dataclass
 class Replay:
-    """Stored measurements, looked up by (configuration, build, workload)."""
+    """A stored run read back into its journal (:class:`~pytest_moeperf.store.journal.Journal`):
+    its measurements looked up by (configuration, build, workload)."""
 
     path: Path
-    measurements: list[Measurement]
-    fingerprint: dict[str, Any] = field(default_factory=dict)
+    journal: Journal
     profile: str | None = None
     """The profile a baseline file belongs to (``None``: results files name it per row)."""
-    host_changes: list[str] = field(default_factory=list)
-    """How the host changed under the stored run (its probes moved), one line each."""
-    verdicts: list[VerdictRecord] = field(default_factory=list)
-    """The stored run's verdicts, with where their rounds lie in the samples."""
     option: str = "--moeperf-replay"
     """The option that named the file, for messages (``--replay`` of ``moeperf gate``)."""
+
+    @property
+    def measurements(self) -> list[Measurement]:
+        return list(self.journal.measurements.values())
+
+    @property
+    def fingerprint(self) -> dict[str, Any]:
+        """The fingerprint the stored numbers are judged on: the host's, with its probes."""
+        return self.journal.measured_on
+
+    @property
+    def host_changes(self) -> list[str]:
+        """How the host changed under the stored run (its probes moved), one line each."""
+        return self.journal.host_changes
+
+    @property
+    def verdicts(self) -> list[VerdictRecord]:
+        """The stored run's verdicts, with where their rounds lie in the samples."""
+        return self.journal.verdicts
 
     @classmethod
     def load(cls, path: Path) -> Replay:
@@ -48,15 +64,8 @@ class Replay:
 
     @classmethod
     def of_record(cls, path: Path, record: RunRecord, option: str = "--moeperf-replay") -> Replay:
-        """The measurements and verdicts of *record* (read from *path*, named by *option*)."""
-        return cls(
-            path,
-            record.measurements,
-            record.host_fingerprint,
-            host_changes=list(record.host_changes),
-            verdicts=list(record.verdicts),
-            option=option,
-        )
+        """The run of *record* (read from *path*, named by *option*), through its journal."""
+        return cls(path, Journal.of_record(record), option=option)
 
     @classmethod
     def _from_baselines(cls, path: Path) -> Replay:
@@ -78,7 +87,13 @@ class Replay:
             else:
                 fig = Figure(e.value, e.rel_spread or MIN_REL_SPREAD)
                 ms.append(Measurement(e.configuration, e.build, w, (), told, figure=fig))
-        return cls(path, ms, dict(bf.fingerprint), bf.profile)
+        journal = Journal()
+        journal.hosted(bf.fingerprint)
+        for m in ms:  # the first of a key, as a lookup finds it
+            key = (m.conditions.profile, m.configuration, m.build, m.workload.name)
+            if key not in journal.measurements:
+                journal.measured(key, m)
+        return cls(path, journal, bf.profile)
 
     def find(
         self,

@@ -32,6 +32,8 @@ def inner(perf_project):
 def test_a_perf_run_lands_in_the_default_store_once(inner):
     result = inner.runpytest_subprocess("-m", "perf")
     result.assert_outcomes(passed=1)
+    # the new store took in no older run: it did not call this run's own file an import
+    assert not [line for line in result.outlines if "imported" in line]
     folder = inner.path / ".moeperf"
     (record,), problems = read_history(folder)
     assert problems == []

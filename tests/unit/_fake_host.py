@@ -19,7 +19,8 @@ from pytest_moeperf.measure.workload import Workload
 from pytest_moeperf.run import rounds as rounds_mod
 from pytest_moeperf.run.profiles import Configuration, HostLacks, Profile
 from pytest_moeperf.run.session import Options, PerfSession
-from pytest_moeperf.run.source import PAIRED_METHOD, Feed, RunSource, Side
+from pytest_moeperf.run.source import PAIRED_METHOD, Feed, Side
+from pytest_moeperf.run.source import Host as RunHost
 from pytest_moeperf.store.record import SideRounds
 from pytest_moeperf.verdicts.sequential import Coin
 
@@ -127,7 +128,7 @@ def _measurement(key: tuple[str, str, str, str], values: Sequence[float]) -> Mea
     return Measurement(configuration, build, w, samples, told)
 
 
-class FakeSource(RunSource):
+class FakeSource(RunHost):
     """The session's source: rounds of :class:`FakeFeed`, a host that stays where it is."""
 
     def __init__(self, host: Host, clock: Clock, seed: int = 1) -> None:
@@ -158,10 +159,6 @@ class FakeSource(RunSource):
 
     def fingerprint(self, profile: Profile, label: str | None = None) -> dict[str, Any]:
         return {"cpu_model": "fake", "cpus": 2}
-
-    @property
-    def host_changes(self) -> list[str]:
-        return []
 
 
 class FakeStage:

@@ -15,6 +15,7 @@ from pytest_moeperf.report.bisect import bisect_text
 from pytest_moeperf.run import bisect as bisect_mod
 from pytest_moeperf.run.bisect import run_bisect
 from pytest_moeperf.run.gate import BuildUnderTest
+from pytest_moeperf.store.journal import Journal
 from pytest_moeperf.store.record import RunRecord
 from pytest_moeperf.verdicts.bisect import Comparison, classify
 from pytest_moeperf.verdicts.gate import GateResult, GateRow
@@ -81,9 +82,9 @@ class _Profile:
 
 
 class _Session:
-    """All run_bisect reads of a session beside the (fake) gate: its verdicts, its record."""
+    """All run_bisect reads of a session beside the (fake) gate: its journal, its record."""
 
-    verdicts = ()
+    journal = Journal()
 
     def run_record(self) -> RunRecord:
         return RunRecord({})

@@ -183,10 +183,14 @@ def test_an_unknown_available_memory_sets_no_limit(monkeypatch):
 
 def test_forgotten_servers_leave_no_load_times_or_warnings():
     pool, _ = _pool(1000 * MIB, {"a": fp(100), "b": fp(100)})
-    pool.starts = {("p", "a", "b1"): [0.5], ("p", "b", "b1"): [0.7]}
+    pool.journal.started(("p", "baseline", "baseline"), 0.5)
+    pool.journal.started(("p", "b", "b1"), 0.7)
     pool.findings = {("p", "a", "b1"): []}
     pool.forget(lambda k: k[1] == "a")
-    assert pool.starts == {("p", "b", "b1"): [0.7]} and pool.findings == {}
+    assert pool.findings == {}
+    pool.journal.forget("p", ["baseline"])  # the journal forgets a gate's sides' starts
+    assert pool.journal.starts == {("p", "b", "b1"): [0.7]}
+    assert pool.journal.load_times() == {"b (b1)": [0.7]}
 
 
 def test_declared_gpus_are_the_ones_the_server_sees():

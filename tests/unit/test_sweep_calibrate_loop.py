@@ -36,7 +36,7 @@ from pytest_moeperf.run.calibrate import Calibration, run_calibration
 from pytest_moeperf.run.gate import BuildUnderTest
 from pytest_moeperf.run.profiles import Configuration, HostLacks, Profile, parse_profiles
 from pytest_moeperf.run.profiles import traffic_of as traffic_table_of
-from pytest_moeperf.run.source import Feed, Side, Source
+from pytest_moeperf.run.source import Feed, Host, Side
 from pytest_moeperf.run.sweep import METRICS, run_ncmoe_sweep, run_sweep
 from pytest_moeperf.verdicts.calibration import NoiseFigure, noise_figure
 
@@ -255,7 +255,7 @@ def _profiles(tmp_path: Path) -> dict[str, Profile]:
     return parse_profiles(tomllib.loads(PROFILE), "moeperf.toml", tmp_path)
 
 
-class TableSource(Source):
+class TableSource(Host):
     """Measurements whose medians *medians* gives per configuration name and workload name,
     each of three samples around it (and the GPU telemetry *telemetry* gives per
     configuration); every call in *log*."""

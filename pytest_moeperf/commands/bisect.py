@@ -80,9 +80,10 @@ def _builds(args: argparse.Namespace) -> list[BuildUnderTest]:
                 f"published build is {near}"
             )
     builds = [BuildUnderTest(n) for n in published if args.good <= n <= args.bad]
+    steps = max(1, (len(builds) - 2).bit_length())
     common.say(
         f"{len(builds)} published builds from b{args.good} to b{args.bad}: at most "
-        f"{max(1, (len(builds) - 2).bit_length())} steps"
+        f"{steps} step{'s' if steps > 1 else ''}"
     )
     return builds
 

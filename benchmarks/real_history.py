@@ -1,0 +1,146 @@
+"""A real history over published llama.cpp builds: the embedded measurements (the synthetic bench
+MoE, ``-c 4096 -t 2 -np 1``, pp512 and tg64 on the default load mode) on each build in turn, as a
+nightly job that upgrades its build would have them, into one store; then the change points, the
+dashboard and its screenshots.
+
+Each build is run ``--runs`` times, one perf session a run (its own server, probe and results
+file), in build order: the series a store then holds is what a host that measured every night
+and took each new build as it came would hold. Builds come from the build cache
+(``moeperf build N`` first; a missing one is built by the first run that needs it).
+
+    python benchmarks/real_history.py --out /tmp/history --builds 10423,10429,10435 --runs 5
+    python benchmarks/real_history.py --out /tmp/history --report          # changes + dashboard
+    python benchmarks/real_history.py --out /tmp/history --screenshots docs/images
+
+A run already recorded under ``--out`` (its ``runs.json``) is not run again: an interrupted
+history resumes. ``--report`` prints ``moeperf changes`` and writes the dashboard to
+``--out``/site; ``--screenshots`` draws its index and host page in Debian's Chromium (Playwright)
+into the named folder. Run the bisect ``moeperf changes`` prints from ``--out`` (its
+``moeperf.toml`` names the profile).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+PROFILE = "history"
+CONFIG = """\
+# benchmarks/real_history.py: the embedded profile's server and model on published builds.
+[profiles.{profile}]
+description = "CPU-only llama-server of published builds on the synthetic bench MoE (~460 MB f16)"
+build = {first}
+builds = {{ {builds} }}
+model = "synthetic:bench"
+flags = ["-c", "4096", "-t", "2", "-np", "1"]
+workloads = ["pp512", "tg64"]
+repetitions = {repetitions}
+
+[profiles.{profile}.configurations.mmap]
+description = "default load mode (mmap)"
+"""
+TEST = """\
+import os
+
+import pytest
+
+
+@pytest.mark.moeperf(profile="{profile}", configurations=["mmap"])
+def test_history_run(moeperf):
+    build = os.environ.get("HISTORY_BUILD") or None
+    for workload in ("pp512", "tg64"):
+        moeperf.measure("mmap", workload, build=build)
+"""
+
+
+def prepare(out: Path, builds: list[int], repetitions: int) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    first, rest = builds[0], builds[1:]
+    table = ", ".join(f"b{n} = {n}" for n in rest)
+    config = CONFIG.format(profile=PROFILE, first=first, builds=table, repetitions=repetitions)
+    (out / "moeperf.toml").write_text(config)
+    (out / "test_history.py").write_text(TEST.format(profile=PROFILE))
+    (out / "pytest.ini").write_text("[pytest]\nmoeperf_config = moeperf.toml\n")
+
+
+def run_history(out: Path, builds: list[int], runs: int) -> None:
+    done_path = out / "runs.json"
+    done: list[dict[str, object]] = json.loads(done_path.read_text()) if done_path.exists() else []
+    for n in builds:
+        for i in range(runs):
+            if any(d["build"] == n and d["run"] == i for d in done):
+                continue
+            env = dict(os.environ, HISTORY_BUILD="" if n == builds[0] else f"b{n}")
+            began = time.time()
+            proc = subprocess.run(
+                [sys.executable, "-m", "pytest", "-m", "perf", "-q", "-p", "no:cacheprovider",
+                 "--moeperf-allow-empty", "test_history.py"],
+                cwd=out, env=env, capture_output=True, text=True, check=False,
+            )  # fmt: skip
+            seconds = time.time() - began
+            (out / f"run-b{n}-{i}.log").write_text(proc.stdout + proc.stderr)
+            print(f"b{n} run {i + 1}/{runs}: exit {proc.returncode}, {seconds:.0f} s", flush=True)
+            if proc.returncode != 0:
+                sys.exit(f"b{n} run {i + 1} failed: see {out}/run-b{n}-{i}.log")
+            done.append({"build": n, "run": i, "seconds": round(seconds, 1)})
+            done_path.write_text(json.dumps(done, indent=1) + "\n")
+
+
+def report(out: Path) -> None:
+    changes = subprocess.run(
+        ["moeperf", "changes"], cwd=out, capture_output=True, text=True, check=False
+    )
+    (out / "changes.txt").write_text(changes.stdout + changes.stderr)
+    print(changes.stdout + changes.stderr, end="")
+    print(f"moeperf changes: exit {changes.returncode}")
+    subprocess.run(["moeperf", "dashboard", "--output", "site"], cwd=out, check=True)
+
+
+def screenshots(out: Path, folder: Path) -> None:
+    from playwright.sync_api import sync_playwright
+
+    site = out / "site"
+    folder.mkdir(parents=True, exist_ok=True)
+    hosts = sorted(p for p in site.glob("host-*.html"))
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(
+            executable_path=os.environ.get("CHROMIUM", "/usr/bin/chromium"),
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+        )
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        for name, path in [("history-index", site / "index.html")] + [
+            ("history-host", p) for p in hosts[:1]
+        ]:
+            page.goto(path.as_uri())
+            page.screenshot(path=str(folder / f"{name}.png"), full_page=True)
+            print(f"{folder / name}.png")
+        browser.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, required=True, help="the history's folder")
+    ap.add_argument("--builds", default="10423,10429,10435", help="published builds, in order")
+    ap.add_argument("--runs", type=int, default=5, help="perf sessions a build")
+    ap.add_argument("--repetitions", type=int, default=5, help="samples a workload a run")
+    ap.add_argument("--report", action="store_true", help="moeperf changes, then the dashboard")
+    ap.add_argument("--screenshots", type=Path, help="draw the dashboard into this folder")
+    args = ap.parse_args()
+    out = args.out.resolve()
+    builds = [int(b) for b in args.builds.split(",")]
+    if args.report:
+        report(out)
+    elif args.screenshots:
+        screenshots(out, args.screenshots)
+    else:
+        prepare(out, builds, args.repetitions)
+        run_history(out, builds, args.runs)
+
+
+if __name__ == "__main__":
+    main()

@@ -15,8 +15,8 @@ and took each new build as it came would hold. Builds come from the build cache
 A run already recorded under ``--out`` (its ``runs.json``) is not run again: an interrupted
 history resumes. ``--report`` prints ``moeperf changes`` and writes the dashboard to
 ``--out``/site; ``--screenshots`` draws its index and host page in Debian's Chromium (Playwright)
-into the named folder. Run the bisect ``moeperf changes`` prints from ``--out`` (its
-``moeperf.toml`` names the profile).
+into the named folder (``--prefix``-index.png, ``--prefix``-host.png). Run the bisect
+``moeperf changes`` prints from ``--out`` (its ``moeperf.toml`` names the profile).
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ def report(out: Path) -> None:
     subprocess.run(["moeperf", "dashboard", "--output", "site"], cwd=out, check=True)
 
 
-def screenshots(out: Path, folder: Path) -> None:
+def screenshots(out: Path, folder: Path, prefix: str) -> None:
     from playwright.sync_api import sync_playwright
 
     site = out / "site"
@@ -113,8 +113,8 @@ def screenshots(out: Path, folder: Path) -> None:
             args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
         )
         page = browser.new_page(viewport={"width": 1280, "height": 900})
-        for name, path in [("history-index", site / "index.html")] + [
-            ("history-host", p) for p in hosts[:1]
+        for name, path in [(f"{prefix}-index", site / "index.html")] + [
+            (f"{prefix}-host", p) for p in hosts[:1]
         ]:
             page.goto(path.as_uri())
             page.screenshot(path=str(folder / f"{name}.png"), full_page=True)
@@ -130,13 +130,14 @@ def main() -> None:
     ap.add_argument("--repetitions", type=int, default=5, help="samples a workload a run")
     ap.add_argument("--report", action="store_true", help="moeperf changes, then the dashboard")
     ap.add_argument("--screenshots", type=Path, help="draw the dashboard into this folder")
+    ap.add_argument("--prefix", default="history", help="the screenshots' names' start")
     args = ap.parse_args()
     out = args.out.resolve()
     builds = [int(b) for b in args.builds.split(",")]
     if args.report:
         report(out)
     elif args.screenshots:
-        screenshots(out, args.screenshots)
+        screenshots(out, args.screenshots, args.prefix)
     else:
         prepare(out, builds, args.repetitions)
         run_history(out, builds, args.runs)

@@ -41,9 +41,13 @@ Z = 1.959964
 EXACT_RUNS = 200
 """Up to this many runs PELT considers a split after every run; a longer series (years of
 nightly runs) is split every ``n / EXACT_RUNS`` runs, which keeps a series under a second."""
-HOST_SHARE = 0.5
-"""A probe step at the same run (within one) that is at least this share of the series' step,
-the same way, makes the change the host's."""
+HOST_SHARE = 0.25
+"""A probe step at the same run (within one), the same way, of at least this share of the
+series' step and beyond the probe's own run-to-run spread, makes the change the host's. Not
+half: a co-tenant on one of two CPUs cost the probe's summed compute 28 % and barrier-bound
+prefill 49 % on this kind of VM (docs/guide/dashboard.md, "A host's own change")."""
+PROBE_FLOOR = 0.01
+"""The least run-to-run spread (log SD) a probe is judged with."""
 
 
 @dataclass(frozen=True)
@@ -246,14 +250,21 @@ def _probe_series(points: Sequence[Point]) -> np.ndarray | None:
 
 
 def _host_moved(probes: np.ndarray | None, k: int, step: float, a: int, b: int) -> bool:
-    """Whether the probe stepped the same way by at least :data:`HOST_SHARE` of *step* at run
-    *k* (or a run beside it), its segments' medians compared."""
+    """Whether the probe stepped at run *k* (or a run beside it) the same way as *step*, by at
+    least :data:`HOST_SHARE` of it and beyond its own spread: its segments' medians compared,
+    their difference's interval (the probe's robust spread about each segment) leaving out no
+    move."""
     if probes is None:
         return False
     for at in (k - 1, k, k + 1):
-        if a < at < b:
-            moved = float(np.median(probes[at:b]) - np.median(probes[a:at]))
-            if moved * step > 0 and abs(moved) >= HOST_SHARE * abs(step):
+        if a + 1 < at < b - 1:
+            before, after = probes[a:at], probes[at:b]
+            moved = float(np.median(after) - np.median(before))
+            resid = np.concatenate([before - np.median(before), after - np.median(after)])
+            spread = max(1.4826 * float(np.median(np.abs(resid))), PROBE_FLOOR)
+            se = 1.2533 * spread * math.sqrt(1 / len(before) + 1 / len(after))  # of a median
+            same_way = moved * step > 0 and abs(moved) >= HOST_SHARE * abs(step)
+            if same_way and abs(moved) > Z * se:
                 return True
     return False
 

@@ -29,13 +29,14 @@ def _series(
     per_build: int = 5,
     probe_step: float = 0.0,
     builds: bool = True,
+    probe_sd: float = 0.01,
 ) -> list[Point]:
     rng = random.Random(seed)
     out = []
     for i in range(n):
         moved = i >= at
         value = 1000 * (1 + step if moved else 1) * math.exp(rng.gauss(0, sd))
-        probe = 10.0 * (1 + probe_step if moved else 1) * math.exp(rng.gauss(0, 0.01))
+        probe = 10.0 * (1 + probe_step if moved else 1) * math.exp(rng.gauss(0, probe_sd))
         build = f"b{10423 + i // per_build}" if builds else "b11434"
         out.append(Point(value, 0.01, build, f"day {i}", probe, f"run{i}"))
     return out
@@ -91,6 +92,23 @@ def test_a_step_the_hosts_probe_made_too_is_the_hosts():
     assert change.host and not change.bisectable and "the host's change" in change.describe()
     (own,) = change_points(_series(-0.5, probe_step=0.0), 0.05)
     assert not own.host
+    # as a co-tenant on one of two CPUs did it on a real host: the probe's summed compute -28 %,
+    # barrier-bound prefill -49 % (not in proportion: a quarter of the step is enough)
+    (hogged,) = change_points(_series(-0.49, probe_step=-0.28), 0.05)
+    assert hogged.host
+
+
+def test_a_probe_step_within_its_own_noise_or_too_small_is_not_the_hosts():
+    # a -10 % probe step under a -30 % step, six runs each side: from a steady probe it is the
+    # host's; from a probe that spreads 40 % run to run it is not told from its noise
+    short = {"probe_step": -0.1, "n": 12, "at": 6, "per_build": 6}
+    (steady,) = change_points(_series(-0.3, probe_sd=0.01, **short), 0.05)  # type: ignore[arg-type]
+    assert steady.host
+    (noisy,) = change_points(_series(-0.3, probe_sd=0.4, **short), 0.05)  # type: ignore[arg-type]
+    assert not noisy.host and noisy.bisectable
+    # a steady probe that moved 5 % under a 49 % step: too small to explain it
+    (small,) = change_points(_series(-0.49, probe_step=-0.05), 0.05)
+    assert not small.host
 
 
 def test_a_speed_up_is_a_change_without_a_bisect():

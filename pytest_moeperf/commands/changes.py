@@ -44,4 +44,4 @@ def run(args: argparse.Namespace) -> int:
     finally:
         store.close()
     print(changes_text(store.name, all_series, found))
-    return 1 if any(f.after_accept and not f.change.host for f in found) else 0
+    return 1 if any(f.alarms for f in found) else 0

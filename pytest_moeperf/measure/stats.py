@@ -14,6 +14,9 @@ from ..defaults import CONFIDENCE, MIN_REL_SPREAD
 from .dependence import DEFAULT_DEPENDENCE, Dependence, robust_rows
 from .student import t_quantile
 
+MEDIAN_SE = 1.2533
+"""A median's standard error over a mean's, of normal samples (sqrt(pi / 2))."""
+
 
 @dataclass(frozen=True)
 class Summary:

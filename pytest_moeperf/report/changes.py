@@ -19,7 +19,7 @@ def changes_text(store: str, series: Sequence[Series], found: Sequence[Found]) -
             lines.append(f"  also on {', '.join(f.also)}: every host's change, not one host's")
         elif not f.change.host and hosts > 1:
             lines.append("  on this host only")
-        if f.after_accept and not f.change.host:
+        if f.alarms:
             lines.append("  after the last accepted baseline")
         if f.bisect:
             lines.append(f"  bisect: {f.bisect}")

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import html
 import math
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from ..llama.build import label_number
 from ..store.series import Found, Series
+from ..verdicts.judge import Verdict
 
 WIDTH, HEIGHT, PAD = 640, 200, 36
 Z = 1.959964
@@ -19,11 +20,6 @@ MOST_POINTS = 300
 """Runs a host page's chart draws one by one; a longer series is drawn a build a point."""
 MOST_COMPACT = 60
 """The same for the side-by-side charts of the index."""
-
-
-def build_number(build: str) -> int | None:
-    m = re.fullmatch(r"b(\d+)", build)
-    return int(m[1]) if m else None
 
 
 @dataclass(frozen=True)
@@ -149,7 +145,7 @@ def series_chart(
     x, y = _frame(w, h, top, bottom, len(points))
     out = []
     for i, p in enumerate(points):
-        num = build_number(p.build)
+        num = label_number(p.build)
         number = "" if num is None else str(num)
         out.append(
             f'<line class=interval x1="{x(i):.1f}" x2="{x(i):.1f}" y1="{y(p.low):.1f}" '
@@ -188,37 +184,25 @@ def series_chart(
     return _svg(w, h, top, bottom, out, points[0].build, points[-1].build)
 
 
-@dataclass(frozen=True)
-class Judged:
-    """One run's verdict of a claim: its ratio and interval, outcome and bound."""
-
-    date: str
-    outcome: str
-    ratio: float
-    low: float
-    high: float
-    threshold: float
-    relation: str
-
-
-def claim_chart(verdicts: Sequence[Judged]) -> str:
-    """A claim's ratio over runs: each verdict its ratio and interval (hollow when undecided,
-    red when it failed), the bound a dashed line."""
+def claim_chart(verdicts: Sequence[tuple[str, Verdict]]) -> str:
+    """A claim's ratio over runs (each verdict with its run's date): each verdict its ratio and
+    interval (hollow when undecided, red when it failed), the bound a dashed line."""
     w, h = WIDTH, HEIGHT // 2 + 40
-    top = max([v.high for v in verdicts] + [v.threshold for v in verdicts])
-    bottom = min([v.low for v in verdicts] + [v.threshold for v in verdicts])
+    top = max(max(v.high, v.threshold) for _, v in verdicts)
+    bottom = min(min(v.low, v.threshold) for _, v in verdicts)
     x, y = _frame(w, h, top, bottom, len(verdicts))
     out = []
-    bound = verdicts[-1].threshold
+    last = verdicts[-1][1]
+    bound = last.threshold
     out.append(
         f'<line class=bound x1="{PAD}" x2="{w - PAD}" y1="{y(bound):.1f}" y2="{y(bound):.1f}">'
-        f"<title>bound {verdicts[-1].relation} {bound:g}</title></line>"
+        f"<title>bound {last.relation} {bound:g}</title></line>"
     )
-    for i, v in enumerate(verdicts):
+    for i, (date, v) in enumerate(verdicts):
         out.append(
             f'<line class=interval x1="{x(i):.1f}" x2="{x(i):.1f}" y1="{y(v.low):.1f}" '
             f'y2="{y(v.high):.1f}"/><circle class="verdict {html.escape(v.outcome)}" '
-            f'cx="{x(i):.1f}" cy="{y(v.ratio):.1f}" r=3><title>{html.escape(v.date)}: '
+            f'cx="{x(i):.1f}" cy="{y(v.ratio):.1f}" r=3><title>{html.escape(date)}: '
             f"{html.escape(v.outcome)} {v.ratio:.3g} [{v.low:.3g}, {v.high:.3g}]</title></circle>"
         )
-    return _svg(w, h, top, bottom, out, verdicts[0].date[:10], verdicts[-1].date[:10])
+    return _svg(w, h, top, bottom, out, verdicts[0][0][:10], verdicts[-1][0][:10])

@@ -22,6 +22,7 @@ import bisect
 import html
 import json
 import re
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
@@ -30,7 +31,8 @@ from typing import Any
 
 from ..fs import atomic_write_text
 from ..store.series import Found, Series
-from .charts import Judged, Mark, Step, claim_chart, series_chart
+from ..verdicts.judge import Verdict
+from .charts import Mark, Step, claim_chart, series_chart
 
 Record = tuple[str, float, dict[str, Any]]
 """A command's record: its kind, when it was kept, its document."""
@@ -191,24 +193,17 @@ def _marks(s: Series, host: str, records: Sequence[Record]) -> list[Mark]:
 
 def _claims(rows: Sequence[VerdictRow]) -> list[str]:
     """Each claim's section: its verdicts' ratios over runs against the bound."""
-    by_test: dict[str, list[Judged]] = {}
+    by_test: dict[str, list[tuple[str, Verdict]]] = {}
     for test, _, date, d in rows:
         try:
-            one = Judged(
-                date, str(d["outcome"]), float(d["ratio"]), float(d["low"]), float(d["high"]),
-                float(d["threshold"]), str(d.get("relation", ">=")),
-            )  # fmt: skip
+            by_test.setdefault(test, []).append((date, Verdict.from_dict(d)))
         except (KeyError, TypeError, ValueError):
             continue  # a verdict stored without a ratio: nothing to draw
-        by_test.setdefault(test, []).append(one)
-    if not by_test:
-        return []
-    parts = ["<h2>Claims</h2>"]
+    parts = ["<h2>Claims</h2>"] if by_test else []
     for test, judged in by_test.items():
         counts = ", ".join(
-            f"{n} {o}" for o, n in sorted({o: sum(j.outcome == o for j in judged)
-                                           for o in {j.outcome for j in judged}}.items())
-        )  # fmt: skip
+            f"{n} {o}" for o, n in sorted(Counter(v.outcome for _, v in judged).items())
+        )
         parts.append(
             f'<section class="series claim" id="{slug(test)}" data-name="{html.escape(test)}">'
             f'<h3><a href="#{slug(test)}">{html.escape(test)}</a></h3>'

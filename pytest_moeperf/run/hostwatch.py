@@ -134,8 +134,7 @@ class HostWatch:
             recent = [p for _, p in seen[-2:]]
             for line in probe_moved(first, *recent, tolerance=tolerance):
                 lines.append(line)
-                figure = line.split(":", 1)[0]  # what the line is about: "compute on CPUs 0-1"
-                self.journal.host_changed(figure, line)  # the latest values last
+                self.journal.host_changed(line)  # the latest of its figure, last
         return lines
 
     @property

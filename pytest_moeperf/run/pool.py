@@ -37,10 +37,9 @@ from ..llama.build import Build
 from ..llama.footprint import GIB, Footprint
 from ..llama.server import LlamaServer
 from ..llama.startup import StartupFinding, offload_failure, scan_startup
-from ..store.journal import Journal
+from ..store.journal import Journal, ServerKey
 from .profiles import Configuration, HostLacks
 
-ServerKey = tuple[str, str, str]  # (profile, configuration, build label)
 MEMORY_WAIT = 1800.0
 """Seconds a server may wait for memory that other processes' servers hold (another xdist
 worker, a gate beside the suite) before its test fails naming them."""

@@ -370,7 +370,7 @@ class PerfSession:
                     "profile": name,
                     "file": str(path),
                     "date": today,
-                    "run": run_key(self.record) if self.record is not None else None,
+                    "run": self.record_key or None,
                     "accepted": [
                         {"measurement": list(m.key), "median": m.summary.median}
                         for m in ms

@@ -25,6 +25,7 @@ from pytest_benchmark.stats import Stats
 
 from .. import __version__
 from ..host.machine import parse_cpu_list
+from ..llama.build import label_number
 from ..llama.flags import bench_fields
 from ..measure.measurement import Measurement
 from .record import RunRecord, parse_date
@@ -291,13 +292,13 @@ def _bench_row(m: Measurement, record: RunRecord, fp: Mapping[str, Any]) -> dict
     gpus = [str(g) for g in (fp.get("gpus") or [])]
     model = str(m.conditions.model or fp.get("model") or "")
     model_name = Path(model).name if model else "unknown"
-    number = re.fullmatch(r"b(\d+)", m.build)
+    number = label_number(m.build)
     samples_ns = [round(s.ms * 1e6) for s in m.samples]
     samples_ts = [s.tok_per_s for s in m.samples]
     wl = m.workload
     return {
         "build_commit": m.build,
-        "build_number": int(number.group(1)) if number else 0,
+        "build_number": number or 0,
         "cpu_info": str(fp.get("cpu_model", "")),
         "gpu_info": ", ".join(gpus),
         "backends": "CUDA" if gpus else "CPU",

@@ -78,8 +78,10 @@ class Journal:
     def reprobed(self, cpus: str, at: float, probe: Probe) -> None:
         self.reprobes.setdefault(cpus, []).append((at, probe))
 
-    def host_changed(self, figure: str, line: str) -> None:
-        """The host's *figure* (``"compute on CPUs 0-1"``) moved: *line*, the latest of it."""
+    def host_changed(self, line: str) -> None:
+        """A probe figure moved: *line* (``"compute on CPUs 0-1: ..."``), kept as the latest
+        of the figure it is about, last."""
+        figure = line.split(":", 1)[0]
         self.changes.pop(figure, None)
         self.changes[figure] = line
 
@@ -182,8 +184,8 @@ class Journal:
                 journal.probed(cpus, Probe.from_dict(stored))
             except (ValueError, TypeError):
                 continue  # a probe of an older record this version cannot read: not judged on
-        for i, line in enumerate(record.host_changes):
-            journal.host_changed(line.split(":", 1)[0] or str(i), line)
+        for line in record.host_changes:
+            journal.host_changed(line)
         for m in record.measurements:
             journal.measured((m.conditions.profile, m.configuration, m.build, m.workload.name), m)
         journal.verdicts = list(record.verdicts)

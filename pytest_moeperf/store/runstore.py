@@ -24,6 +24,7 @@ from sqlalchemy.engine import URL, Connection
 
 from ..errors import StoreError
 from ..measure.measurement import Measurement
+from ..measure.stats import MEDIAN_SE
 from .database import (
     Database,
     documents,
@@ -440,12 +441,12 @@ def _add_parts(conn: Connection, run_id: int, host: str, record: RunRecord) -> N
 
 
 def median_log_se(values: Sequence[float]) -> float | None:
-    """The log SE of a median of *values* (1.2533 x their log SD / sqrt n); ``None`` for fewer
-    than two."""
+    """The log SE of a median of *values* (:data:`MEDIAN_SE` x their log SD / sqrt n);
+    ``None`` for fewer than two."""
     positive = [v for v in values if v > 0]
     if len(positive) < 2:
         return None
-    return 1.2533 * statistics.stdev(math.log(v) for v in positive) / math.sqrt(len(positive))
+    return MEDIAN_SE * statistics.stdev(math.log(v) for v in positive) / math.sqrt(len(positive))
 
 
 def _probe_figure(record: RunRecord, m: Measurement) -> float | None:

@@ -67,6 +67,11 @@ class Found:
     also: list[str] = field(default_factory=list)
     """Other hosts whose same series steps at the same build."""
 
+    @property
+    def alarms(self) -> bool:
+        """A nightly job fails on it: it lies after the last accept and is not the host's."""
+        return self.after_accept and not self.change.host
+
 
 def find_changes(
     all_series: Sequence[Series], accepted: Mapping[str, Mapping[str, float]], margin: float

@@ -18,15 +18,16 @@ two runs of one build is no build's either.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import ruptures as rpt  # type: ignore[import-untyped]
-from ruptures.base import BaseCost  # type: ignore[import-untyped]
+
+from ..llama.build import label_number
+from ..measure.stats import MEDIAN_SE
 
 SESSION_FLOOR = 0.02
 """The least between-session term (log SD) a series is weighed with: a series of agreeing runs
@@ -103,9 +104,9 @@ class ChangePoint:
         )
 
 
-class WeightedL2(BaseCost):  # type: ignore[misc]
+class WeightedL2:
     """The weighted sum of squares of a segment about its weighted mean (``signal`` columns:
-    value, weight), from cumulative sums: O(1) a segment."""
+    value, weight), from cumulative sums: O(1) a segment; PELT's cost (:func:`_pelt_cost`)."""
 
     model = "weighted-l2"
     min_size = MIN_RUNS
@@ -123,6 +124,20 @@ class WeightedL2(BaseCost):  # type: ignore[misc]
         wy = self._wy[end] - self._wy[start]
         return float(self._wyy[end] - self._wyy[start] - wy * wy / w)
 
+    def weight(self, start: int, end: int) -> float:
+        """The segment's summed weight (its mean's variance is the inverse)."""
+        return float(self._w[end] - self._w[start])
+
+    def mean(self, start: int, end: int) -> float:
+        """The segment's weighted mean."""
+        return float(self._wy[end] - self._wy[start]) / self.weight(start, end)
+
+
+def robust_sd(deviations: np.ndarray) -> float:
+    """The SD of values from their *deviations* (each from its centre): 1.4826 x the median
+    absolute deviation."""
+    return 1.4826 * float(np.median(np.abs(deviations)))
+
 
 def session_term(values: np.ndarray, log_se: np.ndarray) -> float:
     """The series' between-session term (log SD): the robust spread of its run-to-run
@@ -130,7 +145,7 @@ def session_term(values: np.ndarray, log_se: np.ndarray) -> float:
     if len(values) < 3:
         return SESSION_FLOOR
     diffs = np.diff(values)
-    spread = 1.4826 * float(np.median(np.abs(diffs - np.median(diffs)))) / math.sqrt(2)
+    spread = robust_sd(diffs - np.median(diffs)) / math.sqrt(2)
     own = float(np.median(log_se**2))
     return max(math.sqrt(max(spread**2 - own, 0.0)), SESSION_FLOOR)
 
@@ -158,10 +173,11 @@ def change_points(
     y = np.log([p.median for p in points])
     se = np.array([p.log_se for p in points])
     tau = session_term(y, se)
-    ends = _segments(y, 1.0 / (se**2 + tau**2), penalty * math.log(n))
+    w = 1.0 / (se**2 + tau**2)
+    ends = _segments(y, w, penalty * math.log(n))
     # again, with the drift the first segments leave: the runs' spread about their segments
     # and its lag-1 (neighbouring runs drift together: a mean is worth fewer runs)
-    resid = y - _fitted(y, 1.0 / (se**2 + tau**2), ends)
+    resid = y - _fitted(y, w, ends)
     tau = max(math.sqrt(max(float(np.var(resid)) - float(np.median(se**2)), 0.0)), tau)
     inflate = _drift_factor(resid)
     w = 1.0 / (se**2 + tau**2) / inflate**2
@@ -172,10 +188,8 @@ def change_points(
     found = []
     for i, k in enumerate(bounds[1:-1]):
         a, b = bounds[i], bounds[i + 2]
-        mean_a = float(np.sum(w[a:k] * y[a:k]) / np.sum(w[a:k]))
-        mean_b = float(np.sum(w[k:b] * y[k:b]) / np.sum(w[k:b]))
-        step = mean_b - mean_a
-        half = Z * math.sqrt(1 / np.sum(w[a:k]) + 1 / np.sum(w[k:b]))
+        step = cost.mean(k, b) - cost.mean(a, k)
+        half = Z * math.sqrt(1 / cost.weight(a, k) + 1 / cost.weight(k, b))
         if abs(step) < math.log1p(margin) or abs(step) <= half:
             continue
         found.append(
@@ -197,16 +211,32 @@ def _segments(y: np.ndarray, w: np.ndarray, pen: float) -> list[int]:
     """PELT's segment ends (the last is ``len(y)``) under the weighted L2 cost; a series of
     more than :data:`EXACT_RUNS` runs is split only every ``n / EXACT_RUNS`` runs (the split
     is then put on its build boundary, or left within that many runs of where it lies)."""
+    import ruptures as rpt  # type: ignore[import-untyped]
+
     jump = max(1, math.ceil(len(y) / EXACT_RUNS))
-    algo = rpt.Pelt(custom_cost=WeightedL2(), min_size=MIN_RUNS, jump=jump)
+    algo = rpt.Pelt(custom_cost=_pelt_cost()(), min_size=MIN_RUNS, jump=jump)
     return [int(e) for e in algo.fit(np.column_stack([y, w])).predict(pen=pen)]
+
+
+@functools.cache
+def _pelt_cost() -> type[WeightedL2]:
+    """:class:`WeightedL2` as a ruptures cost (a ``BaseCost``, which PELT requires). ruptures is
+    imported here, when change points are first computed: with scipy it takes about 0.6 s, which
+    every ``moeperf`` verb paid at start when this module imported it."""
+    from ruptures.base import BaseCost  # type: ignore[import-untyped]
+
+    class Cost(WeightedL2, BaseCost):  # type: ignore[misc]
+        pass
+
+    return Cost
 
 
 def _fitted(y: np.ndarray, w: np.ndarray, ends: Sequence[int]) -> np.ndarray:
     """Each run's segment mean."""
+    cost = WeightedL2().fit(np.column_stack([y, w]))
     out = np.empty_like(y)
     for a, b in itertools.pairwise([0, *ends]):
-        out[a:b] = np.sum(w[a:b] * y[a:b]) / np.sum(w[a:b])
+        out[a:b] = cost.mean(a, b)
     return out
 
 
@@ -261,8 +291,8 @@ def _host_moved(probes: np.ndarray | None, k: int, step: float, a: int, b: int) 
             before, after = probes[a:at], probes[at:b]
             moved = float(np.median(after) - np.median(before))
             resid = np.concatenate([before - np.median(before), after - np.median(after)])
-            spread = max(1.4826 * float(np.median(np.abs(resid))), PROBE_FLOOR)
-            se = 1.2533 * spread * math.sqrt(1 / len(before) + 1 / len(after))  # of a median
+            spread = max(robust_sd(resid), PROBE_FLOOR)
+            se = MEDIAN_SE * spread * math.sqrt(1 / len(before) + 1 / len(after))
             same_way = moved * step > 0 and abs(moved) >= HOST_SHARE * abs(step)
             if same_way and abs(moved) > Z * se:
                 return True
@@ -274,10 +304,9 @@ def bisect_command(
 ) -> str | None:
     """The ``moeperf bisect`` that finds the first bad build of *change* (a slowdown between
     two published builds); ``None`` for the host's change, one within a build, or a speed-up."""
-    published = all(re.fullmatch(r"b\d+", b) for b in (change.before, change.after))
-    if not change.bisectable or change.ratio >= 1 or not published:
+    good, bad = (label_number(b) for b in (change.before, change.after))
+    if not change.bisectable or change.ratio >= 1 or good is None or bad is None:
         return None
-    good, bad = (b.removeprefix("b") for b in (change.before, change.after))
     return (
         f"moeperf bisect --profile {profile} -c {configuration} --metric {workload} "
         f"--good {good} --bad {bad} --margin {margin:g}"

@@ -49,8 +49,8 @@ def _journal() -> Journal:
     j.measured(("p", "mmap", "b1", "pp512"), _m("mmap", "b1", (100.0, 101.0)))  # more samples
     j.noticed("lm.pp512 / mmap.pp512: a round takes 1.0 s")
     j.reprobed("0-1", 1234.5, _probe(14.0))
-    j.host_changed("memory bandwidth on CPUs 0-1", "memory bandwidth on CPUs 0-1: 20 -> 15")
-    j.host_changed("memory bandwidth on CPUs 0-1", "memory bandwidth on CPUs 0-1: 20 -> 14")
+    j.host_changed("memory bandwidth on CPUs 0-1: 20 -> 15")
+    j.host_changed("memory bandwidth on CPUs 0-1: 20 -> 14")
     sides = (SideRounds("p", "mmap", "b1", "pp512", 0), SideRounds("p", "lm", "b1", "pp512", 0))
     j.judged(VerdictRecord("t::claim", _verdict(), sides, asked="lm.pp512 / mmap.pp512"))
     check = BaselineCheck("pass", 100.5, 100.0, 0.05, low=0.97, high=1.04)

@@ -18,6 +18,7 @@ from .version import (
     Build,
     BuildVersion,
     binary_build,
+    label_number,
     parse_version,
     resolve_server_binary,
 )
@@ -30,6 +31,7 @@ __all__ = [
     "binary_build",
     "build_llama",
     "cuda_cmake_args",
+    "label_number",
     "parse_published",
     "parse_version",
     "published_builds",

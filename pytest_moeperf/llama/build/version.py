@@ -163,6 +163,13 @@ def _short(text: str, limit: int = 120) -> str:
     return one if len(one) <= limit else one[: limit - 3] + "..."
 
 
+def label_number(label: str) -> int | None:
+    """The build number a build label names (``"b11434"`` -> 11434; :attr:`Build.label`), or
+    ``None`` for another label (a binary's path, a gate's side)."""
+    m = re.fullmatch(r"b(\d+)", label)
+    return int(m[1]) if m else None
+
+
 @dataclass(frozen=True)
 class Build:
     """One llama.cpp build: a llama-server binary, llama-bench beside it when known."""

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    from sqlalchemy.engine import URL
+    from sqlalchemy.engine import URL, Engine
 
 pytest_plugins = ["pytester"]
 
@@ -78,9 +78,27 @@ def postgres_url(tmp_path: Path) -> Iterator[URL]:
     try:
         yield admin.set(database=name)
     finally:
-        with engine.connect() as conn:
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        drop_database(engine, name)
         engine.dispose()
+
+
+def drop_database(engine: Engine, name: str) -> None:
+    """Drop a test's database: end this role's own sessions left in it (a killed writer's), then
+    a plain ``DROP DATABASE``, which ends an autovacuum worker there itself. ``WITH (FORCE)`` is
+    not used: it must signal every backend in the database, and a role that is not a superuser
+    may not signal an autovacuum worker ("must be a member of the role whose process is being
+    terminated"), which failed a CI run's teardown when autovacuum had just started on one."""
+    import sqlalchemy as sa
+
+    with engine.connect() as conn:
+        conn.execute(
+            sa.text(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = :name AND usename = current_user AND pid <> pg_backend_pid()"
+            ),
+            {"name": name},
+        )
+        conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}"'))
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:

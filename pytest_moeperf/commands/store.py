@@ -42,8 +42,11 @@ def run(args: argparse.Namespace) -> int:
             print(f"store {store.name}: {store.count()} run(s)")
             return 0
         if args.action == "list":
-            for key, date, host, n in store.latest(args.last):
+            runs = store.latest(args.last)
+            for key, date, host, n in runs:
                 print(f"{key[:12]}  {date}  {host}  {n} measurement(s)")
+            if not runs:
+                print(f"store {store.name}: no runs yet")
             return 0
         if args.action == "import":
             done = import_folder(store, folder)

@@ -315,6 +315,8 @@ def test_the_store_is_named_by_option_then_variable_then_profiles_file(tmp_path)
 
 def test_a_run_is_found_by_the_first_digits_of_its_key(store_at, capsys):
     store = open_store(store_at)
+    assert moeperf(["store", "list", "--store", _url_text(store_at)]) == 0
+    assert capsys.readouterr().out.endswith(": no runs yet\n")  # an empty list says so
     records = [run_record(seed=s) for s in range(3)]
     for r in records:
         store.add_run(r)

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ..fs import atomic_write_text
+from ..llama.build import label_number
 from ..store.series import Found, Series
 from ..verdicts.judge import Verdict
 from .charts import Mark, Step, claim_chart, series_chart
@@ -100,7 +101,8 @@ def _write(path: Path, text: str) -> Path:
     return path
 
 
-def _page(title: str, body: str) -> str:
+def _page(title: str, body: str, builds: Sequence[Series]) -> str:
+    first, last = build_range(builds)
     return (
         "<!doctype html>\n<html lang=en><head><meta charset=utf-8>"
         f"<title>{html.escape(title)}</title>"
@@ -108,9 +110,16 @@ def _page(title: str, body: str) -> str:
         f"<h1>{html.escape(title)}</h1>\n"
         '<form id=filter><label>filter <input id=text type=search placeholder="host, '
         'configuration, workload"></label> <label>builds <input id=from size=8 '
-        'placeholder="b10423"> to <input id=to size=8 placeholder="b10435"></label></form>\n'
+        f'placeholder="{first}"> to <input id=to size=8 placeholder="{last}"></label></form>\n'
         f"{body}\n<script src=dashboard.js></script></body></html>\n"
     )
+
+
+def build_range(series: Sequence[Series]) -> tuple[str, str]:
+    """The oldest and newest published build the *series* hold (the build filter's hints),
+    ``("", "")`` when none is numbered."""
+    numbers = [n for s in series for r in s.rows if (n := label_number(r.build)) is not None]
+    return (f"b{min(numbers)}", f"b{max(numbers)}") if numbers else ("", "")
 
 
 def _index(site: Site, hosts: Sequence[str]) -> str:
@@ -133,7 +142,7 @@ def _index(site: Site, hosts: Sequence[str]) -> str:
             f'{html.escape(" ".join(s.host for s in side))}"><h3>{html.escape(" ".join(key))}'
             f"</h3><div class=row>{charts}</div></section>"
         )
-    return _page("pytest-moeperf: every host's series", "\n".join(parts))
+    return _page("pytest-moeperf: every host's series", "\n".join(parts), site.series)
 
 
 def _changes(site: Site, s: Series) -> list[Found]:
@@ -143,7 +152,8 @@ def _changes(site: Site, s: Series) -> list[Found]:
 def _host(site: Site, host: str) -> str:
     records = site.records.get(host, [])
     parts = ['<p><a href="index.html">all hosts</a></p>']
-    for s in (s for s in site.series if s.host == host):
+    mine = [s for s in site.series if s.host == host]
+    for s in mine:
         found = _changes(site, s)
         items = "".join(_change_item(f) for f in found) or "<li>no change point</li>"
         chart = series_chart(s, found, steps=_steps(s, records), marks=_marks(s, host, records))
@@ -162,7 +172,7 @@ def _host(site: Site, host: str) -> str:
             about = html.escape(_about(body))
             parts.append(f'<li><a href="{link}">{kind} {i + 1}</a> {about}</li>')
         parts.append("</ul>")
-    return _page(f"pytest-moeperf: {host}", "\n".join(parts))
+    return _page(f"pytest-moeperf: {host}", "\n".join(parts), mine)
 
 
 def _steps(s: Series, records: Sequence[Record]) -> list[Step]:

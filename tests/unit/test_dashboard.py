@@ -46,3 +46,21 @@ def test_a_change_point_is_drawn_between_its_builds_in_a_long_series():
     (line,) = [float(x) for x in re.findall(r'class="changepoint" x1="([0-9.]+)"', svg)]
     assert circles[176] < line < circles[177]  # b10599 is the 177th build drawn
     assert svg.count("<circle") == 200
+
+
+def test_the_build_filter_hints_at_the_builds_the_store_holds(tmp_path):
+    from pytest_moeperf.report.dashboard import Site, host_page, write_site
+
+    unnumbered = Series("h/2", "embedded", "mmap", "tg64")
+    unnumbered.rows.append(
+        SeriesRow("h/2", "embedded", "mmap", "tg64", "/opt/llama-server", 100.0, 0.01, None,
+                  0.0, "day 0", "k0")
+    )  # fmt: skip
+    write_site(Site("test", [_series(12, 4), unnumbered], []), tmp_path)
+
+    def hints(page: str) -> list[str]:
+        return re.findall(r'id=(?:from|to) size=8 placeholder="([^"]*)"', page)
+
+    assert hints((tmp_path / "index.html").read_text()) == ["b10423", "b10425"]
+    assert hints((tmp_path / host_page("h/1")).read_text()) == ["b10423", "b10425"]
+    assert hints((tmp_path / host_page("h/2")).read_text()) == ["", ""]

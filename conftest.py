@@ -78,11 +78,11 @@ def postgres_url(tmp_path: Path) -> Iterator[URL]:
     try:
         yield admin.set(database=name)
     finally:
-        drop_database(engine, name)
+        _drop_database(engine, name)
         engine.dispose()
 
 
-def drop_database(engine: Engine, name: str) -> None:
+def _drop_database(engine: Engine, name: str) -> None:
     """Drop a test's database: end this role's own sessions left in it (a killed writer's), then
     a plain ``DROP DATABASE``, which ends an autovacuum worker there itself. ``WITH (FORCE)`` is
     not used: it must signal every backend in the database, and a role that is not a superuser

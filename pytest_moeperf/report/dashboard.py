@@ -101,8 +101,8 @@ def _write(path: Path, text: str) -> Path:
     return path
 
 
-def _page(title: str, body: str, builds: Sequence[Series]) -> str:
-    first, last = build_range(builds)
+def _page(title: str, body: str, series: Sequence[Series]) -> str:
+    first, last = _build_range(series)
     return (
         "<!doctype html>\n<html lang=en><head><meta charset=utf-8>"
         f"<title>{html.escape(title)}</title>"
@@ -115,7 +115,7 @@ def _page(title: str, body: str, builds: Sequence[Series]) -> str:
     )
 
 
-def build_range(series: Sequence[Series]) -> tuple[str, str]:
+def _build_range(series: Sequence[Series]) -> tuple[str, str]:
     """The oldest and newest published build the *series* hold (the build filter's hints),
     ``("", "")`` when none is numbered."""
     numbers = [n for s in series for r in s.rows if (n := label_number(r.build)) is not None]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 
 from pytest_moeperf.report.charts import MOST_COMPACT, drawn_points, series_chart
+from pytest_moeperf.report.dashboard import Site, host_page, write_site
 from pytest_moeperf.store.runstore import SeriesRow
 from pytest_moeperf.store.series import Series, find_changes
 
@@ -49,8 +50,6 @@ def test_a_change_point_is_drawn_between_its_builds_in_a_long_series():
 
 
 def test_the_build_filter_hints_at_the_builds_the_store_holds(tmp_path):
-    from pytest_moeperf.report.dashboard import Site, host_page, write_site
-
     unnumbered = Series("h/2", "embedded", "mmap", "tg64")
     unnumbered.rows.append(
         SeriesRow("h/2", "embedded", "mmap", "tg64", "/opt/llama-server", 100.0, 0.01, None,

@@ -26,12 +26,34 @@ MARGIN = 0.05
 FAMILY_ALPHA = 0.05
 """The chance a gate calls any row slower (or faster) beyond the margin when none is: each
 row of a family of k is judged at FAMILY_ALPHA / k, and Holm's step-down decides the rest."""
+PRIOR_PROCESS_TERM = 0.05
+"""The prior upper bound on a process pair's offset (log standard deviation) of a host whose term
+is not calibrated: a verdict's early looks (before its third process block, where its own blocks
+cannot yet show the term) judge their interval with the term taken at this bound, so that a large
+effect decides on its first process pair. 5 %: over three times the loudest term this project has
+measured on a real host (1.2-1.5 %, ``moeperf calibrate`` and ``benchmarks/process_term.py``), the
+loudest of ``benchmarks/error_rates.py``'s hosts, and above the 3.6 % a wrapper drawing each
+process's own speed made (``benchmarks/process_slowdown.py``). A host louder than it errs more
+often at those early looks (measured in docs/error-rates.md); ``moeperf calibrate`` measures the
+host's own."""
+EARLY_SHARE = 0.3
+"""The share of a verdict's error rate its early looks spend (Bonferroni over them): the looks
+at :data:`EARLY_ROUNDS` and those of the round schedule before the first look of the main
+schedule (on a host not calibrated, its third whole process block)."""
+EARLY_ROUNDS = (2, 4)
+"""Rounds at which a verdict looks early, besides the round schedule: a change of 3x shows in
+two rounds."""
+ROUND_SPREAD = 0.05
+"""The spread of one paired round's log-ratio a host is taken to have until it was calibrated
+or its stored verdicts say (5 %; this project's 2-core VMs read 5-10 %, ADR-0042's host about
+3 %): with :data:`PROCESS_TERM` it sizes the process blocks (Kalibera and Jones)."""
 PROCESS_TERM = 0.015
 """A process pair's offset of a verdict's log-ratio on this project's hosts (log standard
 deviation: process pairs of one configuration differ by about 1.5 %, where pages and threads
 landed). No verdict rests on it: a host not calibrated estimates the term from each verdict's
 own process blocks, a calibrated one from ``moeperf calibrate``'s. It only sizes what a
-calibrated host whose figures hold no term can resolve, before it measures."""
+calibrated host whose figures hold no term can resolve, before it measures, and the process
+blocks of a host whose term is not known."""
 LINK_TERM = 0.02
 """The log standard deviation a gate's paired change has between sessions (the change of one
 build pair is not quite the same on another day), per link of an accepted chain, until the
@@ -52,13 +74,21 @@ MIN_REL_SPREAD = 0.01
 say little about the next ones)."""
 TOLERANCE = 0.05
 """A baseline file's default tolerance: 5 % worse than the baseline still passes."""
+SESSION_GAP = 3600.0
+"""Seconds between two stored runs of a host for them to count as two sessions in a baseline
+check's between-session term (runs closer together are one session: on this project's VMs the
+same configuration drifted -13 % in 40 minutes and -20 % in an hour, so runs minutes apart read
+the host as steadier than it is)."""
+MIN_SESSIONS = 3
+"""Sessions of a host (:data:`SESSION_GAP` apart) a baseline check needs before its
+between-session term is measured; with fewer it skips at once, saying so."""
 SESSION_SPREAD = 0.10
-"""The between-session spread (log standard deviation of a session's level) a baseline check
-assumes until a host's own sessions say otherwise: on this project's VMs the same
+"""The between-session spread (log standard deviation of a session's level) a comparison of
+production logs assumes until the logs' own sessions say otherwise: on this project's VMs the same
 configuration drifted -13 % in 40 minutes and -20 % in an hour."""
 SESSION_PRIOR_SESSIONS = 4.0
 """How many sessions' worth of evidence :data:`SESSION_SPREAD` counts as, pooled with the
-host's session medians: with few sessions the check stays near it (conservative)."""
+logs' own sessions: with few sessions the comparison stays near it (conservative)."""
 
 BUSY_LIMIT = 0.25
 """Share of a server's CPUs other work may take while it is measured for the numbers to

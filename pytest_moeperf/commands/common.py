@@ -129,8 +129,8 @@ def add_run_arguments(p: argparse.ArgumentParser, *, configurations: str) -> Non
         type=int,
         metavar="N",
         help="paired rounds a pair of server processes serves before both are restarted "
-        "(0: never; default: the profile's, else about a third of the time restarting, at "
-        f"most {MAX_AUTO_BLOCK})",
+        "(0: never; default: the profile's, else where the variance is and what a restart "
+        f"costs, at most {MAX_AUTO_BLOCK} on a host not calibrated)",
     )
     p.add_argument("--markdown", help="also write the table as markdown here")
     p.add_argument("--json", help="also write machine-readable JSON here")

@@ -44,9 +44,12 @@ per-look level is calibrated by simulating this very statistic (:mod:`..verdicts
 from __future__ import annotations
 
 import functools
+import itertools
 import math
+import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -78,6 +81,9 @@ class Dependence:
     round_spread: float = 0.0
     """The calibrated spread of one round's log-ratio (0: unknown): with :attr:`process` it
     says how the host's looks are correlated, which the per-look level is simulated at."""
+    origin: str = field(default="calibrated", compare=False)
+    """Where the terms were measured: ``calibrated`` (``moeperf calibrate``), or ``this host's
+    verdicts`` (its stored verdicts' process blocks, and this run's earlier ones)."""
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.process) and 0 <= self.process < 1):
@@ -113,7 +119,7 @@ class Dependence:
         if not self.calibrated:
             return f"process term from each verdict's own process blocks, lag-1 {self.lag1:+.2f}"
         return (
-            f"process term {100 * self.process:.1f} % (calibrated, {self.process_df:g} df), "
+            f"process term {100 * self.process:.1f} % ({self.origin}, {self.process_df:g} df), "
             f"lag-1 {self.lag1:+.2f}"
         )
 
@@ -353,7 +359,9 @@ def _with_calibration(
     if k > 1:
         parts.append((scale * own * a.own_coefficient * a.between, own_df))
     parts.append((np.full(w.shape[0], prior * a.shared * dependence.process**2), prior_df))
-    var = np.maximum(sum(v for v, _ in parts), 1e-300)
+    # never below the rounds' own spread over n: uneven blocks (a last block of one round) can
+    # weigh MSW negatively where the blocks' MSB came out small
+    var = np.maximum(sum(v for v, _ in parts), np.maximum(scale * a.within / n, 1e-300))
     return var, np.maximum(_satterthwaite(parts), 1.0)
 
 
@@ -390,6 +398,118 @@ def robust_rows(
     safe = np.where(yuen2 > 0, yuen2, 1.0)
     inflation = np.where(yuen2 > 0, se**2 / safe, 1.0)
     return RobustRows(mean, se, df, inflation, estimable)
+
+
+def rounds_per_process(
+    restart: float, round_cost: float, round_spread: float, process: float, *, most: int
+) -> int:
+    """The rounds a pair of server processes should serve before both are restarted, where the
+    variance is and what a restart costs (Kalibera and Jones, "Rigorous benchmarking in
+    reasonable time", ISMM 2013): ``ceil(sqrt((restart / round_cost) * (round_spread^2 /
+    process^2)))`` minimises the variance of the mean for the seconds spent, a restart costing
+    *restart* seconds and a round *round_cost*, the rounds spreading by *round_spread* and
+    process pairs by *process* (log standard deviations); at least 2, at most *most*."""
+    if round_cost <= 0 or process <= 0:
+        return most
+    r = math.sqrt(max(restart, 0.0) / round_cost * (round_spread / process) ** 2)
+    return int(min(most, max(2, math.ceil(r - 1e-9))))
+
+
+@dataclass(frozen=True)
+class ProcessEvidence:
+    """What paired rounds show of their host's round spread, lag-1 and process term, in sums
+    that pool over verdicts (a calibration's A/A gates, or a host's stored verdicts): each
+    block's rounds around the block's own mean, and each verdict's variance between its blocks
+    beyond what their rounds explain, weighted by its blocks less one (cut at zero only once
+    pooled: each verdict's cut would read a host with no term as one with some)."""
+
+    squares: float = 0.0
+    """Sum of squared deviations of rounds from their block's mean."""
+    cross: float = 0.0
+    """Sum of products of consecutive rounds' deviations within a block."""
+    df: int = 0
+    """Rounds less one a block (blocks of two rounds or more)."""
+    sizes: tuple[tuple[int, int], ...] = ()
+    """(block size, count) of the blocks of two rounds or more."""
+    excess: float = 0.0
+    """Sum over verdicts of their between-block excess variance times its degrees of freedom."""
+    between_df: int = 0
+    """Sum of the verdicts' blocks less one (those whose blocks could show it)."""
+
+    @classmethod
+    def of(cls, values: Sequence[float], blocks: Sequence[int] | None) -> ProcessEvidence:
+        """The evidence of one verdict's (or gate's) rounds' log-ratios *values* in their
+        process *blocks* (``None``: one pair)."""
+        labels = list(blocks) if blocks else [0] * len(values)
+        groups: dict[int, list[float]] = {}
+        for x, b in zip(values, labels, strict=False):
+            groups.setdefault(b, []).append(x)
+        squares = cross = 0.0
+        df = 0
+        sizes: dict[int, int] = {}
+        for g in groups.values():
+            if len(g) < 2:
+                continue
+            mean = statistics.fmean(g)
+            dev = [x - mean for x in g]
+            squares += sum(x * x for x in dev)
+            cross += sum(a * b for a, b in itertools.pairwise(dev))
+            df += len(g) - 1
+            sizes[len(g)] = sizes.get(len(g), 0) + 1
+        got = block_excess(values, labels)
+        excess, between_df = (got[0] * got[1], got[1]) if got is not None else (0.0, 0)
+        return cls(squares, cross, df, tuple(sorted(sizes.items())), excess, between_df)
+
+    def __add__(self, other: ProcessEvidence) -> ProcessEvidence:
+        sizes = dict(self.sizes)
+        for size, count in other.sizes:
+            sizes[size] = sizes.get(size, 0) + count
+        return ProcessEvidence(
+            self.squares + other.squares,
+            self.cross + other.cross,
+            self.df + other.df,
+            tuple(sorted(sizes.items())),
+            self.excess + other.excess,
+            self.between_df + other.between_df,
+        )
+
+    @property
+    def round_spread(self) -> float:
+        """The pooled spread of one round around its block's mean (0: none to pool)."""
+        return math.sqrt(self.squares / self.df) if self.df else 0.0
+
+    @property
+    def process(self) -> float | None:
+        """The pooled process term (log SD), cut at zero; ``None`` where no blocks showed it."""
+        if not self.between_df:
+            return None
+        return math.sqrt(max(0.0, self.excess / self.between_df))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "squares": self.squares,
+            "cross": self.cross,
+            "df": self.df,
+            "sizes": [list(s) for s in self.sizes],
+            "excess": self.excess,
+            "between_df": self.between_df,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> ProcessEvidence:
+        """Evidence from :meth:`to_dict`; ``ValueError`` or ``TypeError`` when malformed."""
+        sizes = tuple((int(a), int(b)) for a, b in d.get("sizes", ()))
+        got = cls(
+            float(d["squares"]),
+            float(d["cross"]),
+            int(d["df"]),
+            sizes,
+            float(d["excess"]),
+            int(d["between_df"]),
+        )
+        if got.df < 0 or got.between_df < 0 or got.squares < 0 or not math.isfinite(got.excess):
+            raise ValueError(f"process evidence {dict(d)!r} is not a valid sum")
+        return got
 
 
 def block_excess(values: Sequence[float], blocks: Sequence[int] | None) -> tuple[float, int] | None:

@@ -190,15 +190,19 @@ def ratio_interval(
     )
 
 
-def with_session_term(interval: RatioInterval, log_sd: float) -> RatioInterval:
+def with_session_term(
+    interval: RatioInterval, log_sd: float, df: float | None = None
+) -> RatioInterval:
     """*interval* of a ratio of two sessions' medians, widened by their levels' difference
-    (*log_sd*: its log standard deviation) added in quadrature on each side. More repetitions
-    cannot shrink that term: it joins the interval's :attr:`~RatioInterval.floor`."""
+    (*log_sd*: its log standard deviation, measured on *df* degrees of freedom: a t on them;
+    ``None``: a normal quantile) added in quadrature on each side. More repetitions cannot
+    shrink that term: it joins the interval's :attr:`~RatioInterval.floor`."""
     if not (math.isfinite(log_sd) and log_sd >= 0):
         raise ValueError(f"log_sd {log_sd!r} must be >= 0")
     if log_sd == 0:
         return interval
-    extra = _z(interval.confidence) * log_sd
+    q = _z(interval.confidence) if df is None else t_quantile(0.5 + interval.confidence / 2, df)
+    extra = q * log_sd
     centre = math.log(interval.ratio)
     down = math.hypot(centre - math.log(interval.low), extra)
     up = math.hypot(math.log(interval.high) - centre, extra)

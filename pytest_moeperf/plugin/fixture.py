@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
+from dataclasses import replace
 from typing import NoReturn
 
 import pytest
@@ -17,7 +18,13 @@ from ..report.reference import reference_failure
 from ..report.tables import baseline_failure, claim_failure, measured_table
 from ..run.crosscheck import bench_in_rounds
 from ..run.profiles import Configuration, HostLacks, Profile, host_owns
-from ..run.rounds import Decided, decide_baseline, decide_pair
+from ..run.rounds import (
+    Decided,
+    cannot_decide,
+    decide_baseline,
+    decide_pair,
+    judged_in_hand,
+)
 from ..run.session import PerfSession
 from ..run.source import Side
 from ..store.accepted import host_for
@@ -334,33 +341,45 @@ class MoePerf:
             )
 
         # another session's number: the between-session term of this host, configuration
-        # and workload widens the interval; the host's calibrated noise is the samples' floor
-        between = session.session_spread(profile, host, entry, m.conditions.probe_cpus)
+        # and workload (measured from its sessions) widens the interval; the host's calibrated
+        # noise is the samples' floor
+        term = session.session_term(profile, host, entry, m.conditions.probe_cpus)
         noise = host.noise.get(f"{m.configuration}.{m.workload.name}")
         floor = max(MIN_REL_SPREAD, noise.sample_spread if noise else 0.0)
+        label = f"{m.configuration}.{m.workload.name}"
+        tolerance = bf.tolerance_for(entry)
 
         def judge(values: list[float], confidence: float) -> BaselineCheck:
             return judge_baseline(
                 values,
                 entry.value,
-                bf.tolerance_for(entry),
+                tolerance,
                 m.workload.higher_is_better,  # a traffic latency fails when it rises
-                label=f"{m.configuration}.{m.workload.name}",
+                label=label,
                 baseline=entry.operand,
                 confidence=confidence,
                 min_rel_spread=floor,
-                session=between,
+                session=term,
             )
 
-        checked = decide_baseline(
-            session.source,
-            profile,
-            Side(self.configuration(configuration), m.workload),
-            judge,
-            plan=session.plan(profile, first_look=max(2, len(m.samples))),
-            budget=session.budget(profile),
-            busy_limit=session.options.busy_limit,
-        )
+        # one measurement's samples at the looks of the round schedule (no process blocks)
+        plan = replace(session.plan(profile, first_look=max(2, len(m.samples))), early=False)
+        cannot = cannot_decide(label, term, tolerance, m.workload.higher_is_better, plan)
+        if cannot is not None and not session.options.measure_anyway:
+            session.source.notice(cannot)  # said before it measures, and nothing measured
+            checked = judged_in_hand(session.source, m, judge, plan, session.options.busy_limit)
+            if checked is None or checked.check.outcome != "fail":
+                pytest.skip(cannot)  # only a drop beyond the term itself decides here
+        else:
+            checked = decide_baseline(
+                session.source,
+                profile,
+                Side(self.configuration(configuration), m.workload),
+                judge,
+                plan=plan,
+                budget=session.budget(profile),
+                busy_limit=session.options.busy_limit,
+            )
         self._touch(checked.measurement)
         row = BaselineRow(self.nodeid, checked.measurement, checked.check)
         self.checks.append(row)

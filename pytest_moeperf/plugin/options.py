@@ -136,6 +136,20 @@ def add_options(parser: pytest.Parser) -> None:
         "(--moeperf-inconclusive is the old name)",
     )
     group.addoption(
+        "--moeperf-measure-anyway",
+        action="store_true",
+        help="measure a verdict's whole budget even where it says before measuring that it "
+        "cannot decide (a baseline check whose host's between-session term is not measured, "
+        "or alone reaches the tolerance): the numbers, for a user who wants them",
+    )
+    group.addoption(
+        "--moeperf-no-history",
+        action="store_true",
+        help="on a host not calibrated, take no round spread or process term from this host's "
+        "own verdicts (stored, and this run's earlier ones): each verdict's own process blocks "
+        "alone estimate its process term",
+    )
+    group.addoption(
         "--moeperf-allow-empty",
         action="store_true",
         default=None,
@@ -214,8 +228,9 @@ def add_options(parser: pytest.Parser) -> None:
         type=int,
         metavar="N",
         help="paired rounds a pair of server processes serves before both are restarted "
-        "(0: never; default: the profile's process_block, else as many as keep restarts at "
-        f"about a third of the measuring time, at most {MAX_AUTO_BLOCK})",
+        "(0: never; default: the profile's process_block, else where the variance is and "
+        "what a restart costs, Kalibera and Jones: sqrt((restart / round) x (round spread / "
+        f"process term)^2), at most {MAX_AUTO_BLOCK} on a host not calibrated)",
     )
     group.addoption(
         "--moeperf-results",
@@ -293,6 +308,8 @@ def _options(config: pytest.Config) -> Options:
         numa_min_share=get("moeperf_numa_min_share"),
         host_memory=host_memory(get("moeperf_host_memory"), "--moeperf-host-memory"),
         process_block=get("moeperf_process_block"),
+        measure_anyway=bool(get("moeperf_measure_anyway")),
+        history=not get("moeperf_no_history"),
     )
     if opts.accept and opts.replay:
         raise SettingError("--moeperf-accept takes measured results, not --moeperf-replay")

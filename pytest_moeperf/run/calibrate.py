@@ -73,6 +73,23 @@ def run_calibration(
         raise ValueError(f"gates {gates!r}: run at least one A/A gate")
     seconds = budget or session.budget(profile) or BUDGET  # an A/A figure names its budget
     calibration = Calibration(build.name, seconds, margin)
+    # each A/A gate on its own blocks, not on the terms the earlier ones showed: the false
+    # alarms it counts are those of a verdict on this host as it was (calibrated or not)
+    history, session.options.history = session.options.history, False
+    try:
+        _gates(session, stage, profile, build, calibration, configurations, workloads, gates,
+               seconds, margin, on_gate)  # fmt: skip
+    finally:
+        session.options.history = history
+    return calibration
+
+
+def _gates(
+    session: PerfSession, stage: Stage, profile: Profile, build: BuildUnderTest,
+    calibration: Calibration, configurations: Sequence[str],
+    workloads: Sequence[Workload] | None, gates: int, seconds: float, margin: float,
+    on_gate: Callable[[int, GateResult], None] | None,
+) -> None:  # fmt: skip
     for i in range(gates):
         result = run_gate(
             session,
@@ -91,4 +108,3 @@ def run_calibration(
             calibration.rows.setdefault(row.name, []).append(row)
         if on_gate:
             on_gate(i, result)
-    return calibration

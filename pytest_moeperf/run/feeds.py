@@ -5,9 +5,10 @@ each round. Both servers are restarted after every *process block* of rounds, so
 belongs to a process (where its pages and huge pages landed, which cores its threads got, its
 private copy of the weights under ``-lm none``) is not read as a difference between the sides:
 the interval then also carries the spread between process pairs (what the blocks show of it,
-or the host's calibrated term pooled with that). The block's length is chosen so that
-restarting costs about a third of the measuring time (at most :data:`MAX_AUTO_BLOCK` rounds),
-unless a profile or the gate sets it.
+or the host's calibrated term pooled with that). The block's length is chosen where the
+variance is and what a restart costs (Kalibera and Jones:
+:func:`~pytest_moeperf.measure.dependence.rounds_per_process`, from the host's calibrated round
+spread and process term, or the defaults), unless a profile or the gate sets it.
 Sides whose servers do not fit in memory together are measured across restarts instead: each
 round is two blocks of a fresh process each, a block's median the side's value (each round a
 process block of its own).
@@ -16,11 +17,12 @@ process block of its own).
 from __future__ import annotations
 
 import contextlib
-import math
 import statistics
 from typing import Protocol
 
+from ..defaults import PROCESS_TERM, ROUND_SPREAD
 from ..errors import MoeperfError
+from ..measure.dependence import rounds_per_process
 from ..measure.measurement import Measurement
 from ..measure.workload import Workload
 from ..store.record import SideRounds
@@ -29,13 +31,16 @@ from .live_stage import LiveStage
 from .profiles import Configuration, Profile
 from .source import BLOCK_SAMPLES, PAIRED_METHOD, RESTART_METHOD, Feed, Side, side_rounds
 
-RESTART_SHARE = 1 / 3
-"""The share of the measuring time process blocks may spend restarting (server load and
-warmup): what sets their length when nothing else does."""
-MAX_AUTO_BLOCK = 10
-"""The longest automatic process block: on a host not calibrated a verdict's blocks are its
-only evidence on the process term (it looks from the third block on), so cheap restarts are
-not saved up into a few long blocks."""
+MAX_AUTO_BLOCK = 5
+"""The longest automatic process block on a host not calibrated: its verdict's blocks are its
+only evidence on the process term (its main looks come from the third block on, its t has as
+many degrees of freedom as blocks less one), so restarts are not saved up into a few long
+blocks. On a simulated ADR-0042 host (round SD 3 %, process term 1.5 %, 16 s a round, 120 s a
+restart) blocks of 5 decided its claims 3 % beyond their bound more often than blocks of 10
+(``benchmarks/decision_speed.py``), which is also about what Kalibera and Jones give there."""
+MAX_CALIBRATED_BLOCK = 30
+"""The longest automatic process block on a calibrated host (its term is known: a block is
+only as long as restarts are dear)."""
 
 
 class Measuring(Protocol):
@@ -81,24 +86,43 @@ class LivePairing(Feed):
         self.restarts = self._keys[0] != self._keys[1] and not source.stage.launcher.fit_together(
             profile, builds
         )
+        self._fixed = block is not None
         self.block = 0 if self.restarts else (block if block is not None else self._auto_block())
         """Rounds a process pair serves before both are restarted (0: never)."""
-        self.process_block = 1 if self.restarts else self.block  # across restarts: every round
         self.blocks: list[int] = []
+        self.coin = Coin()
+        self._described()
+
+    def _described(self) -> None:
+        self.process_block = 1 if self.restarts else self.block  # across restarts: every round
         self.method = RESTART_METHOD if self.restarts else PAIRED_METHOD
         if self.block:
             self.method = f"{PAIRED_METHOD} in process blocks of {self.block}"
-        self.coin = Coin()
 
-    def _auto_block(self) -> int:
-        """Rounds per process pair so that restarting (both servers' load and warmup) takes
-        about :data:`RESTART_SHARE` of the measuring time; at least 2, at most
-        :data:`MAX_AUTO_BLOCK`."""
+    def size_blocks(self, round_spread: float, process: float, *, calibrated: bool) -> None:
+        if self._fixed or self.restarts or self.blocks:
+            return
+        self.block = self._auto_block(round_spread, process, calibrated=calibrated)
+        self._described()
+
+    def _auto_block(
+        self,
+        round_spread: float = ROUND_SPREAD,
+        process: float = PROCESS_TERM,
+        *,
+        calibrated: bool = False,
+    ) -> int:
+        """Rounds per process pair where the variance is and what a restart costs (both
+        servers' load and a warmup sample each, against a round of a sample each):
+        :func:`~pytest_moeperf.measure.dependence.rounds_per_process`; at most
+        :data:`MAX_AUTO_BLOCK` on a host not calibrated, :data:`MAX_CALIBRATED_BLOCK` on one
+        that is."""
         sample = max(m.conditions.measured_s / max(len(m.samples), 1) for m in self._got)
         load = max(m.conditions.server_ready_s or 0.0 for m in self._got)
         if sample <= 0:
             return 0
-        return min(MAX_AUTO_BLOCK, max(2, math.ceil((load + sample) / (RESTART_SHARE * sample))))
+        most = MAX_CALIBRATED_BLOCK if calibrated else MAX_AUTO_BLOCK
+        return rounds_per_process(2 * (load + sample), 2 * sample, round_spread, process, most=most)
 
     def _take(self, side: Side, n: int) -> Measurement:
         return self.source.measure(self.profile, side.configuration, side.workload, n, side.build)

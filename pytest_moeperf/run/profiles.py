@@ -161,8 +161,9 @@ class Profile:
     sample where one request is too short to time well; the workload stays the same."""
     process_block: int | None = None
     """Paired rounds a pair of server processes serves before both are restarted (0: never;
-    ``None``: as many as keep restarts at about a third of the measuring time, at most
-    :data:`~pytest_moeperf.run.feeds.MAX_AUTO_BLOCK`)."""
+    ``None``: where the variance is and what a restart costs,
+    :func:`~pytest_moeperf.measure.dependence.rounds_per_process`, at most
+    :data:`~pytest_moeperf.run.feeds.MAX_AUTO_BLOCK` on a host not calibrated)."""
     reference: str | None = None
     """A baseline file whose numbers are a recorded reference (a decision record's tables),
     shown beside each claim and dead end; never judged against as a baseline."""

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
+from ..defaults import PRIOR_PROCESS_TERM
 from ..errors import ResultsError
 from ..host.probe import Probe
 from ..measure.dependence import Dependence
@@ -57,6 +58,8 @@ def stored_plan(stored: Mapping[str, float | None]) -> Plan:
             number("round_spread", 0.0),
         ),
         block=None if block is None else int(block),
+        early=stored.get("prior_process") is not None,  # a plan of before early looks: none
+        prior_process=number("prior_process", PRIOR_PROCESS_TERM),
     )
 
 

@@ -18,10 +18,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Generic, TypeVar
 
-from ..defaults import BUDGET, MARGIN
+from ..defaults import BUDGET, MARGIN, MIN_SESSIONS, SESSION_GAP
+from ..measure.dependence import ProcessEvidence
 from ..measure.measurement import Measurement
 from ..store.record import SideRounds, VerdictRecord
 from ..verdicts.baseline_check import BaselineCheck, overridden
+from ..verdicts.creep import SessionTerm
 from ..verdicts.judge import Verdict, busy_reason, judge_rounds, judge_unpaired
 from ..verdicts.sequential import Coin, Plan, Rule
 from .profiles import Profile
@@ -65,6 +67,13 @@ class Decided:
         rounds again: where they lie, the looks, the coin, the process blocks."""
         # where the two sides' rounds lie (None: judged unpaired, on stored figures)
         pair = (self.sides[0], self.sides[1]) if len(self.sides) == 2 else None
+        a, b = self.rounds
+        measured = self.coin is not None and len(a) >= 3  # rounds of this run's own
+        evidence = (
+            ProcessEvidence.of([math.log(y / x) for x, y in zip(a, b, strict=True)], self.blocks)
+            if measured and all(x > 0 for x in (*a, *b))
+            else None
+        )
         return VerdictRecord(
             test,
             self.verdict,
@@ -75,6 +84,7 @@ class Decided:
             {"seed": self.coin.seed, "orders": list(self.coin.orders)} if self.coin else None,
             self.blocks,
             self.taken,
+            evidence,
         )
 
 
@@ -107,23 +117,36 @@ def auto_budget(pace: float, rounds: int | None = None) -> float:
     return min(AUTO_CAP, max(BUDGET, (rounds or AUTO_ROUNDS) * pace))
 
 
-def first_look_notice(
-    label: str, pace: float, rounds: int, first_look: int, budget: float
-) -> str | None:
-    """What to say when, at *pace* seconds a round, the first look (*first_look* rounds, of
-    which *rounds* are taken) cannot fit in *budget* seconds; ``None`` when it can. The
-    rounds it names are those :func:`until_decided` takes at that pace: until the budget is
-    spent, and never fewer than :data:`MIN_ROUNDS`."""
-    needed = pace * first_look
-    if needed <= budget:
+def reach_notice(label: str, pace: float, plan: Plan, budget: float) -> str | None:
+    """What to say when, at *pace* seconds a round, the rounds *budget* seconds reach hold no
+    look of *plan*'s main schedule (``None`` when they do): only its early looks can decide,
+    a large change. On a host not calibrated the main schedule starts at the third process
+    block (the first whose spread estimates the process term), and its early looks hold the
+    term at its prior bound, so a change nearer its bound than that bound's width stays
+    undecided; names the budget that reaches the main schedule twice over."""
+    reach = max(MIN_ROUNDS, math.floor(budget / pace) + 1)
+    reached = plan.within(reach)
+    first = plan.main_looks[0] if plan.main_looks and plan.can_decide else plan.first_look
+    if reached.main_looks and reached.can_decide and reach >= first:
         return None
-    ends = max(rounds, MIN_ROUNDS, math.floor(budget / pace) + 1)
-    enough = math.ceil(AUTO_ROUNDS * pace / 10) * 10
+    enough = math.ceil(2 * first * pace / 10) * 10
+    head = (
+        f"{label}: a round takes {pace:.1f} s, so the budget of {budget:g} s reaches about "
+        f"{reach} rounds, short of the main schedule's first look ({first} rounds)"
+    )
+    if plan.early_dependence is plan.dependence:  # a calibrated host: its own term early
+        what = "only its early looks can decide, a large change"
+    else:
+        blocks = max(1, reached.judged(reach) // (plan.block or reach)) if plan.block else 1
+        width = 100 * math.expm1(2.5 * plan.prior_process / math.sqrt(blocks))
+        what = (
+            "on a host not calibrated only its early looks can decide, the process term held "
+            f"at its prior bound of {100 * plan.prior_process:g} %: a change within about "
+            f"{width:.0f} % of its bound stays undecided"
+        )
     return (
-        f"{label}: a round takes {pace:.1f} s, so the first look ({first_look} rounds) needs "
-        f"about {needed:.0f} s, more than the budget of {budget:g} s: the verdict will end "
-        f"undecided after about {ends} round(s) unless the rounds speed up; give the profile "
-        f'budget = {enough} (or budget = "auto", or --moeperf-budget {enough})'
+        f'{head}: {what}; give the profile budget = {enough} (or budget = "auto", or '
+        f"--moeperf-budget {enough}), or calibrate this host (moeperf calibrate)"
     )
 
 
@@ -161,9 +184,9 @@ def until_decided(
     or building is not measuring and is not counted.
 
     After the first round measured now, its pace sets a budget of ``None`` (automatic: see
-    :func:`auto_budget`, *auto_rounds* of them), and *notice* hears at once when the first
-    look cannot fit in the budget, instead of the verdict spending it to end undecided
-    without a word."""
+    :func:`auto_budget`, *auto_rounds* of them), and *notice* hears at once when the budget
+    reaches no look of the plan's main schedule (:func:`reach_notice`), instead of the verdict
+    spending it to end undecided without a word."""
     looks_given = feed.plan is not None  # the feed brings the looks its rounds were judged at
     plan = feed.plan or plan
     reach_fixed = looks_given
@@ -199,7 +222,7 @@ def until_decided(
                                 f"{limit:.0f} s ({auto_rounds or AUTO_ROUNDS} rounds, at most "
                                 f"{AUTO_CAP:g} s)"
                             )
-                    line = first_look_notice(label, pace, len(rounds), plan.looks[0], limit)
+                    line = None if looks_given else reach_notice(label, pace, plan, limit)
                     if line is not None and notice is not None:
                         notice(line)
                 if len(rounds) >= MIN_ROUNDS and measuring() > limit:
@@ -221,7 +244,7 @@ def until_decided(
 
 def _overrides(
     source: Source,
-    feed: Feed,
+    feed: Feed | None,
     measurements: Sequence[Measurement],
     busy_limit: float,
     host_decides: bool,
@@ -229,7 +252,10 @@ def _overrides(
     """Why these measurements must not decide (a busy host, or with *host_decides* a host
     that changed under them; ``None`` when they may), and how the host moved (the feed's own
     account of a stored verdict's rounds, else the source's)."""
-    moved = feed.moved if feed.moved is not None else tuple(source.host_moved(measurements))
+    if feed is not None and feed.moved is not None:
+        moved = feed.moved
+    else:
+        moved = tuple(source.host_moved(measurements))
     reasons = [busy_reason(measurements, busy_limit)]
     if host_decides and moved:
         reasons.append(f"host changed under the run: {'; '.join(moved)}")
@@ -257,6 +283,7 @@ def decide_pair(
     changed under the rounds."""
     relation = {"change": "~", "dead_end": "<", "claim": rule.relation}[rule.kind]  # as shown
     feed = source.pair(profile, a, b, label=label, relation=relation)
+    feed.size_blocks(*plan.block_terms(), calibrated=plan.dependence.calibrated)
     plan = replace(plan, block=feed.process_block)  # the looks keep to its process blocks
     began = time.monotonic()
     said = ""
@@ -337,7 +364,67 @@ def decide_baseline(
         return check, done
 
     label = f"{side.configuration.name}.{side.workload.name}"
+    plan = replace(plan, early=False)  # one measurement's samples: the main schedule's looks
     check = until_decided(feed, judge, plan, budget, label=label, notice=source.notice).result
     (m,) = feed.measurements()
     reason, _moved = _overrides(source, feed, [m], busy_limit, True)
+    return Checked(overridden(check, reason), m)
+
+
+def cannot_decide(
+    label: str, term: SessionTerm, tolerance: float, higher_is_better: bool, plan: Plan
+) -> str | None:
+    """What to say, before measuring, of a baseline check that cannot decide at what is known
+    already (``None`` when it can): the host's between-session term is not measured yet (a
+    baseline of another session says nothing of this one without it), or it alone puts the
+    limit inside any interval (no number of repetitions can pass it). Names what would let it
+    decide."""
+    limit = -math.log1p(-tolerance) if higher_is_better else math.log1p(tolerance)
+    anyway = "--moeperf-measure-anyway measures its budget regardless"
+    if not term.measured:
+        return (
+            f"{label}: baseline check not measured: {term.describe()}: a baseline of another "
+            "session says nothing of this one until this host's level between sessions is "
+            f"measured; it decides once the store holds {MIN_SESSIONS} sessions of this host "
+            f"{SESSION_GAP / 3600:g} h apart or more (run pytest -m perf again later; {anyway})"
+        )
+    confidence = 1 - plan.nominal_alpha()
+    reach = term.reach(confidence)
+    if reach < limit:
+        return None
+    more = next(
+        (
+            n
+            for n in range(term.sessions + 1, 100)
+            if replace(term, sessions=n).reach(confidence) < limit
+        ),
+        None,
+    )
+    needs = (
+        f"about {more} sessions at this spread would let it"
+        if more is not None
+        else f"this host's level wanders too far for a tolerance of {100 * tolerance:g} %"
+    )
+    return (
+        f"{label}: baseline check cannot pass here: {term.describe()} alone puts "
+        f"+-{100 * math.expm1(reach):.0f} % around any median, beyond the tolerance of "
+        f"{100 * tolerance:g} %: more repetitions cannot decide, only a drop beyond it fails "
+        f"({needs}; {anyway})"
+    )
+
+
+def judged_in_hand(
+    source: Source,
+    m: Measurement,
+    judge_values: Callable[[list[float], float], BaselineCheck],
+    plan: Plan,
+    busy_limit: float,
+) -> Checked | None:
+    """A baseline check judged once on the samples *m* holds (none measured for it), at the
+    first look's level; undecided on a busy host or one that moved. ``None`` with fewer than
+    two samples."""
+    if len(m.values) < 2:
+        return None
+    check = judge_values(list(m.values), 1 - plan.nominal_alpha())
+    reason, _moved = _overrides(source, None, [m], busy_limit, True)
     return Checked(overridden(check, reason), m)

@@ -26,7 +26,7 @@ from ..defaults import (
 )
 from ..errors import BaselineError, ConfigError, StoreError
 from ..fs import write_output
-from ..measure.dependence import Dependence
+from ..measure.dependence import Dependence, ProcessEvidence
 from ..measure.measurement import Measurement
 from ..store.accept import accept_measurements, refusals, refuse
 from ..store.accepted import accepted_history, dependence_for, noise_for
@@ -35,14 +35,14 @@ from ..store.database import store_url
 from ..store.history import write_history
 from ..store.hosts import BaselineHost, canonical_workload, host_key
 from ..store.journal import Journal
-from ..store.record import CheckRecord, RunRecord
+from ..store.record import CheckRecord, RunRecord, VerdictRecord
 from ..store.replay import Replay
 from ..store.runstore import RunStore, run_key
-from ..store.sessions import session_medians
+from ..store.sessions import session_levels
 from ..store.transfer import StoreHandle
 from ..verdicts.baseline_check import BaselineRow
-from ..verdicts.calibration import NoiseFigure
-from ..verdicts.creep import SessionSpread, session_spread
+from ..verdicts.calibration import NoiseFigure, history_dependence
+from ..verdicts.creep import SessionTerm, session_term
 from ..verdicts.reference import DEFAULT_LABEL, Reference, ReferenceRow
 from ..verdicts.sequential import Plan
 from .live import LiveSource
@@ -105,7 +105,14 @@ class Options:
     ``MemAvailable`` when the session starts."""
     process_block: int | None = None
     """Paired rounds per pair of server processes (0: never restart); ``None``: the profile's
-    ``process_block``, else as many as keep restarts at a third of the measuring time."""
+    ``process_block``, else where the variance is and what a restart costs."""
+    measure_anyway: bool = False
+    """Measure a verdict's budget even where it says before measuring that it cannot decide
+    (``--moeperf-measure-anyway``: the numbers, for a user who wants them)."""
+    history: bool = True
+    """Whether a host not calibrated takes its round spread and process term from its own
+    verdicts' process blocks (stored, and this run's earlier ones) once they hold enough
+    degrees of freedom (``--moeperf-no-history``: each verdict's own blocks alone)."""
 
 
 def profile_reference(profile: Profile, rootdir: Path) -> Reference | None:
@@ -159,6 +166,7 @@ class PerfSession:
         """The profiles (given, or loaded from the options' files when first asked)."""
         self._baselines: dict[str, BaselineFile | None] = {}
         self._dependence: dict[str, Dependence] = {}
+        self._evidence: dict[str, ProcessEvidence] = {}
         self.store = StoreHandle(
             store_url(options.store, options.results_dir),
             options.results_dir,
@@ -249,13 +257,47 @@ class PerfSession:
         return noise_for(self.baselines(profile), self.source.fingerprint(profile), metrics)
 
     def dependence(self, profile: Profile) -> Dependence:
-        """How this host's rounds depend on each other (its calibrated process term and
-        lag-1, stored with its ``[[host]]`` in *profile*'s baseline file; the default where
-        none was): every verdict's error carries it."""
+        """How this host's rounds depend on each other: its calibrated process term and
+        lag-1 (stored with its ``[[host]]`` in *profile*'s baseline file), else the terms its
+        own verdicts' process blocks show once they hold enough degrees of freedom (its stored
+        verdicts of *profile* and this run's earlier ones: :func:`history_dependence`), else
+        the default (each verdict's own blocks): every verdict's error carries it."""
         if profile.name not in self._dependence:
             found = dependence_for(self.baselines(profile), self.source.fingerprint(profile))
             self._dependence[profile.name] = found
-        return self._dependence[profile.name]
+        found = self._dependence[profile.name]
+        if found.calibrated or not self.options.history or self.options.replay is not None:
+            return found
+        pooled = self._stored_evidence(profile)
+        for v in self.journal.verdicts:
+            if (
+                v.evidence is not None
+                and v.sides is not None
+                and v.sides[0].profile == profile.name
+            ):
+                pooled += v.evidence
+        return history_dependence(pooled) or found
+
+    def _stored_evidence(self, profile: Profile) -> ProcessEvidence:
+        """What this host's stored verdicts of *profile* showed of its process blocks (read
+        once a session; nothing where the store cannot be read)."""
+        if profile.name not in self._evidence:
+            pooled = ProcessEvidence()
+            try:
+                store = self.store.existing()
+                docs = store.recent_verdicts(host_key(self.source.host)) if store else []
+            except StoreError:
+                docs = []
+            for doc in docs:
+                try:
+                    record = VerdictRecord.from_dict(doc)
+                except (KeyError, TypeError, ValueError):
+                    continue  # a verdict the store holds in a shape of its own: not evidence
+                sides = record.sides
+                if record.evidence is not None and sides and sides[0].profile == profile.name:
+                    pooled += record.evidence
+            self._evidence[profile.name] = pooled
+        return self._evidence[profile.name]
 
     def budget(self, profile: Profile) -> float | None:
         """Seconds a verdict of *profile* may measure."""
@@ -300,12 +342,13 @@ class PerfSession:
             self._references[profile.name] = profile_reference(profile, self.options.rootdir)
         return self._references[profile.name]
 
-    def session_spread(
+    def session_term(
         self, profile: Profile, host: BaselineHost, entry: BaselineEntry, cpus: str | None
-    ) -> SessionSpread:
-        """The between-session spread of *entry*'s build, configuration and workload on the
-        baseline file's *host*: its session medians in the store (and the file's own entries of
-        that build), pooled with the conservative prior."""
+    ) -> SessionTerm:
+        """How far *entry*'s build, configuration and workload wanders between the sessions
+        of the baseline file's *host*, measured from its sessions: the store's runs of it on
+        that host (fingerprint and probe matching) and the file's accepted values of that
+        build, runs an hour apart or more counting as sessions (:func:`session_term`)."""
         points = self.store.open().session_points(
             profile=profile.name,
             configuration=entry.configuration,
@@ -315,15 +358,11 @@ class PerfSession:
         )
         bf = self.baselines(profile)
         accepted = accepted_history(bf, host.id, entry.configuration, entry.workload) if bf else []
-        stored = [e.value for e in accepted if e.build == entry.build and e.samples]
-        medians = session_medians(
-            points,
-            host,
-            cpus=cpus,
-            tolerance=self.options.probe_tolerance,
-            stored=stored,
+        stored = [(e.date, e.value) for e in accepted if e.build == entry.build and e.samples]
+        levels = session_levels(
+            points, host, cpus=cpus, tolerance=self.options.probe_tolerance, stored=stored
         )
-        return session_spread(medians)
+        return session_term(levels)
 
     def accept_baselines(self, failed: int = 0) -> list[Path]:
         """Write this session's measurements as the new baselines of their profiles, on this

@@ -79,6 +79,13 @@ class Feed(ABC):
     fresh pair; 0: one pair for all): the length the looks of a host not calibrated keep to.
     ``None``: not known ahead (the rounds' blocks say it as they come)."""
 
+    def size_blocks(self, round_spread: float, process: float, *, calibrated: bool) -> None:
+        """Size the process blocks of rounds measured now (before the first is taken) for a
+        host whose rounds spread by *round_spread* and process pairs by *process* (where the
+        variance is and what a restart costs); a feed whose blocks are set, or stored, keeps
+        them."""
+        return
+
     def first(self, index: int) -> str:
         """The side that went first in round *index* (``"a"`` or ``"b"``)."""
         return self.coin.first(index) if self.coin is not None else "a"

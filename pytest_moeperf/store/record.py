@@ -23,6 +23,7 @@ from .. import __version__
 from ..errors import ResultsError
 from ..fs import load_json
 from ..llama.bench import BenchResult
+from ..measure.dependence import ProcessEvidence
 from ..measure.measurement import Measurement
 from ..measure.workload import Workload
 from ..verdicts.baseline_check import BaselineCheck
@@ -135,6 +136,9 @@ class VerdictRecord:
     """The process block of each round (empty: one process pair for all)."""
     taken: str = ""
     """How the rounds were taken (``paired rounds in process blocks of 5``)."""
+    evidence: ProcessEvidence | None = None
+    """What the rounds showed of the host's round spread and process term (its history, which
+    later verdicts on this host pool as a calibration's)."""
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"test": self.test, **self.verdict.to_dict()}
@@ -151,6 +155,8 @@ class VerdictRecord:
             out["blocks"] = list(self.blocks)
         if self.taken:
             out["taken"] = self.taken
+        if self.evidence is not None:
+            out["evidence"] = self.evidence.to_dict()
         return out
 
     @classmethod
@@ -162,6 +168,7 @@ class VerdictRecord:
             pair = (a, b)
         verdict = Verdict.from_dict(d)
         moved, plan, coin = d.get("host_moved"), d.get("plan"), d.get("coin")
+        evidence = d.get("evidence")
         return cls(
             str(d.get("test", "")),
             verdict,
@@ -172,6 +179,7 @@ class VerdictRecord:
             None if coin is None else dict(coin),
             tuple(int(b) for b in d.get("blocks") or ()),
             str(d.get("taken", "")),
+            None if evidence is None else ProcessEvidence.from_dict(evidence),
         )
 
 

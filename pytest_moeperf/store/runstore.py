@@ -40,6 +40,9 @@ from .record import RunRecord, parse_date
 DOCUMENT_KINDS = ("gate", "bisect", "tune", "sweep", "calibration", "accept")
 HISTORY_RUNS = 40
 """The most earlier runs a report's history panel draws (the newest of this host)."""
+HISTORY_VERDICTS = 200
+"""The newest verdicts of a host whose process blocks its history pools (a few sessions' worth:
+enough degrees of freedom, recent enough to be the host as it is)."""
 BATCH = 200
 """Runs read at a time by an export."""
 
@@ -66,6 +69,8 @@ class SessionPoint:
 
     fingerprint: dict[str, Any]
     median: float
+    written: float = 0.0
+    """When the run was written (seconds since the epoch)."""
 
 
 @dataclass(frozen=True)
@@ -188,6 +193,20 @@ class RunStore:
         with self.db.reading() as conn:
             return [(t, float(at), d, json.loads(text)) for t, at, d, text in conn.execute(q)]
 
+    def recent_verdicts(self, host: str, limit: int = HISTORY_VERDICTS) -> list[dict[str, Any]]:
+        """The documents of *host*'s newest *limit* verdicts, newest first (what its history
+        of process blocks is pooled from)."""
+        v = verdicts
+        q = (
+            sa.select(v.c.verdict)
+            .select_from(v.join(runs, runs.c.id == v.c.run_id))
+            .where(v.c.host == host)
+            .order_by(runs.c.written.desc(), v.c.id.desc())
+            .limit(limit)
+        )
+        with self.db.reading() as conn:
+            return [json.loads(text) for (text,) in conn.execute(q)]
+
     def session_points(
         self,
         *,
@@ -202,8 +221,12 @@ class RunStore:
         given (which of them are the baseline's host is :func:`host_differences`' to say)."""
         m, h = measurements, run_hosts
         q = (
-            sa.select(h.c.fingerprint, m.c.median, m.c.run_id)
-            .select_from(m.join(h, sa.and_(h.c.run_id == m.c.run_id, h.c.profile == profile)))
+            sa.select(h.c.fingerprint, m.c.median, m.c.run_id, runs.c.written)
+            .select_from(
+                m.join(h, sa.and_(h.c.run_id == m.c.run_id, h.c.profile == profile)).join(
+                    runs, runs.c.id == m.c.run_id
+                )
+            )
             .where(
                 m.c.profile.in_(("", profile)),
                 m.c.configuration == configuration,
@@ -218,10 +241,12 @@ class RunStore:
         points: list[SessionPoint] = []
         seen: set[int] = set()
         with self.db.reading() as conn:
-            for fingerprint, median, run_id in conn.execute(q):
+            for fingerprint, median, run_id, written in conn.execute(q):
                 if run_id not in seen:  # a run's first such measurement, as a session is one
                     seen.add(run_id)
-                    points.append(SessionPoint(json.loads(fingerprint), float(median)))
+                    points.append(
+                        SessionPoint(json.loads(fingerprint), float(median), float(written))
+                    )
         return points
 
     def recent_runs(

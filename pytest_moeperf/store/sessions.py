@@ -1,14 +1,15 @@
-"""The sessions a host has measured one build in: the session medians a baseline check's
-between-session term is estimated from (:func:`pytest_moeperf.verdicts.creep.session_spread`).
+"""The sessions a host has measured one build in: the session levels a baseline check's
+between-session term is measured from (:func:`pytest_moeperf.verdicts.creep.session_term`).
 
 A session is one stored run whose profile's fingerprint is the baseline file's host (same
-identity, probe figures within the tolerance): its median of the
-(build, configuration, workload). The stored baseline's own value is one more session when no
+identity, probe figures within the tolerance): its time and its median of the
+(build, configuration, workload). The stored baseline's own value is one more run when no
 results file holds it.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Iterable
 
 from ..defaults import PROBE_TOLERANCE
@@ -20,22 +21,34 @@ SAME_MEDIAN = 1e-4
 and the baseline accepted from it)."""
 
 
-def session_medians(
+def session_levels(
     points: Iterable[SessionPoint],
     host: BaselineHost,
     *,
     cpus: str | None,
     tolerance: float = PROBE_TOLERANCE,
-    stored: Iterable[float] = (),
-) -> list[float]:
-    """The medians of *points* (one stored run's median of a build, configuration and
-    workload each: :meth:`~pytest_moeperf.store.runstore.RunStore.session_points`) measured on
-    *host*, one per session, then each *stored* value (the baseline file's entries of that
-    build) that no session already holds."""
-    medians = [
-        p.median for p in points if not host_differences(host, p.fingerprint, cpus, tolerance)
+    stored: Iterable[tuple[str, float]] = (),
+) -> list[tuple[float, float]]:
+    """The (time, median) of each of *points* (one stored run's median of a build,
+    configuration and workload each: :meth:`~pytest_moeperf.store.runstore.RunStore.
+    session_points`) measured on *host*, then each *stored* (date, value) (the baseline file's
+    accepted entries of that build, at noon of their day) that no run already holds."""
+    levels = [
+        (p.written, p.median)
+        for p in points
+        if not host_differences(host, p.fingerprint, cpus, tolerance)
     ]
-    for value in stored:
-        if not any(abs(value - m) <= SAME_MEDIAN * m for m in medians):
-            medians.append(value)
-    return medians
+    for date, value in stored:
+        if not any(abs(value - m) <= SAME_MEDIAN * m for _, m in levels):
+            levels.append((_noon(date), value))
+    return levels
+
+
+def _noon(date: str) -> float:
+    """Noon (UTC) of a baseline entry's ``YYYY-MM-DD`` date, seconds since the epoch (0 for a
+    date that is not one)."""
+    try:
+        day = dt.date.fromisoformat(date[:10])
+    except ValueError:
+        return 0.0
+    return dt.datetime(day.year, day.month, day.day, 12, tzinfo=dt.UTC).timestamp()

@@ -105,6 +105,14 @@ class StoreHandle:
             self._store = store
         return self._store
 
+    def existing(self) -> RunStore | None:
+        """The store when it holds something to read: opened as :meth:`open` opens it, but a
+        default store whose file is not there yet is not created (``None``: nothing stored)."""
+        if self._store is None and self.default and self.url.database:
+            if not Path(self.url.database).exists():
+                return None
+        return self.open()
+
     def close(self) -> None:
         if self._store is not None:
             self._store.close()

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from ..defaults import CONFIDENCE, MIN_REL_SPREAD
 from ..measure.measurement import optional
 from ..measure.stats import Figure, with_session_term
-from .creep import SessionSpread
+from .creep import SessionTerm
 from .judge import Values, Verdict, more_to_decide, unpaired_interval
 
 if TYPE_CHECKING:
@@ -113,7 +113,8 @@ class BaselineCheck:
         elif self.outcome == "undecided" and self.between:
             line += (
                 " (the between-session term alone reaches the limit: more repetitions "
-                "cannot decide; a paired gate against the baseline's build can)"
+                "cannot decide; more sessions of this host, or a paired gate against the "
+                "baseline's build, can)"
             )
         return line
 
@@ -137,7 +138,7 @@ def judge_baseline(
     baseline: Values | None = None,
     confidence: float = CONFIDENCE,
     min_rel_spread: float = MIN_REL_SPREAD,
-    session: SessionSpread | None = None,
+    session: SessionTerm | None = None,
 ) -> BaselineCheck:
     """Judge *measured* against a stored baseline on the interval of ``median(measured) /
     baseline`` (*baseline*: its samples or stored figure; a bare *baseline_value* counts as a
@@ -145,8 +146,9 @@ def judge_baseline(
     lies at or above ``1 - tolerance``, ``fail`` when it lies wholly below, ``undecided``
     otherwise; lower is better: the mirror image around ``1 + tolerance``. A noisy host gives
     a wide interval, and a wide interval never fails. The baseline was measured in another
-    session: *session* (the host's between-session spread) widens the interval by the
-    difference of two sessions' levels, which no number of repetitions removes."""
+    session: *session* (the host's between-session term, measured from its own sessions)
+    widens the interval by the difference of two sessions' levels, a t on the sessions' degrees
+    of freedom, which no number of repetitions removes."""
     if not measured:
         raise ValueError("no measured samples")
     if not (math.isfinite(baseline_value) and baseline_value > 0):
@@ -160,8 +162,8 @@ def judge_baseline(
     iv, n = unpaired_interval(
         list(measured), stored, confidence=confidence, min_rel_spread=min_rel_spread, seed=0
     )
-    if session is not None:
-        iv = with_session_term(iv, session.difference_sd)
+    if session is not None and session.measured:
+        iv = with_session_term(iv, math.sqrt(2.0) * session.log_sd, session.df)
     outcome: Literal["pass", "fail", "undecided"]
     if higher_is_better:
         t = 1 - tolerance

@@ -15,13 +15,12 @@ from __future__ import annotations
 import itertools
 import math
 import statistics
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from ..defaults import PROCESS_TERM
-from ..measure.dependence import Dependence, block_excess, centred_ratio
+from ..measure.dependence import Dependence, ProcessEvidence, centred_ratio
 
 FALSE_ALARMS = ("slower", "faster")
 """A/A outcomes that are false alarms: beyond the margin, where nothing changed."""
@@ -164,43 +163,55 @@ def noise_figure(
     gate's cut at zero would read a host with no term as one with some)."""
     if not outcomes:
         raise ValueError("a noise figure needs at least one A/A gate")
-    squares, cross, df = 0.0, 0.0, 0
-    sizes: Counter[int] = Counter()
-    excess, between_df = 0.0, 0
+    pooled = ProcessEvidence()
     for i, d in enumerate(round_log_ratios):
-        gate_blocks = list(blocks[i]) if i < len(blocks) and blocks[i] else [0] * len(d)
-        groups: dict[int, list[float]] = {}
-        for x, b in zip(d, gate_blocks, strict=False):
-            groups.setdefault(b, []).append(x)
-        for g in groups.values():
-            if len(g) < 2:
-                continue
-            mean = statistics.fmean(g)
-            dev = [x - mean for x in g]
-            squares += sum(x * x for x in dev)
-            cross += sum(a * b for a, b in itertools.pairwise(dev))
-            df += len(g) - 1
-            sizes[len(g)] += 1
-        got = block_excess(d, gate_blocks)
-        if got is not None:  # each gate's estimate, weighted by its blocks' evidence
-            excess += got[0] * got[1]
-            between_df += got[1]
-    spread = math.sqrt(squares / df) if df else 0.0
+        gate_blocks = list(blocks[i]) if i < len(blocks) and blocks[i] else None
+        pooled += ProcessEvidence.of(d, gate_blocks)
     return NoiseFigure(
         build=build,
         date=date,
         gates=len(outcomes),
         rounds=sum(len(d) for d in round_log_ratios),
-        round_spread=spread,
-        lag1=centred_lag1(cross / squares, sizes) if squares else 0.0,
+        round_spread=pooled.round_spread,
+        lag1=evidence_lag1(pooled),
         mde=statistics.median(mdes) if mdes else math.inf,
         budget=budget,
         false_alarms=sum(o in FALSE_ALARMS for o in outcomes),
         undecided=sum(o == "undecided" for o in outcomes),
         spurious=sum(o in SPURIOUS for o in outcomes),
-        process=math.sqrt(max(0.0, excess / between_df)) if between_df else None,
-        process_df=float(between_df) if between_df else None,
+        process=pooled.process,
+        process_df=float(pooled.between_df) if pooled.between_df else None,
         pace=_pace(seconds, round_log_ratios),
+    )
+
+
+def evidence_lag1(evidence: ProcessEvidence) -> float:
+    """The lag-1 the pooled rounds of *evidence* show, read past their blocks' own means
+    (:func:`centred_lag1`); 0 where no block of two rounds was pooled."""
+    if not evidence.squares:
+        return 0.0
+    return centred_lag1(evidence.cross / evidence.squares, dict(evidence.sizes))
+
+
+HISTORY_MIN_DF = 6
+"""The process blocks' degrees of freedom (blocks less one a verdict) a host's stored verdicts
+must hold before their pooled terms stand for the host's, as a calibration's do."""
+
+
+def history_dependence(evidence: ProcessEvidence) -> Dependence | None:
+    """The dependence a host's own verdicts (stored, and this run's earlier ones) show, pooled
+    as a calibration pools its A/A gates: its process term with the blocks' degrees of freedom,
+    its round spread and lag-1; ``None`` while their blocks hold fewer than
+    :data:`HISTORY_MIN_DF` degrees of freedom (each verdict's own blocks then estimate it)."""
+    process = evidence.process
+    if process is None or evidence.between_df < HISTORY_MIN_DF:
+        return None
+    return Dependence(
+        process=process,
+        lag1=min(0.9, max(0.0, evidence_lag1(evidence))),
+        process_df=float(evidence.between_df),
+        round_spread=evidence.round_spread,
+        origin="this host's verdicts",
     )
 
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -36,6 +36,8 @@ from ..defaults import (
     LINK_PRIOR_LINKS,
     LINK_TERM,
     MARGIN,
+    MIN_SESSIONS,
+    SESSION_GAP,
     SESSION_PRIOR_SESSIONS,
     SESSION_SPREAD,
 )
@@ -329,3 +331,69 @@ def session_spread(
         prior=prior,
         prior_sessions=prior_sessions,
     )
+
+
+@dataclass(frozen=True)
+class SessionTerm:
+    """How far one host's level of one build, configuration and workload wanders between its
+    sessions, measured from its own sessions (no prior): the spread of their log levels, with
+    the degrees of freedom it has (sessions less one), so that a baseline check's interval
+    widens by a t on them. Runs closer together than :data:`SESSION_GAP` are one session (a
+    host's level lingers for minutes to hours: sessions taken back to back would read it as
+    steadier than it is)."""
+
+    log_sd: float
+    """The standard deviation of one session's level (the log of its median)."""
+    sessions: int
+    """Sessions it was measured from (runs :data:`SESSION_GAP` apart or more)."""
+    runs: int
+    """Stored runs (and accepted values) those sessions hold."""
+
+    @property
+    def measured(self) -> bool:
+        """Whether there are sessions enough to say it (:data:`MIN_SESSIONS`)."""
+        return self.sessions >= MIN_SESSIONS
+
+    @property
+    def df(self) -> int:
+        return max(self.sessions - 1, 0)
+
+    def reach(self, confidence: float) -> float:
+        """What the term alone puts around a ratio of two sessions' levels (log half-width at
+        *confidence*, a t on its degrees of freedom); ``inf`` while it is not measured."""
+        if not self.measured:
+            return math.inf
+        return t_quantile(0.5 + confidence / 2, self.df) * math.sqrt(2.0) * self.log_sd
+
+    def describe(self) -> str:
+        """``between sessions 3.1 % (from 5 sessions of 9 runs, an hour apart or more)``."""
+        if not self.sessions:
+            return "between sessions: no session of this host stored"
+        if not self.measured:
+            return (
+                f"between sessions: not measured ({self.sessions} session"
+                f"{'s' * (self.sessions != 1)} stored; {MIN_SESSIONS} needed)"
+            )
+        return (
+            f"between sessions {100 * math.expm1(self.log_sd):.1f} % (from {self.sessions} "
+            f"sessions of {self.runs} runs, {SESSION_GAP / 3600:g} h apart or more)"
+        )
+
+
+def session_term(levels: Iterable[tuple[float, float]], gap: float = SESSION_GAP) -> SessionTerm:
+    """The between-session term of *levels* (each a stored run's time, seconds since the
+    epoch, and its median): runs within *gap* of the first run of their session are that
+    session, whose level is their logs' mean; the term is the sessions' levels' standard
+    deviation (none below two sessions). A session's level holds its own within-session
+    noise too, so it overstates the term, never understates it."""
+    runs = sorted((t, math.log(m)) for t, m in levels if m > 0 and math.isfinite(m))
+    sessions: list[list[float]] = []
+    start = -math.inf
+    for at, level in runs:
+        if at - start >= gap:
+            sessions.append([])
+            start = at
+        sessions[-1].append(level)
+    means = [statistics.fmean(s) for s in sessions]
+    sd = statistics.stdev(means) if len(means) >= 2 else 0.0
+    return SessionTerm(sd, len(means), len(runs))

@@ -15,7 +15,6 @@ from ..measure.workload import Workload
 from .attribution import Attribution
 from .creep import ChainedChange, PairedChange
 from .judge import Verdict
-from .levels import margin_p
 from .sequential import Plan
 
 UNDECIDED_POLICIES = ("exit-3", "pass", "fail")
@@ -198,15 +197,9 @@ def row_p_values(
     the same simulated design as its interval's level; 1.0 with under 2 rounds."""
     if len(log_ratios) < 2:
         return 1.0, 1.0
-    slower, faster = margin_p(
-        log_ratios,
-        plan.design(),
-        margin,
-        dependence=plan.dependence,
-        floor=log_sigma(MIN_REL_SPREAD),
-        blocks=list(blocks) or None,
+    return plan.margin_p(
+        log_ratios, margin, floor=log_sigma(MIN_REL_SPREAD), blocks=list(blocks) or None
     )
-    return float(slower[0]), float(faster[0])
 
 
 def holm(rows: Sequence[GateRow], alpha: float) -> list[GateRow]:

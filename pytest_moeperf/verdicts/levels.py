@@ -48,7 +48,7 @@ PATHS = 40_000
 SEED = 20261201
 SPREAD = 0.01
 """The simulated rounds' log-SD (the statistic does not depend on it; a term is relative)."""
-VERSION = 3
+VERSION = 4
 """Bumped when the statistic or the simulation changes (old cached levels are not read)."""
 LAG1_STEP = 0.05
 """A host's lag-1 is calibrated at the next multiple of this at or above it (few levels to
@@ -269,3 +269,30 @@ def margin_p(
         design_p(design, np.minimum(1.0, 2.0 * slower)),
         design_p(design, np.minimum(1.0, 2.0 * faster)),
     )
+
+
+def nominal_margin_p(
+    log_ratios: Sequence[float] | NDArray[np.float64],
+    looks: Sequence[int],
+    margin: float,
+    *,
+    trim: float,
+    dependence: Dependence,
+    floor: float = 0.0,
+    blocks: Sequence[int] | None = None,
+) -> tuple[float, float]:
+    """The smallest two-sided nominal p-values over *looks* (round counts the rounds reached)
+    against "no slowdown beyond *margin*" and "no speedup beyond it", each look's t with the
+    error *dependence* gives it over every round so far (an early look's: no whole blocks):
+    what a Bonferroni share of the error rate reads them against."""
+    d = np.atleast_2d(np.asarray(log_ratios, dtype=np.float64))
+    low, high = math.log(1 - margin), math.log(1 + margin)
+    slower = faster = 1.0
+    for n in looks:
+        cut = list(blocks[:n]) if blocks else None
+        got = robust_rows(
+            d[:, : max(2, n)], trim=trim, blocks=cut, dependence=dependence, floor=floor
+        )
+        slower = min(slower, float(tails(got, low)[0][0]))
+        faster = min(faster, float(tails(got, high)[1][0]))
+    return min(1.0, 2.0 * slower), min(1.0, 2.0 * faster)

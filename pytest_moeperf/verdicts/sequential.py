@@ -38,11 +38,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from ..defaults import FIRST_LOOK, MARGIN, MAX_ROUNDS
+from ..defaults import (
+    EARLY_ROUNDS,
+    EARLY_SHARE,
+    FIRST_LOOK,
+    MARGIN,
+    MAX_ROUNDS,
+    PRIOR_PROCESS_TERM,
+    PROCESS_TERM,
+    ROUND_SPREAD,
+)
 from ..measure.dependence import DEFAULT_DEPENDENCE, Dependence
 from ..measure.stats import PairedInterval, paired_interval
 from .calibration import NoiseFigure, Resolution
-from .levels import Design, per_look_alpha
+from .levels import HELD_BACK, Design, margin_p, nominal_margin_p, per_look_alpha
 
 Decision = Literal[
     "holds",
@@ -82,6 +91,15 @@ class Plan:
     """The host's calibrated noise of the verdict's metric, when ``moeperf calibrate`` measured
     it: what the verdict can resolve is said before it measures, and an automatic budget is
     sized from it (not stored with the plan)."""
+    early: bool = True
+    """Whether the verdict looks early: at :data:`~pytest_moeperf.defaults.EARLY_ROUNDS` and at
+    the round schedule's looks before the main schedule's first (on a host not calibrated, its
+    third whole process block), each at a Bonferroni share of
+    :data:`~pytest_moeperf.defaults.EARLY_SHARE` of the error rate (a stored plan of before
+    early looks has none, so that it is judged again as it was)."""
+    prior_process: float = PRIOR_PROCESS_TERM
+    """The prior upper bound on the process term an early look of a host not calibrated takes
+    its interval at (a calibrated host's early looks take the host's own term)."""
 
     def __post_init__(self) -> None:
         if self.first_look < 2:
@@ -103,14 +121,16 @@ class Plan:
 
     @property
     def can_decide(self) -> bool:
-        """False when no look can decide: the rounds are one process pair (never restarted),
-        or the looks keep to process blocks and the budget reaches no second one, on a host
-        whose process term is not calibrated."""
+        """False when no look of the main schedule can decide: the rounds are one process pair
+        (never restarted), or the looks keep to process blocks and the budget reaches no third
+        one, on a host whose process term is not calibrated (an early look may still decide a
+        large effect: :attr:`early_looks`)."""
         if self.dependence.calibrated:
             return True
         if self.blockwise:
-            assert self.block is not None
-            return self.max_rounds >= 2 * self.block
+            if not self.early:  # a stored plan of before: a look on two blocks decided
+                return self.max_rounds >= 2 * (self.block or 0)
+            return bool(self.main_looks)
         return self.block != 0
 
     def judged(self, rounds: int) -> int:
@@ -123,33 +143,151 @@ class Plan:
         whole = rounds // self.block * self.block
         return whole if whole >= self.block else rounds
 
-    @property
-    def looks(self) -> tuple[int, ...]:
-        """The round counts at which the rounds are judged."""
+    def _schedule(self) -> list[int]:
+        """The round schedule: the first look, then each about *growth* times the last."""
         out = [self.first_look]
         while out[-1] < self.max_rounds:
             out.append(min(self.max_rounds, max(out[-1] + 1, math.ceil(out[-1] * self.growth))))
+        return out
+
+    @property
+    def main_looks(self) -> tuple[int, ...]:
+        """The looks of the main schedule, whose per-look level is simulated: the round
+        schedule, or on a host not calibrated whole process blocks from the third on (none when
+        the rounds reach no third block: their budget's end is an early look)."""
+        out = self._schedule()
         if not self.blockwise:
             return tuple(out)
         assert self.block is not None
         end = self.judged(self.max_rounds)
-        if end < 3 * self.block:  # a look on two blocks has one df: only the budget's end
-            return (end,)
+        if end < 3 * self.block:  # a look on two blocks has one df: the prior bound's look
+            return () if self.early else (end,)
         whole = [max(3 * self.block, math.ceil(n / self.block) * self.block) for n in out]
         return tuple(sorted({min(n, end) for n in whole}))
+
+    @property
+    def early_looks(self) -> tuple[int, ...]:
+        """The early looks: :data:`~pytest_moeperf.defaults.EARLY_ROUNDS`, and on a host not
+        calibrated the end of each process block before the main schedule's first look (the
+        round schedule where the main schedule cannot decide), within the rounds the plan
+        reaches; the budget's end is one when it comes before the main schedule. Few, so that
+        each spends enough of the early share to decide a change of 15 % on its first process
+        pair of a host like ADR-0042's (``benchmarks/decision_speed.py``)."""
+        if not self.early:
+            return ()
+        main = self.main_looks if self.can_decide else ()
+        first = main[0] if main else self.max_rounds + 1
+        wanted = {*EARLY_ROUNDS, self.max_rounds}
+        if self.blockwise:  # each block's end before the main schedule
+            assert self.block is not None
+            wanted |= {self.block, 2 * self.block}
+        elif not main:  # nothing else can decide: the round schedule
+            wanted |= set(self._schedule())
+        return tuple(sorted(n for n in wanted if n < first and 2 <= n <= self.max_rounds))
+
+    @property
+    def looks(self) -> tuple[int, ...]:
+        """The round counts at which the rounds are judged: the early looks and the main
+        schedule's."""
+        main = self.main_looks if (self.can_decide or not self.early) else ()
+        looks = tuple(sorted({*self.early_looks, *main}))
+        return looks or (self.max_rounds,)
 
     def next_look(self, rounds: int) -> int:
         """The first look after *rounds* rounds (``max_rounds`` at most)."""
         return next((n for n in self.looks if n > rounds), self.max_rounds)
 
+    def is_early(self, rounds: int) -> bool:
+        """Whether a look after *rounds* rounds is an early one (before the main schedule's
+        first look, or where the main schedule cannot decide)."""
+        if not self.early or not self.early_looks:
+            return False
+        main = self.main_looks if self.can_decide else ()
+        return not main or rounds < main[0]
+
     def design(self) -> Design:
-        """What the per-look level is simulated as: these looks on this host."""
-        return Design.of(self.looks, self.trim, self.dependence, self.block)
+        """What the per-look level of the main schedule is simulated as: its looks on this
+        host."""
+        return Design.of(
+            self.main_looks or (self.max_rounds,), self.trim, self.dependence, self.block
+        )
+
+    def _main_share(self) -> float:
+        return 1.0 - EARLY_SHARE if self.early_looks else 1.0
 
     def nominal_alpha(self) -> float:
-        """The two-sided level each look uses, so that all looks together err with *alpha*:
-        calibrated on the verdict's statistic at these looks, on this host."""
-        return per_look_alpha(self.design(), self.alpha)
+        """The two-sided level each look of the main schedule uses, so that all looks together
+        (early ones included) err with *alpha*: calibrated on the verdict's statistic at these
+        looks, on this host, for the share of *alpha* the early looks leave."""
+        return per_look_alpha(self.design(), self.alpha * self._main_share())
+
+    def early_alpha(self) -> float:
+        """The two-sided level of each early look: a Bonferroni share of what the main
+        schedule's simulated level keeps (``(1 - HELD_BACK) * alpha``)."""
+        looks = self.early_looks
+        if not looks:
+            return 0.0
+        return (1.0 - HELD_BACK) * self.alpha * EARLY_SHARE / len(looks)
+
+    @property
+    def early_dependence(self) -> Dependence:
+        """The dependence an early look's interval carries: the host's calibrated terms, else
+        (rounds in process blocks of a host not calibrated) the process term at its prior
+        upper bound :attr:`prior_process`, with no degrees of freedom to spend on it."""
+        d = self.dependence
+        if d.calibrated or self.block is None or self.block == 1:
+            return d
+        return Dependence(self.prior_process, d.lag1, math.inf, 0.0)
+
+    def margin_p(
+        self,
+        log_ratios: Sequence[float],
+        margin: float,
+        *,
+        floor: float,
+        blocks: Sequence[int] | None,
+    ) -> tuple[float, float]:
+        """The sequential p-values of a verdict's rounds against "no slowdown beyond *margin*"
+        and "no speedup beyond it": the main schedule's read against its simulated design, the
+        early looks' nominal ones with their Bonferroni share, the smaller of the two each
+        divided by its share of the error rate (so that a verdict whose interval decided at any
+        look has one at or below *alpha*)."""
+        n = len(log_ratios)
+        main = [k for k in self.main_looks if k <= n] if self.can_decide else []
+        slower = faster = 1.0
+        share = self._main_share()
+        if main:
+            ms, mf = margin_p(
+                log_ratios,
+                self.design(),
+                margin,
+                dependence=self.dependence,
+                floor=floor,
+                blocks=blocks,
+            )
+            slower, faster = float(ms[0]) / share, float(mf[0]) / share
+        early = [k for k in self.early_looks if k <= n]
+        if early:
+            es, ef = nominal_margin_p(
+                log_ratios,
+                early,
+                margin,
+                trim=self.trim,
+                dependence=self.early_dependence,
+                floor=floor,
+                blocks=blocks,
+            )
+            weight = len(self.early_looks) / EARLY_SHARE  # Bonferroni over the early looks
+            slower, faster = min(slower, es * weight), min(faster, ef * weight)
+        return min(1.0, slower), min(1.0, faster)
+
+    def block_terms(self) -> tuple[float, float]:
+        """The round spread and process term a verdict's process blocks are sized by: the
+        host's calibrated figures (its noise of the verdict's metric first), else the
+        defaults."""
+        d = self.dependence
+        spread = self.noise.round_spread if self.noise else (d.round_spread or ROUND_SPREAD)
+        return spread, d.process if d.calibrated else PROCESS_TERM
 
     def resolution(self) -> Resolution | None:
         """What a verdict of this plan can resolve on this host (``None``: not calibrated)."""
@@ -177,6 +315,7 @@ class Plan:
             "process_df": d.process_df,
             "round_spread": d.round_spread,
             "block": self.block,
+            "prior_process": self.prior_process if self.early else None,
         }
 
 
@@ -260,16 +399,23 @@ def look(
     blocks among them where the plan's looks keep to blocks. *spent*: no more rounds can be
     taken (time budget over, or the source gives no more samples)."""
     taken = min(len(a), len(b))
-    n = max(2, plan.judged(taken))
+    final = spent or taken >= plan.max_rounds
+    if plan.is_early(taken):  # every round so far, the process term at its prior bound
+        n = max(2, taken)
+        alpha, dependence = plan.early_alpha(), plan.early_dependence
+    else:
+        n = max(2, plan.judged(taken))
+        alpha = plan.nominal_alpha() if plan.can_decide else plan.alpha  # shown, never judged
+        dependence = plan.dependence
+        final = final or not plan.can_decide
     iv = paired_interval(
         a[:n],
         b[:n],
-        alpha=plan.nominal_alpha() if plan.can_decide else plan.alpha,  # shown, never judged
+        alpha=alpha,
         trim=plan.trim,
         blocks=blocks[:n] if blocks else None,
-        dependence=plan.dependence,
+        dependence=dependence,
     )
-    final = spent or taken >= plan.max_rounds or not plan.can_decide
     decision = rule.outcome(iv.ratio, iv.low, iv.high, final=final) if iv.estimable else None
     if decision is None and final:
         decision = "undecided"

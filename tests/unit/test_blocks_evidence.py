@@ -89,36 +89,44 @@ def _decide(feed: Feed, rule: Rule, plan: Plan, budget: float = 180.0):
 
 
 def test_a_host_not_calibrated_looks_at_whole_blocks_from_the_third():
-    """Blocks of 10 in a budget of 61 rounds: looks at 30, 40, 50, 60 (the budget's end in
-    whole blocks); a calibrated host looks on the round schedule; every round a fresh pair
-    (restarts) looks on the round schedule too."""
+    """Blocks of 10 in a budget of 61 rounds: the main looks at 30, 40, 50, 60 (the budget's
+    end in whole blocks), early looks at 2, 4 and each block's end before them; a calibrated
+    host looks on the round schedule; every round a fresh pair (restarts) looks on the round
+    schedule too."""
     plan = Plan(block=10).within(61)
-    assert plan.blockwise and plan.looks == (30, 40, 50, 60) and plan.max_rounds == 60
+    assert plan.blockwise and plan.main_looks == (30, 40, 50, 60) and plan.max_rounds == 60
+    assert plan.early_looks == (2, 4, 10, 20) and plan.looks == (2, 4, 10, 20, 30, 40, 50, 60)
     assert plan.judged(57) == 50 and plan.judged(9) == 9  # not one whole block: all of it
-    assert Plan(block=5).within(73).looks == (15, 20, 25, 30, 35, 45, 55, 70)
-    assert Plan(block=30).within(61).looks == (60,)  # two blocks: the budget's end alone
+    assert Plan(block=5).within(73).main_looks == (15, 20, 25, 30, 35, 45, 55, 70)
+    # two blocks: no main look; the budget's end is an early look (the prior bound's)
+    two = Plan(block=30).within(61)
+    assert two.main_looks == () and two.early_looks == (2, 4, 30, 60) and two.is_early(60)
     calibrated = Plan(block=10, dependence=CALIBRATED).within(61)
-    assert not calibrated.blockwise and calibrated.looks[:3] == (6, 8, 10)
-    assert calibrated.looks[-1] == 61
-    assert Plan(block=1).within(61).looks[:2] == (6, 8)
+    assert not calibrated.blockwise and calibrated.main_looks[:3] == (6, 8, 10)
+    assert calibrated.looks[:2] == (2, 4) and calibrated.looks[-1] == 61
+    assert Plan(block=1).within(61).main_looks[:2] == (6, 8)
     assert block_length([0, 0, 0, 1, 1, 1, 2]) == 3 and block_length([0] * 5) == 0
     assert block_length([0, 1, 2]) == 1 and block_length([0, 0, 1, 2, 2, 2]) is None
 
 
-def test_one_pair_on_a_host_not_calibrated_decides_nothing_and_says_why(clock):
-    """Rounds of one process pair cannot show its offset: on a host not calibrated the verdict
-    is undecided after its first look, with the reason, however clear the rounds (no budget
-    spent for nothing); the same rounds on a calibrated host decide."""
-    one = _decide(BlockFeed(clock, ratio=0.5, block=0), Rule("change"), Plan())
+def test_one_pair_on_a_host_not_calibrated_decides_only_a_large_change(clock):
+    """Rounds of one process pair cannot show its offset: on a host not calibrated every look
+    holds the process term at its prior bound (5 %), so a 2x change decides at the second
+    round while a 3 % one spends the budget undecided; a stored plan of before early looks
+    says one pair decides nothing, and why."""
+    big = _decide(BlockFeed(clock, ratio=0.5, block=0), Rule("change"), Plan())
+    assert big.verdict.outcome == "slower" and len(big.rounds[0]) == 2
+    small = _decide(BlockFeed(clock, ratio=0.97, block=0), Rule("change"), Plan(), budget=30.0)
+    assert small.verdict.outcome == "undecided" and small.verdict.reason is None
+    assert small.verdict.high / small.verdict.low > math.exp(2 * 2.5 * 0.05)  # the bound's width
+    old = Plan(early=False)
+    one = _decide(BlockFeed(clock, ratio=0.5, block=0), Rule("change"), old)
     assert one.verdict.outcome == "undecided" and one.verdict.reason == ONE_PAIR
-    assert len(one.rounds[0]) == Plan().first_look and one.verdict.mde is None
+    assert len(one.rounds[0]) == old.first_look and one.verdict.mde is None
     assert "process term cannot be estimated" in one.verdict.explain()
     calibrated = Plan(dependence=CALIBRATED)
     sure = _decide(BlockFeed(clock, ratio=0.5, block=0), Rule("change"), calibrated)
-    assert sure.verdict.outcome == "slower" and len(sure.rounds[0]) == 6
-    # a budget with no room for a second block says the same at its end
-    short = _decide(BlockFeed(clock, ratio=0.5, block=10), Rule("change"), Plan(), budget=12.0)
-    assert short.verdict.outcome == "undecided" and short.verdict.reason == ONE_PAIR
+    assert sure.verdict.outcome == "slower" and len(sure.rounds[0]) == 2
 
 
 def test_a_louder_host_widens_its_own_interval():
@@ -171,7 +179,7 @@ def test_the_budgets_last_look_is_a_look_of_the_plan(clock):
     assert n not in Plan(first_look=6, block=1).within(6 + 54 + 1).looks  # not on the schedule
     before = Plan(first_look=6, block=1).within(61)
     assert per_look_alpha(ran.plan.design(), 0.05) >= per_look_alpha(before.design(), 0.05)
-    assert ran.plan.design() == Design.of(ran.plan.looks, 0.2, DEFAULT_DEPENDENCE, 1)
+    assert ran.plan.design() == Design.of(ran.plan.main_looks, 0.2, DEFAULT_DEPENDENCE, 1)
 
 
 def test_calibrate_pools_the_blocks_evidence_before_cutting_at_zero():

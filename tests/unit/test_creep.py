@@ -22,14 +22,16 @@ from pytest_moeperf.store.database import store_url
 from pytest_moeperf.store.hosts import BaselineHost
 from pytest_moeperf.store.record import RunRecord
 from pytest_moeperf.store.runstore import open_store
-from pytest_moeperf.store.sessions import session_medians
+from pytest_moeperf.store.sessions import session_levels
 from pytest_moeperf.verdicts.baseline_check import judge_baseline
 from pytest_moeperf.verdicts.calibration import NoiseFigure, lag1, noise_figure
 from pytest_moeperf.verdicts.creep import (
     PairedChange,
+    SessionTerm,
     judge_chain,
     link_spread,
     session_spread,
+    session_term,
 )
 
 W = Workload.parse("pp512")
@@ -242,20 +244,47 @@ def test_the_session_spread_starts_at_the_prior_and_follows_many_sessions():
     assert "from 3 sessions and a prior of 10.5 % worth 4" in few.describe()
 
 
+HOUR = 3600.0
+
+
+def test_the_session_term_is_measured_from_sessions_an_hour_apart():
+    rng = random.Random(1)
+    days = [(i * 24 * HOUR, 100 * math.exp(rng.gauss(0, 0.03))) for i in range(30)]
+    term = session_term(days)
+    assert term.measured and term.sessions == 30 and term.df == 29
+    assert 0.02 < term.log_sd < 0.04  # the host's own spread, no prior pulling it
+    # runs minutes apart are one session: their level is their mean
+    burst = [(i * 60.0, v) for i, v in enumerate([100.0, 80.0, 120.0])]
+    one = session_term(burst)
+    assert (one.sessions, one.runs, one.measured) == (1, 3, False)
+    assert "not measured (1 session stored; 3 needed)" in one.describe()
+    assert session_term([]).describe() == "between sessions: no session of this host stored"
+    assert session_term(days[:2]).reach(0.95) == math.inf  # two sessions are not enough
+    # a t on the sessions' degrees of freedom: three sessions reach far wider than thirty
+    three = session_term(days[:3])
+    assert three.reach(0.95) / three.log_sd > 2 * term.reach(0.95) / term.log_sd
+
+
 def test_the_session_term_widens_a_baseline_check_that_more_samples_cannot_narrow():
     measured = [97.0, 98.0, 96.5, 97.5, 98.5, 97.2]
     stored = [100.0, 101.0, 99.5, 100.5]
     plain = judge_baseline(measured, 100.25, 0.15, baseline=stored)
     assert plain.outcome == "pass"
-    wide = judge_baseline(measured, 100.25, 0.15, baseline=stored, session=session_spread([]))
+    loud = session_term([(i * 24 * HOUR, v) for i, v in enumerate([100.0, 80.0, 120.0])])
+    wide = judge_baseline(measured, 100.25, 0.15, baseline=stored, session=loud)
     assert wide.outcome == "undecided" and wide.low < plain.low
     line = wide.explain()
-    assert "between sessions 10.5 %" in line and "more repetitions cannot decide" in line
-    # a host whose sessions agree: the term shrinks and the check decides again
+    assert "between sessions" in line and "more repetitions cannot decide" in line
+    # a host whose sessions agree: the term is small and the check decides
     rng = random.Random(2)
-    agreeing = session_spread([100 * math.exp(rng.gauss(0, 0.01)) for _ in range(40)])
-    check = judge_baseline(measured, 100.25, 0.15, baseline=stored, session=agreeing)
+    steady = [(i * 24 * HOUR, 100 * math.exp(rng.gauss(0, 0.01))) for i in range(8)]
+    check = judge_baseline(measured, 100.25, 0.15, baseline=stored, session=session_term(steady))
     assert check.outcome == "pass"
+    # a term not measured is none at all: the check is the samples' (the fixture skips it)
+    unmeasured = judge_baseline(
+        measured, 100.25, 0.15, baseline=stored, session=SessionTerm(0.5, 1, 1)
+    )
+    assert unmeasured.low == plain.low
 
 
 def test_with_session_term_adds_in_quadrature_and_raises_the_floor():
@@ -278,7 +307,7 @@ def _record(fingerprint: dict, value: float, build: str = "b1") -> RunRecord:
     )
 
 
-def test_session_medians_are_this_hosts_sessions_of_this_build_once_each(tmp_path):
+def test_session_levels_are_this_hosts_runs_of_this_build_once_each(tmp_path):
     """Through the real (SQLite) store: its query narrows to the build, configuration and
     workload; the host's own runs are told apart by their fingerprints."""
     host = BaselineHost("host-1", dict(FP))
@@ -293,8 +322,10 @@ def test_session_medians_are_this_hosts_sessions_of_this_build_once_each(tmp_pat
         assert store.add_run(record)
     points = store.session_points(profile="p", configuration="mmap", workload="pp512", build="b1")
     assert len(points) == 3  # b2 is not read
-    got = session_medians(points, host, cpus=None, stored=[100.0, 95.0])
-    assert got == [pytest.approx(100.0), pytest.approx(90.0), 95.0]  # 100.0 stored once
+    assert all(p.written > 0 for p in points)  # each run's time, for its session
+    got = session_levels(points, host, cpus=None, stored=[("2026-11-30", 100.0), ("x", 95.0)])
+    assert [v for _, v in got] == [pytest.approx(100.0), pytest.approx(90.0), 95.0]
+    assert got[-1][0] == 0.0  # a date that is not one: the epoch (a session of its own)
     narrowed = store.session_points(
         profile="p", configuration="mmap", workload="pp512", build="b1", cpu_model="other cpu"
     )

@@ -76,11 +76,19 @@ def test_paired_interval_cancels_what_both_sides_share():
 def test_plan_looks_and_level():
     plan = Plan(first_look=6, max_rounds=200)
     looks = plan.looks
-    assert looks[0] == 6 and looks[-1] == 200 and list(looks) == sorted(set(looks))
-    assert plan.next_look(6) == looks[1] and plan.next_look(200) == 200
+    assert plan.early_looks == (2, 4)  # a change of 3x shows in two rounds
+    assert plan.main_looks[0] == 6 and looks[-1] == 200 and list(looks) == sorted(set(looks))
+    assert looks[:3] == (2, 4, 6) and plan.next_look(6) == looks[3]
+    assert plan.next_look(200) == 200
     level = plan.nominal_alpha()
-    # stricter than one look, less strict than Bonferroni over all looks
-    assert 0.05 / len(looks) < level < 0.05
+    main = plan.main_looks
+    # stricter than one look, less strict than Bonferroni over the main looks' share
+    assert 0.05 * 0.7 / len(main) < level < 0.05 * 0.7
+    # each early look: a Bonferroni share of the fifth the main schedule's level holds back
+    assert plan.early_alpha() == pytest.approx(0.8 * 0.05 * 0.3 / 2)
+    assert plan.is_early(4) and not plan.is_early(6)
+    old = Plan(first_look=6, max_rounds=200, early=False)  # a stored plan of before
+    assert old.looks == main and old.early_looks == () and old.nominal_alpha() > level
     assert Plan(first_look=6, max_rounds=200).nominal_alpha() == level  # seeded: the same
     with pytest.raises(ValueError, match="at least 2"):
         Plan(first_look=1)

@@ -263,8 +263,12 @@ class Bench:
             + baseline
             + "".join(f"[profiles.sim.configurations.{c}]\n" for c in names)
         )
-        options = Options(
-            profile="sim", config_file=toml, rootdir=self.directory, results_dir=self.directory
+        options = Options(  # each verdict on its own blocks: no history pooled across runs
+            profile="sim",
+            config_file=toml,
+            rootdir=self.directory,
+            results_dir=self.directory,
+            history=False,
         )
         self.session = PerfSession(options, source=self.source)
         self.profile = self.session.profile("sim")

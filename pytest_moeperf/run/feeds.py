@@ -27,7 +27,7 @@ from ..measure.measurement import Measurement
 from ..measure.workload import Workload
 from ..store.record import SideRounds
 from ..verdicts.sequential import Coin
-from .live_stage import LiveStage
+from .live_stage import LiveSettings, LiveStage
 from .profiles import Configuration, Profile
 from .source import BLOCK_SAMPLES, PAIRED_METHOD, RESTART_METHOD, Feed, Side, side_rounds
 
@@ -44,10 +44,12 @@ only as long as restarts are dear)."""
 
 
 class Measuring(Protocol):
-    """What a live feed asks of its source: measurements, and the servers they are taken on
-    (restarted after a process block, held alive through the rounds)."""
+    """What a live feed asks of its source: measurements, the servers they are taken on
+    (restarted after a process block, held alive through the rounds), and how busy the host
+    may be for a round to count."""
 
     stage: LiveStage
+    options: LiveSettings
 
     def measure(
         self, profile: Profile, configuration: Configuration, workload: Workload,
@@ -92,6 +94,13 @@ class LivePairing(Feed):
         self.blocks: list[int] = []
         self.coin = Coin()
         self._described()
+        self._pair = 0
+        """The process block the running pair of servers serves."""
+        self._aside = 0
+        """Rounds set aside so far (their samples stay in the measurements)."""
+        self._busy: tuple[float, float] = (0.0, 0.0)
+        """The last round's (seconds of other work, seconds measured) over both sides."""
+        self._kept_busy = [0.0, 0.0]
 
     def _described(self) -> None:
         self.process_block = 1 if self.restarts else self.block  # across restarts: every round
@@ -128,22 +137,47 @@ class LivePairing(Feed):
         return self.source.measure(self.profile, side.configuration, side.workload, n, side.build)
 
     def take(self, index: int) -> tuple[float, ...] | None:
-        if self.block and index and index % self.block == 0:  # a fresh process pair
+        block = index // self.block if self.block else 0
+        if self.block and block != self._pair:  # a fresh process pair
             for side in self._sides:
                 self.source.stage.launcher.restart(self.profile, side.configuration, side.build)
+            self._pair = block
         # across restarts every round is a fresh pair: a block of its own
-        self.blocks.append(index if self.restarts else index // self.block if self.block else 0)
+        self.blocks.append(index if self.restarts else block)
         values = [0.0, 0.0]
+        busy = measured = 0.0
         for i in (0, 1) if self.first(index) == "a" else (1, 0):
             side = self._sides[i]
+            before = self._got[i].conditions
             if self.restarts:  # a block: a fresh, warmed-up process and its median
                 self.source.stage.launcher.restart(self.profile, side.configuration, side.build)
                 self._got[i] = self._take(side, len(self._got[i].samples) + BLOCK_SAMPLES)
                 values[i] = statistics.median(self._got[i].values[-BLOCK_SAMPLES:])
             else:
-                self._got[i] = self._take(side, self.start[i] + index + 1)
+                self._got[i] = self._take(side, self.start[i] + index + self._aside + 1)
                 values[i] = self._got[i].values[-1]
+            after = self._got[i].conditions
+            busy += after.busy_s - before.busy_s
+            measured += after.measured_s - before.measured_s
+        self._busy = (busy, measured)
         return (values[0], values[1])
+
+    def disturbed(self, index: int) -> str | None:
+        busy, measured = self._busy
+        share = busy / measured if measured > 0 else 0.0
+        if share > self.source.options.busy_limit:
+            return f"host {100 * share:.0f} % busy with other work"
+        self._kept_busy[0] += busy
+        self._kept_busy[1] += measured
+        return None
+
+    def set_aside(self, index: int) -> None:
+        self.blocks.pop()
+        self._aside += 1
+
+    def busy_share(self) -> float | None:
+        busy, measured = self._kept_busy
+        return busy / measured if measured > 0 else 0.0
 
     def measurements(self) -> tuple[Measurement, ...]:
         return tuple(self._got)

@@ -107,8 +107,10 @@ class ReplaySource(Host):
             return StoredFeed((ma, mb), (ma.values[:n], mb.values[:n]), sides)
         record = self._unused.pop(found)
         assert record.sides is not None
-        count = record.verdict.rounds
-        values = [rounds_of(m, s, count) for m, s in zip((ma, mb), record.sides, strict=True)]
+        count = None if record.verdict.rounds is None else record.verdict.rounds + len(record.aside)
+        values = [  # every round taken, then those set aside left out
+            record.kept(rounds_of(m, s, count)) for m, s in zip((ma, mb), record.sides, strict=True)
+        ]
         method = record.taken or PAIRED_METHOD
         plan = None if record.plan is None else stored_plan(record.plan)
         if plan is not None and "block" not in (record.plan or {}):  # kept before blocks were

@@ -61,6 +61,9 @@ class Decided:
     resolution: str = ""
     """What the verdict said it could resolve before it measured (a calibrated host; empty
     otherwise)."""
+    aside: tuple[tuple[int, str], ...] = ()
+    """The rounds set aside and measured again (their place among every round taken, and
+    why); the interval is of the rest."""
 
     def record(self, test: str, asked: str) -> VerdictRecord:
         """The verdict as the run record keeps it, with all a replay needs to judge its
@@ -85,6 +88,7 @@ class Decided:
             self.blocks,
             self.taken,
             evidence,
+            self.aside,
         )
 
 
@@ -160,6 +164,9 @@ class Ran(Generic[R]):
     """Seconds spent measuring (server starts and builds not counted)."""
     plan: Plan
     """The plan the rounds were judged by: its looks end where the budget could reach."""
+    aside: tuple[tuple[int, str], ...] = ()
+    """The rounds set aside, measured again: each one's place among every round taken (kept
+    and set aside, in order) and why the host's watch marked it."""
 
 
 def until_decided(
@@ -198,6 +205,7 @@ def until_decided(
         return time.monotonic() - began - (feed.setup_seconds() - setup)
 
     rounds: list[tuple[float, ...]] = []
+    aside: list[tuple[int, str]] = []
     target = max(plan.looks[0], feed.ready)
     with feed.holding():
         while True:
@@ -207,6 +215,13 @@ def until_decided(
                 if got is None:
                     exhausted = True
                     break
+                # a round the host's watch marked (busy beyond the limit) is set aside and
+                # measured again, while the budget lasts: the rule is fixed before any outcome
+                why = feed.disturbed(len(rounds))
+                if why is not None and measuring() <= limit:
+                    feed.set_aside(len(rounds))
+                    aside.append((len(rounds) + len(aside), why))
+                    continue
                 rounds.append(got)
                 if after_round is not None and len(rounds) > feed.ready:
                     index = len(rounds) - 1
@@ -238,7 +253,7 @@ def until_decided(
                 plan = plan.within(len(rounds))  # of the plan's own (a given plan is one)
             result, final = judge(rounds, spent, plan)
             if final:
-                return Ran(result, rounds, measuring(), plan)
+                return Ran(result, rounds, measuring(), plan, tuple(aside))
             target = plan.next_look(len(rounds))
 
 
@@ -256,7 +271,11 @@ def _overrides(
         moved = feed.moved
     else:
         moved = tuple(source.host_moved(measurements))
-    reasons = [busy_reason(measurements, busy_limit)]
+    kept = feed.busy_share() if feed is not None else None
+    if kept is None:
+        reasons = [busy_reason(measurements, busy_limit)]
+    else:  # the rounds set aside are not in it: what was judged was this busy
+        reasons = [f"host {100 * kept:.0f} % busy with other work" if kept > busy_limit else None]
     if host_decides and moved:
         reasons.append(f"host changed under the run: {'; '.join(moved)}")
     return "; ".join(r for r in reasons if r) or None, moved
@@ -292,6 +311,7 @@ def decide_pair(
         verdict = judge_unpaired(rule, pb, pa, label=label)
         rounds: list[tuple[float, ...]] = []
         seconds = 0.0
+        aside: tuple[tuple[int, str], ...] = ()
     else:
         resolution = plan.resolution()
         auto_rounds = None
@@ -322,6 +342,14 @@ def decide_pair(
             auto_rounds=auto_rounds,
         )
         verdict, rounds, seconds, plan = ran.result, ran.rounds, ran.seconds, ran.plan
+        aside = ran.aside
+        if aside:
+            whys = sorted({why for _, why in aside})
+            source.notice(
+                f"{label}: {len(aside)} round(s) set aside and measured again, the host's "
+                f"watch having marked them ({'; '.join(whys[:3])}): the verdict is of the "
+                f"{len(rounds)} others"
+            )
     ma, mb = feed.measurements()
     reason, moved = _overrides(source, feed, [ma, mb], busy_limit, host_decides)
     per_side = (tuple(r[0] for r in rounds), tuple(r[1] for r in rounds))
@@ -338,6 +366,7 @@ def decide_pair(
         tuple(feed.blocks[: len(rounds)]),
         feed.method,
         said,
+        aside,
     )
 
 

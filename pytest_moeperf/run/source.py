@@ -86,6 +86,22 @@ class Feed(ABC):
         them."""
         return
 
+    def disturbed(self, index: int) -> str | None:
+        """Why round *index*, just taken, is to be set aside: the host's own watch saw it
+        disturbed (other work or steal on the servers' CPUs beyond the busy limit while it was
+        measured); ``None`` when it was not, or the feed cannot tell (stored rounds)."""
+        return None
+
+    def set_aside(self, index: int) -> None:
+        """Leave out round *index*, just taken: the next round measured is *index* again, on
+        the same pair of processes."""
+        raise NotImplementedError(f"{type(self).__name__} sets no round aside")
+
+    def busy_share(self) -> float | None:
+        """The share of the kept rounds' time other work took on the servers' CPUs (``None``:
+        not kept apart from the measurements')."""
+        return None
+
     def first(self, index: int) -> str:
         """The side that went first in round *index* (``"a"`` or ``"b"``)."""
         return self.coin.first(index) if self.coin is not None else "a"

@@ -139,6 +139,9 @@ class VerdictRecord:
     evidence: ProcessEvidence | None = None
     """What the rounds showed of the host's round spread and process term (its history, which
     later verdicts on this host pool as a calibration's)."""
+    aside: tuple[tuple[int, str], ...] = ()
+    """The rounds set aside and measured again: each one's place among every round taken (kept
+    and set aside, in order) and why the host's watch marked it; the verdict is of the rest."""
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"test": self.test, **self.verdict.to_dict()}
@@ -157,7 +160,15 @@ class VerdictRecord:
             out["taken"] = self.taken
         if self.evidence is not None:
             out["evidence"] = self.evidence.to_dict()
+        if self.aside:
+            out["set_aside"] = [{"round": i, "why": why} for i, why in self.aside]
         return out
+
+    def kept(self, values: Sequence[float]) -> list[float]:
+        """*values* of every round taken (kept and set aside, in order), the set-aside ones
+        left out: the rounds the verdict was judged on."""
+        left_out = {i for i, _ in self.aside}
+        return [v for i, v in enumerate(values) if i not in left_out]
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> VerdictRecord:
@@ -180,6 +191,7 @@ class VerdictRecord:
             tuple(int(b) for b in d.get("blocks") or ()),
             str(d.get("taken", "")),
             None if evidence is None else ProcessEvidence.from_dict(evidence),
+            tuple((int(x["round"]), str(x["why"])) for x in d.get("set_aside") or ()),
         )
 
 

@@ -231,3 +231,56 @@ def test_a_calibration_whose_gates_reached_no_mde_says_so():
     stored = figure.to_dict()
     assert "mde" not in stored  # JSON and TOML have no infinity
     assert math.isinf(NoiseFigure.from_dict(stored).mde)
+
+
+class BusyFirstFeed(BlockFeed):
+    """A :class:`BlockFeed` whose first *busy* rounds taken ran beside other work: the host's
+    watch marks them, and side b lost a random 0-60 % in each (what a minute of a co-tenant
+    does to one side of a round on a 2-core host); *marks* false: the watch sees nothing."""
+
+    def __init__(self, clock: Clock, *, busy: int, marks: bool = True, **kw) -> None:
+        super().__init__(clock, **kw)
+        self.busy, self.marks, self.taken = busy, marks, 0
+
+    def take(self, index: int) -> tuple[float, ...] | None:
+        got = super().take(index)
+        assert got is not None
+        self.taken += 1
+        if self.taken <= self.busy:
+            self.values[1][-1] *= 1 - 0.6 * self.rng.random()
+            return (got[0], self.values[1][-1])
+        return got
+
+    def disturbed(self, index: int) -> str | None:
+        return "host 45 % busy with other work" if self.marks and self.taken <= self.busy else None
+
+    def set_aside(self, index: int) -> None:
+        self.blocks.pop()
+        for side in self.values:
+            side.pop()
+
+
+def test_disturbed_rounds_are_set_aside_and_measured_again(clock):
+    """A first minute of other work disturbs the first ten rounds: set aside by the rule the
+    watch gives (fixed before any outcome), measured again within the budget, named in the
+    record; the interval is of the rest, as narrow as on a quiet host, where taking them in
+    widens it."""
+    rule = Rule("claim", threshold=0.7, relation="<=")
+    plan = Plan()
+    kept = _decide(BusyFirstFeed(clock, busy=10, ratio=0.53, sd=0.03, block=5), rule, plan)
+    blind = _decide(
+        BusyFirstFeed(clock, busy=10, ratio=0.53, sd=0.03, block=5, marks=False), rule, plan
+    )
+    quiet = _decide(BlockFeed(clock, ratio=0.53, sd=0.03, block=5), rule, plan)
+    assert kept.verdict.outcome == quiet.verdict.outcome == "holds"
+    assert [i for i, _ in kept.aside] == list(range(10))
+    assert {why for _, why in kept.aside} == {"host 45 % busy with other work"}
+    record = kept.record("t", "b / a")
+    assert record.to_dict()["set_aside"][0] == {"round": 0, "why": "host 45 % busy with other work"}
+    assert record.kept(list(range(12))) == [10, 11]
+    # the rest decide as a quiet host's rounds do; taken in, the disturbed ones cost rounds
+    assert kept.verdict.rounds == quiet.verdict.rounds
+    assert math.log(kept.verdict.high / kept.verdict.low) <= 1.2 * math.log(
+        quiet.verdict.high / quiet.verdict.low
+    )
+    assert blind.aside == () and (blind.verdict.rounds or 0) > 3 * (kept.verdict.rounds or 0)

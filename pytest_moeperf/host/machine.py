@@ -271,6 +271,12 @@ class OtherWork:
         _busy, total, steal, _ours = self._delta()
         return max(0.0, steal / total) if total > 0 else 0.0
 
+    def idle(self) -> float:
+        """The share of the CPUs' time nothing ran (0..1): a server whose threads cover its
+        CPUs leaves them idle only when it is stopped or throttled."""
+        busy, total, _steal, _ours = self._delta()
+        return max(0.0, (total - busy) / total) if total > 0 else 0.0
+
 
 def busy_fraction(seconds: float = 0.25) -> float:
     """The share of all CPUs' time spent busy over the next *seconds* (0..1): other work on

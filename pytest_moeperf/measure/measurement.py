@@ -110,6 +110,7 @@ _READERS: dict[str, Callable[[Any], Any]] = {
     "measured_s": float,
     "busy_s": float,
     "steal_s": float,
+    "idle_s": float,
     "probe_cpus": optional(str),
     "placement": optional(Placement.from_dict),
     "roofline": optional(Roofline.from_dict),
@@ -151,6 +152,10 @@ class Conditions:
     server's CPUs, each call weighted by how long it took."""
     steal_s: float = 0.0
     """Of :attr:`busy_s`, the hypervisor's steal."""
+    idle_s: float = 0.0
+    """Of :attr:`measured_s`, the seconds the server's CPUs sat idle although its threads
+    cover them (a server stopped or throttled: the CPUs idle where its threads should have
+    run), each call weighted by how long it took; 0 where its threads do not cover its CPUs."""
     probe_cpus: str | None = None
     """The CPU set whose calibration probe these numbers are judged against (``"0-1"``)."""
     placement: Placement | None = None

@@ -38,6 +38,9 @@ many degrees of freedom as blocks less one), so restarts are not saved up into a
 blocks. On a simulated ADR-0042 host (round SD 3 %, process term 1.5 %, 16 s a round, 120 s a
 restart) blocks of 5 decided its claims 3 % beyond their bound more often than blocks of 10
 (``benchmarks/decision_speed.py``), which is also about what Kalibera and Jones give there."""
+WATCHED_ROUND = 0.5
+"""The seconds a round must measure for its servers' idle CPUs to mark it (a request of a few
+milliseconds is mostly the HTTP round trip: its CPUs idle between, not stopped)."""
 MAX_CALIBRATED_BLOCK = 30
 """The longest automatic process block on a calibrated host (its term is known: a block is
 only as long as restarts are dear)."""
@@ -98,8 +101,9 @@ class LivePairing(Feed):
         """The process block the running pair of servers serves."""
         self._aside = 0
         """Rounds set aside so far (their samples stay in the measurements)."""
-        self._busy: tuple[float, float] = (0.0, 0.0)
-        """The last round's (seconds of other work, seconds measured) over both sides."""
+        self._busy: tuple[float, float, float] = (0.0, 0.0, 0.0)
+        """The last round's seconds of other work, of idle CPUs (where the servers' threads
+        cover them) and measured, over both sides."""
         self._kept_busy = [0.0, 0.0]
 
     def _described(self) -> None:
@@ -145,7 +149,7 @@ class LivePairing(Feed):
         # across restarts every round is a fresh pair: a block of its own
         self.blocks.append(index if self.restarts else block)
         values = [0.0, 0.0]
-        busy = measured = 0.0
+        busy = measured = idle = 0.0
         for i in (0, 1) if self.first(index) == "a" else (1, 0):
             side = self._sides[i]
             before = self._got[i].conditions
@@ -158,15 +162,20 @@ class LivePairing(Feed):
                 values[i] = self._got[i].values[-1]
             after = self._got[i].conditions
             busy += after.busy_s - before.busy_s
+            idle += after.idle_s - before.idle_s
             measured += after.measured_s - before.measured_s
-        self._busy = (busy, measured)
+        self._busy = (busy, idle, measured)
         return (values[0], values[1])
 
     def disturbed(self, index: int) -> str | None:
-        busy, measured = self._busy
+        busy, idle, measured = self._busy
+        limit = self.source.options.busy_limit
         share = busy / measured if measured > 0 else 0.0
-        if share > self.source.options.busy_limit:
+        if share > limit:
             return f"host {100 * share:.0f} % busy with other work"
+        stopped = idle / measured if measured >= WATCHED_ROUND else 0.0
+        if stopped > limit:
+            return f"servers' CPUs {100 * stopped:.0f} % idle: a server stopped or throttled"
         self._kept_busy[0] += busy
         self._kept_busy[1] += measured
         return None

@@ -18,9 +18,9 @@ from typing import Any
 from ..errors import MeasurementError
 from ..host.gpu_telemetry import DmonSample, GpuSampler, GpuTelemetry
 from ..host.locks import measuring
-from ..host.machine import OtherWork
+from ..host.machine import OtherWork, online_cpus
 from ..host.probe import Probe
-from ..llama.flags import offloads_layers
+from ..llama.flags import flag_int, flag_value, offloads_layers
 from ..llama.model_bytes import DecodeBytes
 from ..llama.startup import StartupFinding
 from ..measure.measurement import Conditions, Measurement, Roofline, Sample
@@ -71,6 +71,19 @@ def decode_limit(
     bandwidth, source = chosen
     depth = max(workload.depth, 1) + workload.tokens // 2
     return Roofline(bandwidth, source, db.per_token(depth), round(db.limit(bandwidth, depth), 3))
+
+
+def _covers(configuration: Configuration, rec: ServerRecord, workload: Workload) -> bool:
+    """Whether a request of *workload* keeps the server's CPUs busy, so that their idle time
+    while it measures says the server was stopped or throttled: its threads (``-t``, stated)
+    at least as many as its CPUs, its layers on no GPU, one request at a time."""
+    threads = flag_int(flag_value(configuration.server_args, "-t"), 0)
+    cpus = rec.server.cpus if rec.server.cpus is not None else online_cpus()
+    return (
+        not workload.is_traffic
+        and threads >= max(len(cpus), 1)
+        and not offloads_layers(rec.gpus, configuration.server_args)
+    )
 
 
 class LiveSource(Host):
@@ -173,12 +186,13 @@ class LiveSource(Host):
                 )
             steal = other.steal()
             busy = other.share() + steal
+            idle = other.idle() if _covers(configuration, rec, workload) else 0.0
         if workload.is_traffic:  # a metric read off passes sent before: their accounting
             run = traffic[key[:3]]
             sent_now = len(run.passes) > sent or sent == 0
             busy, steal = run.account(ended - began if sent_now else 0.0, busy, steal)
         conditions = self._conditions(
-            profile, configuration, rec, workload, have, (began, ended), busy, steal, probe
+            profile, configuration, rec, workload, have, (began, ended), (busy, steal, idle), probe
         )
         samples = (have.samples if have else ()) + taken
         m = Measurement(configuration.name, rec.label, workload, samples, conditions)
@@ -200,14 +214,15 @@ class LiveSource(Host):
         workload: Workload,
         have: Measurement | None,
         span: tuple[float, float],
-        busy: float,
-        steal: float,
+        load: tuple[float, float, float],
         probe: Probe | None,
     ) -> Conditions:
         """The conditions of a measurement after one more call took samples in *span* while
-        other work took *busy* (steal included) of the server's CPUs: shares over all of the
-        measurement's time, each call weighted by how long it took, so that a burst of other
-        work during one short sample does not mark a whole verdict busy."""
+        other work took a share of the server's CPUs (*load*: busy, steal included; steal; and
+        idle where the server's threads cover its CPUs): shares over all of the measurement's
+        time, each call weighted by how long it took, so that a burst of other work during one
+        short sample does not mark a whole verdict busy."""
+        busy, steal, idle = load
         old = have.conditions if have else Conditions()
         seconds = max(span[1] - span[0], 1e-6)
         measured = old.measured_s + seconds
@@ -238,6 +253,7 @@ class LiveSource(Host):
             measured_s=measured,
             busy_s=busy_s,
             steal_s=old.steal_s + steal * seconds,
+            idle_s=old.idle_s + idle * seconds,
             probe_cpus=self.stage.hostwatch.probe_key(rec.server.cpus),
             placement=rec.placement,
             roofline=decode_limit(

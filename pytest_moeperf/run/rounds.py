@@ -229,17 +229,10 @@ def until_decided(
                 if not paced and len(rounds) > feed.ready:
                     paced = True
                     pace = measuring() / (len(rounds) - feed.ready)
-                    if budget is None:
-                        limit = auto_budget(pace, auto_rounds)
+                    limit, said = _paced(label, pace, plan, budget, auto_rounds, looks_given)
+                    for line in said:
                         if notice is not None:
-                            notice(
-                                f"{label}: a round takes {pace:.1f} s: an automatic budget of "
-                                f"{limit:.0f} s ({auto_rounds or AUTO_ROUNDS} rounds, at most "
-                                f"{AUTO_CAP:g} s)"
-                            )
-                    line = None if looks_given else reach_notice(label, pace, plan, limit)
-                    if line is not None and notice is not None:
-                        notice(line)
+                            notice(line)
                 if len(rounds) >= MIN_ROUNDS and measuring() > limit:
                     break
             measured = len(rounds) - feed.ready
@@ -255,6 +248,28 @@ def until_decided(
             if final:
                 return Ran(result, rounds, measuring(), plan, tuple(aside))
             target = plan.next_look(len(rounds))
+
+
+def _paced(
+    label: str,
+    pace: float,
+    plan: Plan,
+    budget: float | None,
+    auto_rounds: int | None,
+    looks_given: bool,
+) -> tuple[float, list[str]]:
+    """The budget once the first round's *pace* is known (an automatic one is set by it), and
+    what to say of it: the automatic budget, and a budget short of the main schedule."""
+    said = []
+    limit = math.inf if budget is None else budget
+    if budget is None:
+        limit = auto_budget(pace, auto_rounds)
+        said.append(
+            f"{label}: a round takes {pace:.1f} s: an automatic budget of {limit:.0f} s "
+            f"({auto_rounds or AUTO_ROUNDS} rounds, at most {AUTO_CAP:g} s)"
+        )
+    line = None if looks_given else reach_notice(label, pace, plan, limit)
+    return limit, said + ([line] if line is not None else [])
 
 
 def _overrides(

@@ -101,10 +101,11 @@ class LivePairing(Feed):
         """The process block the running pair of servers serves."""
         self._aside = 0
         """Rounds set aside so far (their samples stay in the measurements)."""
-        self._busy: tuple[float, float, float] = (0.0, 0.0, 0.0)
-        """The last round's seconds of other work, of idle CPUs (where the servers' threads
-        cover them) and measured, over both sides."""
+        self._busy: tuple[float, float] = (0.0, 0.0)
+        """The last round's (seconds of other work, seconds measured) over both sides."""
         self._kept_busy = [0.0, 0.0]
+        self._idles: list[float] = []
+        """Each round's idle share of its servers' CPUs (where watched)."""
 
     def _described(self) -> None:
         self.process_block = 1 if self.restarts else self.block  # across restarts: every round
@@ -164,24 +165,26 @@ class LivePairing(Feed):
             busy += after.busy_s - before.busy_s
             idle += after.idle_s - before.idle_s
             measured += after.measured_s - before.measured_s
-        self._busy = (busy, idle, measured)
+        self._busy = (busy, measured)
+        self._idles.append(idle / measured if measured >= WATCHED_ROUND else 0.0)
         return (values[0], values[1])
 
     def disturbed(self, index: int) -> str | None:
-        busy, idle, measured = self._busy
+        busy, measured = self._busy
         limit = self.source.options.busy_limit
         share = busy / measured if measured > 0 else 0.0
         if share > limit:
             return f"host {100 * share:.0f} % busy with other work"
-        stopped = idle / measured if measured >= WATCHED_ROUND else 0.0
-        if stopped > limit:
-            return f"servers' CPUs {100 * stopped:.0f} % idle: a server stopped or throttled"
         self._kept_busy[0] += busy
         self._kept_busy[1] += measured
         return None
 
+    def idle(self, index: int) -> float:
+        return self._idles[index]
+
     def set_aside(self, index: int) -> None:
         self.blocks.pop()
+        self._idles.pop()
         self._aside += 1
 
     def busy_share(self) -> float | None:

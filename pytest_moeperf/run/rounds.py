@@ -13,6 +13,7 @@ rounds, so a moved host moves both alike and its rows say so in a note instead).
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -167,11 +168,14 @@ class Ran(Generic[R]):
     aside: tuple[tuple[int, str], ...] = ()
     """The rounds set aside, measured again: each one's place among every round taken (kept
     and set aside, in order) and why the host's watch marked it."""
+    kept: tuple[int, ...] = ()
+    """The rounds judged: their indices among the rounds the feed gave (those set aside at
+    once not among them)."""
 
 
 def until_decided(
     feed: Feed,
-    judge: Callable[[list[tuple[float, ...]], bool, Plan], tuple[R, bool]],
+    judge: Callable[[list[tuple[float, ...]], list[int], bool, Plan], tuple[R, bool]],
     plan: Plan,
     budget: float | None,
     *,
@@ -204,50 +208,109 @@ def until_decided(
     def measuring() -> float:
         return time.monotonic() - began - (feed.setup_seconds() - setup)
 
-    rounds: list[tuple[float, ...]] = []
-    aside: list[tuple[int, str]] = []
+    taken = _Taken(feed)
     target = max(plan.looks[0], feed.ready)
     with feed.holding():
         while True:
             exhausted = False
-            while len(rounds) < target:
-                got = feed.take(len(rounds))
+            while len(taken.kept()) < target:
+                index = len(taken.rounds)
+                got = feed.take(index)
                 if got is None:
                     exhausted = True
                     break
                 # a round the host's watch marked (busy beyond the limit) is set aside and
                 # measured again, while the budget lasts: the rule is fixed before any outcome
-                why = feed.disturbed(len(rounds))
-                if why is not None and measuring() <= limit:
-                    feed.set_aside(len(rounds))
-                    aside.append((len(rounds) + len(aside), why))
+                if not taken.add(got, measuring() <= limit):
                     continue
-                rounds.append(got)
-                if after_round is not None and len(rounds) > feed.ready:
-                    index = len(rounds) - 1
+                if after_round is not None and index >= feed.ready:
                     after_round(index, feed.first(index), feed.restarts)
-                if not paced and len(rounds) > feed.ready:
+                if not paced and index >= feed.ready:
                     paced = True
-                    pace = measuring() / (len(rounds) - feed.ready)
+                    pace = measuring() / (index + 1 - feed.ready)
                     limit, said = _paced(label, pace, plan, budget, auto_rounds, looks_given)
                     for line in said:
                         if notice is not None:
                             notice(line)
-                if len(rounds) >= MIN_ROUNDS and measuring() > limit:
+                if index + 1 >= MIN_ROUNDS and measuring() > limit:
                     break
-            measured = len(rounds) - feed.ready
+            kept = taken.kept()
+            measured = len(taken.rounds) - feed.ready
             if not reach_fixed and measured > 0:
                 pace = measuring() / measured
                 left = max(limit - measuring(), 0.0)  # the budget runs out in the round after
-                plan = plan.within(len(rounds) + math.floor(REACH_ALLOWANCE * left / pace) + 1)
+                plan = plan.within(len(kept) + math.floor(REACH_ALLOWANCE * left / pace) + 1)
                 reach_fixed = True
-            spent = exhausted or not feed.more(len(rounds)) or measuring() > limit
+            spent = exhausted or not feed.more(len(taken.rounds)) or measuring() > limit
             if spent and not looks_given:  # the last look is the rounds there are, a look
-                plan = plan.within(len(rounds))  # of the plan's own (a given plan is one)
-            result, final = judge(rounds, spent, plan)
+                plan = plan.within(len(kept))  # of the plan's own (a given plan is one)
+            rounds = [taken.rounds[i] for i in kept]
+            result, final = judge(rounds, kept, spent, plan)
             if final:
-                return Ran(result, rounds, measuring(), plan, tuple(aside))
-            target = plan.next_look(len(rounds))
+                return Ran(result, rounds, measuring(), plan, taken.aside(), tuple(kept))
+            target = plan.next_look(len(kept))
+
+
+IDLE_JUMP = 0.10
+"""How far above the verdict's own median a round's idle share of its servers' CPUs (where
+their threads cover them) must lie for the watch to mark it: a server stopped or throttled for
+part of a round (a co-tenant's cgroup cap, a SIGSTOP) leaves its CPUs idle that the rounds
+around it keep busy (an idle share of 1-5 % is this project's VMs' own)."""
+
+
+class _Taken:
+    """The rounds a verdict took, in order: those the watch marked busy as they were taken
+    (set aside at once and measured again), and among the rest those whose servers' CPUs sat
+    idle beyond the verdict's own median (marked again at every look over all rounds so far,
+    by the same rule): the rounds judged are the others."""
+
+    def __init__(self, feed: Feed) -> None:
+        self.feed = feed
+        self.rounds: list[tuple[float, ...]] = []
+        self.order: list[int | None] = []
+        """Each round taken, in order: its index among :attr:`rounds`, or ``None`` set aside."""
+        self.busy: dict[int, str] = {}
+        """Place among every round taken -> why, of the rounds set aside as they were taken."""
+
+    def add(self, got: tuple[float, ...], may_set_aside: bool) -> bool:
+        """Keep *got* (the round just taken), or set it aside when the watch marked it busy
+        and *may_set_aside*; whether it was kept."""
+        why = self.feed.disturbed(len(self.rounds))
+        if why is not None and may_set_aside:
+            self.feed.set_aside(len(self.rounds))
+            self.busy[len(self.order)] = why
+            self.order.append(None)
+            return False
+        self.order.append(len(self.rounds))
+        self.rounds.append(got)
+        return True
+
+    def _idle(self) -> dict[int, str]:
+        """Index among :attr:`rounds` -> why, of the rounds marked idle."""
+        idles = [self.feed.idle(i) for i in range(len(self.rounds))]
+        if len(idles) < MIN_ROUNDS:
+            return {}
+        median = statistics.median(idles)
+        return {
+            i: f"servers' CPUs {100 * x:.0f} % idle (the verdict's median {100 * median:.0f} "
+            "%): a server stopped or throttled"
+            for i, x in enumerate(idles)
+            if x > median + IDLE_JUMP
+        }
+
+    def kept(self) -> list[int]:
+        """The rounds judged: indices among :attr:`rounds`."""
+        idle = self._idle()
+        return [i for i in range(len(self.rounds)) if i not in idle]
+
+    def aside(self) -> tuple[tuple[int, str], ...]:
+        """Every round set aside or marked: its place among every round taken, and why."""
+        idle = self._idle()
+        out = dict(self.busy)
+        for place, i in enumerate(self.order):
+            if i is not None and i in idle:
+                out[place] = idle[i]
+        return tuple(sorted(out.items()))
 
 
 def _paced(
@@ -327,6 +390,7 @@ def decide_pair(
         rounds: list[tuple[float, ...]] = []
         seconds = 0.0
         aside: tuple[tuple[int, str], ...] = ()
+        judged_blocks: tuple[int, ...] = ()
     else:
         resolution = plan.resolution()
         auto_rounds = None
@@ -336,9 +400,11 @@ def decide_pair(
             said = resolution.describe(label, margin, budget)
             source.notice(said)
 
-        def judge(taken: list[tuple[float, ...]], spent: bool, looks: Plan) -> tuple[Verdict, bool]:
+        def judge(
+            taken: list[tuple[float, ...]], kept: list[int], spent: bool, looks: Plan
+        ) -> tuple[Verdict, bool]:
             va, vb = [r[0] for r in taken], [r[1] for r in taken]
-            blocks = feed.blocks[: len(taken)] or None
+            blocks = [feed.blocks[i] for i in kept] if feed.blocks else None
             v, more = judge_rounds(
                 rule, va, vb, looks, spent=spent, label=label, blocks=blocks, taken=feed.method
             )
@@ -358,6 +424,7 @@ def decide_pair(
         )
         verdict, rounds, seconds, plan = ran.result, ran.rounds, ran.seconds, ran.plan
         aside = ran.aside
+        judged_blocks = tuple(feed.blocks[i] for i in ran.kept) if feed.blocks else ()
         if aside:
             whys = sorted({why for _, why in aside})
             source.notice(
@@ -378,7 +445,7 @@ def decide_pair(
         moved,
         plan,
         feed.coin,
-        tuple(feed.blocks[: len(rounds)]),
+        judged_blocks,
         feed.method,
         said,
         aside,
@@ -401,7 +468,7 @@ def decide_baseline(
     feed = source.series(profile, side.configuration, side.workload)
 
     def judge(
-        taken: list[tuple[float, ...]], spent: bool, looks: Plan
+        taken: list[tuple[float, ...]], kept: list[int], spent: bool, looks: Plan
     ) -> tuple[BaselineCheck, bool]:
         check = judge_values([r[0] for r in taken], 1 - looks.nominal_alpha())
         done = check.outcome != "undecided" or spent or len(taken) >= looks.max_rounds

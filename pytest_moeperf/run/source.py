@@ -92,6 +92,11 @@ class Feed(ABC):
         measured); ``None`` when it was not, or the feed cannot tell (stored rounds)."""
         return None
 
+    def idle(self, index: int) -> float:
+        """The share of round *index*'s measuring its servers' CPUs sat idle although their
+        threads cover them (0: not watched, or stored rounds)."""
+        return 0.0
+
     def set_aside(self, index: int) -> None:
         """Leave out round *index*, just taken: the next round measured is *index* again, on
         the same pair of processes."""

@@ -168,7 +168,7 @@ def test_the_budgets_last_look_is_a_look_of_the_plan(clock):
     for the looks taken (a larger one than the schedule to the old end had)."""
     seen: list[tuple[int, bool]] = []
 
-    def judge(rounds, spent, plan):
+    def judge(rounds, kept, spent, plan):
         seen.append((len(rounds), spent))
         return plan, spent
 
@@ -284,3 +284,34 @@ def test_disturbed_rounds_are_set_aside_and_measured_again(clock):
         quiet.verdict.high / quiet.verdict.low
     )
     assert blind.aside == () and (blind.verdict.rounds or 0) > 3 * (kept.verdict.rounds or 0)
+
+
+class StoppedFirstFeed(BlockFeed):
+    """A :class:`BlockFeed` whose first process pair was stopped a share of the time (a SIGSTOP
+    duty, or a cgroup cap, on side b's server only): side b reads 15 % slow and its CPUs sat
+    idle 18 % of each round where the other pairs' sat idle 3 %."""
+
+    def take(self, index: int) -> tuple[float, ...] | None:
+        got = super().take(index)
+        assert got is not None
+        if self.blocks[-1] == 0:
+            self.values[1][-1] *= 0.85
+            return (got[0], self.values[1][-1])
+        return got
+
+    def idle(self, index: int) -> float:
+        return 0.18 if self.blocks[index] == 0 else 0.03
+
+
+def test_a_process_pair_stopped_for_its_block_is_marked_once_the_others_show_it(clock):
+    """The watch marks rounds whose servers' CPUs sat idle beyond the verdict's own median (a
+    rule over the idle shares alone, fixed before any outcome), at every look over all rounds:
+    the first pair's block is set aside once the later pairs show what a round idles, and the
+    claim is judged on the rest, as on the host undisturbed."""
+    rule = Rule("change", margin=0.05)
+    stopped = _decide(StoppedFirstFeed(clock, ratio=1.0, sd=0.02, block=5, seed=3), rule, Plan())
+    quiet = _decide(BlockFeed(clock, ratio=1.0, sd=0.02, block=5, seed=3), rule, Plan())
+    assert [i for i, _ in stopped.aside] == [0, 1, 2, 3, 4]
+    assert "idle (the verdict's median 3 %): a server stopped or throttled" in stopped.aside[0][1]
+    assert 0 not in stopped.blocks and stopped.verdict.outcome == quiet.verdict.outcome
+    assert stopped.verdict.ratio == pytest.approx(1.0, abs=0.03)

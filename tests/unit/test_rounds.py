@@ -370,7 +370,9 @@ def test_until_decided_gives_the_judge_whether_more_can_be_had(clock):
     feed = StoredFeed((), [[1.0, 2.0, 3.0]], [])
     seen: list[tuple[int, bool]] = []
 
-    def judge(rounds: list[tuple[float, ...]], spent: bool, plan: Plan) -> tuple[Any, bool]:
+    def judge(
+        rounds: list[tuple[float, ...]], kept: list[int], spent: bool, plan: Plan
+    ) -> tuple[Any, bool]:
         seen.append((len(rounds), spent))
         return None, spent
 

@@ -81,7 +81,15 @@ same configuration drifted -13 % in 40 minutes and -20 % in an hour, so runs min
 the host as steadier than it is)."""
 MIN_SESSIONS = 3
 """Sessions of a host (:data:`SESSION_GAP` apart) a baseline check needs before its
-between-session term is measured; with fewer it skips at once, saying so."""
+between-session term is measured; with fewer it is judged once, on the samples in hand, with
+the term held at :data:`SESSION_PRIOR_BOUND`, and skips saying so unless that decides."""
+SESSION_PRIOR_BOUND = 0.20
+"""The prior upper bound on a host's between-session term (log standard deviation of a
+session's level) while its sessions have not measured it: the largest move this project has
+seen on one host within an hour (-20 %). A baseline check judged at it decides only where its
+samples lie beyond the limit by more than any plausible session-to-session move (a baseline
+recorded minutes ago that every server beats twice over, or one no server reaches): nearer
+the limit it says what it lacks."""
 SESSION_SPREAD = 0.10
 """The between-session spread (log standard deviation of a session's level) a comparison of
 production logs assumes until the logs' own sessions say otherwise: on this project's VMs the same

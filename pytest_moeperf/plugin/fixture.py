@@ -32,6 +32,7 @@ from ..store.record import BenchRound
 from ..verdicts.attribution import server_over_bench
 from ..verdicts.baseline_check import BaselineCheck, BaselineRow, judge_baseline
 from ..verdicts.claims import Claim, Operand
+from ..verdicts.creep import SessionTerm
 from ..verdicts.judge import Verdict
 from ..verdicts.sequential import Rule
 
@@ -349,7 +350,9 @@ class MoePerf:
         label = f"{m.configuration}.{m.workload.name}"
         tolerance = bf.tolerance_for(entry)
 
-        def judge(values: list[float], confidence: float) -> BaselineCheck:
+        def judge(
+            values: list[float], confidence: float, term: SessionTerm = term
+        ) -> BaselineCheck:
             return judge_baseline(
                 values,
                 entry.value,
@@ -366,10 +369,19 @@ class MoePerf:
         plan = replace(session.plan(profile, first_look=max(2, len(m.samples))), early=False)
         cannot = cannot_decide(label, term, tolerance, m.workload.higher_is_better, plan)
         if cannot is not None and not session.options.measure_anyway:
-            session.source.notice(cannot)  # said before it measures, and nothing measured
-            checked = judged_in_hand(session.source, m, judge, plan, session.options.busy_limit)
-            if checked is None or checked.check.outcome != "fail":
-                pytest.skip(cannot)  # only a drop beyond the term itself decides here
+            # judged once on the samples in hand, the term held at its prior bound while not
+            # measured: only an outcome beyond any plausible move between sessions stands
+            bounded = term.at_prior()
+            checked = judged_in_hand(
+                session.source,
+                m,
+                lambda values, confidence: judge(values, confidence, bounded),
+                plan,
+                session.options.busy_limit,
+            )
+            if checked is None or checked.check.outcome == "undecided":
+                session.source.notice(cannot)  # said, and nothing measured for it
+                pytest.skip(cannot)
         else:
             checked = decide_baseline(
                 session.source,

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Generic, TypeVar
 
-from ..defaults import BUDGET, MARGIN, MIN_SESSIONS, SESSION_GAP
+from ..defaults import BUDGET, MARGIN, MIN_SESSIONS, SESSION_GAP, SESSION_PRIOR_BOUND
 from ..measure.dependence import ProcessEvidence
 from ..measure.measurement import Measurement
 from ..store.record import SideRounds, VerdictRecord
@@ -494,10 +494,12 @@ def cannot_decide(
     anyway = "--moeperf-measure-anyway measures its budget regardless"
     if not term.measured:
         return (
-            f"{label}: baseline check not measured: {term.describe()}: a baseline of another "
-            "session says nothing of this one until this host's level between sessions is "
-            f"measured; it decides once the store holds {MIN_SESSIONS} sessions of this host "
-            f"{SESSION_GAP / 3600:g} h apart or more (run pytest -m perf again later; {anyway})"
+            f"{label}: baseline check not measured further: {term.describe()}: a baseline of "
+            "another session says nothing of this one nearer than the host's level moves "
+            f"between sessions, and the samples in hand do not clear the limit by a move of "
+            f"{100 * SESSION_PRIOR_BOUND:g} % (its prior bound); it decides near its limit once "
+            f"the store holds {MIN_SESSIONS} sessions of this host {SESSION_GAP / 3600:g} h "
+            f"apart or more (run pytest -m perf again later; {anyway})"
         )
     confidence = 1 - plan.nominal_alpha()
     reach = term.reach(confidence)

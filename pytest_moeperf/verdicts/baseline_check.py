@@ -148,7 +148,8 @@ def judge_baseline(
     a wide interval, and a wide interval never fails. The baseline was measured in another
     session: *session* (the host's between-session term, measured from its own sessions)
     widens the interval by the difference of two sessions' levels, a t on the sessions' degrees
-    of freedom, which no number of repetitions removes."""
+    of freedom (or a normal quantile at its prior bound while not measured), which no number of
+    repetitions removes."""
     if not measured:
         raise ValueError("no measured samples")
     if not (math.isfinite(baseline_value) and baseline_value > 0):
@@ -162,8 +163,9 @@ def judge_baseline(
     iv, n = unpaired_interval(
         list(measured), stored, confidence=confidence, min_rel_spread=min_rel_spread, seed=0
     )
-    if session is not None and session.measured:
-        iv = with_session_term(iv, math.sqrt(2.0) * session.log_sd, session.df)
+    widening = session.widening() if session is not None else None
+    if widening is not None:
+        iv = with_session_term(iv, *widening)
     outcome: Literal["pass", "fail", "undecided"]
     if higher_is_better:
         t = 1 - tolerance

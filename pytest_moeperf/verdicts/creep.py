@@ -18,9 +18,12 @@ across days:
   (:data:`~pytest_moeperf.defaults.LINK_TERM`, 2 % a link) so that a few repeats move it
   little and many decide it, down to zero where the repeats agree within their errors.
 - **Baseline checks.** An absolute check does compare two sessions: the stored median and
-  today's. Its interval gains a between-session term (:func:`session_spread`), estimated per
-  host, configuration and workload from the session medians of the same build, and held at a
-  conservative prior until enough sessions exist.
+  today's. Its interval gains a between-session term (:func:`session_term`), measured per
+  host, configuration and workload from the levels of its sessions (stored runs an hour apart
+  or more) of the same build, a t on their degrees of freedom and no prior: until
+  :data:`~pytest_moeperf.defaults.MIN_SESSIONS` sessions exist, a check is judged once on the
+  samples it has with the term held at its prior bound
+  (:data:`~pytest_moeperf.defaults.SESSION_PRIOR_BOUND`) and stands only beyond it.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from ..defaults import (
     MARGIN,
     MIN_SESSIONS,
     SESSION_GAP,
+    SESSION_PRIOR_BOUND,
     SESSION_PRIOR_SESSIONS,
     SESSION_SPREAD,
 )
@@ -348,6 +352,23 @@ class SessionTerm:
     """Sessions it was measured from (runs :data:`SESSION_GAP` apart or more)."""
     runs: int
     """Stored runs (and accepted values) those sessions hold."""
+    prior: float = 0.0
+    """A stated upper bound (log standard deviation) standing in for the term while it is not
+    measured (0: none; :meth:`at_prior`)."""
+
+    def at_prior(self, bound: float = SESSION_PRIOR_BOUND) -> SessionTerm:
+        """This term, held at *bound* while it is not measured (a measured one is unchanged)."""
+        return self if self.measured else SessionTerm(self.log_sd, self.sessions, self.runs, bound)
+
+    def widening(self) -> tuple[float, float | None] | None:
+        """What widens a ratio of two sessions' levels: the log standard deviation of their
+        difference and its degrees of freedom (``None``: a normal quantile, at the prior bound),
+        or ``None`` when neither measured nor bounded."""
+        if self.measured:
+            return math.sqrt(2.0) * self.log_sd, self.df
+        if self.prior > 0:
+            return math.sqrt(2.0) * self.prior, None
+        return None
 
     @property
     def measured(self) -> bool:
@@ -370,9 +391,10 @@ class SessionTerm:
         if not self.sessions:
             return "between sessions: no session of this host stored"
         if not self.measured:
+            bound = f", held at a prior bound of {100 * self.prior:g} %" if self.prior else ""
             return (
                 f"between sessions: not measured ({self.sessions} session"
-                f"{'s' * (self.sessions != 1)} stored; {MIN_SESSIONS} needed)"
+                f"{'s' * (self.sessions != 1)} stored; {MIN_SESSIONS} needed){bound}"
             )
         return (
             f"between sessions {100 * math.expm1(self.log_sd):.1f} % (from {self.sessions} "

@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from pytest_moeperf.defaults import LINK_TERM
+from pytest_moeperf.defaults import LINK_TERM, SESSION_PRIOR_BOUND
 from pytest_moeperf.errors import BaselineError
 from pytest_moeperf.measure.measurement import Conditions, Measurement, Sample
 from pytest_moeperf.measure.stats import RatioInterval, with_session_term
@@ -285,6 +285,27 @@ def test_the_session_term_widens_a_baseline_check_that_more_samples_cannot_narro
         measured, 100.25, 0.15, baseline=stored, session=SessionTerm(0.5, 1, 1)
     )
     assert unmeasured.low == plain.low
+
+
+def test_a_term_not_measured_is_held_at_its_prior_bound_and_decides_only_beyond_it():
+    """The fixture judges a check whose host has too few sessions once, on the samples in hand,
+    with the term at SESSION_PRIOR_BOUND: a number every server beats twice over passes, one
+    no server reaches fails, and one 3 % inside its limit stays undecided (it skips)."""
+    measured = [97.0, 98.0, 96.5, 97.5, 98.5, 97.2]
+    stored = [100.0, 101.0, 99.5, 100.5]
+    bounded = SessionTerm(0.0, 1, 1).at_prior()
+    assert bounded.prior == SESSION_PRIOR_BOUND and not bounded.measured
+    assert "held at a prior bound of 20 %" in bounded.describe()
+    near = judge_baseline(measured, 100.25, 0.15, baseline=stored, session=bounded)
+    assert near.outcome == "undecided"
+    beaten = judge_baseline(measured, 30.0, 0.15, session=bounded)
+    assert beaten.outcome == "pass"
+    unreached = judge_baseline(measured, 400.0, 0.15, session=bounded)
+    assert unreached.outcome == "fail"
+    # a measured term is its own: the bound does not replace it
+    rng = random.Random(2)
+    steady = session_term([(i * 24 * HOUR, 100 * math.exp(rng.gauss(0, 0.01))) for i in range(8)])
+    assert steady.at_prior() is steady
 
 
 def test_with_session_term_adds_in_quadrature_and_raises_the_floor():

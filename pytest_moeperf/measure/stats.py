@@ -14,6 +14,17 @@ from ..defaults import CONFIDENCE, MIN_REL_SPREAD
 from .dependence import DEFAULT_DEPENDENCE, Dependence, robust_rows
 from .student import t_quantile
 
+LOG_CEILING = 700.0
+"""The largest log-ratio an interval's end is written at (about 1e304): a handful of rounds
+whose ratios differ twentyfold, at a strict level, give an end beyond a float's range; so
+wide an end says "unbounded" all the same and stays a number in JSON."""
+
+
+def bounded_exp(x: float) -> float:
+    """``exp(x)``, its argument held within +-:data:`LOG_CEILING` (no overflow)."""
+    return math.exp(max(-LOG_CEILING, min(LOG_CEILING, x)))
+
+
 MEDIAN_SE = 1.2533
 """A median's standard error over a mean's, of normal samples (sqrt(pi / 2))."""
 
@@ -124,8 +135,8 @@ def ratio_interval_from_summary(
     half = _z(confidence) * math.hypot(log_sigma(a_rel_spread), log_sigma(b_rel_spread))
     return RatioInterval(
         ratio=ratio,
-        low=min(ratio, ratio * math.exp(-half)),
-        high=max(ratio, ratio * math.exp(half)),
+        low=min(ratio, ratio * bounded_exp(-half)),
+        high=max(ratio, ratio * bounded_exp(half)),
         confidence=confidence,
         method="propagated",
     )
@@ -182,8 +193,8 @@ def ratio_interval(
     lo, hi = np.quantile(log_ratios, [alpha / 2, 1 - alpha / 2])
     return RatioInterval(
         ratio=ratio,
-        low=min(ratio, math.exp(float(lo))),
-        high=max(ratio, math.exp(float(hi))),
+        low=min(ratio, bounded_exp(float(lo))),
+        high=max(ratio, bounded_exp(float(hi))),
         confidence=confidence,
         method="bootstrap",
         floor=floor,
@@ -208,8 +219,8 @@ def with_session_term(
     up = math.hypot(math.log(interval.high) - centre, extra)
     return RatioInterval(
         ratio=interval.ratio,
-        low=math.exp(centre - down),
-        high=math.exp(centre + up),
+        low=bounded_exp(centre - down),
+        high=bounded_exp(centre + up),
         confidence=interval.confidence,
         method=f"{interval.method} + between sessions",
         floor=math.hypot(interval.floor, extra),
@@ -269,7 +280,7 @@ class PairedInterval:
         """The smallest relative change these rounds would have detected with *power*: the
         critical value plus the power quantile, in standard errors (0.05 = 5 %)."""
         z = statistics.NormalDist().inv_cdf(power)
-        return math.expm1((self.critical + z) * self.se)
+        return bounded_exp((self.critical + z) * self.se) - 1.0
 
 
 def paired_log_ratios(a: Sequence[float], b: Sequence[float]) -> list[float]:
@@ -319,8 +330,8 @@ def paired_interval(
     half = crit * se
     return PairedInterval(
         ratio=math.exp(centre),
-        low=math.exp(centre - half),
-        high=math.exp(centre + half),
+        low=bounded_exp(centre - half),
+        high=bounded_exp(centre + half),
         rounds=n,
         se=se,
         critical=crit,

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..llama.build import label_number
-from ..measure.stats import MEDIAN_SE
+from ..measure.stats import MEDIAN_SE, bounded_exp
 
 SESSION_FLOOR = 0.02
 """The least between-session term (log SD) a series is weighed with: a series of agreeing runs
@@ -198,8 +198,8 @@ def change_points(
                 before=points[k - 1].build,
                 after=points[k].build,
                 ratio=math.exp(step),
-                low=math.exp(step - half),
-                high=math.exp(step + half),
+                low=bounded_exp(step - half),
+                high=bounded_exp(step + half),
                 host=_host_moved(probes, k, step, a, b),
                 date=points[k].date,
             )

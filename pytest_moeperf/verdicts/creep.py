@@ -45,6 +45,7 @@ from ..defaults import (
     SESSION_PRIOR_SESSIONS,
     SESSION_SPREAD,
 )
+from ..measure.stats import bounded_exp
 from ..measure.student import t_quantile
 from .sequential import Rule
 
@@ -199,7 +200,7 @@ def judge_chain(
         q = t_quantile(0.5 + CHAIN_CONFIDENCE / 2, max(df, 1.0))
     else:
         q = statistics.NormalDist().inv_cdf(0.5 + CHAIN_CONFIDENCE / 2)
-    low, high = math.exp(centre - q * se), math.exp(centre + q * se)
+    low, high = bounded_exp(centre - q * se), bounded_exp(centre + q * se)
     ratio = math.exp(centre)
     outcome = Rule("change", margin=margin).outcome(ratio, low, high, final=True)
     since = links[0][1].against if links else current.against

@@ -30,6 +30,7 @@ import numpy as np
 
 from ..defaults import CONFIDENCE, FAMILY_ALPHA, MARGIN, SESSION_SPREAD
 from ..llama.logs import RequestTiming, log_sessions
+from ..measure.stats import bounded_exp
 from .creep import SessionSpread, session_spread
 from .reference import (
     Metric,
@@ -178,7 +179,7 @@ def compare_logs(
         request_sd = 0.0 if same else math.hypot(old_sd, new_sd)
         sd = math.hypot(request_sd, change.session_sd)
         ratio = new_value / old_value
-        low, high = ratio * math.exp(-z * sd), ratio * math.exp(z * sd)
+        low, high = ratio * bounded_exp(-z * sd), ratio * bounded_exp(z * sd)
         outcome = rule.outcome(ratio, low, high, final=True) or "undecided"
         out.append(
             replace(

@@ -25,7 +25,7 @@ import numpy as np
 from ..defaults import CONFIDENCE
 from ..llama.logs import RequestTiming
 from ..measure.measurement import Measurement
-from ..measure.stats import log_sigma
+from ..measure.stats import bounded_exp, log_sigma
 from .judge import Verdict
 
 DEFAULT_LABEL = "reference"
@@ -351,7 +351,7 @@ def judge_traffic(
     down = math.hypot(math.log(value / low), spread) if low > 0 else math.inf
     up = math.hypot(math.log(high / value), spread)
     ratio = value / stored
-    lo, hi = ratio * math.exp(-down), ratio * math.exp(up)
+    lo, hi = ratio * bounded_exp(-down), ratio * bounded_exp(up)
     limit = 1 - tolerance
     outcome: TrafficOutcome = "holds" if lo >= limit else "fails" if hi < limit else "undecided"
     return replace(

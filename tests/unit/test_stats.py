@@ -10,7 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pytest_moeperf.measure.stats import (
+    LOG_CEILING,
     RatioInterval,
+    paired_interval,
     ratio_interval,
     ratio_interval_from_summary,
     relative_uncertainty,
@@ -158,3 +160,21 @@ def test_repetitions_estimate_follows_one_over_sqrt_n():
     assert more is not None and more > 0
     assert interval(3 + more).low >= 1.0
     assert interval(3 + more - 1).low < 1.0
+
+
+def test_an_interval_of_two_rounds_twentyfold_apart_at_a_strict_level_stays_a_number():
+    """Two rounds whose ratios differ twentyfold (a server's first, cold round), judged at an
+    early look's strict level with the process term at its prior bound: the interval's upper
+    end lies beyond a float's range and is held at e^700, not an OverflowError (CI, calibrate
+    on the tiny model)."""
+    from pytest_moeperf.measure.dependence import Dependence
+
+    got = paired_interval(
+        [295.15, 5476.45],
+        [5636.98, 6206.04],
+        alpha=0.000923,
+        blocks=[0, 0],
+        dependence=Dependence(0.05, 0.0, math.inf, 0.0),
+    )
+    assert got.low < got.ratio < got.high and math.isfinite(got.high)
+    assert got.high == pytest.approx(math.exp(LOG_CEILING))

@@ -129,6 +129,16 @@ def reach_notice(label: str, pace: float, plan: Plan, budget: float) -> str | No
     block (the first whose spread estimates the process term), and its early looks hold the
     term at its prior bound, so a change nearer its bound than that bound's width stays
     undecided; names the budget that reaches the main schedule twice over."""
+    if plan.block == 0 and not plan.dependence.calibrated:  # no budget buys a main look
+        width = 100 * math.expm1(2.5 * plan.prior_process)
+        return (
+            f"{label}: its rounds are one process pair (never restarted), so on a host not "
+            "calibrated only its early looks can decide, the process term held at its prior "
+            f"bound of {100 * plan.prior_process:g} %: a change within about {width:.0f} % of "
+            "its bound stays undecided; give a process block (the profile's process_block, "
+            "--process-block or --moeperf-process-block) or calibrate this host (moeperf "
+            "calibrate)"
+        )
     reach = max(MIN_ROUNDS, math.floor(budget / pace) + 1)
     reached = plan.within(reach)
     first = plan.main_looks[0] if plan.main_looks and plan.can_decide else plan.first_look
@@ -220,8 +230,12 @@ def until_decided(
                     exhausted = True
                     break
                 # a round the host's watch marked (busy beyond the limit) is set aside and
-                # measured again, while the budget lasts: the rule is fixed before any outcome
-                if not taken.add(got, measuring() <= limit):
+                # measured again, while the budget lasts and as many rounds as the plan holds
+                # have not been set aside (beyond that the host is busy, not disturbed: the
+                # rounds are kept and the verdict's busy override reads them): the rule is
+                # fixed before any outcome
+                may = measuring() <= limit and len(taken.busy) < plan.max_rounds
+                if not taken.add(got, may):
                     continue
                 if after_round is not None and index >= feed.ready:
                     after_round(index, feed.first(index), feed.restarts)

@@ -286,6 +286,21 @@ def test_disturbed_rounds_are_set_aside_and_measured_again(clock):
     assert blind.aside == () and (blind.verdict.rounds or 0) > 3 * (kept.verdict.rounds or 0)
 
 
+def test_a_host_busy_throughout_sets_aside_no_more_rounds_than_the_plan_holds(clock):
+    """Every round marked busy (a co-tenant for the whole verdict) under a cap of 6 rounds: 6
+    are set aside and measured again, then the host is busy, not disturbed: the rest are kept
+    and judged (CI's gate of --max-rounds 3 on a host busy with the other xdist worker took 366
+    rounds, setting aside until its budget was spent)."""
+    rule = Rule("claim", threshold=0.7, relation="<=")
+    got = _decide(
+        BusyFirstFeed(clock, busy=10**6, ratio=0.53, sd=0.03, block=5),
+        rule,
+        Plan(first_look=6, max_rounds=6),
+    )
+    assert [i for i, _ in got.aside] == list(range(6))
+    assert 2 <= (got.verdict.rounds or 0) <= 6
+
+
 class StoppedFirstFeed(BlockFeed):
     """A :class:`BlockFeed` whose first process pair was stopped a share of the time (a SIGSTOP
     duty, or a cgroup cap, on side b's server only): side b reads 15 % slow and its CPUs sat

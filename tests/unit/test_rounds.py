@@ -109,6 +109,29 @@ def test_a_budget_short_of_the_main_schedule_is_said_after_the_first_round(clock
     assert quiet.notices == []
 
 
+class OnePairFeed(FakeFeed):
+    """A :class:`FakeFeed` whose rounds are all served by one process pair."""
+
+    process_block = 0
+
+    def take(self, index: int) -> tuple[float, ...] | None:
+        got = super().take(index)
+        self.blocks[-1] = 0
+        return got
+
+
+def test_one_process_pair_says_no_budget_reaches_a_main_look(clock):
+    """Rounds of one process pair on a host not calibrated: no budget buys a main look, so
+    the notice names what does (a process block, a calibration), not a budget; CI's calibrate
+    of --process-block 0 was told its 5 s "reaches about 47 rounds, short of the main
+    schedule's first look (6 rounds)"."""
+    source = FakeSource(OnePairFeed(0.97, clock, step=0.1))
+    decide(source, Rule("change", margin=0.05), budget=5.0)
+    [line] = source.notices
+    assert "its rounds are one process pair (never restarted)" in line
+    assert "give a process block" in line and "short of" not in line
+
+
 class BlockyFeed(FakeFeed):
     """A :class:`FakeFeed` whose rounds are served in process blocks of 5."""
 

@@ -59,7 +59,6 @@ from pytest_moeperf.verdicts.calibration import history_dependence
 from pytest_moeperf.verdicts.sequential import Coin, Plan, Rule
 
 W = Workload.parse("pp512")
-BLOCK_OVERRIDE = 0
 Z_FLOOR = statistics.NormalDist().inv_cdf(0.975) + statistics.NormalDist().inv_cdf(0.9)
 
 
@@ -98,8 +97,6 @@ class SimFeed(Feed):
         most = MAX_CALIBRATED_BLOCK if calibrated else MAX_AUTO_BLOCK
         h = self.host
         self.block = rounds_per_process(h.restart, h.pace, round_spread, process, most=most)
-        if BLOCK_OVERRIDE:
-            self.block = BLOCK_OVERRIDE
         self.process_block = self.block
         self.method = f"{PAIRED_METHOD} in process blocks of {self.block}"
 
@@ -448,10 +445,7 @@ def main(argv: list[str] | None = None) -> int:
         "--budget-rounds", type=int, default=100, help="grid: budget in rounds at the pace"
     )
     p.add_argument("--mode", action="append", choices=list(MODES), help="ADR suite: hosts")
-    p.add_argument("--block", type=int, default=0, help="explore: every verdict's process block")
     args = p.parse_args(argv)
-    global BLOCK_OVERRIDE
-    BLOCK_OVERRIDE = args.block
     if not (args.adr or args.grid):
         p.error("give --adr, --grid or both")
     if args.adr:

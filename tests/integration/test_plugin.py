@@ -205,7 +205,7 @@ def test_claim(moeperf):
     moeperf.judge("cpu0.pp64 >= 0.1 * default.pp64")
 """
     )
-    # 6 rounds in process blocks of 2: three blocks, the first look of a host not calibrated
+    # at most 6 rounds in process blocks of 2 (a tenfold margin may decide on its first look)
     result = inner.runpytest_subprocess(
         "-m", "perf", "--moeperf-bench", "--moeperf-max-rounds", "6",
         "--moeperf-process-block", "2", "--moeperf-results", "r.json",
@@ -215,9 +215,12 @@ def test_claim(moeperf):
         [
             "llama-bench in the same rounds as the servers (same build, model, flags, pinning):",
             "side*server / llama-bench ?interval?*rounds*test*",
-            "default.pp64 (b11434)*?*, *?*6*test_claim*",
-            "cpu0.pp64 (b11434)*?*, *?*6*test_claim*",
+            "default.pp64 (b11434)*?*, *?*test_claim*",
+            "cpu0.pp64 (b11434)*?*, *?*test_claim*",
         ]
     )
-    rows = json.loads((inner.path / "r.json").read_text())["bench_rounds"]
+    data = json.loads((inner.path / "r.json").read_text())
+    rows = data["bench_rounds"]
     assert len(rows) == 2 and all(r["low"] <= r["server_over_bench"] <= r["high"] for r in rows)
+    (claim,) = data["verdicts"]
+    assert all(r["rounds"] == claim["rounds"] for r in rows), (rows, claim)  # the same rounds

@@ -40,7 +40,7 @@ pytestmark = pytest.mark.moeperf(profile="small")
 def test_claim_across_restarts(moeperf):
     verdict = moeperf.judge("b.tg16 >= 0.5 * a.tg16")
     assert "restarts" in verdict.method
-    assert verdict.rounds >= 6
+    assert verdict.rounds >= 2  # a twofold margin may decide on its first look: two rounds
 """
 
 _SPAWNED = re.compile(r"^# moeperf: spawned at ([0-9.]+)")
@@ -89,7 +89,7 @@ def test_the_suite_under_a_one_server_budget_measures_across_restarts(project):
     out = result.stdout.str()
     assert "to make room for" in out or "a fresh process" in out, out
     assert "server load time: a (b11434) " in out and " starts, median " in out, out
-    lives = assert_one_at_a_time(project.path / ".moeperf" / "logs", at_least=12)
+    lives = assert_one_at_a_time(project.path / ".moeperf" / "logs", at_least=4)
     (results,) = (project.path / ".moeperf").glob("results-*.json")
     data = json.loads(results.read_text())
     (verdict,) = data["verdicts"]

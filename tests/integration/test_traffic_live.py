@@ -150,7 +150,8 @@ def test_traffic_metrics_in_a_perf_session(project):
     (results,) = (project.path / ".moeperf").glob("results-*.json")
     data = json.loads(results.read_text())
     (run,) = data["traffic"].values()
-    assert run["concurrency"] == 2 and len(run["passes"]) >= 6
+    # a pass a round: a tenfold margin may decide on its first look, two rounds
+    assert run["concurrency"] == 2 and len(run["passes"]) >= 2
     records = [r for p in run["passes"] for r in p["records"]]
     assert len(records) == 6 * len(run["passes"])
     assert all(r["ttft_ms"] > 0 and len(r["itl_ms"]) == r["gen"] - 1 for r in records)

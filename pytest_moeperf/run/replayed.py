@@ -115,7 +115,9 @@ class ReplaySource(Host):
         plan = None if record.plan is None else stored_plan(record.plan)
         if plan is not None and "block" not in (record.plan or {}):  # kept before blocks were
             plan = replace(plan, block=block_length(record.blocks))
-        return StoredFeed((ma, mb), values, record.sides, method, record.moved, plan, record.blocks)
+        return StoredFeed(
+            (ma, mb), values, record.sides, method, record.moved, plan, record.blocks, record.busy
+        )
 
     def series(self, profile: Profile, configuration: Configuration, workload: Workload) -> Feed:
         m = self.measure(profile, configuration, workload)

@@ -65,6 +65,9 @@ class Decided:
     aside: tuple[tuple[int, str], ...] = ()
     """The rounds set aside and measured again (their place among every round taken, and
     why); the interval is of the rest."""
+    busy: float | None = None
+    """The share of the kept rounds' time other work took on the servers' CPUs (``None``:
+    not kept apart from the measurements')."""
 
     def record(self, test: str, asked: str) -> VerdictRecord:
         """The verdict as the run record keeps it, with all a replay needs to judge its
@@ -90,6 +93,7 @@ class Decided:
             self.taken,
             evidence,
             self.aside,
+            self.busy,
         )
 
 
@@ -463,6 +467,7 @@ def decide_pair(
         feed.method,
         said,
         aside,
+        feed.busy_share(),
     )
 
 

@@ -150,8 +150,10 @@ class StoredFeed(Feed):
         moved: Sequence[str] | None = None,
         plan: Plan | None = None,
         blocks: Sequence[int] = (),
+        busy: float | None = None,
     ) -> None:
         self._measurements = tuple(measurements)
+        self._busy = busy
         self.moved = None if moved is None else tuple(moved)
         self.blocks = list(blocks)
         self.process_block = block_length(self.blocks) if plan is None else plan.block
@@ -160,6 +162,9 @@ class StoredFeed(Feed):
         self._sides = tuple(sides)
         self.ready = min((len(v) for v in self._values), default=0)
         self.method = method
+
+    def busy_share(self) -> float | None:
+        return self._busy
 
     def take(self, index: int) -> tuple[float, ...] | None:
         return tuple(v[index] for v in self._values) if index < self.ready else None

@@ -142,6 +142,10 @@ class VerdictRecord:
     aside: tuple[tuple[int, str], ...] = ()
     """The rounds set aside and measured again: each one's place among every round taken (kept
     and set aside, in order) and why the host's watch marked it; the verdict is of the rest."""
+    busy: float | None = None
+    """The share of the kept rounds' time that other work took on the servers' CPUs, the
+    figure the busy limit was held to (``None``: not kept apart, a record from before set-aside
+    rounds; a replay then reads its measurements' own figure)."""
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"test": self.test, **self.verdict.to_dict()}
@@ -162,6 +166,8 @@ class VerdictRecord:
             out["evidence"] = self.evidence.to_dict()
         if self.aside:
             out["set_aside"] = [{"round": i, "why": why} for i, why in self.aside]
+        if self.busy is not None:
+            out["kept_busy"] = self.busy
         return out
 
     def kept(self, values: Sequence[float]) -> list[float]:
@@ -192,6 +198,7 @@ class VerdictRecord:
             str(d.get("taken", "")),
             None if evidence is None else ProcessEvidence.from_dict(evidence),
             tuple((int(x["round"]), str(x["why"])) for x in d.get("set_aside") or ()),
+            None if d.get("kept_busy") is None else float(d["kept_busy"]),
         )
 
 

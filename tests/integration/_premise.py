@@ -33,9 +33,16 @@ def baseline_applies_or_skip(stdout: str) -> None:
     taken at accept, within the run's probe tolerance of this run's. Another xdist worker or
     a build beside these cores can move the probe further between two runs; the check then
     rightly skips ("holds no numbers of this host"), and so does the test, naming why."""
-    for line in stdout.splitlines():
+    lines = stdout.splitlines()
+    for line in lines:
         if "holds no numbers of this host" in line:
             pytest.skip(f"premise unmet: the probe moved between accept and check: {line.strip()}")
+    # a check judged once on the samples in hand (its host has too few sessions stored) needs
+    # samples that clear its limit: beside another worker's load the tiny model's swing by 10x
+    # or more (cv 127 % seen), and a check that then says it cannot decide is right to
+    busy = next((x for x in lines if "other processes use its CPUs" in x), None)
+    if busy is not None and any("baseline check not measured further" in x for x in lines):
+        pytest.skip(f"premise unmet: a quiet host for the samples in hand: {busy.strip()}")
 
 
 def accepted_or_skip(stdout: str) -> None:

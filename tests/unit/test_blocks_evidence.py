@@ -19,9 +19,10 @@ from pytest_moeperf.measure.dependence import (
 )
 from pytest_moeperf.measure.student import t_sf
 from pytest_moeperf.run import rounds as rounds_mod
+from pytest_moeperf.run.replayed import stored_plan
 from pytest_moeperf.run.rounds import decide_pair, until_decided
-from pytest_moeperf.run.source import Feed, Side, block_length
-from pytest_moeperf.store.record import SideRounds
+from pytest_moeperf.run.source import Feed, Side, StoredFeed, block_length
+from pytest_moeperf.store.record import SideRounds, VerdictRecord
 from pytest_moeperf.verdicts.calibration import noise_figure
 from pytest_moeperf.verdicts.judge import ONE_PAIR
 from pytest_moeperf.verdicts.levels import Design, per_look_alpha
@@ -74,7 +75,7 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     return c
 
 
-def _decide(feed: Feed, rule: Rule, plan: Plan, budget: float = 180.0):
+def _decide(feed: Feed, rule: Rule, plan: Plan, budget: float = 180.0, busy_limit: float = 1.0):
     return decide_pair(
         FakeSource(feed),  # type: ignore[arg-type]
         Profile(),  # type: ignore[arg-type]
@@ -84,7 +85,7 @@ def _decide(feed: Feed, rule: Rule, plan: Plan, budget: float = 180.0):
         label="b / a",
         plan=plan,
         budget=budget,
-        busy_limit=1.0,
+        busy_limit=busy_limit,
     )
 
 
@@ -299,6 +300,46 @@ def test_a_host_busy_throughout_sets_aside_no_more_rounds_than_the_plan_holds(cl
     )
     assert [i for i, _ in got.aside] == list(range(6))
     assert 2 <= (got.verdict.rounds or 0) <= 6
+
+
+class BusyThenQuietFeed(BusyFirstFeed):
+    """A :class:`BusyFirstFeed` as the live feed counts it: its measurements carry the busy
+    minute (45 % of their time, set-aside rounds included), the kept rounds ran quiet."""
+
+    def measurements(self) -> tuple:
+        return (
+            measurement("a", self.values[0], busy=0.45),
+            measurement("b", self.values[1], busy=0.45),
+        )
+
+    def busy_share(self) -> float | None:
+        return 0.0
+
+
+def test_a_replay_holds_the_busy_limit_to_the_kept_rounds_as_the_run_did(clock):
+    """A verdict whose busy rounds were set aside was judged on quiet rounds; its stored record
+    keeps that share, so a replay does not end it undecided for a busy host on the strength of
+    rounds the verdict left out (CI: a gate's replay said "host 50 % busy" where the gate had
+    judged its rows)."""
+    rule = Rule("claim", threshold=0.7, relation="<=")
+    live = _decide(
+        BusyThenQuietFeed(clock, busy=10, ratio=0.53, sd=0.03, block=5), rule, Plan(),
+        busy_limit=0.25,
+    )  # fmt: skip
+    assert live.verdict.outcome == "holds" and len(live.aside) == 10
+    stored = VerdictRecord.from_dict(live.record("t", "b / a").to_dict())
+    assert stored.busy == 0.0
+
+    def replay(busy: float | None):
+        values = [list(side) for side in live.rounds]
+        plan = stored_plan(stored.plan or {})
+        feed = StoredFeed(
+            (live.a, live.b), values, live.sides, plan=plan, blocks=stored.blocks, busy=busy
+        )
+        return _decide(feed, rule, plan, busy_limit=0.25).verdict
+
+    assert replay(stored.busy).to_dict() == live.verdict.to_dict()
+    assert "busy" in (replay(None).label or "")  # what the replay said before it was kept
 
 
 class StoppedFirstFeed(BlockFeed):

@@ -244,6 +244,15 @@ def probe_moved(before: Probe, *after: Probe, tolerance: float = PROBE_TOLERANCE
     return lines
 
 
+def probe_slower(before: Probe, after: Probe, tolerance: float = PROBE_TOLERANCE) -> bool:
+    """Whether any figure of *after* reads below *before* by more than *tolerance*."""
+    return any(
+        x[2] / a[2] - 1 < -tolerance
+        for a, x in zip(_figures(before), _figures(after), strict=True)
+        if a[2] > 0
+    )
+
+
 def main() -> None:  # pragma: no cover - a by-hand look: python -m pytest_moeperf.host.probe
     print(run_probe(parse_cpu_list(sys.argv[1]) if len(sys.argv) > 1 else None).describe())
 

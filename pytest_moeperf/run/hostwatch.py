@@ -11,9 +11,9 @@ from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from ..host.locks import measuring
-from ..host.machine import format_cpu_list, online_cpus, parse_cpu_list
+from ..host.machine import OtherWork, format_cpu_list, online_cpus, parse_cpu_list
 from ..host.preflight import neighbours, node_memory, numa_balancing, preflight_lines
-from ..host.probe import Probe, probe_moved, run_probe
+from ..host.probe import Probe, probe_moved, probe_slower, run_probe
 from ..store.journal import Journal
 
 FIRST_PROBES = 4
@@ -22,9 +22,22 @@ the probe tolerance), so that one slow reading at the start (a neighbour finishi
 cache) does not become the run's reference and make every later verdict "host changed"."""
 
 
+QUIET_SHARE = 0.05
+"""A probe is quiet when other work took at most this share of its CPUs' time while it ran
+(this project's idle VMs show 1-3 %). A reference probe that was not quiet gives way to the
+first quiet one that reads no lower: other work only lowers a probe."""
+
+
 class ProbeSettings(Protocol):
     probe_tolerance: float
     reprobe_seconds: float
+
+
+def _reading(cpus: frozenset[int] | None) -> tuple[Probe, float]:
+    """A probe of *cpus*, and the share of their time other work took while it ran."""
+    other = OtherWork(cpus=cpus)
+    probe = run_probe(cpus)
+    return probe, other.share()
 
 
 class HostWatch:
@@ -40,6 +53,10 @@ class HostWatch:
         it happens."""
         self._probed_at: dict[str, float] = {}
         self._flown: set[str] = set()
+        self._busy_reference: dict[str, float] = {}
+        """The CPU sets whose reference probe was not quiet (:data:`QUIET_SHARE`), and other
+        work's share of it: the first quiet probe that reads no lower replaces it (a minute of
+        a co-tenant at the start is not the host moving)."""
 
     def preflight(
         self,
@@ -80,15 +97,23 @@ class HostWatch:
         if key not in self.probes:
             tolerance = self.settings.probe_tolerance
             with measuring(cpus):
-                taken = [run_probe(cpus), run_probe(cpus)]
-                while len(taken) < FIRST_PROBES and probe_moved(
-                    taken[-2], taken[-1], tolerance=tolerance
+                readings = [_reading(cpus), _reading(cpus)]
+                while len(readings) < FIRST_PROBES and probe_moved(
+                    readings[-2][0], readings[-1][0], tolerance=tolerance
                 ):
-                    taken.append(run_probe(cpus))
-            probe = taken[-1]
+                    readings.append(_reading(cpus))
+            taken = [p for p, _ in readings]
+            probe, busy = readings[-1]
             self.journal.probed(key, probe)
             self._probed_at[key] = time.time()
             self.report(f"moeperf: host probe: {probe.describe()} in {probe.seconds:.1f} s")
+            if busy > QUIET_SHARE:
+                self._busy_reference[key] = busy
+                self.report(
+                    f"moeperf: host probe of CPUs {key} taken while other work held "
+                    f"{100 * busy:.0f} % of them: the first quiet probe that reads no lower "
+                    "replaces it as the run's reference"
+                )
             if probe_moved(taken[-2], probe, tolerance=tolerance):
                 self.report(
                     f"moeperf: host probe of CPUs {key} unsteady: {len(taken)} probes and no two "
@@ -124,7 +149,10 @@ class HostWatch:
             if force or time.time() - last_at >= self.settings.reprobe_seconds:
                 cpus = parse_cpu_list(key)
                 with measuring(cpus):
-                    self.journal.reprobed(key, time.time(), run_probe(cpus))
+                    again, busy = _reading(cpus)
+                self.journal.reprobed(key, time.time(), again)
+                if self._rebased(key, first, again, busy):
+                    continue
                 seen = self.journal.reprobes[key]
                 if probe_moved(first, seen[-1][1], tolerance=tolerance):
                     with measuring(cpus):  # a move must be confirmed by a second probe
@@ -136,6 +164,22 @@ class HostWatch:
                 lines.append(line)
                 self.journal.host_changed(line)  # the latest of its figure, last
         return lines
+
+    def _rebased(self, key: str, first: Probe, again: Probe, busy: float) -> bool:
+        """Whether *again*, a quiet probe of CPU set *key* that reads no lower than its
+        reference *first* taken beside other work, became the reference (said when it does)."""
+        held = self._busy_reference.get(key)
+        quiet = busy <= QUIET_SHARE
+        if held is None or not quiet or probe_slower(first, again, self.settings.probe_tolerance):
+            return False
+        del self._busy_reference[key]
+        self.journal.probed(key, again)
+        self.report(
+            f"moeperf: host probe of CPUs {key} quiet ({100 * busy:.0f} % other work): "
+            f"{again.describe()}, the run's reference now (the first, {first.describe()}, ran "
+            f"beside {100 * held:.0f} % other work)"
+        )
+        return True
 
     @property
     def host_changes(self) -> list[str]:

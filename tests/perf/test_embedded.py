@@ -80,12 +80,14 @@ def test_throughput_holds_its_baseline(moeperf, configuration, workload):
 
 
 @pytest.mark.moeperf(configurations=["mmap", "traffic"])
-def test_two_clients_on_two_slots_keep_a_quarter_of_a_lone_decode(moeperf):
+def test_two_clients_on_two_slots_keep_a_fifth_of_a_lone_decode(moeperf):
     """traffic: two clients send a mix of four request sizes to two slots (-np 2). Each slot
     decodes beside the other and beside the other's prefills (a token's gap is 13 ms at the
     median, 220 ms at p99 when it shares a batch with a prompt), so a request decodes at about
-    a third of a lone tg64 here; below a quarter something in the server got in the way."""
-    moeperf.check("traffic.traffic.decode >= 0.25 * mmap.tg64")
+    a third of a lone tg64 here; below a fifth something in the server got in the way. The
+    bound keeps clear of the host's own moves: one VM measured 0.357 [0.318, 0.401] one day and
+    0.274 [0.237, 0.317] another (undecided at a quarter after its 40 rounds)."""
+    moeperf.check("traffic.traffic.decode >= 0.2 * mmap.tg64")
 
 
 @pytest.mark.moeperf(configurations=["traffic"])

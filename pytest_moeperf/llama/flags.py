@@ -173,9 +173,9 @@ def gpus_used(
             return frozenset()
         picked = []
         for name in dev.split(","):
-            m = re.fullmatch(r"\s*CUDA(\d+)\s*", name)
-            if m and int(m.group(1)) < len(visible):
-                picked.append(visible[int(m.group(1))])
+            index = cuda_device(name)
+            if index is not None and index < len(visible):
+                picked.append(visible[index])
         visible = picked
     split = flag_value(flags, "-ts")
     if split is not None:
@@ -357,3 +357,10 @@ def bench_fields(flags: Sequence[str]) -> dict[str, Any]:
         out["tensor_buft_overrides"] = ";".join(overrides)
     out.update({key: bool(seen[key]) for key in _BOOL_FIELDS if key in seen})
     return out
+
+
+def cuda_device(name: str) -> int | None:
+    """The device index a ``-dev`` entry names (``"CUDA1"`` -> 1, spaces allowed), or
+    ``None`` for another name."""
+    m = re.fullmatch(r"\s*CUDA(\d+)\s*", name)
+    return int(m[1]) if m else None

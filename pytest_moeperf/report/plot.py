@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from ..defaults import PROBE_TOLERANCE
 from ..errors import MoeperfError
 from ..fs import write_output
+from ..llama.build import label_number
 from ..measure.measurement import Measurement
 from ..measure.workload import Workload
 from ..store.accepted import host_for
@@ -479,8 +480,9 @@ def _profile(m: Measurement) -> str:
 
 
 def _build_order(label: str) -> tuple[int, str]:
-    digits = label[1:] if label.startswith("b") else ""
-    return (int(digits), label) if digits.isdigit() else (1 << 62, label)
+    """Builds by number, then labels that name none (a binary's path) by name."""
+    number = label_number(label)
+    return (number, label) if number is not None else (1 << 62, label)
 
 
 def _title(results: RunRecord, ms: Sequence[Measurement]) -> str:

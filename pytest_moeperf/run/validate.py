@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..host.gpus import visible_gpus
-from ..llama.flags import flag_value
+from ..llama.flags import cuda_device, flag_value
 from .profiles import Configuration, HostLacks, Profile
 
 SPLIT_MODES = ("none", "layer", "row", "tensor")
@@ -101,8 +101,8 @@ def _split_problems(flags: Sequence[str], visible: int) -> list[Problem]:
     dev = flag_value(flags, "-dev")
     if dev is not None and dev.strip().lower() != "none":
         for name in dev.split(","):
-            m = re.fullmatch(r"\s*CUDA(\d+)\s*", name)
-            if m is None or int(m.group(1)) >= visible:
+            index = cuda_device(name)
+            if index is None or index >= visible:
                 out.append(
                     Problem(
                         "-dev",

@@ -41,7 +41,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import IO, Any
 
-from .process import stop_group
+from .process import hear_ctrl_c, stop_group
 
 DMON_PERIOD_S = 1
 """dmon's sampling period, seconds (its shortest)."""
@@ -220,14 +220,6 @@ class GpuTelemetry:
 # The sampler
 
 
-def _hear_ctrl_c() -> None:
-    """In dmon's process, before it runs: SIGINT back to its default. A pytest started in the
-    background of a shell (``pytest ... &``, nohup, many CI runners) ignores SIGINT, and an
-    ignored signal stays ignored across exec, so dmon would never hear the Ctrl-C that makes
-    it flush, and its last lines would be lost to SIGTERM."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 class GpuSampler:
     """``nvidia-smi dmon`` on some GPUs while a block runs::
 
@@ -274,7 +266,7 @@ class GpuSampler:
             text=True,
             bufsize=1,
             start_new_session=True,  # its own group: stop_group signals it alone
-            preexec_fn=_hear_ctrl_c if signal.getsignal(signal.SIGINT) == signal.SIG_IGN else None,
+            preexec_fn=hear_ctrl_c if signal.getsignal(signal.SIGINT) == signal.SIG_IGN else None,
         )
         out = self._process.stdout
         assert out is not None

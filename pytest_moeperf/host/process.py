@@ -23,6 +23,14 @@ _POLL_S = 0.05
 """How often ``/proc`` is read while waiting where there is no pidfd to wait on."""
 
 
+def hear_ctrl_c() -> None:
+    """In a child's process, before it runs (``preexec_fn``): SIGINT back to its default. A
+    pytest started in the background of a shell (``pytest ... &``, nohup, many CI runners)
+    ignores SIGINT, and an ignored signal stays ignored across exec, so the child would never
+    hear a Ctrl-C (Python installs no KeyboardInterrupt handler; dmon never flushes)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def stop_group(
     process: subprocess.Popen[Any] | int,
     *,

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_moeperf.host.process import hear_ctrl_c
 from pytest_moeperf.llama import orphans
 
 INI = (
@@ -125,13 +126,6 @@ def run_perf(
     )
 
 
-def _default_sigint() -> None:
-    # A shell that runs us in the background ignores SIGINT, and an ignored SIGINT is
-    # inherited and keeps Python from installing its KeyboardInterrupt handler: undo that,
-    # as a terminal's Ctrl-C would find it.
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def spawn(project: pytest.Pytester, *args: str) -> subprocess.Popen[bytes]:
     """Start an inner ``pytest *args`` in *project* without waiting; its output goes to
     ``inner.out`` in the project."""
@@ -143,7 +137,7 @@ def spawn(project: pytest.Pytester, *args: str) -> subprocess.Popen[bytes]:
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
-            preexec_fn=_default_sigint,
+            preexec_fn=hear_ctrl_c,
             start_new_session=True,  # its own process group, as a terminal would give it
         )
     finally:

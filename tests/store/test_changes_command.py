@@ -17,6 +17,7 @@ import pytest
 from _records import run_record
 
 from pytest_moeperf.commands import main as moeperf
+from pytest_moeperf.host.process import hear_ctrl_c
 from pytest_moeperf.store.hosts import host_key
 from pytest_moeperf.store.runstore import open_store
 
@@ -82,13 +83,6 @@ def test_a_store_with_no_change_exits_0(store_at, capsys):
     assert capsys.readouterr().out.strip().endswith("4 series of 1 host(s), 0 change point(s)")
 
 
-def _hears_ctrl_c() -> None:
-    """In the served dashboard's process, before it runs: SIGINT back to its default, so that
-    Python turns it into Ctrl-C. A pytest started in the background of a shell (``nohup pytest
-    ... &``) ignores SIGINT, and a child inherits that: the test's SIGINT would go unheard."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def test_the_dashboard_is_served_on_loopback_only(store_at, tmp_path):
     store = open_store(store_at)
     _fill(store, "gpu-01", slowed=True)
@@ -97,7 +91,7 @@ def test_the_dashboard_is_served_on_loopback_only(store_at, tmp_path):
     serving = subprocess.Popen(
         [sys.executable, "-m", "pytest_moeperf.commands", "dashboard", "--output",
          str(tmp_path / "site"), "--store", url, "--serve", "--port", "0"],
-        stderr=subprocess.PIPE, text=True, preexec_fn=_hears_ctrl_c,
+        stderr=subprocess.PIPE, text=True, preexec_fn=hear_ctrl_c,  # pytest in the background
     )  # fmt: skip
     try:
         assert serving.stderr is not None

@@ -15,9 +15,9 @@ added to it):
 - ``plot``: the report's history: the newest runs of this host with the run's (profile,
   configuration) pairs, drawn into the report's PNG with the run itself;
 - ``import``: ``moeperf store import`` of 1,000 results files into an empty store of the same
-  backend (``--import-into``), and ``read_history`` of the same 1,000 files (and, with
-  ``--today-files 10000``, of 10,000), the way every perf session read its history before the
-  store.
+  backend (``--import-into``), and the same 1,000 results files read back one by one
+  (``read_results``; with ``--today-files 10000``, 10,000), the way every perf session read
+  its history before the store.
 
 A run is the embedded profile's configurations and workloads with ``--samples`` samples each
 (the results file's size is printed); ``--template FILE`` takes a real results file instead,
@@ -187,11 +187,11 @@ def step_import(url: URL, folder: Path) -> dict[str, Any]:
 
 
 def step_read_history(folder: Path) -> dict[str, Any]:
-    from pytest_moeperf.store.history import read_history
+    from pytest_moeperf.store.history import RESULTS_GLOB, read_results
 
     before = peak_mb()
     start = time.perf_counter()
-    runs, _ = read_history(folder)
+    runs = [r for p in sorted(folder.glob(RESULTS_GLOB)) if (r := read_results(p)[0])]
     return {"seconds": time.perf_counter() - start, "runs": len(runs), **_memory(before)}
 
 
@@ -243,7 +243,7 @@ def main() -> None:
         "--today-files",
         type=int,
         default=0,
-        help="also time read_history over this many results files (what a session read before)",
+        help="also time reading this many results files back (what a session read before)",
     )
     p.add_argument("--step", choices=("session", "plot", "import", "read-history"))
     p.add_argument("--folder")

@@ -524,9 +524,3 @@ def block_excess(values: Sequence[float], blocks: Sequence[int] | None) -> tuple
         return None
     a = _anova(np.asarray([values], dtype=np.float64), index, sizes)
     return float((a.between[0] - a.within[0]) / a.n0), len(sizes) - 1
-
-
-def between_blocks(values: Sequence[float], blocks: Sequence[int] | None) -> float | None:
-    """:func:`block_excess`'s variance, 0 at least (``None`` where it gives none)."""
-    got = block_excess(values, blocks)
-    return None if got is None else max(0.0, got[0])

@@ -164,7 +164,7 @@ def report_figure(
     configuration's throughput: its median, the min-max range, every repetition, and its
     mark when *baselines* holds one (a baseline of this host with the median's change, or a
     reference labelled with its host and no change: :class:`PlotMark`). When *history*
-    (run records, oldest first, as :func:`read_history` returns them) holds earlier runs of
+    (run records, oldest first, as the store returns them) holds earlier runs of
     the same configurations, a second row shows each configuration's median run over run,
     labelled with the date and build of each run. *results* itself may be in *history*; it is
     drawn once."""

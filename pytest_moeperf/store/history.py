@@ -19,7 +19,7 @@ so that these work on it::
 The two layouts are made by :mod:`pytest_moeperf.store.exports`.
 
 Every file is written atomically, and a results file that cannot be read back is reported and
-skipped by :func:`read_history`, never fatal.
+reported by :func:`read_results` and skipped by whoever reads the folder, never fatal.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from pytest_benchmark.utils import get_machine_id
 
 from ..fs import atomic_write_text, file_lock
 from .exports import benchmark_json, llama_bench_rows
-from .record import RunRecord, parse_date
+from .record import RunRecord
 
 RESULTS_GLOB = "results-*.json"
 BENCHMARKS_DIR = "benchmarks"
@@ -105,25 +105,6 @@ def _next_number(machine_dir: Path) -> str:
 # Reading
 
 
-def read_history(folder: Path) -> tuple[list[RunRecord], list[str]]:
-    """Every readable run record in *folder* (oldest first, newest last) and one line per
-    file that was skipped: unreadable, not JSON, not a pytest-moeperf results file, or holding
-    a measurement that cannot be read. A missing folder is an empty history."""
-    folder = Path(folder)
-    found: list[tuple[float, str, RunRecord]] = []
-    problems: list[str] = []
-    for path in sorted(folder.glob(RESULTS_GLOB)):
-        if not path.is_file():
-            continue
-        record, problem = read_results(path)
-        if record is None:
-            problems.append(f"{path}: {problem}")
-            continue
-        found.append((_when(record, path), path.name, record))
-    found.sort(key=lambda t: (t[0], t[1]))
-    return [r for _, _, r in found], problems
-
-
 def read_results(path: Path) -> tuple[RunRecord | None, str | None]:
     """A results file's record, or why it cannot be used (replay reads it the same way: one
     reader, one version)."""
@@ -143,14 +124,3 @@ def read_results(path: Path) -> tuple[RunRecord | None, str | None]:
         return RunRecord.from_dict(data), None
     except ValueError as exc:
         return None, str(exc)
-
-
-def _when(record: RunRecord, path: Path) -> float:
-    """When a run was written: its ``date``, else the file's modification time."""
-    parsed = parse_date(record.date)
-    if parsed is not None:
-        return parsed.timestamp()
-    try:
-        return path.stat().st_mtime
-    except OSError:
-        return 0.0

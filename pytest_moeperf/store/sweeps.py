@@ -1,4 +1,4 @@
-"""A sweep as ``moeperf sweep --json`` stores it, written and read here: its points (the slots
+"""A sweep as ``moeperf sweep --json`` stores it, written here: its points (the slots
 sweep's one a ``-np`` value, the ``-ncmoe`` sweep's one a layer count), what was swept, and
 the sweep's run record (every point's measurements)."""
 
@@ -7,14 +7,10 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
-from ..errors import ResultsError
-from ..fs import load_json
 from ..measure.measurement import Measurement
 from .record import RunRecord
-from .stored import unreadable
 
 
 @dataclass(frozen=True)
@@ -35,13 +31,6 @@ class SweepPoint:
             "overall": self.overall,
             "passes": self.passes,
         }
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> SweepPoint:
-        medians = {str(k): float(v) for k, v in d["medians"].items()}
-        return cls(
-            int(d["np"]), str(d["configuration"]), medians, dict(d["overall"]), int(d["passes"])
-        )
 
 
 @dataclass(frozen=True)
@@ -86,34 +75,8 @@ class NcmoePoint:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> NcmoePoint:
-        def optional(key: str) -> float | None:
-            return None if d.get(key) is None else float(d[key])
-
-        return cls(
-            int(d["ncmoe"]),
-            str(d["configuration"]),
-            {str(k): float(v) for k, v in d["medians"].items()},
-            {str(k): float(v) for k, v in d["spreads"].items()},
-            {str(k): int(v) for k, v in d["samples"].items()},
-            optional("gpu_memory_mib"),
-            optional("prefill_rx_mbs"),
-        )
-
 
 Points = Sequence[SweepPoint] | Sequence[NcmoePoint]
-
-
-@dataclass(frozen=True)
-class StoredSweep:
-    """A sweep's ``--json``: what was swept (*head*: the configuration, and the traffic of a
-    slots sweep or the model and its layers of an ``-ncmoe`` sweep), its points in order, and
-    its run record (``None`` in a sweep written before sweeps kept one)."""
-
-    head: dict[str, Any]
-    points: tuple[SweepPoint, ...] | tuple[NcmoePoint, ...]
-    record: RunRecord | None
 
 
 def sweep_json_text(head: Mapping[str, Any], points: Points, record: RunRecord | None) -> str:
@@ -122,20 +85,3 @@ def sweep_json_text(head: Mapping[str, Any], points: Points, record: RunRecord |
     if record is not None:
         doc["record"] = record.to_dict()
     return json.dumps(doc, indent=1) + "\n"
-
-
-def read_sweep(path: Path) -> StoredSweep:
-    """The stored sweep in *path*; one :class:`ResultsError` line naming the file when it is
-    not a sweep's ``--json`` or cannot be read."""
-    data = load_json(path, f"sweep {path}", ResultsError)
-    if not isinstance(data, dict) or not isinstance(data.get("points"), list):
-        raise ResultsError(f"sweep {path}: not a sweep's --json (it has no list of points)")
-    with unreadable(f"sweep {path}", "sweep"):
-        points: tuple[SweepPoint, ...] | tuple[NcmoePoint, ...]
-        if "n_layer" in data:
-            points = tuple(NcmoePoint.from_dict(p) for p in data["points"])
-        else:
-            points = tuple(SweepPoint.from_dict(p) for p in data["points"])
-        record = RunRecord.from_dict(data["record"]) if "record" in data else None
-    head = {k: v for k, v in data.items() if k not in ("points", "record")}
-    return StoredSweep(head, points, record)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, Protocol, get_args, runtime_checkable
+from typing import TYPE_CHECKING, Any, get_args
 
 from ..defaults import BUSY_LIMIT, CONFIDENCE, MIN_REL_SPREAD
 from ..measure.measurement import optional
@@ -32,22 +32,6 @@ unchanged for a change; undecided for either."""
 OUTCOMES: tuple[str, ...] = get_args(Decision)
 Values = Sequence[float] | Figure
 """Raw throughput samples (tok/s), or a stored :class:`~pytest_moeperf.stats.Figure`."""
-
-
-@runtime_checkable
-class Judgement(Protocol):
-    """What every verdict of this package is: a claim's or a gate row's :class:`Verdict`, a
-    :class:`~pytest_moeperf.verdicts.baseline_check.BaselineCheck`, a creep chain's
-    :class:`~pytest_moeperf.verdicts.creep.ChainedChange`. Each has an outcome, one line that
-    explains it, and one stored form (every field, and the line) that the run record, the
-    gate's and bisect's JSON keep."""
-
-    @property
-    def outcome(self) -> str: ...
-
-    def explain(self) -> str: ...
-
-    def to_dict(self) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True)

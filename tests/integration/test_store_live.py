@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from pytest_moeperf.store.database import store_url
-from pytest_moeperf.store.history import read_history
+from pytest_moeperf.store.history import RESULTS_GLOB, read_results
 from pytest_moeperf.store.hosts import host_key
 from pytest_moeperf.store.runstore import open_store, run_key
 from pytest_moeperf.store.transfer import import_folder
@@ -35,8 +35,9 @@ def test_a_perf_run_lands_in_the_default_store_once(inner):
     # the new store took in no older run: it did not call this run's own file an import
     assert not [line for line in result.outlines if "imported" in line]
     folder = inner.path / ".moeperf"
-    (record,), problems = read_history(folder)
-    assert problems == []
+    (path,) = folder.glob(RESULTS_GLOB)
+    record, problem = read_results(path)
+    assert record is not None, problem
     store = open_store(store_url("", folder))
     try:
         assert store.count() == 1
@@ -57,7 +58,9 @@ def test_a_store_that_is_down_loses_nothing_measured(inner):
     down = "postgresql://moeperf:secret@127.0.0.1:9/moeperf"
     result = inner.runpytest_subprocess("-m", "perf", f"--moeperf-store={down}")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    (record,), _ = read_history(inner.path / ".moeperf")  # the run is in its results file
+    (path,) = (inner.path / ".moeperf").glob(RESULTS_GLOB)  # the run is in its results file
+    record, problem = read_results(path)
+    assert record is not None, problem
     assert [m.workload.name for m in record.measurements] == ["pp64"]
     shown = make_url(down).set(drivername="postgresql+psycopg").render_as_string()
     (line,) = [x for x in result.outlines if x.startswith("moeperf: error: store")]

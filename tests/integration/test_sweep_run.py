@@ -3,11 +3,13 @@ table, and a ``--json`` that reads back with the run record of every point's mea
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from pytest_moeperf.commands import main
 from pytest_moeperf.measure.workload import Workload
-from pytest_moeperf.store.sweeps import SweepPoint, read_sweep
+from pytest_moeperf.store.record import RunRecord
 
 
 def test_slots_sweep_json_keeps_every_points_measurements(
@@ -18,15 +20,15 @@ def test_slots_sweep_json_keeps_every_points_measurements(
     assert main([*args, "--json", "sweep.json"]) == 0
     out = capsys.readouterr().out
     assert "slots sweep of traffic:" in out
-    stored = read_sweep(tmp_path / "sweep.json")
-    assert [p.slots for p in stored.points] == [1, 2]
-    assert stored.head["configuration"] == "traffic"
-    assert stored.record is not None
-    kept = {(m.configuration, m.workload.name): m for m in stored.record.measurements}
-    for point in stored.points:
-        assert isinstance(point, SweepPoint) and point.configuration == f"traffic-np{point.slots}"
-        assert point.passes == 1 and point.overall.get("errors", 0) == 0
-        for metric, median in point.medians.items():
+    stored = json.loads((tmp_path / "sweep.json").read_text())
+    assert [p["np"] for p in stored["points"]] == [1, 2]
+    assert stored["configuration"] == "traffic"
+    record = RunRecord.from_dict(stored["record"])
+    kept = {(m.configuration, m.workload.name): m for m in record.measurements}
+    for point in stored["points"]:
+        assert point["configuration"] == f"traffic-np{point['np']}"
+        assert point["passes"] == 1 and point["overall"].get("errors", 0) == 0
+        for metric, median in point["medians"].items():
             # the table's figure is the median of the measurement the record keeps
-            m = kept[(point.configuration, Workload.traffic(metric).name)]
+            m = kept[(point["configuration"], Workload.traffic(metric).name)]
             assert m.summary.median == pytest.approx(median, rel=1e-12)

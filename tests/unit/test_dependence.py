@@ -16,7 +16,7 @@ from pytest_moeperf.measure.dependence import (
     DEFAULT_DEPENDENCE,
     NO_PROCESS_TERM,
     Dependence,
-    between_blocks,
+    block_excess,
     robust_rows,
 )
 from pytest_moeperf.measure.stats import paired_interval
@@ -104,10 +104,10 @@ def test_the_process_term_is_what_the_blocks_do_not_hold_already():
     assert fresh == pytest.approx(yuen)
     assert one - yuen == pytest.approx(0.02**2, rel=1e-6)
     assert tens - yuen == pytest.approx(0.02**2 / 4, rel=0.3)
-    assert between_blocks([0.1, 0.1, -0.1, -0.1], [0, 0, 1, 1]) == pytest.approx(0.02)
-    assert between_blocks([0.1, 0.2, 0.3], [0, 1, 2]) is None  # blocks of one round
+    assert block_excess([0.1, 0.1, -0.1, -0.1], [0, 0, 1, 1]) == (pytest.approx(0.02), 1)
+    assert block_excess([0.1, 0.2, 0.3], [0, 1, 2]) is None  # blocks of one round
     # a last block of one round is weighed as what it is, not a reason to show nothing
-    assert between_blocks([0.1, 0.1, -0.1, -0.1, 0.3], [0, 0, 1, 1, 2]) is not None
+    assert block_excess([0.1, 0.1, -0.1, -0.1, 0.3], [0, 0, 1, 1, 2]) is not None
 
 
 def test_the_level_is_calibrated_at_the_hosts_lag1():

@@ -23,7 +23,7 @@ from pytest_moeperf.report.plot import (
     report_figure,
 )
 from pytest_moeperf.store.baselines import BaselineEntry, BaselineFile
-from pytest_moeperf.store.history import read_history, write_history
+from pytest_moeperf.store.history import read_results, write_history
 from pytest_moeperf.store.hosts import BaselineHost
 from pytest_moeperf.store.record import RESULTS_VERSION, RunRecord
 
@@ -128,7 +128,7 @@ def test_this_run_read_back_from_its_file_is_not_an_earlier_run(
     tmp_path: Path, current: RunRecord
 ) -> None:
     written = write_history(current, tmp_path / "h", stamp="s")
-    runs, _ = read_history(tmp_path / "h")
+    runs = [read_results(written[0])[0]]
     later = replace(current, date="2026-10-17T09:30:01+0200")  # the record asked again
     _, height = png_size(plot_report(later, runs, tmp_path / "r.png"))
     assert height == pytest.approx((PANEL_HEIGHT + 1.3) * DPI, abs=2)

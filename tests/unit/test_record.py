@@ -21,7 +21,7 @@ from pytest_moeperf.store.record import (
 )
 from pytest_moeperf.verdicts.baseline_check import BaselineCheck
 from pytest_moeperf.verdicts.creep import ChainedChange
-from pytest_moeperf.verdicts.judge import Judgement, Verdict
+from pytest_moeperf.verdicts.judge import Verdict
 
 W = Workload.parse("pp512")
 
@@ -146,7 +146,6 @@ def test_every_verdict_is_one_family_with_one_stored_form_and_line():
     chain = ChainedChange("b1", ("b2", "b3"), 0.97, 0.94, 1.0, "undecided", label="mmap.pp512")
     check = BaselineCheck("pass", 101.0, 100.0, 0.05, label="mmap.pp512", low=0.99, high=1.03)
     for judged in (_verdict(), check, chain):
-        assert isinstance(judged, Judgement)
         stored = judged.to_dict()
         assert stored["outcome"] == judged.outcome and stored["explain"] == judged.explain()
     assert BaselineCheck.from_dict(check.to_dict()) == check

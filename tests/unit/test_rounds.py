@@ -419,7 +419,7 @@ def test_a_stored_verdict_keeps_the_host_moves_it_saw_not_those_of_the_whole_run
 
 
 def test_process_blocks_restart_both_servers_and_their_spread_widens_the_interval():
-    from pytest_moeperf.measure.dependence import DEFAULT_DEPENDENCE, Dependence, between_blocks
+    from pytest_moeperf.measure.dependence import DEFAULT_DEPENDENCE, Dependence, block_excess
     from pytest_moeperf.measure.stats import paired_interval
     from pytest_moeperf.measure.student import trimmed_t_rows
 
@@ -438,9 +438,9 @@ def test_process_blocks_restart_both_servers_and_their_spread_widens_the_interva
         shift = rng.gauss(0, 0.05)  # a process pair's own term
         d += [shift + rng.gauss(0, 0.01) for _ in range(5)]
         blocks += [j] * 5
-    shown = between_blocks(d, blocks)
-    assert shown is not None and shown > 0.03**2
-    assert between_blocks(d, [0] * len(d)) is None  # one pair: nothing to tell it by
+    shown = block_excess(d, blocks)
+    assert shown is not None and shown[0] > 0.03**2
+    assert block_excess(d, [0] * len(d)) is None  # one pair: nothing to tell it by
     a = [100.0] * len(d)
     b = [100.0 * math.exp(x) for x in d]
     _, yuen, _ = trimmed_t_rows(np.asarray([d]), 0.2)  # as if the rounds were independent

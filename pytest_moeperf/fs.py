@@ -1,4 +1,5 @@
-"""The cache directory, cross-process file locks and atomic writes."""
+"""The cache directory, cross-process file locks, atomic writes, and values as the TOML
+writer (tomlkit) writes them."""
 
 from __future__ import annotations
 
@@ -127,3 +128,28 @@ def load_json(path: Path, where: str, error: type[MoeperfError]) -> Any:
         raise error(f"{where}: cannot read it ({exc.strerror or exc})") from None
     except ValueError as exc:
         raise error(f"{where}: not JSON ({exc})") from None
+
+
+def toml_item(value: Any, *, sort_keys: bool = False) -> Any:
+    """*value* (bool, number, string, date or time, list, table) as tomlkit writes it: a table
+    inline (its keys sorted with *sort_keys*), a date or time as its ISO text; ``TypeError``
+    for anything else. tomlkit quotes keys and escapes strings (control characters, ``\\x7f``)
+    as TOML wants them."""
+    import datetime as dt
+
+    import tomlkit  # here, not at import: only the commands that write TOML need it
+
+    if isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, dt.date | dt.time):
+        return value.isoformat()
+    if isinstance(value, list | tuple):
+        array = tomlkit.array()
+        array.extend(toml_item(v, sort_keys=sort_keys) for v in value)
+        return array
+    if isinstance(value, dict):
+        table = tomlkit.inline_table()
+        keys = sorted(value) if sort_keys else list(value)
+        table.update({k: toml_item(value[k], sort_keys=sort_keys) for k in keys})
+        return table
+    raise TypeError(f"{value!r} ({type(value).__name__}) has no TOML form")

@@ -4,7 +4,6 @@ and the whole file parsed back before it is written atomically."""
 
 from __future__ import annotations
 
-import json
 import re
 import tomllib
 from collections.abc import Mapping, Sequence
@@ -12,37 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, MoeperfError, OutputError
-from ..fs import check_output, write_output
+from ..fs import check_output, toml_item, write_output
 from .profiles import parse_profiles
-
-_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 
 def present(**values: Any) -> dict[str, Any]:
     """The keys of a profile table whose values are not ``None``, in the order given."""
     return {k: v for k, v in values.items() if v is not None}
-
-
-def toml_key(name: str) -> str:
-    """*name* as a TOML key: bare when it can be, else quoted."""
-    return name if _BARE_KEY.fullmatch(name) else json.dumps(name)
-
-
-def toml_value(value: Any) -> str:
-    """*value* (bool, number, string, list, table) as TOML."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        return f"{int(value)}.0" if value.is_integer() else repr(value)  # repr reads back
-    if isinstance(value, str):
-        return json.dumps(value)
-    if isinstance(value, list):
-        return "[" + ", ".join(toml_value(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{toml_key(k)} = {toml_value(v)}" for k, v in value.items()) + "}"
-    raise TypeError(f"no TOML for {value!r}")
 
 
 _HEADER = re.compile(r"\s*\[\[?\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
@@ -67,8 +42,10 @@ def _table_path(line: str) -> tuple[str, ...] | None:
 
 
 def without_profile(text: str, name: str) -> str:
-    """*text* without the tables of profile *name* and the comment block right above its first
-    header (what an earlier ``moeperf init`` wrote there)."""
+    """*text* without the tables of profile *name* and the comment block above its first
+    header (what an earlier ``moeperf init`` wrote there). Line by line, not through tomlkit:
+    tomlkit holds a comment above a table as the end of the table before it, so deleting a
+    profile there keeps its header comments and takes the comments of the table after it."""
     keep: list[str] = []
     inside = False
     for line in text.splitlines(keepends=True):
@@ -76,6 +53,8 @@ def without_profile(text: str, name: str) -> str:
         if path is not None:
             mine = path[:2] == ("profiles", name)
             if mine and not inside:
+                while keep and not keep[-1].strip():
+                    keep.pop()
                 while keep and keep[-1].lstrip().startswith("#"):
                     keep.pop()
             inside = mine
@@ -154,19 +133,36 @@ def table_toml(
     after_keys: Sequence[str] = (),
     comments: Mapping[str, Sequence[str]] | None = None,
 ) -> str:
-    """Profile *name*'s *table* (as :func:`~.profiles.parse_profiles` reads it) as TOML text:
-    its keys, then each configuration's table; *header* as comment lines above (an empty one
-    a bare ``#``), *after_keys* below its keys and *comments* (by configuration) above each
-    configuration's table."""
+    """Profile *name*'s *table* (as :func:`~.profiles.parse_profiles` reads it) as TOML text,
+    written by tomlkit: its keys, then each configuration's table; *header* as comment lines
+    above (an empty one a bare ``#``), *after_keys* below its keys and *comments* (by
+    configuration) at the top of each configuration's table."""
+    import tomlkit  # here, not at import: only init and tune write a profile
+
     body = dict(table)
     configs = body.pop("configurations", {})
-    head = f"profiles.{toml_key(name)}"
-    lines = [f"# {line}" if line else "#" for line in header]
-    lines.append(f"[{head}]")
-    lines += [f"{toml_key(k)} = {toml_value(v)}" for k, v in body.items()]
-    lines += [f"# {line}" for line in after_keys]
+    doc = tomlkit.document()
+    for line in header:
+        doc.add(tomlkit.comment(_printable(line)))
+    profile = tomlkit.table()
+    profile.update({k: toml_item(v) for k, v in body.items()})
+    for line in after_keys:
+        profile.add(tomlkit.comment(_printable(line)))
+    tables = tomlkit.table(is_super_table=True)
     for cname, ctable in configs.items():
-        lines += ["", *(f"# {line}" for line in (comments or {}).get(cname, ()))]
-        lines.append(f"[{head}.configurations.{toml_key(cname)}]")
-        lines += [f"{toml_key(k)} = {toml_value(v)}" for k, v in ctable.items()]
-    return "\n".join(lines) + "\n"
+        configuration = tomlkit.table()
+        for line in (comments or {}).get(cname, ()):
+            configuration.add(tomlkit.comment(_printable(line)))
+        configuration.update({k: toml_item(v) for k, v in ctable.items()})
+        tables[cname] = configuration
+    if configs:
+        profile["configurations"] = tables
+    doc["profiles"] = tomlkit.table(is_super_table=True)
+    doc["profiles"][name] = profile
+    return tomlkit.dumps(doc)
+
+
+def _printable(line: str) -> str:
+    """*line* for a comment: a character TOML forbids there (a control character of a path or
+    a message) as its Python escape."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in line)

@@ -59,6 +59,7 @@ from typing import Any, NoReturn
 
 from ..defaults import TOLERANCE
 from ..errors import BaselineError, ConfigError
+from ..fs import toml_item
 from ..host.probe import Probe
 from ..measure.stats import Figure
 from ..measure.workload import Workload
@@ -593,44 +594,11 @@ def load_baselines(
 
 # --- writing ----------------------------------------------------------------------------------
 
-_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
-_ESCAPES = {"\\": "\\\\", '"': '\\"', "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f"}
-_ESCAPES["\r"] = "\\r"
-_ESCAPED = re.compile(r'[\x00-\x1f\x7f"\\]')
 
+def _entry_table(section: str, entry: BaselineEntry, one_host: bool) -> Any:
+    import tomlkit
 
-def _string(s: str) -> str:
-    """*s* as a TOML basic string: the short escapes, ``\\uXXXX`` for other control
-    characters."""
-    return '"' + _ESCAPED.sub(lambda m: _ESCAPES.get(m[0], f"\\u{ord(m[0]):04X}"), s) + '"'
-
-
-def _key(k: str) -> str:
-    return k if _BARE_KEY.fullmatch(k) else _string(k)
-
-
-def _value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, float):
-        return repr(v)
-    if isinstance(v, str):
-        return _string(v)
-    if isinstance(v, dt.date | dt.time):
-        return _string(v.isoformat())
-    if isinstance(v, list | tuple):
-        return "[" + ", ".join(_value(x) for x in v) + "]"
-    if isinstance(v, dict):
-        if not v:
-            return "{}"
-        return "{ " + ", ".join(f"{_key(k)} = {_value(v[k])}" for k in sorted(v)) + " }"
-    raise TypeError(f"{v!r} ({type(v).__name__}) has no TOML form")
-
-
-def _entry_lines(section: str, entry: BaselineEntry, one_host: bool) -> list[str]:
-    lines = [f"[[{section}]]"]
+    table = tomlkit.table()
     for name in _ENTRY_FIELDS:
         value = getattr(entry, name)
         if name == "change" and value is not None:
@@ -638,46 +606,63 @@ def _entry_lines(section: str, entry: BaselineEntry, one_host: bool) -> list[str
         if value is None or (name == "extra" and not value) or (name == "host" and one_host):
             continue
         try:
-            lines.append(f"{name} = {_value(value)}")
+            table[name] = toml_item(value, sort_keys=True)
         except TypeError as e:
             raise BaselineError(
                 f"{section} ({entry.build}, {entry.configuration}, {entry.workload}): "
                 f"field {name!r}: {e}"
             ) from None
-    return lines
+    return table
 
 
 def dump_baselines(bf: BaselineFile) -> str:
-    """The TOML text of *bf* (always the current schema): top-level fields, each
-    ``[[host]]`` with its fingerprint's keys sorted, then the entries and the history in their
-    own order, each field in one fixed order, so that rewriting a file changes only the lines
-    whose values changed. Entries name their host only when the file holds several."""
+    """The TOML text of *bf* (always the current schema), written by tomlkit: top-level
+    fields, each ``[[host]]`` with its fingerprint's keys sorted, then the entries and the
+    history in their own order, each field in one fixed order, so that rewriting a file changes
+    only the lines whose values changed. Entries name their host only when the file holds
+    several."""
+    import tomlkit  # here, not at import: only an accepting run writes a baseline file
+
     name = str(bf.path) if bf.path else "<baselines>"
-    lines = [_HEADER.rstrip("\n"), f"schema = {SCHEMA}", f"profile = {_string(bf.profile)}"]
-    lines.append(f"tolerance = {_value(float(bf.tolerance))}")
+    doc = tomlkit.document()
+    for line in _HEADER.splitlines():
+        doc.add(tomlkit.comment(line.removeprefix("# ")))
+    doc.update({"schema": SCHEMA, "profile": bf.profile, "tolerance": float(bf.tolerance)})
     if bf.note is not None:
-        lines.append(f"note = {_string(bf.note)}")
+        doc["note"] = bf.note
+    hosts = tomlkit.aot()
     for host in bf.hosts:
-        lines += ["", "[[host]]", f"id = {_string(host.id)}"]
+        table = tomlkit.table()
+        table["id"] = host.id
         if host.note is not None:
-            lines.append(f"note = {_string(host.note)}")
+            table["note"] = host.note
         if host.fingerprint:
-            lines += ["", "[host.fingerprint]"]
+            fingerprint = tomlkit.table()
             for k in sorted(host.fingerprint):
                 try:
-                    lines.append(f"{_key(k)} = {_value(host.fingerprint[k])}")
+                    fingerprint[k] = toml_item(host.fingerprint[k], sort_keys=True)
                 except TypeError as e:
                     raise BaselineError(f"{name}: fingerprint field {k!r}: {e}") from None
-        for metric in sorted(host.noise):
-            lines += ["", f"[host.noise.{_key(metric)}]"]
-            figure = host.noise[metric].to_dict()
-            lines += [f"{_key(k)} = {_value(figure[k])}" for k in figure]
+            table["fingerprint"] = fingerprint
+        if host.noise:
+            noise = tomlkit.table(is_super_table=True)
+            for metric in sorted(host.noise):
+                figure = tomlkit.table()
+                figure.update(host.noise[metric].to_dict())
+                noise[metric] = figure
+            table["noise"] = noise
+        hosts.append(table)
+    if bf.hosts:
+        doc["host"] = hosts
     one_host = len(bf.hosts) <= 1
     for section, entries in (("entry", bf.entries), ("history", bf.history)):
+        if not entries:
+            continue
+        tables = tomlkit.aot()
         for entry in entries:
-            lines.append("")
             try:
-                lines += _entry_lines(section, entry, one_host)
+                tables.append(_entry_table(section, entry, one_host))
             except BaselineError as e:
                 raise BaselineError(f"{name}: {e}") from None
-    return "\n".join(lines) + "\n"
+        doc[section] = tables
+    return tomlkit.dumps(doc)

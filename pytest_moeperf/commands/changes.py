@@ -11,6 +11,7 @@ import argparse
 from ..defaults import MARGIN, check_margin
 from ..report.changes import changes_text
 from ..store.series import store_changes
+from ..verdicts.outcomes import exit_status
 from .common import add_store_arguments, opened_store
 
 
@@ -44,4 +45,4 @@ def run(args: argparse.Namespace) -> int:
     finally:
         store.close()
     print(changes_text(store.name, all_series, found))
-    return 1 if any(f.alarms for f in found) else 0
+    return exit_status("alarm" if any(f.alarms for f in found) else "quiet")

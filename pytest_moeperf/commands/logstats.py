@@ -35,6 +35,7 @@ from ..measure.mix import Mix
 from ..report.logstats import format_log_changes, format_traffic_checks, format_traffic_table
 from ..store.baselines import TRAFFIC_METRIC, BaselineEntry, BaselineFile, load_baselines
 from ..verdicts.logchange import LogChange, LogRow, compare_logs, log_rows, logs_outcome
+from ..verdicts.outcomes import exit_status
 from ..verdicts.reference import (
     RESAMPLES,
     Metric,
@@ -49,9 +50,6 @@ from ..verdicts.reference import (
 _PROG = "moeperf logstats"
 SEED = 0
 """The bootstrap's seed: the same log gives the same intervals."""
-EXIT = {"holds": 0, "pass": 0, "fails": 1, "slower": 1, "undecided": 3}
-"""The exit status by overall outcome: of ``--baseline FILE.toml`` (holds, fails, undecided),
-or of two logs (pass, slower, undecided, as a gate's)."""
 
 
 def _non_negative(value: str) -> int:
@@ -252,7 +250,7 @@ def _print_findings(parsed: dict[str, ParsedLog]) -> None:
 
 def _verdict_line(outcome: str, rows: Sequence[tuple[str, str]]) -> str:
     """``verdict: fails (row; row)``: the rows behind an outcome that is not a pass."""
-    named = [label for label, o in rows if o == outcome and outcome not in ("holds", "pass")]
+    named = [label for label, o in rows if o == outcome and exit_status(outcome) != 0]
     return f"verdict: {outcome} ({'; '.join(named)})" if named else f"verdict: {outcome}"
 
 
@@ -327,10 +325,10 @@ def _outcome(logs: _Logs) -> tuple[str, int, list[tuple[str, str]]]:
     and each row's label and outcome (``""``, 0 and none without either)."""
     if logs.record:
         held = traffic_outcome(logs.checks)
-        return held, EXIT[held], [(c.label, c.outcome) for c in logs.checks]
+        return held, exit_status(held), [(c.label, c.outcome) for c in logs.checks]
     if logs.compare:
         moved = logs_outcome(logs.changes)
-        return moved, EXIT[moved], [(c.label, c.outcome) for c in logs.changes]
+        return moved, exit_status(moved), [(c.label, c.outcome) for c in logs.changes]
     return "", 0, []
 
 

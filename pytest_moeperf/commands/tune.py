@@ -18,6 +18,7 @@ from ..report.tune_plot import plot_race
 from ..run.profile_file import existing_profiles
 from ..run.profiles import builtin_profiles
 from ..run.tune import Knob, Race, RaceState, duels_of, run_race, write_finding
+from ..verdicts.outcomes import exit_status
 from . import common
 
 
@@ -133,4 +134,4 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.plot:
         print(f"plot: {plot_race(result, title, Path(args.plot))}")
-    return 0 if result.outcome == "winner" else 3  # a tie, unconfirmed, or nothing measured
+    return exit_status(result.outcome)  # 3: a tie, unconfirmed, or nothing measured

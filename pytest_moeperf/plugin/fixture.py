@@ -397,7 +397,7 @@ class MoePerf:
         self.checks.append(row)
         session.checked(row)
         check = checked.check
-        if check.outcome == "fail":
+        if check.outcome == "failed":
             pytest.fail(baseline_failure(self.checks, bf.path), pytrace=False)
         if check.outcome == "undecided":
             self._undecided(check)

@@ -338,7 +338,7 @@ def baseline_rows(rows: Iterable[BaselineRow]) -> list[list[str]]:
     out = []
     for r in rows:
         c, m = r.check, r.measurement
-        bad = " *" if c.outcome in ("fail", "undecided") else ""
+        bad = " *" if c.outcome in ("failed", "undecided") else ""
         interval = f" {c.interval_pct}" if c.interval_pct else ""
         out.append(
             [
@@ -357,7 +357,7 @@ def baseline_rows(rows: Iterable[BaselineRow]) -> list[list[str]]:
 def baseline_failure(rows: Sequence[BaselineRow], path: object) -> str:
     """The failure message of a baseline check: every row the test touched, in the ADR's
     layout, failing cells marked."""
-    worst = [r for r in rows if r.check.outcome == "fail"]
+    worst = [r for r in rows if r.check.outcome == "failed"]
     head = "; ".join(r.check.explain() for r in worst)
     return "\n".join(
         [f"below baseline ({path}): {head}", "", text_table(BASELINE_HEADERS, baseline_rows(rows))]

@@ -38,8 +38,8 @@ from ..verdicts.bisect import (
     BisectStep,
     Comparison,
     GateRecords,
-    StepVerdict,
 )
+from ..verdicts.outcomes import StepOutcome
 from .gate import BuildUnderTest, Stage, StoredStage, run_gate
 from .profiles import Profile, load_profiles
 from .replayed import ReplaySource
@@ -247,7 +247,7 @@ def search(
             )
         return result
 
-    def step(i: int) -> StepVerdict:
+    def step(i: int) -> StepOutcome:
         b = builds[i]
         if b.name in state.steps:
             s = state.steps[b.name]

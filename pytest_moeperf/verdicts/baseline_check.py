@@ -6,26 +6,31 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, get_args
 
 from ..defaults import CONFIDENCE, MIN_REL_SPREAD
 from ..measure.measurement import optional
 from ..measure.stats import Figure, with_session_term
 from .creep import SessionTerm
 from .judge import Values, Verdict, more_to_decide, unpaired_interval
+from .outcomes import CheckOutcome
 
 if TYPE_CHECKING:
     from ..measure.measurement import Measurement
 
 
+_BEFORE = {"pass": "passed", "fail": "failed"}
+"""The words records stored before every outcome came from :mod:`.outcomes`."""
+
+
 @dataclass(frozen=True)
 class BaselineCheck:
     """An absolute check of a measurement against a stored baseline, on the interval of
-    ``measured / baseline`` (medians): ``pass`` when the whole interval is no worse than the
-    tolerance allows, ``fail`` when the whole interval is worse, ``undecided`` when it
+    ``measured / baseline`` (medians): ``passed`` when the whole interval is no worse than the
+    tolerance allows, ``failed`` when the whole interval is worse, ``undecided`` when it
     straddles the limit (the numbers cannot tell; more repetitions may)."""
 
-    outcome: Literal["pass", "fail", "undecided"]
+    outcome: CheckOutcome
     measured: float
     """Median of the measured samples, tok/s."""
     baseline: float
@@ -77,9 +82,11 @@ class BaselineCheck:
         """A check from :meth:`to_dict`, or from a record of before the interval was kept
         (outcome, medians and tolerance only); ``ValueError`` or ``TypeError`` when
         malformed."""
-        outcome = str(d["outcome"])
-        if outcome not in ("pass", "fail", "undecided"):
-            raise ValueError(f"baseline check outcome {outcome!r} is not pass, fail or undecided")
+        outcome = _BEFORE.get(str(d["outcome"]), str(d["outcome"]))
+        if outcome not in get_args(CheckOutcome):
+            raise ValueError(
+                f"baseline check outcome {d['outcome']!r} is not passed, failed or undecided"
+            )
         return cls(
             outcome,  # type: ignore[arg-type]
             float(d["measured"]),
@@ -97,7 +104,7 @@ class BaselineCheck:
 
     def explain(self) -> str:
         """One line: ``mmap.pp2048 = 185.2 vs baseline 189.0 (-2.0 % [-3.1, -0.9], limit
-        179.6): pass``."""
+        179.6): passed``."""
         label = f"{self.label} = " if self.label else ""
         interval = f" {self.interval_pct}" if self.interval_pct else ""
         line = (
@@ -166,13 +173,13 @@ def judge_baseline(
     widening = session.widening() if session is not None else None
     if widening is not None:
         iv = with_session_term(iv, *widening)
-    outcome: Literal["pass", "fail", "undecided"]
+    outcome: CheckOutcome
     if higher_is_better:
         t = 1 - tolerance
-        outcome = "pass" if iv.low >= t else "fail" if iv.high < t else "undecided"
+        outcome = "passed" if iv.low >= t else "failed" if iv.high < t else "undecided"
     else:
         t = 1 + tolerance
-        outcome = "pass" if iv.high <= t else "fail" if iv.low > t else "undecided"
+        outcome = "passed" if iv.high <= t else "failed" if iv.low > t else "undecided"
     return BaselineCheck(
         outcome=outcome,
         measured=med,

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from .judge import Verdict
-
-StepVerdict = Literal["good", "bad", "undecided"]
+from .outcomes import BisectOutcome, StepOutcome, exit_status
 
 GateRecords = dict[tuple[str, str], dict[str, Any]]
 """Each gate's run record (as the results file holds it) by its (baseline, candidate) builds:
@@ -49,7 +48,7 @@ class BisectStep:
     seconds: float
 
     @property
-    def verdict(self) -> StepVerdict:
+    def verdict(self) -> StepOutcome:
         return classify(self.against_good, self.against_bad)
 
     def to_dict(self) -> dict[str, Any]:
@@ -71,7 +70,7 @@ class BisectStep:
         )
 
 
-def classify(against_good: Sequence[Comparison], against_bad: Sequence[Comparison]) -> StepVerdict:
+def classify(against_good: Sequence[Comparison], against_bad: Sequence[Comparison]) -> StepOutcome:
     """Bad when a configuration is surely slower than the good build and not surely faster
     than the bad one; good when every configuration is surely faster than the bad build and
     none surely slower than the good one; undecided otherwise: neither is sure, or a step
@@ -104,7 +103,7 @@ class BisectResult:
     """The run record of each gate it ran (the premise's and each step's two)."""
 
     @property
-    def outcome(self) -> Literal["found", "no-slowdown", "undecided"]:
+    def outcome(self) -> BisectOutcome:
         if self.stopped is not None:
             undecided = any(c.outcome == "undecided" for c in self.premise)
             return "undecided" if undecided else "no-slowdown"
@@ -113,7 +112,7 @@ class BisectResult:
     @property
     def exit_code(self) -> int:
         """0 one first bad build found, 1 no slowdown between good and bad, 3 undecided."""
-        return {"found": 0, "no-slowdown": 1, "undecided": 3}[self.outcome]
+        return exit_status(self.outcome)
 
     def conclusion(self) -> str:
         if self.stopped is not None:

@@ -15,6 +15,7 @@ from ..measure.workload import Workload
 from .attribution import Attribution
 from .creep import ChainedChange, PairedChange
 from .judge import Verdict
+from .outcomes import GateOutcome, exit_status
 from .sequential import Plan
 
 UNDECIDED_POLICIES = ("exit-3", "pass", "fail")
@@ -109,7 +110,7 @@ class GateResult:
         ]
 
     @property
-    def outcome(self) -> str:
+    def outcome(self) -> GateOutcome:
         """What the gate found: ``different-output`` (unless allowed), ``slower``, ``undecided``
         (undecided rows, or a configuration skipped: never measured), else ``passed``. The
         undecided policy does not change it; it changes the exit code."""
@@ -132,12 +133,8 @@ class GateResult:
         makes undecided rows 0 and ``fail`` 1. A skipped configuration is never a pass: 3,
         or 1 under ``fail``."""
         policy = undecided or self.undecided_policy
-        if self.outcome in ("different-output", "slower"):
-            return 1
         unmeasured = bool(self.skipped) or not self.rows
-        if unmeasured or (self.undecided and policy != "pass"):
-            return 1 if policy == "fail" else 3
-        return 0
+        return exit_status(self.outcome, "exit-3" if unmeasured and policy == "pass" else policy)
 
     def summary(self) -> str:
         """The last line: ``pass``, ``FAIL: ...`` or ``UNDECIDED: ...``."""
@@ -161,10 +158,10 @@ class GateResult:
         if self.undecided:
             parts.append(f"{len(self.undecided)} metric(s) undecided (budget spent)")
         if not parts:
-            return "pass"
+            return "passed"
         what = "; ".join(parts)
         if self.passed:
-            return f"pass ({what}, --undecided pass)"
+            return f"passed ({what}, --undecided pass)"
         if self.exit_code() == 1:
             return f"FAIL: {what}"
         return f"UNDECIDED: {what}"

@@ -21,15 +21,13 @@ from ..measure.stats import (
     relative_uncertainty,
     repetitions_to_decide,
 )
-from .sequential import Decision, Plan, Rule, look
+from .outcomes import Decision
+from .sequential import Plan, Rule, look
 
 if TYPE_CHECKING:
     from ..measure.measurement import Measurement
 
-Outcome = Decision
-"""holds / fails for claims and dead ends; faster / slower / small-faster / small-slower /
-unchanged for a change; undecided for either."""
-OUTCOMES: tuple[str, ...] = get_args(Decision)
+DECISIONS: tuple[str, ...] = get_args(Decision)
 Values = Sequence[float] | Figure
 """Raw throughput samples (tok/s), or a stored :class:`~pytest_moeperf.stats.Figure`."""
 
@@ -38,7 +36,7 @@ Values = Sequence[float] | Figure
 class Verdict:
     """The judgement of one ratio against a threshold (claims) or a margin around 1 (gates)."""
 
-    outcome: Outcome
+    outcome: Decision
     ratio: float
     low: float
     high: float
@@ -131,8 +129,8 @@ class Verdict:
     def from_dict(cls, d: Mapping[str, Any]) -> Verdict:
         """A verdict from :meth:`to_dict`; ``ValueError`` or ``TypeError`` when malformed."""
         outcome = str(d["outcome"])
-        if outcome not in OUTCOMES:
-            raise ValueError(f"outcome {outcome!r} is not one of {', '.join(OUTCOMES)}")
+        if outcome not in DECISIONS:
+            raise ValueError(f"outcome {outcome!r} is not one of {', '.join(DECISIONS)}")
         return cls(
             outcome=outcome,  # type: ignore[arg-type]
             ratio=float(d["ratio"]),

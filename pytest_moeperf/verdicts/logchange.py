@@ -32,6 +32,7 @@ from ..defaults import CONFIDENCE, FAMILY_ALPHA, MARGIN, SESSION_SPREAD
 from ..llama.logs import RequestTiming, log_sessions
 from ..measure.stats import bounded_exp
 from .creep import SessionSpread, session_spread
+from .outcomes import Decision, GateOutcome
 from .reference import (
     Metric,
     Statistic,
@@ -40,7 +41,7 @@ from .reference import (
     rate_text,
     statistic_of,
 )
-from .sequential import Decision, Rule
+from .sequential import Rule
 
 MIN_SESSION_REQUESTS = 20
 """Requests a session needs in a row to count towards the between-session term."""
@@ -196,9 +197,9 @@ def compare_logs(
     return out
 
 
-def logs_outcome(changes: Sequence[LogChange]) -> str:
-    """As a gate's: ``slower`` when a row is, else ``undecided`` when one is, else ``pass``."""
+def logs_outcome(changes: Sequence[LogChange]) -> GateOutcome:
+    """As a gate's: ``slower`` when a row is, else ``undecided`` when one is, else ``passed``."""
     outcomes = {c.outcome for c in changes}
     if "slower" in outcomes:
         return "slower"
-    return "undecided" if "undecided" in outcomes or not changes else "pass"
+    return "undecided" if "undecided" in outcomes or not changes else "passed"

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .judge import Verdict
+from .outcomes import RaceOutcome
 
 
 @dataclass(frozen=True)
@@ -91,7 +92,7 @@ class RaceResult:
         ]
 
     @property
-    def outcome(self) -> str:
+    def outcome(self) -> RaceOutcome:
         """``winner``: one candidate stands, confirmed faster than the start, or the start with
         every challenger decided slower; ``tie``: challengers stand within the margin (or
         undecided) beside it; ``unconfirmed``: the leader, measured against the start once

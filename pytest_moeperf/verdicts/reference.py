@@ -27,6 +27,7 @@ from ..llama.logs import RequestTiming
 from ..measure.measurement import Measurement
 from ..measure.stats import bounded_exp, log_sigma
 from .judge import Verdict
+from .outcomes import Decision
 
 DEFAULT_LABEL = "reference"
 """What a reference is called where its profile gives no ``reference_label``."""
@@ -200,7 +201,6 @@ class ReferenceRow:
 
 Metric = Literal["prefill", "decode", "all"]
 Statistic = Literal["aggregate", "median"]
-TrafficOutcome = Literal["holds", "fails", "undecided"]
 
 
 def log_requests(
@@ -272,7 +272,7 @@ class TrafficCheck:
     """The row, as ``moeperf logstats`` names it."""
     workload: str
     """The stored entry's traffic metric (``prefill-aggregate>=256``)."""
-    outcome: TrafficOutcome
+    outcome: Decision
     n: int
     """Requests behind the log's statistic."""
     stored: float
@@ -353,7 +353,7 @@ def judge_traffic(
     ratio = value / stored
     lo, hi = ratio * bounded_exp(-down), ratio * bounded_exp(up)
     limit = 1 - tolerance
-    outcome: TrafficOutcome = "holds" if lo >= limit else "fails" if hi < limit else "undecided"
+    outcome: Decision = "holds" if lo >= limit else "fails" if hi < limit else "undecided"
     return replace(
         check,
         outcome=outcome,
@@ -364,7 +364,7 @@ def judge_traffic(
     )
 
 
-def traffic_outcome(checks: Iterable[TrafficCheck]) -> TrafficOutcome:
+def traffic_outcome(checks: Iterable[TrafficCheck]) -> Decision:
     """``fails`` when a row fails, else ``undecided`` when one is, else ``holds``."""
     outcomes = {c.outcome for c in checks}
     if "fails" in outcomes:

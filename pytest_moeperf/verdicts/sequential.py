@@ -52,17 +52,7 @@ from ..measure.dependence import DEFAULT_DEPENDENCE, Dependence
 from ..measure.stats import PairedInterval, paired_interval
 from .calibration import NoiseFigure, Resolution
 from .levels import HELD_BACK, Design, margin_p, nominal_margin_p, per_look_alpha
-
-Decision = Literal[
-    "holds",
-    "fails",
-    "faster",
-    "slower",
-    "small-faster",
-    "small-slower",
-    "unchanged",
-    "undecided",
-]
+from .outcomes import Decision
 
 
 @dataclass(frozen=True)

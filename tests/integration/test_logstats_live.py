@@ -74,7 +74,7 @@ def test_logstats_matches_client_timings(llama_build, tiny_model, tmp_path, caps
     assert "cpu0.log against two-cores.log" in table
     assert main([*argv, "--json"]) == rc
     doc = json.loads(capsys.readouterr().out)
-    assert rc == {"pass": 0, "slower": 1, "undecided": 3}[doc["compare"]["outcome"]]
+    assert rc == {"passed": 0, "slower": 1, "undecided": 3}[doc["compare"]["outcome"]]
     for label, timings in zip(("two-cores.log", "cpu0.log"), client, strict=True):
         stats = next(v["stats"] for k, v in doc.items() if k.startswith(label.split(".")[0]))
         want = _expected(timings)

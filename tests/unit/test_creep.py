@@ -269,7 +269,7 @@ def test_the_session_term_widens_a_baseline_check_that_more_samples_cannot_narro
     measured = [97.0, 98.0, 96.5, 97.5, 98.5, 97.2]
     stored = [100.0, 101.0, 99.5, 100.5]
     plain = judge_baseline(measured, 100.25, 0.15, baseline=stored)
-    assert plain.outcome == "pass"
+    assert plain.outcome == "passed"
     loud = session_term([(i * 24 * HOUR, v) for i, v in enumerate([100.0, 80.0, 120.0])])
     wide = judge_baseline(measured, 100.25, 0.15, baseline=stored, session=loud)
     assert wide.outcome == "undecided" and wide.low < plain.low
@@ -279,7 +279,7 @@ def test_the_session_term_widens_a_baseline_check_that_more_samples_cannot_narro
     rng = random.Random(2)
     steady = [(i * 24 * HOUR, 100 * math.exp(rng.gauss(0, 0.01))) for i in range(8)]
     check = judge_baseline(measured, 100.25, 0.15, baseline=stored, session=session_term(steady))
-    assert check.outcome == "pass"
+    assert check.outcome == "passed"
     # a term not measured is none at all: the check is the samples' (the fixture skips it)
     unmeasured = judge_baseline(
         measured, 100.25, 0.15, baseline=stored, session=SessionTerm(0.5, 1, 1)
@@ -299,9 +299,9 @@ def test_a_term_not_measured_is_held_at_its_prior_bound_and_decides_only_beyond_
     near = judge_baseline(measured, 100.25, 0.15, baseline=stored, session=bounded)
     assert near.outcome == "undecided"
     beaten = judge_baseline(measured, 30.0, 0.15, session=bounded)
-    assert beaten.outcome == "pass"
+    assert beaten.outcome == "passed"
     unreached = judge_baseline(measured, 400.0, 0.15, session=bounded)
-    assert unreached.outcome == "fail"
+    assert unreached.outcome == "failed"
     # a measured term is its own: the bound does not replace it
     rng = random.Random(2)
     steady = session_term([(i * 24 * HOUR, 100 * math.exp(rng.gauss(0, 0.01))) for i in range(8)])

@@ -157,7 +157,7 @@ def test_different_output_fails_the_gate_and_says_where_it_parts():
     assert OutputCheck("x", (1, 2), (1,)).first_difference == 1
     measured = _result([600, 605, 598, 602, 601], [601, 603, 599, 600, 604])
     ok = replace(measured, outputs=[same])
-    assert ok.exit_code() == 0 and ok.summary() == "pass" and ok.outcome == "passed"
+    assert ok.exit_code() == 0 and ok.summary() == "passed" and ok.outcome == "passed"
     bad = replace(measured, outputs=[same, parted])
     assert bad.exit_code() == 1 and "output differs on 1 configuration(s)" in bad.summary()
     assert not bad.passed and gate_json(bad)["outcome"] == "different-output"

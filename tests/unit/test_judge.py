@@ -252,18 +252,18 @@ def test_verdict_outcomes_exclude_each_other():
 
 def test_judge_baseline():
     ok = judge_baseline([185.0, 186.0, 184.0], 189.0, 0.05, label="mmap.pp2048")
-    assert ok.outcome == "pass" and ok.verdict == "pass"
+    assert ok.outcome == "passed" and ok.verdict == "passed"
     assert ok.change_pct == pytest.approx((185 / 189 - 1) * 100)
     assert ok.limit == pytest.approx(179.55)
     assert ok.low is not None and ok.high is not None and ok.low < 185 / 189 < ok.high
     assert ok.explain() == (
-        f"mmap.pp2048 = 185 vs baseline 189 (-2.1 % {ok.interval_pct}, limit 179.5): pass"
+        f"mmap.pp2048 = 185 vs baseline 189 (-2.1 % {ok.interval_pct}, limit 179.5): passed"
     )
     bad = judge_baseline([170.0, 171.0, 169.0], 189.0, 0.05)
-    assert bad.outcome == "fail" and bad.change_pct < -5 and bad.high < 0.95
+    assert bad.outcome == "failed" and bad.change_pct < -5 and bad.high < 0.95
     lower = judge_baseline([10.2], 10.0, 0.05, higher_is_better=False)
-    assert lower.outcome == "pass" and lower.limit == pytest.approx(10.5)
-    assert judge_baseline([10.9], 10.0, 0.05, higher_is_better=False).outcome == "fail"
+    assert lower.outcome == "passed" and lower.limit == pytest.approx(10.5)
+    assert judge_baseline([10.9], 10.0, 0.05, higher_is_better=False).outcome == "failed"
     # one sample gets the 1 % floor of uncertainty: 10.4 cannot be told from the limit 10.5
     assert judge_baseline([10.4], 10.0, 0.05, higher_is_better=False).outcome == "undecided"
     with pytest.raises(ValueError):
@@ -278,7 +278,7 @@ def test_judge_baseline_decides_on_an_interval_not_a_point():
     noisy = [880.0, 1010.0, 790.0, 960.0, 840.0]  # median 880, limit 850 at 15 % of 1000
     assert judge_baseline(noisy, 1000.0, 0.15).outcome == "undecided"
     below = [800.0, 840.0, 790.0, 820.0, 810.0]  # median 810: wholly below 850
-    assert judge_baseline(below, 1000.0, 0.15).outcome == "fail"
+    assert judge_baseline(below, 1000.0, 0.15).outcome == "failed"
     near = [830.0, 860.0, 845.0]
     check = judge_baseline(near, 1000.0, 0.15, baseline=[1000.0, 990.0, 1010.0])
     assert (check.outcome == "undecided" and check.more_repetitions is None) or True
@@ -286,7 +286,7 @@ def test_judge_baseline_decides_on_an_interval_not_a_point():
     tight = judge_baseline(below, 1000.0, 0.15, baseline=Figure(1000.0, 0.001))
     loose = judge_baseline(below, 1000.0, 0.15, baseline=Figure(1000.0, 0.10))
     assert (loose.high - loose.low) > (tight.high - tight.low)
-    assert loose.outcome == "undecided" and tight.outcome == "fail"
+    assert loose.outcome == "undecided" and tight.outcome == "failed"
 
 
 # --- ADR-0042 replay --------------------------------------------------------------------------

@@ -63,7 +63,7 @@ def test_skipped_and_undecided_tests_judge_nothing_and_say_why():
 def test_one_decided_verdict_is_a_judged_session():
     judged = _count(
         _report("call", "skipped", verdicts=[("undecided", None)], skip="undecided: ..."),
-        _report("call", "passed", verdicts=[("holds", None), ("pass", None)]),
+        _report("call", "passed", verdicts=[("holds", None), ("passed", None)]),
     )
     assert judged.decided == 2 and not judged.nothing_judged
     assert judged.undecided == {BUDGET_SPENT: 1}

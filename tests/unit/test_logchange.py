@@ -80,11 +80,11 @@ def test_a_log_against_itself_is_unchanged_with_no_session_term(tmp_path, capsys
     changes = compare_logs(timings(log), timings(log), ROWS)
     assert [c.outcome for c in changes] == ["unchanged"] * len(ROWS)
     assert all(c.session is None and c.ratio == 1.0 for c in changes)
-    assert logs_outcome(changes) == "pass"
+    assert logs_outcome(changes) == "passed"
     assert logstats.main([str(log), str(log)]) == 0
     out = capsys.readouterr().out
     assert "between sessions: none (the same requests twice are one session)" in out
-    assert out.rstrip().endswith("verdict: pass")
+    assert out.rstrip().endswith("verdict: passed")
 
 
 def test_a_row_neither_log_has_requests_of_is_left_out(tmp_path, capsys):

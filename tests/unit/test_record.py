@@ -106,7 +106,7 @@ def test_records_of_before_a_field_was_kept_read_as_they_were():
     assert (bench.verdict.ratio, bench.verdict.low, bench.verdict.rounds) == (0.9, 0.8, 6)
     assert bench.verdict.outcome == "undecided"  # the old record kept no outcome
     (check,) = back.baseline_checks
-    assert check.check.outcome == "pass" and check.check.low is None and not check.check.reason
+    assert check.check.outcome == "passed" and check.check.low is None and not check.check.reason
     old["baseline_checks"][0]["key"][-1] = "traffic.ttft_p99"  # a latency: lower is better
     (latency,) = RunRecord.from_dict(old).baseline_checks
     assert latency.check.higher_is_better is False
@@ -144,7 +144,7 @@ def test_an_unreadable_kind_names_itself():
 
 def test_every_verdict_is_one_family_with_one_stored_form_and_line():
     chain = ChainedChange("b1", ("b2", "b3"), 0.97, 0.94, 1.0, "undecided", label="mmap.pp512")
-    check = BaselineCheck("pass", 101.0, 100.0, 0.05, label="mmap.pp512", low=0.99, high=1.03)
+    check = BaselineCheck("passed", 101.0, 100.0, 0.05, label="mmap.pp512", low=0.99, high=1.03)
     for judged in (_verdict(), check, chain):
         stored = judged.to_dict()
         assert stored["outcome"] == judged.outcome and stored["explain"] == judged.explain()

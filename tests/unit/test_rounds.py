@@ -268,7 +268,7 @@ def test_a_baseline_check_takes_more_samples_while_undecided(clock):
     )
     looks = Plan(first_look=3, max_rounds=200, early=False).looks  # no early looks: no blocks
     assert calls[0] == 3 and calls == list(looks[: len(calls)])
-    assert checked.check.outcome == "pass"
+    assert checked.check.outcome == "passed"
 
 
 # -- the live pairing: order of samples, restart blocks ---------------------------------------

@@ -1,0 +1,91 @@
+"""Every kind of result's outcome, in one vocabulary (the same word for the same meaning
+wherever it appears), and the one table from an outcome to the exit status of the command that
+reports it (``moeperf gate``, ``bisect``, ``tune``, ``logstats``, ``changes``).
+docs/guide/output.md shows the table; ``tests/unit/test_outcomes.py`` holds the two equal.
+
+``pytest -m perf`` keeps pytest's own statuses (a failed test is 1); how a verdict becomes a
+test outcome is the plugin's (docs/guide/output.md)."""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+Decision = Literal[
+    "holds",
+    "fails",
+    "faster",
+    "slower",
+    "small-faster",
+    "small-slower",
+    "unchanged",
+    "undecided",
+]
+"""A claim's, a dead end's or a traffic reference's verdict (holds, fails), or a change's
+(faster, slower, small-faster, small-slower within the margin, unchanged); undecided for either."""
+
+CheckOutcome = Literal["passed", "failed", "undecided"]
+"""A baseline check: this run's figure against a stored baseline."""
+
+GateOutcome = Literal["passed", "slower", "different-output", "undecided"]
+"""A gate of a candidate build against a baseline build (its rows are :data:`Decision`\\ s of
+changes), and a comparison of two servers' logs."""
+
+StepOutcome = Literal["good", "bad", "undecided"]
+"""A bisect step: the build at it is as fast as the good end (good) or as slow as the bad."""
+
+BisectOutcome = Literal["found", "no-slowdown", "undecided"]
+"""A bisect: the first bad build found, no slowdown between the ends, or undecided."""
+
+RaceOutcome = Literal["winner", "tie", "unconfirmed", "none"]
+"""A knob's race in ``moeperf tune``: a confirmed winner, a tie, a leader its confirmation did
+not hold, or nothing measured."""
+
+ChangePointOutcome = Literal["alarm", "quiet"]
+"""``moeperf changes``: a change point after the last accepted baseline (alarm), or none."""
+
+EXIT_STATUS: dict[str, int] = {
+    "passed": 0,
+    "holds": 0,
+    "found": 0,
+    "winner": 0,
+    "quiet": 0,
+    "fails": 1,
+    "failed": 1,
+    "slower": 1,
+    "different-output": 1,
+    "no-slowdown": 1,
+    "alarm": 1,
+    "undecided": 3,
+    "tie": 3,
+    "unconfirmed": 3,
+    "none": 3,
+}
+"""A command's exit status by the outcome it reports: 0 what was asked holds, 1 it does not
+(a regression, a failed check, no slowdown where one was to be found), 3 the evidence could not
+decide (2 is a usage or input error, before any outcome)."""
+
+OUTCOMES: tuple[str, ...] = tuple(
+    dict.fromkeys(
+        word
+        for kind in (
+            Decision,
+            CheckOutcome,
+            GateOutcome,
+            StepOutcome,
+            BisectOutcome,
+            RaceOutcome,
+            ChangePointOutcome,
+        )
+        for word in get_args(kind)
+    )
+)
+"""Every outcome word of every kind."""
+
+
+def exit_status(outcome: str, undecided: str = "exit-3") -> int:
+    """The exit status of a command whose result is *outcome*; *undecided* (a gate's
+    ``--undecided``: ``exit-3``, ``pass`` or ``fail``) says what an undecided one exits."""
+    status = EXIT_STATUS[outcome]
+    if status == 3 and undecided in ("pass", "fail"):
+        return 0 if undecided == "pass" else 1
+    return status

@@ -9,7 +9,7 @@ import json
 import os
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -128,6 +128,31 @@ def load_json(path: Path, where: str, error: type[MoeperfError]) -> Any:
         raise error(f"{where}: cannot read it ({exc.strerror or exc})") from None
     except ValueError as exc:
         raise error(f"{where}: not JSON ({exc})") from None
+
+
+def kept_array(name: str, shape: tuple[int, ...], compute: Callable[[], Any]) -> Any:
+    """The float64 array *compute* gives, computed once and kept as ``<cache>/<name>`` (a
+    ``.npy`` file, written atomically); a file that cannot be read or has another *shape* is
+    computed again, and a cache that cannot be written only costs the next run the time."""
+    import io
+
+    import numpy as np
+
+    path = cache_dir() / name
+    try:
+        stored = np.load(path)
+        if stored.shape == shape:
+            return np.asarray(stored, dtype=np.float64)
+    except (OSError, ValueError):
+        pass
+    values = np.asarray(compute(), dtype=np.float64)
+    buffer = io.BytesIO()
+    np.save(buffer, values)
+    try:
+        atomic_write_bytes(path, buffer.getvalue())
+    except OSError:
+        pass  # a read-only cache: computed again next time
+    return values
 
 
 def toml_item(value: Any, *, sort_keys: bool = False) -> Any:

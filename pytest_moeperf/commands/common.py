@@ -27,6 +27,7 @@ from ..errors import MoeperfError
 from ..fs import check_output, write_output
 from ..run.feeds import MAX_AUTO_BLOCK
 from ..run.live import LiveSource
+from ..run.opening import perf_session
 from ..run.profiles import Profile, host_memory, store_setting
 from ..run.session import Options, PerfSession
 from ..store.database import checked_store_url
@@ -210,12 +211,9 @@ def run_options(args: argparse.Namespace) -> Options:
 
 def live_session(args: argparse.Namespace) -> tuple[PerfSession, LiveSource]:
     """The session of a gate, bisect or sweep, and its live source (:func:`run_options`)."""
-    options = run_options(args)
-    live = LiveSource(options, say if args.verbose else (lambda line: None), say)
-    session = PerfSession(
-        options, report=live.report, progress=say, source=live, servers=live.stage
-    )
-    return session, live
+    session = perf_session(run_options(args), say if args.verbose else None, say)
+    assert isinstance(session.source, LiveSource)  # run_options replays nothing
+    return session, session.source
 
 
 def write_reports(

@@ -14,6 +14,7 @@ from ..defaults import MARGIN
 from ..errors import MoeperfError
 from ..llama import orphans
 from ..run.crosscheck import cross_check
+from ..run.opening import perf_session
 from ..run.session import PerfSession
 from ..store.hosts import host_key
 from .fixture import MoePerf
@@ -55,7 +56,7 @@ def pytest_configure(config: pytest.Config) -> None:
     options = options_of(config)
     say, announce = partial(write, always=False), partial(write, always=True)
     try:
-        config.stash[SESSION] = perf = PerfSession(options, report=say, progress=announce)
+        config.stash[SESSION] = perf = perf_session(options, report=say, progress=announce)
         if options.profile_named and options.profile not in perf.profiles:
             raise pytest.UsageError(
                 f"--moeperf-profile {options.profile!r}: no such profile; known: "

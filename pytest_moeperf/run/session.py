@@ -2,8 +2,9 @@
 tests judged, and the run record it writes.
 
 One :class:`PerfSession` lives for a pytest session (one per xdist worker), or for one
-``moeperf`` command. Its source is chosen once: live servers, or a replayed file
-(``--moeperf-replay``); nothing else in the session asks which.
+``moeperf`` command. Its source is chosen once, by :func:`~.opening.perf_session`: live
+servers, or a replayed file (``--moeperf-replay``); nothing else in the session asks which,
+and nothing here imports the live host.
 """
 
 from __future__ import annotations
@@ -45,7 +46,6 @@ from ..verdicts.calibration import NoiseFigure, history_dependence
 from ..verdicts.creep import SessionTerm, session_term
 from ..verdicts.reference import DEFAULT_LABEL, Reference, ReferenceRow
 from ..verdicts.sequential import Plan
-from .live import LiveSource
 from .profiles import Profile, load_profiles
 from .replayed import ReplaySource
 from .source import Host, MeasurementKey, Servers
@@ -175,11 +175,9 @@ class PerfSession:
         )
         """Where this run is kept with every other (opened when first asked)."""
         if source is None:
-            if options.replay is not None:
-                source = ReplaySource(self._replay(options.replay), self.profiles)
-            else:
-                source = LiveSource(options, self.report, self.progress)
-                servers = source.stage
+            if options.replay is None:
+                raise ValueError("a live session is opened by run.opening.perf_session")
+            source = ReplaySource(self._replay(options.replay), self.profiles)
         self.source: Host = source
         """The host samples come from: live servers, or a stored run."""
         self.journal: Journal = source.journal

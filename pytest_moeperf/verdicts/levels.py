@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import io
 import json
 import math
 from collections.abc import Sequence
@@ -39,7 +38,7 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 from numpy.typing import NDArray
 
-from ..fs import atomic_write_bytes, cache_dir
+from ..fs import kept_array
 from ..measure.dependence import Dependence, RobustRows, robust_rows
 from ..measure.student import t_sf
 
@@ -193,22 +192,8 @@ def _simulate(design: Design) -> NDArray[np.float64]:
 @functools.lru_cache(maxsize=64)
 def null_smallest_p(design: Design) -> NDArray[np.float64]:
     """The sorted smallest nominal p-values over *design*'s looks under no change (simulated
-    once per design and kept under the cache directory)."""
-    path = cache_dir() / "levels" / f"design-{design.key()}.npy"
-    try:
-        stored = np.load(path)
-        if stored.shape == (PATHS,):
-            return np.asarray(stored, dtype=np.float64)
-    except (OSError, ValueError):
-        pass
-    values = _simulate(design)
-    buffer = io.BytesIO()
-    np.save(buffer, values)
-    try:
-        atomic_write_bytes(path, buffer.getvalue())
-    except OSError:
-        pass  # a read-only cache: simulate again next time
-    return values
+    once per design and kept under the cache directory by :func:`~pytest_moeperf.fs.kept_array`)."""
+    return kept_array(f"levels/design-{design.key()}.npy", (PATHS,), lambda: _simulate(design))
 
 
 @functools.lru_cache(maxsize=256)

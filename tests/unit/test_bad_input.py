@@ -29,6 +29,7 @@ from pytest_moeperf.plugin.markers import (
     parse_dead_end,
     parse_moeperf,
 )
+from pytest_moeperf.run.opening import perf_session
 from pytest_moeperf.run.profiles import load_profiles
 from pytest_moeperf.run.session import Options, PerfSession
 from pytest_moeperf.store.replay import Replay
@@ -228,7 +229,7 @@ def _session(tmp_path: Path, baseline_text: str) -> tuple[PerfSession, object]:
         '[profiles.p]\nbuild = 11434\nmodel = "synthetic:tiny"\nbaseline = "b.toml"\n'
         "[profiles.p.configurations.mmap]\n"
     )
-    session = PerfSession(Options(profile="p", config_file=cfg, rootdir=tmp_path))
+    session = perf_session(Options(profile="p", config_file=cfg, rootdir=tmp_path))
     return session, session.profile()
 
 

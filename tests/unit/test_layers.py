@@ -32,6 +32,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("pytest_moeperf.run.feeds",),
     ("pytest_moeperf.run.live", "pytest_moeperf.run.replayed"),
     ("pytest_moeperf.run.session", "pytest_moeperf.run.rounds"),
+    ("pytest_moeperf.run.opening",),
     ("pytest_moeperf.run.crosscheck",),
     (
         "pytest_moeperf.run.gate",
@@ -225,6 +226,28 @@ def test_the_commands_runs_take_the_narrow_source_not_the_live_one(name):
     functions too."""
     imported = imports_of(PACKAGE / "run" / f"{name}.py")
     assert not imported & {"pytest_moeperf.run.live", "pytest_moeperf.run.live_stage"}
+    reached = reachable(f"pytest_moeperf.run.{name}")  # through the session neither
+    assert not reached & {"pytest_moeperf.run.live", "pytest_moeperf.run.live_stage"}
+
+
+def reachable(module: str) -> set[str]:
+    """Every module of the package *module* imports, directly or through others."""
+    seen, todo = set(), [module]
+    while todo:
+        name = todo.pop()
+        if name in seen or not is_module(name):
+            continue
+        seen.add(name)
+        rel = Path(*name.split("."))
+        path = (PACKAGE.parent / rel).with_suffix(".py")
+        path = path if path.is_file() else PACKAGE.parent / rel / "__init__.py"
+        todo += [n for n in imports_of(path) if n.startswith("pytest_moeperf")]
+    return seen
+
+
+def test_the_reach_follows_imports_through_other_modules():
+    assert "pytest_moeperf.run.live" in reachable("pytest_moeperf.run.opening")
+    assert "pytest_moeperf.host.probe" in reachable("pytest_moeperf.run.opening")  # via live
 
 
 def test_the_loop_reads_at_most_six_members_of_its_source():

@@ -26,7 +26,7 @@ from ..defaults import (
 from ..errors import MoeperfError
 from ..fs import check_output, write_output
 from ..run.feeds import MAX_AUTO_BLOCK
-from ..run.live import LiveSource
+from ..run.live import LiveHost
 from ..run.opening import perf_session
 from ..run.profiles import Profile, host_memory, store_setting
 from ..run.session import Options, PerfSession
@@ -209,10 +209,10 @@ def run_options(args: argparse.Namespace) -> Options:
     )
 
 
-def live_session(args: argparse.Namespace) -> tuple[PerfSession, LiveSource]:
+def live_session(args: argparse.Namespace) -> tuple[PerfSession, LiveHost]:
     """The session of a gate, bisect or sweep, and its live source (:func:`run_options`)."""
     session = perf_session(run_options(args), say if args.verbose else None, say)
-    assert isinstance(session.source, LiveSource)  # run_options replays nothing
+    assert isinstance(session.source, LiveHost)  # run_options replays nothing
     return session, session.source
 
 

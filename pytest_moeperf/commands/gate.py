@@ -17,7 +17,7 @@ from ..measure.workload import Workload
 from ..report.gate import gate_markdown, gate_text
 from ..run.gate import CANDIDATE, BuildUnderTest, StoredStage, run_gate
 from ..run.profiles import load_profiles
-from ..run.replayed import ReplaySource
+from ..run.replayed import StoredHost
 from ..run.session import PerfSession
 from ..store.accept import accept_measurements, refusals, refuse
 from ..store.replay import Replay
@@ -150,7 +150,7 @@ def replay(args: argparse.Namespace) -> int:
     stored = read_gate(path)
     options = run_options(args)
     profiles = load_profiles(options.config_file, options.pyproject)
-    source = ReplaySource(Replay.of_record(path, stored.record, "--replay"), profiles)
+    source = StoredHost(Replay.of_record(path, stored.record, "--replay"), profiles)
     session = PerfSession(options, progress=say, source=source, profiles=profiles)
     configurations = list(dict.fromkeys(c for c, _ in stored.rows))
     workloads = [Workload.parse(w) for w in dict.fromkeys(w for _, w in stored.rows)]

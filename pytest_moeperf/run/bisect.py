@@ -42,7 +42,7 @@ from ..verdicts.bisect import (
 from ..verdicts.outcomes import StepOutcome
 from .gate import BuildUnderTest, Stage, StoredStage, run_gate
 from .profiles import Profile, load_profiles
-from .replayed import ReplaySource
+from .replayed import StoredHost
 from .session import Options, PerfSession
 
 STATE_SCHEMA = 2
@@ -167,7 +167,7 @@ def replay_bisect(
                 "before they were kept): remove that state under .moeperf/bisect and run the "
                 "bisect again with --json to have one that replays"
             )
-        source = ReplaySource(Replay.of_record(stored.path, record, "--replay"), profiles)
+        source = StoredHost(Replay.of_record(stored.path, record, "--replay"), profiles)
         session = PerfSession(options, source=source, profiles=profiles)
         stage = StoredStage(0.0, (0.0, 0.0, 0.0))  # a bisect's gates skip nothing
         got = _compare(

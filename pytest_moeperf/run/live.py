@@ -86,7 +86,7 @@ def _covers(configuration: Configuration, rec: ServerRecord, workload: Workload)
     )
 
 
-class LiveSource(Host):
+class LiveHost(Host):
     """Measurements taken now on this session's servers (its :attr:`stage`), each appended to
     the run's journal as it is taken, as the stage appends the host's facts."""
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .live import LiveSource
+from .live import LiveHost
 from .profiles import Profile
 from .session import Options, PerfSession
 
@@ -22,7 +22,7 @@ def perf_session(
     if options.replay is not None:
         return PerfSession(options, report, progress, profiles=profiles)
     say = report or (lambda line: None)
-    live = LiveSource(options, say, progress or say)
+    live = LiveHost(options, say, progress or say)
     return PerfSession(
         options, report, progress, source=live, servers=live.stage, profiles=profiles
     )

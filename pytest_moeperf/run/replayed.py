@@ -63,7 +63,7 @@ def stored_plan(stored: Mapping[str, float | None]) -> Plan:
     )
 
 
-class ReplaySource(Host):
+class StoredHost(Host):
     """A stored host: measurements and rounds read back from a stored run's journal (a
     results file, the store, a baseline file). What it gives the run is read, not taken:
     :attr:`measurements` are its own, and the run's journal gets no measurement of it."""
@@ -76,7 +76,7 @@ class ReplaySource(Host):
         self.given: dict[MeasurementKey, Measurement] = {}
         """Each stored measurement the run was given, by (profile, configuration, build,
         workload)."""
-        self._unused = list(replay.verdicts)
+        self._unused = list(replay.journal.verdicts)
         check_configurations(replay, profiles)
 
     @property
@@ -124,11 +124,11 @@ class ReplaySource(Host):
         return StoredFeed((m,), (m.values,), (side_rounds(profile, m, 0),))
 
     def fingerprint(self, profile: Profile, label: str | None = None) -> dict[str, Any]:
-        return dict(self.replay.fingerprint)
+        return dict(self.replay.journal.measured_on)
 
     @property
     def measured_on(self) -> dict[str, Any]:
-        return dict(self.replay.fingerprint)
+        return dict(self.replay.journal.measured_on)
 
     @property
     def probes(self) -> dict[str, Probe]:
@@ -136,16 +136,16 @@ class ReplaySource(Host):
 
     @property
     def host_changes(self) -> list[str]:
-        return list(self.replay.host_changes)
+        return self.replay.journal.host_changes
 
     def host_moved(self, measurements: Iterable[Measurement], *, force: bool = False) -> list[str]:
-        return list(self.replay.host_changes)
+        return self.replay.journal.host_changes
 
 
 def check_configurations(replay: Replay, profiles: Mapping[str, Profile]) -> None:
     """Every stored measurement names a profile and configuration this session knows: an
     entry of another configuration would be ignored silently, so it is an error naming it."""
-    for m in replay.measurements:
+    for m in replay.journal.measurements.values():
         name = m.conditions.profile or replay.profile
         if name is None:
             continue

@@ -47,7 +47,7 @@ from ..verdicts.creep import SessionTerm, session_term
 from ..verdicts.reference import DEFAULT_LABEL, Reference, ReferenceRow
 from ..verdicts.sequential import Plan
 from .profiles import Profile, load_profiles
-from .replayed import ReplaySource
+from .replayed import StoredHost
 from .source import Host, MeasurementKey, Servers
 
 
@@ -177,7 +177,7 @@ class PerfSession:
         if source is None:
             if options.replay is None:
                 raise ValueError("a live session is opened by run.opening.perf_session")
-            source = ReplaySource(self._replay(options.replay), self.profiles)
+            source = StoredHost(self._replay(options.replay), self.profiles)
         self.source: Host = source
         """The host samples come from: live servers, or a stored run."""
         self.journal: Journal = source.journal

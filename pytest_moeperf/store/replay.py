@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from ..defaults import MIN_REL_SPREAD
 from ..errors import ResultsError, Unavailable
@@ -19,13 +18,14 @@ from ..measure.workload import Workload
 from ..verdicts.reference import stand_in
 from .baselines import BaselineEntry, BaselineFile, load_baselines
 from .journal import Journal
-from .record import RunRecord, VerdictRecord, read_record
+from .record import RunRecord, read_record
 
 
 @dataclass
 class Replay:
-    """A stored run read back into its journal (:class:`~pytest_moeperf.store.journal.Journal`):
-    its measurements looked up by (configuration, build, workload)."""
+    """A stored run read back into its journal (:class:`~pytest_moeperf.store.journal.Journal`,
+    which a stored host replays as it is), with where it came from; its measurements looked up
+    by (configuration, build, workload)."""
 
     path: Path
     journal: Journal
@@ -33,25 +33,6 @@ class Replay:
     """The profile a baseline file belongs to (``None``: results files name it per row)."""
     option: str = "--moeperf-replay"
     """The option that named the file, for messages (``--replay`` of ``moeperf gate``)."""
-
-    @property
-    def measurements(self) -> list[Measurement]:
-        return list(self.journal.measurements.values())
-
-    @property
-    def fingerprint(self) -> dict[str, Any]:
-        """The fingerprint the stored numbers are judged on: the host's, with its probes."""
-        return self.journal.measured_on
-
-    @property
-    def host_changes(self) -> list[str]:
-        """How the host changed under the stored run (its probes moved), one line each."""
-        return self.journal.host_changes
-
-    @property
-    def verdicts(self) -> list[VerdictRecord]:
-        """The stored run's verdicts, with where their rounds lie in the samples."""
-        return self.journal.verdicts
 
     @classmethod
     def load(cls, path: Path) -> Replay:
@@ -108,7 +89,7 @@ class Replay:
         is :class:`~pytest_moeperf.errors.Unavailable`."""
         rows = [
             m
-            for m in self.measurements
+            for m in self.journal.measurements.values()
             if m.configuration == configuration
             and m.workload == workload
             and (m.conditions.profile or profile) == profile

@@ -18,7 +18,7 @@ from pytest_moeperf.report.gate import gate_rows
 from pytest_moeperf.report.tables import text_table
 from pytest_moeperf.run.bisect import run_bisect
 from pytest_moeperf.run.gate import BuildUnderTest, StoredStage, run_gate
-from pytest_moeperf.run.replayed import ReplaySource
+from pytest_moeperf.run.replayed import StoredHost
 from pytest_moeperf.run.session import PerfSession
 from pytest_moeperf.store.replay import Replay
 from pytest_moeperf.store.stored import bisect_json, gate_json_text, read_gate
@@ -140,7 +140,7 @@ def test_a_stored_gate_replays_to_the_same_rows_and_verdicts(tmp_path, clock, ca
     path.write_text(gate_json_text(measured, session.run_record()))
     stored = read_gate(path)
     assert stored.rows == (("mmap", "pp512"), ("lm-none", "pp512"))
-    source = ReplaySource(Replay.of_record(path, stored.record, "--replay"), session.profiles)
+    source = StoredHost(Replay.of_record(path, stored.record, "--replay"), session.profiles)
     replayed = PerfSession(session.options, source=source)
     again = run_gate(
         replayed,

@@ -11,7 +11,7 @@ from pytest_moeperf.llama.bench import BenchResult
 from pytest_moeperf.measure.measurement import Conditions, Measurement, Sample
 from pytest_moeperf.measure.workload import Workload
 from pytest_moeperf.run.profiles import load_profiles
-from pytest_moeperf.run.replayed import ReplaySource
+from pytest_moeperf.run.replayed import StoredHost
 from pytest_moeperf.store.journal import Journal
 from pytest_moeperf.store.record import CheckRecord, RunRecord, SideRounds, VerdictRecord
 from pytest_moeperf.store.replay import Replay
@@ -100,8 +100,8 @@ def test_a_stored_run_reads_back_into_a_frozen_journal(tmp_path: Path):
     assert stored.freeze().to_dict() == RunRecord.from_dict(record.to_dict()).to_dict()
     assert stored.measured_on == record.host_fingerprint
     assert stored.host_changes == record.host_changes
-    assert [m.configuration for m in replay.measurements] == ["mmap", "lm"]
-    assert [v.test for v in replay.verdicts] == ["t::claim"]
+    assert [m.configuration for m in replay.journal.measurements.values()] == ["mmap", "lm"]
+    assert [v.test for v in replay.journal.verdicts] == ["t::claim"]
     # the stored host judges on it; what it gives the run is read, not taken: the run's own
     # journal holds no measurement, and a replay writes no run
     toml = tmp_path / "moeperf.toml"
@@ -110,7 +110,7 @@ def test_a_stored_run_reads_back_into_a_frozen_journal(tmp_path: Path):
         "[profiles.p.configurations.mmap]\n[profiles.p.configurations.lm]\n"
     )
     profiles = load_profiles(toml, None)
-    host = ReplaySource(replay, profiles)
+    host = StoredHost(replay, profiles)
     p = profiles["p"]
     m = host.measure(p, p.configurations["lm"], W)
     assert m.values == record.measurements[1].values

@@ -127,7 +127,7 @@ class MoePerf:
         """Warn (or fail, with ``--moeperf-strict-warnings``) about the performance warnings
         the servers this test used printed at start."""
         found = []
-        for (profile, config, label), findings in self.session.source.findings.items():
+        for (profile, config, label), findings in self.session.journal.findings.items():
             if profile != self.profile.name or (config, label) not in self._used:
                 continue
             for f in findings:

@@ -40,8 +40,8 @@ from .options import report_png
 def _host_lines(perf: PerfSession) -> list[str]:
     """The host as this run measured it, and how long its servers took to start."""
     return host_lines(
-        perf.source.probes.values(), perf.source.host_changes, perf.measurements.values()
-    ) + start_lines(perf.journal.load_times(), perf.source.setup_seconds)
+        perf.journal.probes.values(), perf.journal.host_changes, perf.measurements.values()
+    ) + start_lines(perf.journal.load_times(), perf.journal.setup_seconds)
 
 
 def _references(
@@ -95,7 +95,7 @@ def write_report(perf: PerfSession) -> None:
         perf.baseline_rows,
         [(v.test, v.verdict) for v in perf.journal.verdicts],
         fp,
-        startup_lines(perf.source.findings),
+        startup_lines(perf.journal.findings),
         bench_rows(perf) if perf.journal.bench else None,
         host_lines=_host_lines(perf),
         traffic=record.traffic,
@@ -168,11 +168,11 @@ def _measured_blocks(perf: PerfSession, reporter: pytest.TerminalReporter) -> No
     if verdicts := perf.journal.verdicts:
         table = text_table(*verdict_rows([(v.test, v.verdict) for v in verdicts]))
         _block(reporter, table, claims_rate_line(len(verdicts)))
-    if perf.source.notices:  # what verdicts said before measuring (or after their first round)
+    if perf.journal.notices:  # what verdicts said before measuring (or after their first round)
         _block(
             reporter,
             "said before deciding (resolution, budgets):",
-            *(f"  {n}" for n in perf.source.notices),
+            *(f"  {n}" for n in perf.journal.notices),
         )
     for ref, ref_rows, ms, workloads in _references(perf):
         _block(reporter, *reference_text(ref, ref_rows, ms, workloads))
@@ -195,7 +195,7 @@ def _bench_blocks(perf: PerfSession, reporter: pytest.TerminalReporter) -> None:
         )
         for line in perf.bench_errors:
             reporter.write_line(f"  {line}", yellow=True)
-    if startup := startup_lines(perf.source.findings):
+    if startup := startup_lines(perf.journal.findings):
         _block(reporter, "llama-server startup warnings:", *(f"  {line}" for line in startup))
 
 

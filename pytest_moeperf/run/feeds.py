@@ -195,7 +195,7 @@ class LivePairing(Feed):
         return tuple(self._got)
 
     def setup_seconds(self) -> float:
-        return self.source.stage.launcher.setup_seconds
+        return self.source.stage.journal.setup_seconds
 
     def sides(self) -> tuple[SideRounds, ...]:
         per_round = BLOCK_SAMPLES if self.restarts else 1
@@ -232,7 +232,7 @@ class LiveSeries(Feed):
         return (self._m,)
 
     def setup_seconds(self) -> float:
-        return self.source.stage.launcher.setup_seconds
+        return self.source.stage.journal.setup_seconds
 
     def sides(self) -> tuple[SideRounds, ...]:
         return (side_rounds(self.profile, self._m, 0),)

@@ -430,7 +430,7 @@ def _closing_notes(
             "the same rounds, so the ratios stand, but these numbers are no baselines"
         )
     notes += [f"host probe: {p.describe()}" for p in source.probes.values()]
-    notes += start_lines(source.journal.load_times(), source.setup_seconds)
+    notes += start_lines(source.journal.load_times(), source.journal.setup_seconds)
     return notes
 
 

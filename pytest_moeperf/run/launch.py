@@ -62,9 +62,6 @@ class Launcher:
         self.report = report
         self._checked: set[tuple[str, str]] = set()
         """(profile, configuration) whose host checks passed (:meth:`check`)."""
-        self.setup_seconds = 0.0
-        """Seconds spent so far on starting servers (their builds, model and load
-        included): not measuring, so no verdict's budget counts them."""
 
     def server(
         self, profile: Profile, configuration: Configuration, label: str | None = None
@@ -93,7 +90,7 @@ class Launcher:
             self.preflight(profile, configuration, rec)
             return rec
         finally:
-            self.setup_seconds += time.monotonic() - began
+            self.pool.journal.set_up(time.monotonic() - began)  # no verdict's budget counts it
 
     def check(
         self,

@@ -22,7 +22,6 @@ from ..host.machine import OtherWork, online_cpus
 from ..host.probe import Probe
 from ..llama.flags import flag_int, flag_value, offloads_layers
 from ..llama.model_bytes import DecodeBytes
-from ..llama.startup import StartupFinding
 from ..measure.measurement import Conditions, Measurement, Roofline, Sample
 from ..measure.meter import Meter
 from ..measure.traffic import Pass, TrafficRun, run_pass
@@ -130,14 +129,6 @@ class LiveHost(Host):
 
     def fingerprint(self, profile: Profile, label: str | None = None) -> dict[str, Any]:
         return self.stage.fingerprint(profile, label)
-
-    @property
-    def findings(self) -> dict[ServerKey, list[StartupFinding]]:
-        return self.stage.pool.findings
-
-    @property
-    def setup_seconds(self) -> float:
-        return self.stage.launcher.setup_seconds
 
     # -- samples ------------------------------------------------------------------------------
     def measure(

@@ -155,10 +155,8 @@ class ServerPool:
         self.wait = wait
         self.report = report
         self.servers: dict[ServerKey, ServerRecord] = {}
-        self.findings: dict[ServerKey, list[StartupFinding]] = {}
-        """Performance warnings each server printed at its (last) start."""
         self.journal = journal if journal is not None else Journal()
-        """The run's journal, where each start's load time is appended."""
+        """The run's journal, where each start's load time and startup warnings are appended."""
         self._touched: dict[ServerKey, float] = {}
         self._in_use: Counter[ServerKey] = Counter()
 
@@ -420,7 +418,7 @@ class ServerPool:
         if self.ledger is not None and server.pid:
             self.ledger.started(_ledger_key(key), server.pid)
         startup = last_start(server.log_path)
-        self.findings[key] = scan_startup(startup)
+        self.journal.found(key, scan_startup(startup), start=True)
         self.servers[key] = rec
         self.journal.started(key, server.ready_seconds or 0.0)
         self._touched[key] = time.monotonic()
@@ -450,11 +448,11 @@ class ServerPool:
             self.report(f"moeperf: stopped {rec.server.name}" + (f" ({why})" if why else ""))
 
     def forget(self, which: Callable[[ServerKey], bool]) -> None:
-        """Drop what the pool keeps of the (stopped) servers *which* selects: their load
-        times and startup warnings (a gate's sides about to name other builds)."""
-        for table in (self.findings, self._touched):
-            for k in [k for k in table if which(k)]:
-                del table[k]
+        """Drop what the pool keeps of the (stopped) servers *which* selects: the
+        memory they touched (a gate's sides about to name other builds; the journal forgets their
+        starts and warnings)."""
+        for k in [k for k in self._touched if which(k)]:
+            del self._touched[k]
 
     def stop_all(self, keep: Callable[[ServerKey], bool] = lambda k: False) -> None:
         for key in list(self.servers):
@@ -484,17 +482,21 @@ class ServerPool:
                     f"{total / 2**20:.1f} GiB: drop it before the run "
                     "(sync; echo 1 > /proc/sys/vm/drop_caches)"
                 )
-            self.findings.setdefault(key, []).append(
-                StartupFinding(
-                    id="numa-placement",
-                    line=f"{100 * share:.0f} % of the server's memory {text}",
-                    line_no=0,
-                    advice=(
-                        f"below {100 * min_share:.0f} % "
-                        "(--moeperf-numa-min-share): the server reads memory across nodes; "
-                        "start it cold on its node (no other process touching the model "
-                        f"first), or use -lm none so the copy is made on node {node}{crowded}"
-                    ),
-                )
+            self.journal.found(
+                key,
+                [
+                    StartupFinding(
+                        id="numa-placement",
+                        line=f"{100 * share:.0f} % of the server's memory {text}",
+                        line_no=0,
+                        advice=(
+                            f"below {100 * min_share:.0f} % "
+                            "(--moeperf-numa-min-share): the server reads memory across nodes; "
+                            "start it cold on its node (no other process touching the model "
+                            f"first), or use -lm none so the copy is made on node {node}{crowded}"
+                        ),
+                    )
+                ],
+                start=False,
             )
         return placed

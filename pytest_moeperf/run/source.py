@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..host.probe import Probe
-from ..llama.startup import StartupFinding
 from ..measure.measurement import Measurement
 from ..measure.stats import Figure
 from ..measure.workload import Workload
@@ -295,16 +294,6 @@ class Host(ABC):
     def host_changes(self) -> list[str]:
         """How the host changed under the numbers, one line per probe figure that moved."""
         return self.journal.host_changes
-
-    @property
-    def findings(self) -> dict[ServerKey, list[StartupFinding]]:
-        """Performance warnings each server printed at its (last) start."""
-        return {}
-
-    @property
-    def setup_seconds(self) -> float:
-        """Seconds spent on builds, models and server starts (outside every budget)."""
-        return 0.0
 
 
 class ServerControl(Protocol):

@@ -12,10 +12,12 @@ run says of itself is what it recorded, in the order it happened.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import asdict
 from typing import Any
 
 from ..host.probe import Probe
 from ..llama.bench import BenchResult
+from ..llama.startup import StartupFinding
 from ..measure.measurement import Measurement
 from ..measure.traffic import TrafficRun
 from .record import BenchRound, CheckRecord, RunRecord, VerdictRecord, bench_entry
@@ -62,6 +64,11 @@ class Journal:
         self.bench: dict[MeasurementKey, BenchResult] = {}
         self.notices: list[str] = []
         """What verdicts learned before spending their budgets, in order."""
+        self.findings: dict[ServerKey, list[StartupFinding]] = {}
+        """The performance warnings each server printed at its (last) start, and where its
+        memory landed when that was a warning."""
+        self.setup_seconds = 0.0
+        """Seconds spent on builds, models and server starts: outside every verdict's budget."""
         self._stored: RunRecord | None = None
         """The record this journal was read back from (:meth:`of_record`): what it freezes to."""
 
@@ -102,6 +109,15 @@ class Journal:
     def started(self, server: ServerKey, seconds: float) -> None:
         self.starts.setdefault(server, []).append(seconds)
 
+    def found(self, server: ServerKey, findings: Iterable[StartupFinding], *, start: bool) -> None:
+        """What *server* warned of: at a *start*, its findings so far replaced; else added."""
+        if start:
+            self.findings[server] = []
+        self.findings.setdefault(server, []).extend(findings)
+
+    def set_up(self, seconds: float) -> None:
+        self.setup_seconds += seconds
+
     # -- measurements and verdicts ------------------------------------------------------------
     def measured(self, key: MeasurementKey, measurement: Measurement) -> None:
         self.measurements[key] = measurement
@@ -110,7 +126,12 @@ class Journal:
         """Drop what the servers of these build labels of *profile* measured and sent: a
         gate's sides (``baseline``, ``candidate``) about to name other builds."""
         gone = set(labels)
-        tables: tuple[dict[Any, Any], ...] = (self.measurements, self.traffic, self.starts)
+        tables: tuple[dict[Any, Any], ...] = (
+            self.measurements,
+            self.traffic,
+            self.starts,
+            self.findings,
+        )
         for table in tables:
             for key in [k for k in table if k[0] == profile and k[2] in gone]:
                 del table[key]
@@ -139,6 +160,13 @@ class Journal:
     def load_times(self) -> dict[str, list[float]]:
         """Seconds each start of each server took, by the server's name."""
         return {name: list(self.starts[k]) for k, name in server_names(self.starts).items()}
+
+    def startup_findings(self) -> dict[str, list[dict[str, Any]]]:
+        """Each server's startup warnings, by the server's name."""
+        keys = [k for k, found in self.findings.items() if found]
+        return {
+            name: [asdict(f) for f in self.findings[k]] for k, name in server_names(keys).items()
+        }
 
     def traffic_runs(self) -> dict[str, dict[str, Any]]:
         """Each server's traffic, every pass and request, by the server's name."""
@@ -170,6 +198,9 @@ class Journal:
             bench_rounds=list(self.bench_rounds),
             bench=[bench_entry(k, b) for k, b in self.bench.items()],
             baseline_checks=list(self.checks),
+            notices=list(self.notices),
+            startup_findings=self.startup_findings(),
+            setup_seconds=round(self.setup_seconds, 3),
         )
 
     @classmethod
@@ -191,5 +222,7 @@ class Journal:
         journal.verdicts = list(record.verdicts)
         journal.checks = list(record.baseline_checks)
         journal.bench_rounds = list(record.bench_rounds)
+        journal.notices = list(record.notices)
+        journal.setup_seconds = record.setup_seconds
         journal._stored = record
         return journal

@@ -284,6 +284,13 @@ class RunRecord:
     bench_rounds: list[BenchRound] = field(default_factory=list)
     bench: list[dict[str, Any]] = field(default_factory=list)
     baseline_checks: list[CheckRecord] = field(default_factory=list)
+    notices: list[str] = field(default_factory=list)
+    """What verdicts said before deciding (resolution, budgets), in order."""
+    startup_findings: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    """Each server's startup warnings (by its name): llama-server's own, and memory placed
+    across NUMA nodes."""
+    setup_seconds: float = 0.0
+    """Seconds the run spent on builds, models and server starts, outside every budget."""
     date: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%S%z"))
     plugin_version: str = __version__
     version: int = RESULTS_VERSION
@@ -307,6 +314,9 @@ class RunRecord:
             "bench_rounds": [b.to_dict() for b in self.bench_rounds],
             "bench": self.bench,
             "baseline_checks": [c.to_dict() for c in self.baseline_checks],
+            "notices": list(self.notices),
+            "startup_findings": self.startup_findings,
+            "setup_seconds": self.setup_seconds,
         }
 
     def json_text(self) -> str:
@@ -353,6 +363,9 @@ class RunRecord:
                 baseline_checks=[
                     CheckRecord.from_dict(d) for d in data.get("baseline_checks") or []
                 ],
+                notices=[str(line) for line in data.get("notices") or []],
+                startup_findings=dict(data.get("startup_findings") or {}),
+                setup_seconds=float(data.get("setup_seconds") or 0.0),
                 date=str(data.get("date", "")),
                 plugin_version=str(data.get("plugin_version", "")),
                 version=int(data["moeperf_results"]),

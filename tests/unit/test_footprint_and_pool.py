@@ -10,6 +10,7 @@ import pytest
 from pytest_moeperf.errors import ConfigError, ServerError
 from pytest_moeperf.llama.footprint import GIB, Footprint, estimate
 from pytest_moeperf.llama.model_bytes import DecodeBytes
+from pytest_moeperf.llama.startup import StartupFinding
 from pytest_moeperf.run.pool import Capacity, ServerPool, ServerRecord, held
 from pytest_moeperf.run.profiles import HostLacks, parse_size
 
@@ -185,11 +186,12 @@ def test_forgotten_servers_leave_no_load_times_or_warnings():
     pool, _ = _pool(1000 * MIB, {"a": fp(100), "b": fp(100)})
     pool.journal.started(("p", "baseline", "baseline"), 0.5)
     pool.journal.started(("p", "b", "b1"), 0.7)
-    pool.findings = {("p", "a", "b1"): []}
-    pool.forget(lambda k: k[1] == "a")
-    assert pool.findings == {}
+    warned = StartupFinding("no-numa", "x", 1, "pin it")
+    pool.journal.found(("p", "baseline", "baseline"), [warned], start=True)
+    pool.journal.found(("p", "b", "b1"), [warned], start=True)
     pool.journal.forget("p", ["baseline"])  # the journal forgets a gate's sides' starts
     assert pool.journal.starts == {("p", "b", "b1"): [0.7]}
+    assert pool.journal.findings == {("p", "b", "b1"): [warned]}  # and their warnings
     assert pool.journal.load_times() == {"b (b1)": [0.7]}
 
 

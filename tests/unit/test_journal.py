@@ -4,10 +4,13 @@ journal that a stored host replays, and freezes to the record it was read from."
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
 from pathlib import Path
 
 from pytest_moeperf.host.probe import Probe
 from pytest_moeperf.llama.bench import BenchResult
+from pytest_moeperf.llama.startup import StartupFinding
 from pytest_moeperf.measure.measurement import Conditions, Measurement, Sample
 from pytest_moeperf.measure.workload import Workload
 from pytest_moeperf.run.profiles import load_profiles
@@ -117,3 +120,27 @@ def test_a_stored_run_reads_back_into_a_frozen_journal(tmp_path: Path):
     assert list(host.measurements) == [("p", "lm", "b1", "pp512")]
     assert host.journal.taken == [] and host.journal is not stored
     assert host.host_changes == record.host_changes and host.measured_on == stored.measured_on
+
+
+def test_the_record_keeps_startup_warnings_setup_time_and_notices():
+    """What the summary reads of a run is the journal's, and the record keeps it: the startup
+    warnings by server, the seconds spent outside every budget, what verdicts said first."""
+    journal = Journal()
+    warned = StartupFinding("no-numa", "numa not set", 12, "pin it", path="/l/mmap.log")
+    journal.found(("embedded", "mmap", "b11434"), [warned], start=True)
+    journal.found(
+        ("embedded", "mmap", "b11434"), [replace(warned, id="numa-placement")], start=False
+    )
+    journal.set_up(12.5)
+    journal.set_up(0.25)
+    journal.noticed("mmap.pp512: a round takes 6.8 s")
+    record = RunRecord.from_dict(json.loads(journal.freeze().json_text()))
+    assert record.setup_seconds == 12.75 and record.notices == ["mmap.pp512: a round takes 6.8 s"]
+    assert [f["id"] for f in record.startup_findings["mmap (b11434)"]] == [
+        "no-numa",
+        "numa-placement",
+    ]
+    journal.found(("embedded", "mmap", "b11434"), [], start=True)  # a restart without warnings
+    assert journal.freeze().startup_findings == {}
+    back = Journal.of_record(record)
+    assert (back.setup_seconds, back.notices) == (12.75, record.notices)

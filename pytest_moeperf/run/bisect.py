@@ -40,10 +40,11 @@ from ..verdicts.bisect import (
     GateRecords,
 )
 from ..verdicts.outcomes import StepOutcome
-from .gate import BuildUnderTest, Stage, StoredStage, run_gate
+from .gate import BuildUnderTest, StoredStage, run_gate
 from .profiles import Profile, load_profiles
 from .replayed import StoredHost
 from .session import Options, PerfSession
+from .source import Stage
 
 STATE_SCHEMA = 2
 """The version of a bisect's state file (2: verdicts as the results file stores them; the

@@ -17,9 +17,10 @@ from ..defaults import BUDGET, MARGIN
 from ..measure.workload import Workload
 from ..verdicts.calibration import NoiseFigure, noise_figure
 from ..verdicts.gate import GateResult, GateRow
-from .gate import BuildUnderTest, Stage, run_gate
+from .gate import BuildUnderTest, run_gate
 from .profiles import Profile
 from .session import PerfSession
+from .source import Stage
 
 GATES = 4
 """A/A gates ``moeperf calibrate`` runs by default."""

@@ -14,13 +14,13 @@ from ..measure.measurement import Measurement
 from .pool import ServerKey
 from .profiles import Profile
 from .session import PerfSession
-from .source import BenchSampler, Side
+from .source import Side, Stage
 
 BENCH_HEADERS = ["configuration", "workload", "server tok/s", "bench tok/s", "gap (%)", "build"]
 
 
 def bench_in_rounds(
-    source: BenchSampler, profile: Profile, a: Side, b: Side
+    source: Stage, profile: Profile, a: Side, b: Side
 ) -> tuple[Callable[[int, str, bool], None], tuple[list[float], list[float]]]:
     """An ``after_round`` for the rounds loop that runs one llama-bench repetition of each
     side (same build, model, flags, pinning and workload as its server) in the round's order,

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import statistics
-from typing import Protocol
+from collections.abc import Callable
 
 from ..defaults import PROCESS_TERM, ROUND_SPREAD
 from ..errors import MoeperfError
@@ -27,7 +27,7 @@ from ..measure.measurement import Measurement
 from ..measure.workload import Workload
 from ..store.record import SideRounds
 from ..verdicts.sequential import Coin
-from .live_stage import LiveSettings, LiveStage
+from .live_stage import LiveStage
 from .profiles import Configuration, Profile
 from .source import BLOCK_SAMPLES, PAIRED_METHOD, RESTART_METHOD, Feed, Side, side_rounds
 
@@ -46,18 +46,10 @@ MAX_CALIBRATED_BLOCK = 30
 only as long as restarts are dear)."""
 
 
-class Measuring(Protocol):
-    """What a live feed asks of its source: measurements, the servers they are taken on
-    (restarted after a process block, held alive through the rounds), and how busy the host
-    may be for a round to count."""
-
-    stage: LiveStage
-    options: LiveSettings
-
-    def measure(
-        self, profile: Profile, configuration: Configuration, workload: Workload,
-        repetitions: int | None = None, build: str | None = None,
-    ) -> Measurement: ...  # fmt: skip
+Measure = Callable[[Profile, Configuration, Workload, int | None, str | None], Measurement]
+"""The live host's :meth:`~pytest_moeperf.run.source.Host.measure` (profile, configuration,
+workload, repetitions, build): what a live feed's rounds are taken with, on the servers of its
+stage (restarted after a process block, held alive through the rounds)."""
 
 
 class LivePairing(Feed):
@@ -67,7 +59,8 @@ class LivePairing(Feed):
 
     def __init__(
         self,
-        source: Measuring,
+        measure: Measure,
+        stage: LiveStage,
         profile: Profile,
         a: Side,
         b: Side,
@@ -75,7 +68,7 @@ class LivePairing(Feed):
         *,
         block: int | None = None,
     ) -> None:
-        self.source = source
+        self.measure, self.stage = measure, stage
         self.profile = profile
         self._sides = (a, b)
         # starts both servers; samples an earlier test took are kept, not paired
@@ -88,7 +81,7 @@ class LivePairing(Feed):
         self._keys = [(profile.name, s.configuration.name, m.build) for s, m in taken]
         builds = [(s.configuration, m.build) for s, m in taken]
         # one server always fits beside itself
-        self.restarts = self._keys[0] != self._keys[1] and not source.stage.launcher.fit_together(
+        self.restarts = self._keys[0] != self._keys[1] and not stage.launcher.fit_together(
             profile, builds
         )
         self._fixed = block is not None
@@ -139,13 +132,13 @@ class LivePairing(Feed):
         return rounds_per_process(2 * (load + sample), 2 * sample, round_spread, process, most=most)
 
     def _take(self, side: Side, n: int) -> Measurement:
-        return self.source.measure(self.profile, side.configuration, side.workload, n, side.build)
+        return self.measure(self.profile, side.configuration, side.workload, n, side.build)
 
     def take(self, index: int) -> tuple[float, ...] | None:
         block = index // self.block if self.block else 0
         if self.block and block != self._pair:  # a fresh process pair
             for side in self._sides:
-                self.source.stage.launcher.restart(self.profile, side.configuration, side.build)
+                self.stage.launcher.restart(self.profile, side.configuration, side.build)
             self._pair = block
         # across restarts every round is a fresh pair: a block of its own
         self.blocks.append(index if self.restarts else block)
@@ -155,7 +148,7 @@ class LivePairing(Feed):
             side = self._sides[i]
             before = self._got[i].conditions
             if self.restarts:  # a block: a fresh, warmed-up process and its median
-                self.source.stage.launcher.restart(self.profile, side.configuration, side.build)
+                self.stage.launcher.restart(self.profile, side.configuration, side.build)
                 self._got[i] = self._take(side, len(self._got[i].samples) + BLOCK_SAMPLES)
                 values[i] = statistics.median(self._got[i].values[-BLOCK_SAMPLES:])
             else:
@@ -171,7 +164,7 @@ class LivePairing(Feed):
 
     def disturbed(self, index: int) -> str | None:
         busy, measured = self._busy
-        limit = self.source.options.busy_limit
+        limit = self.stage.options.busy_limit
         share = busy / measured if measured > 0 else 0.0
         if share > limit:
             return f"host {100 * share:.0f} % busy with other work"
@@ -195,7 +188,7 @@ class LivePairing(Feed):
         return tuple(self._got)
 
     def setup_seconds(self) -> float:
-        return self.source.stage.journal.setup_seconds
+        return self.stage.journal.setup_seconds
 
     def sides(self) -> tuple[SideRounds, ...]:
         per_round = BLOCK_SAMPLES if self.restarts else 1
@@ -205,34 +198,37 @@ class LivePairing(Feed):
         )
 
     def holding(self) -> contextlib.AbstractContextManager[None]:
-        return self.source.stage.pool.using([] if self.restarts else self._keys)
+        return self.stage.pool.using([] if self.restarts else self._keys)
 
 
 class LiveSeries(Feed):
     """One measurement's samples as rounds of one value, measured now beyond those it holds."""
 
     def __init__(
-        self, source: Measuring, profile: Profile, configuration: Configuration, workload: Workload
+        self,
+        measure: Measure,
+        stage: LiveStage,
+        profile: Profile,
+        configuration: Configuration,
+        workload: Workload,
     ) -> None:
-        self.source = source
+        self.measure, self.stage = measure, stage
         self.profile = profile
         self.configuration = configuration
         self.workload = workload
-        self._m = source.measure(profile, configuration, workload)
+        self._m = measure(profile, configuration, workload, None, None)
         self.ready = len(self._m.samples)
 
     def take(self, index: int) -> tuple[float, ...] | None:
         if index >= len(self._m.samples):
-            self._m = self.source.measure(
-                self.profile, self.configuration, self.workload, index + 1
-            )
+            self._m = self.measure(self.profile, self.configuration, self.workload, index + 1, None)
         return (self._m.values[index],)
 
     def measurements(self) -> tuple[Measurement, ...]:
         return (self._m,)
 
     def setup_seconds(self) -> float:
-        return self.source.stage.journal.setup_seconds
+        return self.stage.journal.setup_seconds
 
     def sides(self) -> tuple[SideRounds, ...]:
         return (side_rounds(self.profile, self._m, 0),)

@@ -17,13 +17,15 @@ import math
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Protocol
+from pathlib import Path
 
 from ..defaults import FAMILY_ALPHA, FIRST_LOOK, MARGIN, MAX_ROUNDS, MIN_REL_SPREAD
 from ..errors import ConfigError, Unavailable
+from ..llama.model_bytes import DecodeBytes
 from ..measure.measurement import Measurement
 from ..measure.output import OutputCheck
 from ..measure.stats import paired_interval
+from ..measure.traffic import TrafficRun
 from ..measure.workload import Workload
 from ..report.tables import start_lines
 from ..store.accepted import accepted_chain, host_for, repeated_links
@@ -33,36 +35,13 @@ from ..verdicts.gate import GateResult, GateRow, holm, row_p_values
 from ..verdicts.judge import Verdict
 from ..verdicts.sequential import Plan, Rule
 from .crosscheck import bench_in_rounds
+from .pool import ServerRecord
 from .profiles import Configuration, HostLacks, Pinning, Profile, host_owns
 from .rounds import Decided, decide_pair
 from .session import PerfSession
-from .source import BenchSampler, CheckedHost, Host, Side, block_length
+from .source import Host, Side, Stage, block_length
 
 BASELINE, CANDIDATE = "baseline", "candidate"
-
-
-class Stage(CheckedHost, BenchSampler, Protocol):
-    """What a gate asks of the host beside its rounds (the live stage gives it; a test's
-    fake or a stored gate gives what it has): configurations checked before any server
-    starts, servers started and stopped, the correctness guard's tokens, the host's load, a
-    llama-bench repetition (the gate's ``--attribute``)."""
-
-    def forget(self, profile: str, labels: Sequence[str]) -> None:
-        """Drop the measurements and servers of these build labels (an earlier gate's)."""
-        ...
-
-    def start(self, profile: Profile, configuration: Configuration, label: str | None) -> None:
-        """The server of (profile, configuration, build *label*) running, or
-        :class:`Unavailable`."""
-        ...
-
-    def greedy(self, profile: Profile, configuration: Configuration, label: str) -> tuple[int, ...]:
-        """The correctness guard's tokens from that server."""
-        ...
-
-    def host_load(self, seconds: float) -> tuple[float, tuple[float, float, float]]:
-        """The share of the CPUs other work took over *seconds*, and the load averages."""
-        ...
 
 
 class StoredStage:
@@ -107,6 +86,24 @@ class StoredStage:
         label: str | None = None,
     ) -> float:  # fmt: skip
         raise ConfigError("a stored gate keeps no llama-bench rounds: replay it without")
+
+    @property
+    def servers(self) -> dict[tuple[str, str, str], ServerRecord]:
+        return {}  # a stored gate starts none
+
+    def server(
+        self, profile: Profile, configuration: Configuration, label: str | None = None
+    ) -> ServerRecord:
+        raise Unavailable(f"{configuration.name}: a stored gate starts no server")
+
+    def close(self) -> None:
+        pass
+
+    def traffic_of(self, profile: Profile, configuration: Configuration) -> TrafficRun:
+        raise Unavailable(f"{configuration.name}: a stored gate sends no traffic")
+
+    def model_of(self, profile: Profile) -> tuple[Path, DecodeBytes | None]:
+        raise Unavailable(f"profile {profile.name!r}: a stored gate reads no model")
 
 
 @dataclass(frozen=True)

@@ -341,7 +341,7 @@ class LiveHost(Host):
     def pair(self, profile: Profile, a: Side, b: Side, *, label: str, relation: str) -> Feed:
         block = self.options.process_block
         block = profile.process_block if block is None else block
-        return LivePairing(self, profile, a, b, label, block=block)
+        return LivePairing(self.measure, self.stage, profile, a, b, label, block=block)
 
     def series(self, profile: Profile, configuration: Configuration, workload: Workload) -> Feed:
-        return LiveSeries(self, profile, configuration, workload)
+        return LiveSeries(self.measure, self.stage, profile, configuration, workload)

@@ -59,8 +59,8 @@ def banned(profile: Profile) -> tuple[int, ...]:
 
 
 class LiveStage:
-    """This host and the servers a session starts on it (a gate's :class:`Stage`, a sweep's
-    host, the fixture's :class:`Servers`)."""
+    """This host and the servers a session starts on it: the live
+    :class:`~pytest_moeperf.run.source.Stage` of the session, the gate and the sweeps."""
 
     def __init__(
         self,

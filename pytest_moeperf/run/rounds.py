@@ -28,7 +28,7 @@ from ..verdicts.creep import SessionTerm
 from ..verdicts.judge import Verdict, busy_reason, judge_rounds, judge_unpaired
 from ..verdicts.sequential import Coin, Plan, Rule
 from .profiles import Profile
-from .source import Feed, Side, Source
+from .source import Feed, Host, Side
 
 R = TypeVar("R", Verdict, BaselineCheck)
 AfterRound = Callable[[int, str, bool], None]
@@ -354,7 +354,7 @@ def _paced(
 
 
 def _overrides(
-    source: Source,
+    source: Host,
     feed: Feed | None,
     measurements: Sequence[Measurement],
     busy_limit: float,
@@ -378,7 +378,7 @@ def _overrides(
 
 
 def decide_pair(
-    source: Source,
+    source: Host,
     profile: Profile,
     rule: Rule,
     a: Side,
@@ -472,7 +472,7 @@ def decide_pair(
 
 
 def decide_baseline(
-    source: Source,
+    source: Host,
     profile: Profile,
     side: Side,
     judge_values: Callable[[list[float], float], BaselineCheck],
@@ -546,7 +546,7 @@ def cannot_decide(
 
 
 def judged_in_hand(
-    source: Source,
+    source: Host,
     m: Measurement,
     judge_values: Callable[[list[float], float], BaselineCheck],
     plan: Plan,

@@ -48,7 +48,7 @@ from ..verdicts.reference import DEFAULT_LABEL, Reference, ReferenceRow
 from ..verdicts.sequential import Plan
 from .profiles import Profile, load_profiles
 from .replayed import StoredHost
-from .source import Host, MeasurementKey, Servers
+from .source import Host, MeasurementKey, Stage
 
 
 @dataclass
@@ -154,7 +154,7 @@ class PerfSession:
         report: Callable[[str], None] | None = None,
         progress: Callable[[str], None] | None = None,
         source: Host | None = None,
-        servers: Servers | None = None,
+        servers: Stage | None = None,
         profiles: dict[str, Profile] | None = None,
     ) -> None:
         self.options = options
@@ -183,7 +183,7 @@ class PerfSession:
         self.journal: Journal = source.journal
         """What happens in this run, appended as it happens by the host, the loop and the
         tests (:mod:`pytest_moeperf.store.journal`); frozen, the run record."""
-        self.servers: Servers | None = servers
+        self.servers: Stage | None = servers
         """The servers this session starts (``None``: a replayed run starts none)."""
         self.last_use: dict[tuple[str, str], int] = {}
         self.baseline_rows: list[BaselineRow] = []

@@ -3,8 +3,9 @@
 happens on it to the run's journal (:mod:`pytest_moeperf.store.journal`).
 
 Everything above a host (the rounds loop, the fixture, the gate, bisect) asks it for
-measurements and *feeds* and never asks which kind it is; the loop and the sweeps read only its
-narrow :class:`Source`:
+measurements and *feeds* and never asks which kind it is; the loop and the sweeps call only its
+``measure``, ``pair``, ``series``, ``host_moved`` and ``notice``
+(``tests/unit/test_layers.py`` holds them to these):
 
 - a :class:`Feed` is one verdict's rounds as the source gives them, a round being one value of
   each side (two sides paired back to back, or one side checked against a stored baseline).
@@ -24,11 +25,14 @@ import itertools
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 from ..host.probe import Probe
+from ..llama.model_bytes import DecodeBytes
 from ..measure.measurement import Measurement
 from ..measure.stats import Figure
+from ..measure.traffic import TrafficRun
 from ..measure.workload import Workload
 from ..store.journal import Journal, MeasurementKey
 from ..store.record import SideRounds
@@ -195,38 +199,14 @@ def side_rounds(profile: Profile, m: Measurement, first: int, per_round: int = 1
     return SideRounds(profile.name, m.configuration, m.build, m.workload.name, first, per_round)
 
 
-class Source(Protocol):
-    """What the decision loop (:mod:`pytest_moeperf.run.rounds`) and the sweeps read of a
-    host: measurements, the rounds of a verdict, how the host moved under them, and a place
-    for what a verdict learned before spending its budget. A :class:`Host` gives it."""
-
-    def measure(
-        self, profile: Profile, configuration: Configuration, workload: Workload,
-        repetitions: int | None = None, build: str | None = None,
-    ) -> Measurement:  # fmt: skip
-        ...
-
-    def pair(self, profile: Profile, a: Side, b: Side, *, label: str, relation: str) -> Feed: ...
-
-    def series(
-        self, profile: Profile, configuration: Configuration, workload: Workload
-    ) -> Feed: ...
-
-    def host_moved(
-        self, measurements: Iterable[Measurement], *, force: bool = False
-    ) -> list[str]: ...
-
-    def notice(self, line: str) -> None: ...
-
-
 class Host(ABC):
     """A host, live or stored: one interface for the session, the fixture, the gate and the
-    decision loop (which reads only its :class:`Source`): measurements, the rounds of a
-    verdict, how the host moved under them, the facts its numbers were taken on. Live servers
-    (:mod:`pytest_moeperf.run.live`), a stored run (:mod:`pytest_moeperf.run.replayed`) and a
-    test's fake all give it; what happens on it goes into one :attr:`journal` of the run,
-    which the store keeps (servers themselves are not here: only a live host has them,
-    :class:`Servers`)."""
+    decision loop (which calls only its abstract members and :meth:`notice`): measurements,
+    the rounds of a verdict, how the host moved under them, the facts its numbers were taken
+    on. Live servers (:mod:`pytest_moeperf.run.live`), a stored run
+    (:mod:`pytest_moeperf.run.replayed`) and a test's fake all give it; what happens on it goes
+    into one :attr:`journal` of the run, which the store keeps (servers are its
+    :class:`Stage`'s)."""
 
     def __init__(self, journal: Journal | None = None) -> None:
         self.journal = journal if journal is not None else Journal()
@@ -296,42 +276,12 @@ class Host(ABC):
         return self.journal.host_changes
 
 
-class ServerControl(Protocol):
-    """What every user of a live host's servers asks of them beside measuring: stop them. The
-    host protocols below (the session's :class:`Servers`, a gate's ``Stage``, a sweep's
-    ``SweepHost``, llama-bench's :class:`BenchSampler`) each add only what their callers ask."""
-
-    def stop_servers(self, keep: Callable[[ServerKey], bool] | None = None) -> None:
-        """Stop every running server except those *keep* selects."""
-        ...
-
-
-class CheckedHost(ServerControl, Protocol):
-    """A host whose configurations are checked before any server starts (a gate's, a
-    sweep's)."""
-
-    def check(
-        self, profile: Profile, configurations: Sequence[Configuration], labels: Sequence[str]
-    ) -> None:
-        """:class:`~pytest_moeperf.run.profiles.HostLacks` naming what this host or a build
-        lacks."""
-        ...
-
-
-class BenchSampler(ServerControl, Protocol):
-    """A host that runs llama-bench beside its servers (their servers stopped first)."""
-
-    def bench_sample(
-        self, profile: Profile, configuration: Configuration, workload: Workload,
-        label: str | None = None,
-    ) -> float:  # fmt: skip
-        """One llama-bench repetition of *workload* as (profile, configuration, build) runs
-        it, tok/s: the compute without the server around it."""
-        ...
-
-
-class Servers(BenchSampler, Protocol):
-    """What only a live host has: the servers a run started, to start, ask and stop."""
+class Stage(Protocol):
+    """A host's servers and what is asked of them beside its measurements: the live stage's
+    (:mod:`pytest_moeperf.run.live_stage`), or a stored gate's, which starts none and answers
+    what it kept. The session holds it as its servers, the gate checks configurations, starts,
+    stops and forgets servers and reads the correctness guard's tokens, the host's load and
+    llama-bench's repetitions, and the sweeps read each server's traffic and the model."""
 
     @property
     def servers(self) -> dict[ServerKey, ServerRecord]:
@@ -344,6 +294,50 @@ class Servers(BenchSampler, Protocol):
         """The running server of (profile, configuration, build), started if needed."""
         ...
 
+    def start(self, profile: Profile, configuration: Configuration, label: str | None) -> None:
+        """The server of (profile, configuration, build *label*) running, or
+        :class:`~pytest_moeperf.errors.Unavailable`."""
+        ...
+
+    def stop_servers(self, keep: Callable[[ServerKey], bool] | None = None) -> None:
+        """Stop every running server except those *keep* selects."""
+        ...
+
+    def forget(self, profile: str, labels: Sequence[str]) -> None:
+        """Drop the measurements and servers of these build labels (an earlier gate's)."""
+        ...
+
     def close(self) -> None:
         """Stop everything this run started."""
+        ...
+
+    def check(
+        self, profile: Profile, configurations: Sequence[Configuration], labels: Sequence[str]
+    ) -> None:
+        """:class:`~pytest_moeperf.run.profiles.HostLacks` naming what this host or a build
+        lacks, before any server starts."""
+        ...
+
+    def greedy(self, profile: Profile, configuration: Configuration, label: str) -> tuple[int, ...]:
+        """The correctness guard's tokens from that server."""
+        ...
+
+    def host_load(self, seconds: float) -> tuple[float, tuple[float, float, float]]:
+        """The share of the CPUs other work took over *seconds*, and the load averages."""
+        ...
+
+    def bench_sample(
+        self, profile: Profile, configuration: Configuration, workload: Workload,
+        label: str | None = None,
+    ) -> float:  # fmt: skip
+        """One llama-bench repetition of *workload* as (profile, configuration, build) runs
+        it, tok/s: the compute without the server around it (its servers stopped first)."""
+        ...
+
+    def traffic_of(self, profile: Profile, configuration: Configuration) -> TrafficRun:
+        """The traffic sent to that configuration's server."""
+        ...
+
+    def model_of(self, profile: Profile) -> tuple[Path, DecodeBytes | None]:
+        """The profile's model file and the bytes a decode step reads of it."""
         ...

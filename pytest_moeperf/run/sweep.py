@@ -17,30 +17,15 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import replace
-from pathlib import Path
-from typing import Protocol
 
 from ..errors import ConfigError
 from ..llama.flags import flag_value, without_flags
-from ..llama.model_bytes import DecodeBytes
 from ..measure.measurement import Measurement
-from ..measure.traffic import TrafficRun
 from ..measure.workload import Workload
 from ..report.sweep import NcmoeSweepResult, SweepResult
 from ..store.sweeps import NcmoePoint, SweepPoint
 from .profiles import Configuration, Profile
-from .source import CheckedHost, Source
-
-
-class SweepHost(CheckedHost, Protocol):
-    """What a sweep needs of the live host beside its source's measurements: configurations
-    checked before any server starts, each server's traffic, the model's layers, servers
-    stopped."""
-
-    def traffic_of(self, profile: Profile, configuration: Configuration) -> TrafficRun: ...
-
-    def model_of(self, profile: Profile) -> tuple[Path, DecodeBytes | None]: ...
-
+from .source import Host, Stage
 
 METRICS = ("throughput", "decode", "prefill", "requests")
 
@@ -69,8 +54,8 @@ def at_slots(configuration: Configuration, slots: int) -> Configuration:
 
 
 def run_sweep(
-    source: Source,
-    stage: SweepHost,
+    source: Host,
+    stage: Stage,
     profile: Profile,
     configuration: Configuration,
     slots: Sequence[int],
@@ -173,8 +158,8 @@ def at_ncmoe(configuration: Configuration, n: int) -> Configuration:
 
 
 def run_ncmoe_sweep(
-    source: Source,
-    stage: SweepHost,
+    source: Host,
+    stage: Stage,
     profile: Profile,
     configuration: Configuration,
     values: Sequence[int] | None,

@@ -41,12 +41,11 @@ from ..verdicts.judge import Verdict
 from ..verdicts.race import Duel, RaceResult
 from ..verdicts.sequential import Plan, Rule
 from .artifacts import SYNTHETIC
-from .gate import Stage
 from .profile_file import existing_profiles, present, table_toml, write_table
 from .profiles import Configuration, Pinning, Profile, parse_profiles
 from .rounds import decide_pair
 from .session import PerfSession
-from .source import Side
+from .source import Side, Stage
 
 STATE_SCHEMA = 1
 """The version of a race's state file."""

@@ -266,6 +266,16 @@ def bench_entry(key: Sequence[str], result: BenchResult) -> dict[str, Any]:
     }
 
 
+def _run_notes(data: Mapping[str, Any]) -> dict[str, Any]:
+    """What a run said of itself beside its numbers (none in a record of before they were
+    kept): the verdicts' notices, the servers' startup warnings, the seconds of setup."""
+    return {
+        "notices": [str(line) for line in data.get("notices") or []],
+        "startup_findings": dict(data.get("startup_findings") or {}),
+        "setup_seconds": float(data.get("setup_seconds") or 0.0),
+    }
+
+
 @dataclass
 class RunRecord:
     """Everything one run measured and judged."""
@@ -363,9 +373,7 @@ class RunRecord:
                 baseline_checks=[
                     CheckRecord.from_dict(d) for d in data.get("baseline_checks") or []
                 ],
-                notices=[str(line) for line in data.get("notices") or []],
-                startup_findings=dict(data.get("startup_findings") or {}),
-                setup_seconds=float(data.get("setup_seconds") or 0.0),
+                **_run_notes(data),
                 date=str(data.get("date", "")),
                 plugin_version=str(data.get("plugin_version", "")),
                 version=int(data["moeperf_results"]),

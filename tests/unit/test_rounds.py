@@ -307,7 +307,9 @@ class StubLive:
 
 def test_live_rounds_follow_the_coin():
     live = StubLive(fit=True)
-    pairing = LivePairing(live, Profile(), Side(config("a"), W), Side(config("b"), W), "b / a")  # type: ignore[arg-type]
+    pairing = LivePairing(
+        live.measure, live, Profile(), Side(config("a"), W), Side(config("b"), W), "b / a"
+    )  # type: ignore[arg-type]
     assert live.calls == ["a", "b"]  # both servers started, one sample each, not paired
     for i in range(8):
         pairing.take(i)
@@ -320,7 +322,9 @@ def test_live_rounds_follow_the_coin():
 
 def test_sides_that_do_not_fit_together_are_measured_across_restarts():
     live = StubLive(fit=False)
-    pairing = LivePairing(live, Profile(), Side(config("a"), W), Side(config("b"), W), "b / a")  # type: ignore[arg-type]
+    pairing = LivePairing(
+        live.measure, live, Profile(), Side(config("a"), W), Side(config("b"), W), "b / a"
+    )  # type: ignore[arg-type]
     pairing.coin = Coin(seed=1, orders=["ab", "ba"])  # these two rounds' orders, thrown
     got = [pairing.take(i) for i in range(2)]
     assert pairing.restarts and pairing.method == RESTART_METHOD
@@ -425,7 +429,7 @@ def test_process_blocks_restart_both_servers_and_their_spread_widens_the_interva
 
     live = StubLive(fit=True)
     side_a, side_b = Side(config("a"), W), Side(config("b"), W)
-    pairing = LivePairing(live, Profile(), side_a, side_b, "b / a", block=3)  # type: ignore[arg-type]
+    pairing = LivePairing(live.measure, live, Profile(), side_a, side_b, "b / a", block=3)  # type: ignore[arg-type]
     for i in range(7):
         pairing.take(i)
     assert live.restarts == ["a", "b", "a", "b"]  # before rounds 3 and 6: fresh pairs

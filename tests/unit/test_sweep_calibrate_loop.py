@@ -6,8 +6,8 @@ process offset a block of :data:`BLOCK` rounds. What the fake puts into one roun
 ``log(b / a)`` is the difference of two sides' noises: a spread of ``sqrt(2) * sd`` within a
 block, and ``sqrt(2) * process`` between blocks; the calibration's figure must give both back.
 
-The sweeps run on a narrow :class:`Source` whose measurements have the medians a table gives
-per configuration name, and a fake :class:`SweepHost` whose traffic is real :class:`TrafficRun`
+The sweeps run on a fake host whose measurements have the medians a table gives
+per configuration name, and a fake stage whose traffic is real :class:`TrafficRun`
 passes of the configuration's own (real) :class:`Traffic`.
 """
 
@@ -300,7 +300,7 @@ class TableSource(Host):
 
 
 class SweepStage:
-    """The live host a sweep asks (:class:`SweepHost`): a check that refuses the
+    """The stage a sweep asks (:class:`Stage`): a check that refuses the
     configurations listed in *lacks*, each server's traffic as real passes of the
     configuration's own traffic table (one more pass than its clients, each request of its
     mix's shape, slower as more clients share the server), the model and its layers, servers

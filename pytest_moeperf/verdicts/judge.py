@@ -21,13 +21,13 @@ from ..measure.stats import (
     relative_uncertainty,
     repetitions_to_decide,
 )
-from .outcomes import Decision
+from .outcomes import ChangeOutcome, ClaimOutcome, Decision
 from .sequential import Plan, Rule, look
 
 if TYPE_CHECKING:
     from ..measure.measurement import Measurement
 
-DECISIONS: tuple[str, ...] = get_args(Decision)
+DECISIONS: tuple[str, ...] = (*get_args(ClaimOutcome), *get_args(ChangeOutcome))
 Values = Sequence[float] | Figure
 """Raw throughput samples (tok/s), or a stored :class:`~pytest_moeperf.stats.Figure`."""
 

@@ -10,18 +10,16 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
-Decision = Literal[
-    "holds",
-    "fails",
-    "faster",
-    "slower",
-    "small-faster",
-    "small-slower",
-    "unchanged",
-    "undecided",
+ClaimOutcome = Literal["holds", "fails", "undecided"]
+"""A claim's, a dead end's or a traffic reference's verdict."""
+
+ChangeOutcome = Literal[
+    "faster", "slower", "small-faster", "small-slower", "unchanged", "undecided"
 ]
-"""A claim's, a dead end's or a traffic reference's verdict (holds, fails), or a change's
-(faster, slower, small-faster, small-slower within the margin, unchanged); undecided for either."""
+"""A change's verdict (a gate's row): small-faster and small-slower lie within the margin."""
+
+Decision = ClaimOutcome | ChangeOutcome
+"""What the decision loop reads off an interval, by its rule's kind."""
 
 CheckOutcome = Literal["passed", "failed", "undecided"]
 """A baseline check: this run's figure against a stored baseline."""
@@ -68,7 +66,8 @@ OUTCOMES: tuple[str, ...] = tuple(
     dict.fromkeys(
         word
         for kind in (
-            Decision,
+            ClaimOutcome,
+            ChangeOutcome,
             CheckOutcome,
             GateOutcome,
             StepOutcome,

@@ -9,12 +9,14 @@ import os
 import signal
 from collections.abc import Iterator
 from pathlib import Path
+from typing import get_args
 
 import pytest
 from _premise import slower_or_skip
 from _procs import cgroup_for_throttling
 
 from pytest_moeperf.commands import main
+from pytest_moeperf.verdicts.outcomes import ChangeOutcome
 
 
 def test_gate_same_binary_twice_writes_table_markdown_and_json(
@@ -52,14 +54,7 @@ def test_gate_same_binary_twice_writes_table_markdown_and_json(
     [row] = data["rows"]
     assert row["configuration"] == "default" and row["workload"] == "tg16"
     verdict = row["verdict"]
-    assert verdict["outcome"] in (
-        "faster",
-        "slower",
-        "small-faster",
-        "small-slower",
-        "unchanged",
-        "undecided",
-    )
+    assert verdict["outcome"] in get_args(ChangeOutcome)
     assert verdict["rounds"] == 3  # the round cap: the first look is the last
     # one sample each to start both servers, then 3 paired rounds and those set aside (a
     # round the host's watch marked busy: at most as many as the cap) measured again

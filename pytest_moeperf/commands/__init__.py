@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -75,7 +76,7 @@ VERBS = (
         changes,
         "the change points of every series in the results store, with the builds each lies "
         "between and the bisect that names the first bad one; exit 1 when one lies after the "
-        "last accepted baseline",
+        "last accepted baseline and no one has triaged it (ack, invalid, fixed ID)",
     ),
     (
         "dashboard",
@@ -124,6 +125,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"moeperf {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # its reader stopped (``| head``): nothing more to say to it
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

@@ -2,20 +2,34 @@
 workload over its runs) searched for change points; each printed with the two builds it lies
 between, the change with its interval, whether other hosts show it, and the ``moeperf
 bisect`` that names the first bad build. Exit 1 when a change point (not the host's) lies after
-the last accepted baseline of its host and profile, for a nightly job; 0 otherwise."""
+the last accepted baseline of its host and profile and no one has triaged it, for a nightly
+job; 0 otherwise. ``moeperf changes ack|invalid|fixed ID [--note TEXT]`` triages one, in the
+store; ``--since DATE`` and ``--json`` are for a job that posts them."""
 
 from __future__ import annotations
 
 import argparse
+import json
 
 from ..defaults import MARGIN, check_margin
+from ..errors import MoeperfError
 from ..report.changes import changes_text
-from ..store.series import store_changes
+from ..store.series import MARK_STATES, mark_change, since, store_changes
 from ..verdicts.outcomes import exit_status
 from .common import add_store_arguments, opened_store
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "mark",
+        nargs="*",
+        metavar="ack|invalid|fixed ID",
+        help="triage the change point of this id (as printed): acknowledged (explained, e.g. "
+        "filed), invalid (not a real change) or fixed; a marked one no longer fails the run",
+    )
+    p.add_argument("--note", default="", help="with a mark: why (an issue, a cause)")
+    p.add_argument("--since", help="only change points dated this day or later (2026-12-01)")
+    p.add_argument("--json", action="store_true", help="print them as JSON, newest first")
     add_store_arguments(p)
     p.add_argument("--host", help="only this host's series (its store name, host/digest)")
     p.add_argument("--profile", help="only this profile's series")
@@ -31,6 +45,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     check_margin(args.margin, "--margin")
+    if args.mark and (len(args.mark) != 2 or args.mark[0] not in MARK_STATES):
+        raise MoeperfError(
+            f"moeperf changes {' '.join(args.mark)}: give {'|'.join(MARK_STATES)} and one id"
+        )
+    if args.note and not args.mark:
+        raise MoeperfError("--note: only with a mark (moeperf changes ack ID --note TEXT)")
     wanted = {
         "host": args.host,
         "profile": args.profile,
@@ -42,7 +62,17 @@ def run(args: argparse.Namespace) -> int:
         all_series, found = store_changes(
             store, args.margin, **{k: v for k, v in wanted.items() if v}
         )
+        if args.mark:
+            marked, mark = mark_change(store, found, args.mark[1], args.mark[0], args.note)
+            print(f"{marked.id} {marked.series.name}: {mark.describe()}")
+            return 0
     finally:
         store.close()
-    print(changes_text(store.name, all_series, found))
-    return exit_status("alarm" if any(f.alarms for f in found) else "quiet")
+    if args.since:
+        found = since(found, args.since)
+    if args.json:
+        newest = sorted(found, key=lambda f: f.change.date, reverse=True)
+        print(json.dumps([f.to_dict() for f in newest], indent=1))
+    else:
+        print(changes_text(store.name, all_series, found))
+    return exit_status("alarm" if any(f.untriaged for f in found) else "quiet")

@@ -14,13 +14,18 @@ def changes_text(store: str, series: Sequence[Series], found: Sequence[Found]) -
         f"store {store}: {len(series)} series of {hosts} host(s), {len(found)} change point(s)"
     ]
     for f in found:
-        lines.append(f"{f.series.name}: {f.change.describe()}")
+        lines.append(f"{f.id} {f.series.name}: {f.change.describe()}")
         if not f.change.host and f.also:  # (the host's change says so in its line)
             lines.append(f"  also on {', '.join(f.also)}: every host's change, not one host's")
         elif not f.change.host and hosts > 1:
             lines.append("  on this host only")
-        if f.alarms:
-            lines.append("  after the last accepted baseline")
+        if f.mark is not None:
+            lines.append(f"  {f.mark.describe()}")
+        elif f.alarms:
+            lines.append(
+                "  after the last accepted baseline, not triaged (moeperf changes ack|invalid|"
+                f"fixed {f.id} --note ...)"
+            )
         if f.bisect:
             lines.append(f"  bisect: {f.bisect}")
     return "\n".join(lines)

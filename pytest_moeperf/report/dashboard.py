@@ -238,7 +238,11 @@ def _about(body: dict[str, Any]) -> str:
 
 
 def _change_item(f: Found) -> str:
-    text = html.escape(f.change.describe())
+    text = f"<code>{f.id}</code> " + html.escape(f.change.describe())
+    if f.mark is not None:
+        text += f" <span class=mark>{html.escape(f.mark.describe())}</span>"
+    elif f.untriaged:
+        text += " <span class=mark>not triaged</span>"
     if f.also:
         text += " &mdash; also on " + html.escape(", ".join(f.also))
     bisect_line = f"<pre class=bisect>{html.escape(f.bisect)}</pre>" if f.bisect else ""

@@ -37,7 +37,7 @@ from .database import (
 from .hosts import host_key
 from .record import RunRecord, parse_date
 
-DOCUMENT_KINDS = ("gate", "bisect", "tune", "sweep", "calibration", "accept")
+DOCUMENT_KINDS = ("gate", "bisect", "tune", "sweep", "calibration", "accept", "change-mark")
 HISTORY_RUNS = 40
 """The most earlier runs a report's history panel draws (the newest of this host)."""
 HISTORY_VERDICTS = 200

@@ -3,14 +3,35 @@ each run a point with its median's own interval and the host's probe figure at t
 
 from __future__ import annotations
 
+import datetime as dt
+import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from ..errors import StoreError
 from ..verdicts.changes import ChangePoint, Point, bisect_command, change_points
+from .record import parse_date
 from .runstore import RunStore, SeriesRow
 
 FALLBACK_LOG_SE = 0.05
 """A run's median's log SE where it kept fewer than two samples (it cannot say its own)."""
+MARK_STATES = {"ack": "acknowledged", "invalid": "invalid", "fixed": "fixed"}
+"""How a change point may be triaged (the command's word: the state it is kept as)."""
+MARK_KIND = "change-mark"
+"""The store's document kind of a triage mark (the newest of a change point stands)."""
+
+
+@dataclass(frozen=True)
+class Mark:
+    """A change point triaged: acknowledged (explained, e.g. filed as an issue), invalid (not
+    a real change), or fixed; with its note and when it was marked."""
+
+    state: str
+    note: str = ""
+    date: str = ""
+
+    def describe(self) -> str:
+        return f"{self.state}{f': {self.note}' if self.note else ''} ({self.date})"
 
 
 @dataclass
@@ -66,11 +87,51 @@ class Found:
     """It lies after the last accepted baseline of its host and profile."""
     also: list[str] = field(default_factory=list)
     """Other hosts whose same series steps at the same build."""
+    mark: Mark | None = None
+    """How it was triaged (``None``: not yet)."""
+
+    @property
+    def id(self) -> str:
+        """Its name for triage: the series and the first run after the step, hashed (the same
+        each time the change point is found there, on either backend, after an export)."""
+        s = self.series
+        run = s.rows[self.change.index].run
+        text = "\0".join((s.host, s.profile, s.configuration, s.workload, run))
+        return hashlib.sha256(text.encode()).hexdigest()[:10]
 
     @property
     def alarms(self) -> bool:
-        """A nightly job fails on it: it lies after the last accept and is not the host's."""
+        """It lies after the last accept and is not the host's: a regression to look at."""
         return self.after_accept and not self.change.host
+
+    @property
+    def untriaged(self) -> bool:
+        """A nightly job fails on it: it alarms and no one has marked it."""
+        return self.alarms and self.mark is None
+
+    def to_dict(self) -> dict[str, object]:
+        """The change point as ``moeperf changes --json`` prints it."""
+        c = self.change
+        return {
+            "id": self.id,
+            "host": self.series.host,
+            "profile": self.series.profile,
+            "configuration": self.series.configuration,
+            "workload": self.series.workload,
+            "run": self.series.rows[c.index].run,
+            "date": c.date,
+            "before": c.before,
+            "after": c.after,
+            "ratio": c.ratio,
+            "low": c.low,
+            "high": c.high,
+            "hosts_change": c.host,
+            "also_on": list(self.also),
+            "after_accept": self.after_accept,
+            "untriaged": self.untriaged,
+            "mark": None if self.mark is None else vars(self.mark),
+            "bisect": self.bisect,
+        }
 
 
 def find_changes(
@@ -106,4 +167,53 @@ def store_changes(store: RunStore, margin: float, **where: str) -> tuple[list[Se
     change points, each knowing whether it lies after its host's last accept."""
     all_series = series_of(store.series_rows(**where))
     accepted = {h: store.accepted_at(h) for h in {s.host for s in all_series}}
-    return all_series, find_changes(all_series, accepted, margin)
+    found = find_changes(all_series, accepted, margin)
+    marks = {str(d.get("change")): d for d in store.documents(MARK_KIND)}  # the newest stands
+    for f in found:
+        if (d := marks.get(f.id)) is not None:
+            f.mark = Mark(str(d.get("state", "")), str(d.get("note", "")), str(d.get("date", "")))
+    return all_series, found
+
+
+def mark_change(
+    store: RunStore, found: Sequence[Found], change: str, word: str, note: str = ""
+) -> tuple[Found, Mark]:
+    """Triage the change point whose id starts with *change* (as ``moeperf changes`` prints
+    it) as *word* (:data:`MARK_STATES`), kept in the store; one :class:`StoreError` line when no
+    change point or several have that id."""
+    state = MARK_STATES.get(word)
+    if state is None:
+        raise StoreError(f"moeperf changes {word}: mark a change point {' or '.join(MARK_STATES)}")
+    hits = [f for f in found if change and f.id.startswith(change)]
+    if len(hits) != 1:
+        what = "no change point" if not hits else f"{len(hits)} change points"
+        raise StoreError(
+            f"moeperf changes {word} {change}: {what} of the store has that id; "
+            "run moeperf changes to see each id"
+        )
+    (f,) = hits
+    date = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S%z")
+    body = {
+        "change": f.id,
+        "state": state,
+        "note": note,
+        "date": date,
+        "series": [f.series.host, f.series.profile, f.series.configuration, f.series.workload],
+        "run": f.series.rows[f.change.index].run,
+    }
+    store.add_document(MARK_KIND, f.series.host, body)
+    f.mark = Mark(state, note, date)
+    return f, f.mark
+
+
+def since(found: Iterable[Found], date: str) -> list[Found]:
+    """The change points whose first run after the step is dated *date* or later."""
+    start = parse_date(date)
+    if start is None:
+        raise StoreError(f"--since {date}: not a date; give e.g. 2026-12-01 or 2026-12-01T08:00")
+    out = []
+    for f in found:
+        when = parse_date(f.change.date)
+        if when is not None and when >= start:
+            out.append(f)
+    return out

@@ -5,6 +5,7 @@ opened once when first asked, which loads the results folder into a new default 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +17,7 @@ from .database import shown
 from .history import RESULTS_GLOB, read_results
 from .record import parse_date
 from .runstore import RunStore, StoredRun, open_store, run_key
+from .series import MARK_KIND
 
 
 @dataclass
@@ -35,10 +37,22 @@ class Transfer:
         return ", ".join(parts)
 
 
+MARKS_FILE = "change-marks.json"
+"""The triage marks of the store's change points, beside an export's results files."""
+
+
 def import_folder(store: RunStore, folder: Path) -> Transfer:
-    """Every results file in *folder* (``results-*.json``) into *store*, oldest name first;
-    files that cannot be read are skipped with a line each."""
+    """Every results file in *folder* (``results-*.json``) into *store*, oldest name first,
+    and the change points' triage marks of :data:`MARKS_FILE`; files that cannot be read are
+    skipped with a line each."""
     done = Transfer()
+    marks = Path(folder) / MARKS_FILE
+    if marks.is_file():
+        try:
+            for body in json.loads(marks.read_text()):
+                store.add_document(MARK_KIND, str(body["series"][0]), body)
+        except (OSError, ValueError, TypeError, KeyError, IndexError) as exc:
+            done.problems.append(f"{marks}: not the triage marks of an export ({exc!r})")
     for path in sorted(Path(folder).glob(RESULTS_GLOB)):
         if not path.is_file():
             continue
@@ -64,6 +78,8 @@ def export_folder(store: RunStore, folder: Path) -> Transfer:
     the run is left as it is. Each file is written atomically."""
     done = Transfer()
     folder.mkdir(parents=True, exist_ok=True)
+    if marks := store.documents(MARK_KIND):
+        atomic_write_text(folder / MARKS_FILE, json.dumps(marks, indent=1) + "\n")
     for run in store.stored_runs():
         path = folder / export_name(run)
         if path.is_file():

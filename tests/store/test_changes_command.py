@@ -4,6 +4,7 @@ last accepted baseline."""
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import subprocess
@@ -46,10 +47,14 @@ def test_changes_names_the_builds_the_hosts_and_the_bisect(store_at, capsys):
     lines = out.splitlines()
     assert lines[0].endswith("2 series of 2 host(s), 1 change point(s)")
     a = host_key(run_record(host="gpu-01").fingerprint)
-    assert lines[1].startswith(f"{a} embedded mmap tg64: -30.")
+    change_id, name = lines[1].split(" ", 1)
+    assert name.startswith(f"{a} embedded mmap tg64: -30.")
     assert "between b10428 and b10429" in lines[1]
     assert lines[2] == "  on this host only"
-    assert lines[3] == "  after the last accepted baseline"
+    assert lines[3] == (
+        "  after the last accepted baseline, not triaged (moeperf changes ack|invalid|fixed "
+        f"{change_id} --note ...)"
+    )
     assert lines[4] == (
         "  bisect: moeperf bisect --profile embedded -c mmap --metric tg64 --good 10428 "
         "--bad 10429 --margin 0.05"
@@ -60,6 +65,42 @@ def test_changes_names_the_builds_the_hosts_and_the_bisect(store_at, capsys):
     store.close()
     assert moeperf(["changes", "--store", url, "-c", "mmap", "-w", "tg64"]) == 0
     assert "after the last accepted baseline" not in capsys.readouterr().out
+
+
+def test_a_change_point_triaged_from_the_command_line_stops_failing_the_job(
+    store_at, tmp_path, capsys
+):
+    """ack / invalid / fixed ID --note: kept in the store, shown by changes and the dashboard,
+    kept through an export and import into a new store; changes exits 1 only on one no one
+    has triaged, and --json and --since list them for a job that posts them."""
+    store = open_store(store_at)
+    _fill(store, "gpu-01", slowed=True)
+    store.close()
+    url = store_at.render_as_string(hide_password=False)
+    only = ["--store", url, "-c", "mmap", "-w", "tg64"]
+    assert moeperf(["changes", "--json", *only]) == 1
+    (listed,) = json.loads(capsys.readouterr().out)
+    assert listed["untriaged"] and listed["mark"] is None and listed["after"] == "b10429"
+    assert moeperf(["changes", "--since", "2099-01-01", "--json", *only]) == 0  # none since
+    assert json.loads(capsys.readouterr().out) == []
+    assert moeperf(["changes", "ack", listed["id"][:6], "--note", "issue 61", *only]) == 0
+    assert "acknowledged: issue 61" in capsys.readouterr().out
+    assert moeperf(["changes", *only]) == 0  # triaged: the nightly job passes
+    assert "  acknowledged: issue 61 (" in capsys.readouterr().out
+    assert moeperf(["changes", "--json", "--store", url]) == 1  # another series' step is not
+    capsys.readouterr()
+    site = tmp_path / "site"
+    assert moeperf(["dashboard", "--output", str(site), "--store", url]) == 0
+    pages = "".join(p.read_text() for p in site.rglob("*.html"))
+    assert "acknowledged: issue 61" in pages and listed["id"] in pages
+    assert moeperf(["store", "export", str(tmp_path / "out"), "--store", url]) == 0
+    again = f"sqlite:///{tmp_path / 'again.sqlite'}"
+    assert moeperf(["store", "import", str(tmp_path / "out"), "--store", again]) == 0
+    capsys.readouterr()
+    assert moeperf(["changes", "--store", again, "-c", "mmap", "-w", "tg64"]) == 0
+    assert "acknowledged: issue 61" in capsys.readouterr().out
+    assert moeperf(["changes", "fixed", "ffffffffff", *only]) == 2  # no such id: one line
+    assert "no change point of the store has that id" in capsys.readouterr().err
 
 
 def test_every_hosts_change_is_said_so(store_at, capsys):

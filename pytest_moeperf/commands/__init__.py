@@ -118,7 +118,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = make_parser()
     args = parser.parse_args(argv)
     try:
-        return int(args.run(args))
+        code = int(args.run(args))
+        sys.stdout.flush()  # here, where a reader that left is heard (below), not at exit
+        return code
     except (MoeperfError, SettingError) as exc:
         print(f"moeperf {args.command}: error: {exc}", file=sys.stderr)
         return 2

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 
 import pytest
 
@@ -89,3 +90,22 @@ def test_baselines_lists_the_hosts_a_file_holds(capsys, tmp_path):
     assert "host-2" in out[2] and "7.1 GB/s" in out[2]
     assert main(["baselines", str(tmp_path / "missing.toml")]) == 2
     assert "no such baseline file" in capsys.readouterr().err
+
+
+def test_a_reader_that_stops_reading_gets_no_traceback():
+    """``moeperf baselines FILE | head -1``: the pipe closed before the command wrote, and
+    the command ends quietly (141, as a shell reports SIGPIPE) instead of a traceback."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    adr = Path(__file__).resolve().parents[2] / "baselines" / "adr-0042.toml"
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before anything is written
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest_moeperf.commands", "baselines", str(adr)],
+        stdout=write, stderr=subprocess.PIPE, text=True, timeout=120,
+    )  # fmt: skip
+    os.close(write)
+    assert done.returncode == 141, done.stderr
+    assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr

@@ -19,8 +19,11 @@ points outside a build range; every series has a stable anchor
 from __future__ import annotations
 
 import bisect
+import csv
 import html
+import io
 import json
+import math
 import re
 from collections import Counter
 from collections.abc import Sequence
@@ -31,9 +34,10 @@ from typing import Any
 
 from ..fs import atomic_write_text
 from ..llama.build import label_number
+from ..measure.workload import Workload
 from ..store.series import Found, Series
 from ..verdicts.judge import Verdict
-from .charts import Mark, Step, claim_chart, series_chart
+from .charts import Mark, Step, Z, claim_chart, series_chart
 
 Record = tuple[str, float, dict[str, Any]]
 """A command's record: its kind, when it was kept, its document."""
@@ -80,6 +84,48 @@ def series_anchor(s: Series) -> str:
     return slug(f"{s.profile}-{s.configuration}-{s.workload}")
 
 
+def series_data(s: Series) -> str:
+    """The file name (without suffix) of a series' downloads, under ``data/``."""
+    return f"data/{slug(s.host)}-{series_anchor(s)}"
+
+
+DATA_FIELDS = ("run", "date", "build", "median", "low", "high", "log_se", "probe", "unit")
+"""A series' downloads, one row a run: its median with its 95 % interval (as the chart draws
+it), the median's log SE, the host's probe figure, and the metric's unit."""
+
+
+def series_rows(s: Series) -> list[dict[str, Any]]:
+    """*s* as its downloads hold it (:data:`DATA_FIELDS`), oldest run first."""
+    unit = Workload.parse(s.workload).unit
+    return [
+        {
+            "run": r.run,
+            "date": r.date,
+            "build": r.build,
+            "median": r.median,
+            "low": r.median * math.exp(-Z * (r.log_se or 0.0)),
+            "high": r.median * math.exp(Z * (r.log_se or 0.0)),
+            "log_se": r.log_se,
+            "probe": r.probe,
+            "unit": unit,
+        }
+        for r in s.rows
+    ]
+
+
+def _series_csv(s: Series) -> str:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, DATA_FIELDS, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(series_rows(s))
+    return buffer.getvalue()
+
+
+def _series_json(s: Series) -> str:
+    head = {"host": s.host, "profile": s.profile, "configuration": s.configuration}
+    return json.dumps({**head, "workload": s.workload, "runs": series_rows(s)}, indent=1) + "\n"
+
+
 def write_site(site: Site, out: Path) -> list[Path]:
     """Every page and asset of *site* into *out*; returns the paths written."""
     out.mkdir(parents=True, exist_ok=True)
@@ -89,6 +135,9 @@ def write_site(site: Site, out: Path) -> list[Path]:
         written.append(_write(out / name, text))
     hosts = sorted({s.host for s in site.series})
     written.append(_write(out / "index.html", _index(site, hosts)))
+    for s in site.series:
+        written.append(_write(out / f"{series_data(s)}.csv", _series_csv(s)))
+        written.append(_write(out / f"{series_data(s)}.json", _series_json(s)))
     for host in hosts:
         for i, (kind, _, body) in enumerate(site.records.get(host, [])):
             written.append(_write(out / record_link(host, i, kind), json.dumps(body, indent=1)))
@@ -160,7 +209,9 @@ def _host(site: Site, host: str) -> str:
         parts.append(
             f'<section class=series id="{series_anchor(s)}" data-name="{html.escape(s.name)}">'
             f'<h3><a href="#{series_anchor(s)}">{html.escape(s.name)}</a></h3>'
-            f"{chart}<ul class=changes>{items}</ul></section>"
+            f'{chart}<p class=downloads><a href="{series_data(s)}.csv" download>CSV</a> '
+            f'<a href="{series_data(s)}.json" download>JSON</a></p>'
+            f"<ul class=changes>{items}</ul></section>"
         )
     parts.extend(_claims(site.verdicts.get(host, [])))
     for table in site.references.get(host, []):

@@ -4,6 +4,7 @@ last accepted baseline."""
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 import signal
@@ -206,3 +207,24 @@ def test_every_stored_string_is_text_on_the_pages(store_at, tmp_path, capsys):
     assert "alert(" in text  # the strings are on the pages ...
     assert "<script>alert" not in text and "</script>&" not in text  # ... as text only
     assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;&amp;" in text
+
+
+def test_each_series_downloads_as_csv_and_json_with_the_stored_points(store_at, tmp_path):
+    store = open_store(store_at)
+    _fill(store, "gpu-01", slowed=True)
+    rows = store.series_rows(configuration="mmap", workload="tg64")
+    store.close()
+    url = store_at.render_as_string(hide_password=False)
+    site = tmp_path / "site"
+    assert moeperf(["dashboard", "--output", str(site), "--store", url]) == 0
+    page = next(site.glob("host-*.html")).read_text()
+    (link,) = re.findall(r'href="(data/[^"]*-embedded-mmap-tg64\.csv)" download', page)
+    with (site / link).open(newline="") as f:
+        table = list(csv.DictReader(f))
+    assert [(t["run"], t["build"]) for t in table] == [(r.run, r.build) for r in rows]
+    assert [float(t["median"]) for t in table] == [r.median for r in rows]
+    assert all(float(t["low"]) < float(t["median"]) < float(t["high"]) for t in table)
+    assert {t["unit"] for t in table} == {"tok/s"}
+    doc = json.loads((site / link.replace(".csv", ".json")).read_text())
+    assert (doc["configuration"], doc["workload"]) == ("mmap", "tg64")
+    assert [d["median"] for d in doc["runs"]] == [r.median for r in rows]

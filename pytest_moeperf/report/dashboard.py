@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import bisect
 import csv
+import datetime as dt
+import hashlib
 import html
 import io
 import json
@@ -35,6 +37,7 @@ from typing import Any
 from ..fs import atomic_write_text
 from ..llama.build import label_number
 from ..measure.workload import Workload
+from ..store.record import parse_date
 from ..store.series import Found, Series
 from ..verdicts.judge import Verdict
 from .charts import Mark, Step, Z, claim_chart, series_chart
@@ -135,6 +138,10 @@ def write_site(site: Site, out: Path) -> list[Path]:
         written.append(_write(out / name, text))
     hosts = sorted({s.host for s in site.series})
     written.append(_write(out / "index.html", _index(site, hosts)))
+    told = sorted((f for f in site.found if f.untriaged), key=_when, reverse=True)
+    written.append(_write(out / "changes.html", _told_page(site, told)))
+    written.append(_write(out / "changes.json", json.dumps([f.to_dict() for f in told], indent=1)))
+    written.append(_write(out / "changes.atom", _atom(site, told)))
     for s in site.series:
         written.append(_write(out / f"{series_data(s)}.csv", _series_csv(s)))
         written.append(_write(out / f"{series_data(s)}.json", _series_json(s)))
@@ -171,9 +178,56 @@ def _build_range(series: Sequence[Series]) -> tuple[str, str]:
     return (f"b{min(numbers)}", f"b{max(numbers)}") if numbers else ("", "")
 
 
+def _when(f: Found) -> dt.datetime:
+    return parse_date(f.change.date) or dt.datetime.min.replace(tzinfo=dt.UTC)
+
+
+def _told_page(site: Site, told: Sequence[Found]) -> str:
+    """``changes.html``: the untriaged change points of every host, newest first."""
+    items = "".join(
+        f'<li><a href="{host_page(f.series.host)}#{series_anchor(f.series)}">'
+        f"{html.escape(f.series.name)}</a>: {_change_item(f).removeprefix('<li class=change>')}"
+        for f in told
+    )
+    body = (
+        '<p><a href="index.html">all hosts</a> · <a href="changes.atom">Atom feed</a> · '
+        f'<a href="changes.json">JSON</a></p><p>{len(told)} change point(s) after the last '
+        "accepted baseline that no one has triaged (<code>moeperf changes ack|invalid|fixed "
+        f"ID</code>), newest first</p><ul class=changes>{items}</ul>"
+    )
+    return _page("pytest-moeperf: untriaged change points", body, site.series)
+
+
+def _atom(site: Site, told: Sequence[Found]) -> str:
+    """``changes.atom``: the untriaged change points as an Atom feed, newest first."""
+
+    def text(value: str) -> str:
+        return html.escape(value, quote=False)
+
+    stamp = (_when(told[0]) if told else dt.datetime.now(dt.UTC)).isoformat()
+    entries = "".join(
+        f"<entry><id>urn:pytest-moeperf:change:{f.id}</id>"
+        f"<title>{text(f'{f.series.name}: {f.change.describe()}')}</title>"
+        f"<updated>{_when(f).isoformat()}</updated>"
+        f'<link href="{html.escape(host_page(f.series.host))}#{series_anchor(f.series)}"/>'
+        f'<content type="text">{text(f.bisect or "no bisect: within one build")}</content>'
+        "</entry>"
+        for f in told
+    )
+    store = hashlib.sha256(site.store.encode()).hexdigest()[:16]
+    return (
+        '<?xml version="1.0" encoding="utf-8"?>\n<feed xmlns="http://www.w3.org/2005/Atom">'
+        f"<title>pytest-moeperf: untriaged change points</title>"
+        f"<id>urn:pytest-moeperf:changes:{store}</id><updated>{stamp}</updated>"
+        f"<author><name>pytest-moeperf</name></author>{entries}</feed>\n"
+    )
+
+
 def _index(site: Site, hosts: Sequence[str]) -> str:
+    told = sum(1 for f in site.found if f.untriaged)
     parts = [f"<p>store {html.escape(site.store)}: {len(site.series)} series of "
-             f"{len(hosts)} host(s), {len(site.found)} change point(s)</p><ul>"]  # fmt: skip
+             f"{len(hosts)} host(s), {len(site.found)} change point(s), "
+             f'<a href="changes.html">{told} not triaged</a></p><ul>']  # fmt: skip
     for host in hosts:
         n = sum(1 for s in site.series if s.host == host)
         parts.append(f'<li><a href="{host_page(host)}">{html.escape(host)}</a>: {n} series</li>')

@@ -13,6 +13,7 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
+from xml.etree import ElementTree
 
 import httpx
 import pytest
@@ -94,6 +95,18 @@ def test_a_change_point_triaged_from_the_command_line_stops_failing_the_job(
     assert moeperf(["dashboard", "--output", str(site), "--store", url]) == 0
     pages = "".join(p.read_text() for p in site.rglob("*.html"))
     assert "acknowledged: issue 61" in pages and listed["id"] in pages
+    # the feed: exactly the untriaged ones, newest first, as JSON and Atom
+    assert moeperf(["changes", "--json", "--store", url]) == 1
+    untriaged = [c["id"] for c in json.loads(capsys.readouterr().out) if c["untriaged"]]
+    fed = json.loads((site / "changes.json").read_text())
+    assert [c["id"] for c in fed] == untriaged and listed["id"] not in untriaged
+    atom = ElementTree.parse(site / "changes.atom").getroot()
+    ns = {"a": "http://www.w3.org/2005/Atom"}
+    ids = [e.findtext("a:id", namespaces=ns) for e in atom.findall("a:entry", ns)]
+    assert ids == [f"urn:pytest-moeperf:change:{i}" for i in untriaged]
+    dates = [c["date"] for c in fed]
+    assert dates == sorted(dates, reverse=True)
+    assert f"{len(untriaged)} not triaged" in (site / "index.html").read_text()
     assert moeperf(["store", "export", str(tmp_path / "out"), "--store", url]) == 0
     again = f"sqlite:///{tmp_path / 'again.sqlite'}"
     assert moeperf(["store", "import", str(tmp_path / "out"), "--store", again]) == 0

@@ -76,7 +76,8 @@ def test_every_page_draws_the_store_offline_with_its_change_points(browser, stor
     url = store_at.render_as_string(hide_password=False)
     assert moeperf(["dashboard", "--output", str(site), "--store", url]) == 0
     pages = sorted(site.glob("*.html"))
-    assert [p.name for p in pages][-1] == "index.html" and len(pages) == 3
+    names = [p.name for p in pages]
+    assert names[0] == "changes.html" and names[-1] == "index.html" and len(pages) == 4
     for path in pages:
         assert "http://" not in path.read_text() and "https://" not in path.read_text()
 
@@ -95,6 +96,7 @@ def test_every_page_draws_the_store_offline_with_its_change_points(browser, stor
         print(f"{path.name}: {drawn[path.name]} points drawn, loaded in {ms:.0f} ms")
     assert errors == [] and off_machine == []
     # every point the store holds: 2 hosts x 4 series x 40 runs, on each host's page and the index
+    assert drawn["changes.html"] == 0  # the list of change points to triage draws no chart
     host_pages = [n for n in drawn if n.startswith("host-")]
     assert [drawn[n] for n in host_pages] == [4 * (RUNS + 3), 4 * RUNS]
     assert drawn["index.html"] == 2 * 4 * RUNS + 4 * 3

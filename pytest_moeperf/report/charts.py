@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ..llama.build import label_number
+from ..measure.workload import Workload
 from ..store.series import Found, Series
 from ..verdicts.judge import Verdict
 
@@ -34,6 +35,21 @@ class Drawn:
     high: float
     first: int
     last: int
+    run: str = ""
+    """The run's key (a point of one run)."""
+
+
+def nice_ticks(bottom: float, top: float, most: int = 5) -> list[float]:
+    """At most *most* round values (1, 2 or 5 times a power of ten apart) within
+    [*bottom*, *top*]: where a chart's gridlines and scale labels go."""
+    span = top - bottom
+    if not span > 0 or not math.isfinite(span):
+        return [bottom] if math.isfinite(bottom) else []
+    raw = span / max(most - 1, 1)
+    power = 10 ** math.floor(math.log10(raw))
+    step = next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
+    first = math.ceil(bottom / step) * step
+    return [round(first + k * step, 12) for k in range(int((top - first) / step + 1e-9) + 1)]
 
 
 @dataclass(frozen=True)
@@ -69,6 +85,7 @@ def drawn_points(s: Series, most: int) -> list[Drawn]:
                 r.median * math.exp(Z * (r.log_se or 0.0)),
                 i,
                 i,
+                r.run,
             )
             for i, r in enumerate(rows)
         ]
@@ -110,14 +127,32 @@ def _frame(
 
 
 def _svg(
-    w: int, h: int, top: float, bottom: float, marks: Sequence[str], first: str, last: str
+    w: int,
+    h: int,
+    top: float,
+    bottom: float,
+    marks: Sequence[str],
+    first: str,
+    last: str,
+    unit: str = "",
 ) -> str:
+    """The chart's frame: gridlines at round values with their labels and the *unit* above
+    them, then *marks*, and the first and last build along the bottom (a tick where each
+    build begins is a mark)."""
+    _, y = _frame(w, h, top, bottom, 1)
+    grid = [f'<text x=2 y=9 class="axis unit">{html.escape(unit)}</text>'] if unit else []
+    for v in nice_ticks(bottom, top):
+        grid.append(
+            f'<line class=grid x1="{PAD}" x2="{w - 4}" y1="{y(v):.1f}" y2="{y(v):.1f}"/>'
+            f'<text x="{PAD - 3}" y="{y(v) + 3:.1f}" class=axis text-anchor=end>{v:.6g}</text>'
+        )
     return (
-        f'<svg class=chart width="{w}" height="{h}" viewBox="0 0 {w} {h}" role=img>'
-        f'<text x=2 y=12 class=axis>{top:.4g}</text><text x=2 y="{h - 4}" class=axis>'
-        f"{bottom:.4g}</text>{''.join(marks)}"
-        f'<text x="{PAD}" y="{h - 2}" class=axis>{html.escape(first)}</text>'
-        f'<text x="{w - PAD}" y="{h - 2}" class=axis text-anchor=end>{html.escape(last)}</text>'
+        f'<svg class=chart width="{w}" height="{h}" viewBox="0 0 {w} {h}" role=img '
+        f'data-pad="{PAD}">'
+        f"{''.join(grid)}{''.join(marks)}"
+        f'<text x="{PAD}" y="{h - 2}" class="axis first">{html.escape(first)}</text>'
+        f'<text x="{w - PAD}" y="{h - 2}" class="axis last" text-anchor=end>'
+        f"{html.escape(last)}</text>"
         "</svg>"
     )
 
@@ -143,15 +178,25 @@ def series_chart(
     top = max([p.high for p in points] + [st.value for st in steps])
     bottom = min([p.low for p in points] + [st.value for st in steps])
     x, y = _frame(w, h, top, bottom, len(points))
+    unit = Workload.parse(s.workload).unit
     out = []
     for i, p in enumerate(points):
         num = label_number(p.build)
         number = "" if num is None else str(num)
+        tip = f"{p.median:.4g} {unit} [{p.low:.4g}, {p.high:.4g}] · {p.label} · {s.host}" + (
+            f" · run {p.run[:12]}" if p.run else ""
+        )
+        slotted = f'data-slot="{i}" data-number="{number}"'
+        if i == 0 or points[i - 1].build != p.build:  # a tick where a build begins
+            out.append(
+                f'<line class=tick {slotted} x1="{x(i):.1f}" x2="{x(i):.1f}" y1="{h - 16}" '
+                f'y2="{h - 11}"/>'
+            )
         out.append(
-            f'<line class=interval x1="{x(i):.1f}" x2="{x(i):.1f}" y1="{y(p.low):.1f}" '
-            f'y2="{y(p.high):.1f}"/><circle class=point cx="{x(i):.1f}" cy="{y(p.median):.1f}" '
-            f'r=2.5 data-build="{html.escape(p.build)}" data-number="{number}">'
-            f"<title>{html.escape(p.label)}: {p.median:.4g} tok/s</title></circle>"
+            f'<line class=interval {slotted} x1="{x(i):.1f}" x2="{x(i):.1f}" y1="{y(p.low):.1f}" '
+            f'y2="{y(p.high):.1f}"/><circle class=point {slotted} cx="{x(i):.1f}" '
+            f'cy="{y(p.median):.1f}" r=2.5 data-build="{html.escape(p.build)}" '
+            f'data-tip="{html.escape(tip)}"><title>{html.escape(tip)}</title></circle>'
         )
     for f in found:
         after = _slot(points, f.change.index)
@@ -159,8 +204,9 @@ def series_chart(
             continue
         cx = (x(after - 1) + x(after)) / 2
         out.append(
-            f'<line class="changepoint{" host" if f.change.host else ""}" x1="{cx:.1f}" '
-            f'x2="{cx:.1f}" y1="4" y2="{h - PAD / 2:.1f}"><title>'
+            f'<line class="changepoint{" host" if f.change.host else ""}" '
+            f'data-from="{after - 1}" data-to="{after}" x1="{cx:.1f}" x2="{cx:.1f}" y1="4" '
+            f'y2="{h - PAD / 2:.1f}"><title>'
             f"{html.escape(f.change.describe())}</title></line>"
         )
     for k, st in enumerate(steps):
@@ -170,18 +216,21 @@ def series_chart(
         nxt = _slot(points, steps[k + 1].first) if k + 1 < len(steps) else None
         end = len(points) - 1 if nxt is None else max(nxt - 1, start)
         out.append(
-            f'<line class=baseline x1="{x(start) - 3:.1f}" x2="{x(end) + 3:.1f}" '
+            f'<line class=baseline data-from="{start}" data-to="{end}" '
+            f'x1="{x(start) - 3:.1f}" x2="{x(end) + 3:.1f}" '
             f'y1="{y(st.value):.1f}" y2="{y(st.value):.1f}"><title>{html.escape(st.label)}'
             "</title></line>"
         )
     for m in marks:
         at = _slot(points, m.first)
         cx = x(at) if at is not None else w - PAD / 2
+        slot = len(points) if at is None else at
         out.append(
-            f'<a class=record href="{html.escape(m.link)}"><path d="M{cx - 4:.1f},2 '
+            f'<a class=record href="{html.escape(m.link)}" data-slot="{slot}">'
+            f'<path d="M{cx - 4:.1f},2 '
             f'L{cx + 4:.1f},2 L{cx:.1f},9 Z"><title>{html.escape(m.kind)}</title></path></a>'
         )
-    return _svg(w, h, top, bottom, out, points[0].build, points[-1].build)
+    return _svg(w, h, top, bottom, out, points[0].build, points[-1].build, unit)
 
 
 def claim_chart(verdicts: Sequence[tuple[str, Verdict]]) -> str:
@@ -205,4 +254,4 @@ def claim_chart(verdicts: Sequence[tuple[str, Verdict]]) -> str:
             f'cx="{x(i):.1f}" cy="{y(v.ratio):.1f}" r=3><title>{html.escape(date)}: '
             f"{html.escape(v.outcome)} {v.ratio:.3g} [{v.low:.3g}, {v.high:.3g}]</title></circle>"
         )
-    return _svg(w, h, top, bottom, out, verdicts[0][0][:10], verdicts[-1][0][:10])
+    return _svg(w, h, top, bottom, out, verdicts[0][0][:10], verdicts[-1][0][:10], "ratio")

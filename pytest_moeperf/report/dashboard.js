@@ -1,14 +1,74 @@
-// pytest-moeperf dashboard: narrows the series by text and the points by build range.
-// Everything it needs is in the page; it asks nothing of the network.
+// pytest-moeperf dashboard: narrows the series by text, zooms every chart to a build range
+// (the runs outside it left out, those in it spread over the width; an empty range is all of
+// them again), and shows a point's value, interval, build, date, host and run when it is
+// pointed at or tapped. Everything it needs is in the page; it asks nothing of the network.
 (function () {
   "use strict";
   var text = document.getElementById("text");
   var from = document.getElementById("from");
   var to = document.getElementById("to");
+  var tip = document.createElement("div");
+  tip.id = "tip";
+  tip.hidden = true;
+  document.body.appendChild(tip);
+
   function number(input) {
     var m = /^b?(\d+)$/.exec(input.value.trim());
     return m ? parseInt(m[1], 10) : null;
   }
+  function slot(el, name) { return parseInt(el.getAttribute(name || "data-slot"), 10); }
+
+  // One chart at the build range [lo, hi]: which of its slots (runs, or builds in a long
+  // series) are kept, and where each kept one now stands.
+  function zoom(svg, lo, hi) {
+    var width = svg.viewBox.baseVal.width, pad = parseFloat(svg.getAttribute("data-pad"));
+    var kept = [], rank = {};
+    svg.querySelectorAll("circle.point").forEach(function (p) {
+      var n = parseInt(p.getAttribute("data-number"), 10);
+      var out = !isNaN(n) && ((lo !== null && n < lo) || (hi !== null && n > hi));
+      if (!out) { rank[slot(p)] = kept.length; kept.push(p); }
+    });
+    function x(s) { return pad + (width - 2 * pad) * (rank[s] + 0.5) / kept.length; }
+    function place(el, at) {
+      var shown = at !== null && kept.length > 0;
+      el.classList.toggle("zoomed-out", !shown);
+      return shown;
+    }
+    svg.querySelectorAll("[data-slot]").forEach(function (el) {
+      var s = slot(el);
+      if (el.tagName === "a") {  // a record's mark: above the first kept run at or after it
+        var next = Object.keys(rank).map(Number).filter(function (k) { return k >= s; });
+        var at = next.length ? x(Math.min.apply(null, next)) : width - pad / 2;
+        if (place(el, at)) {
+          el.firstElementChild.setAttribute("d", "M" + (at - 4) + ",2 L" + (at + 4) + ",2 L" + at + ",9 Z");
+        }
+        return;
+      }
+      if (place(el, s in rank ? x(s) : null)) {
+        var attrs = el.tagName === "circle" ? ["cx"] : ["x1", "x2"];
+        attrs.forEach(function (a) { el.setAttribute(a, x(s)); });
+      }
+    });
+    svg.querySelectorAll("[data-from]").forEach(function (el) {
+      var a = slot(el, "data-from"), b = slot(el, "data-to");
+      var inside = Object.keys(rank).map(Number).filter(function (k) { return k >= a && k <= b; });
+      var changepoint = el.classList.contains("changepoint");
+      var shown = changepoint ? (a in rank && b in rank) : inside.length > 0;
+      if (!place(el, shown ? 0 : null)) { return; }
+      if (changepoint) {
+        var mid = (x(a) + x(b)) / 2;
+        el.setAttribute("x1", mid); el.setAttribute("x2", mid);
+      } else {
+        el.setAttribute("x1", x(Math.min.apply(null, inside)) - 3);
+        el.setAttribute("x2", x(Math.max.apply(null, inside)) + 3);
+      }
+    });
+    if (kept.length) {
+      svg.querySelector("text.first").textContent = kept[0].getAttribute("data-build");
+      svg.querySelector("text.last").textContent = kept[kept.length - 1].getAttribute("data-build");
+    }
+  }
+
   function apply() {
     var words = text.value.toLowerCase().split(/\s+/).filter(Boolean);
     var lo = number(from), hi = number(to);
@@ -17,13 +77,24 @@
       var shown = words.every(function (w) { return name.indexOf(w) >= 0; });
       section.classList.toggle("hidden", !shown);
     });
-    document.querySelectorAll(".point").forEach(function (point) {
-      var n = parseInt(point.getAttribute("data-number"), 10);
-      var out = !isNaN(n) && ((lo !== null && n < lo) || (hi !== null && n > hi));
-      point.classList.toggle("out", out);
+    document.querySelectorAll("svg.chart").forEach(function (svg) {
+      if (svg.querySelector("circle.point")) { zoom(svg, lo, hi); }
     });
   }
+
+  function show(e) {
+    var point = e.target.closest ? e.target.closest("[data-tip]") : null;
+    if (!point) { tip.hidden = true; return; }
+    tip.textContent = point.getAttribute("data-tip");
+    var box = point.getBoundingClientRect();
+    tip.style.left = Math.round(box.right + 6) + "px";
+    tip.style.top = Math.round(box.top - 24) + "px";
+    tip.hidden = false;
+  }
+
   [text, from, to].forEach(function (input) { input.addEventListener("input", apply); });
   document.getElementById("filter").addEventListener("submit", function (e) { e.preventDefault(); });
+  document.addEventListener("mouseover", show);
+  document.addEventListener("click", show);  // a tap on a touch screen
   apply();
 })();

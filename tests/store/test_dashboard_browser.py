@@ -6,6 +6,7 @@ narrows the series."""
 
 from __future__ import annotations
 
+import math
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -16,6 +17,7 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "store"))
 from _records import run_record
 
 from pytest_moeperf.commands import main as moeperf
+from pytest_moeperf.report.charts import PAD, WIDTH
 from pytest_moeperf.store.hosts import host_key
 from pytest_moeperf.store.record import VerdictRecord
 from pytest_moeperf.store.runstore import open_store, run_key
@@ -71,6 +73,7 @@ def test_every_page_draws_the_store_offline_with_its_change_points(browser, stor
             verdicts=[VerdictRecord("test_x.py::test_lm_none_doubles_prefill", claim)],
         )
         store.add_run(record)
+    rows = store.series_rows(host=a)
     store.close()
     site = tmp_path / "site"
     url = store_at.render_as_string(hide_password=False)
@@ -125,8 +128,32 @@ def test_every_page_draws_the_store_offline_with_its_change_points(browser, stor
     assert page.locator("section.series:not(.hidden)").count() == 2
     page.fill("#text", "mmap tg64")
     assert page.locator("section.series:not(.hidden)").count() == 1
+    # a build range zooms: the runs outside it left out, those in it spread over the width
+    chart = page.locator("#embedded-mmap-tg64 svg.chart")
+    before = chart.locator("circle.point").evaluate_all("ps => ps.map(p => +p.getAttribute('cx'))")
     page.fill("#from", "b10429")
-    assert page.locator("circle.point.out").count() == 4 * 6 * PER_BUILD  # b10423..b10428
+    assert page.locator("circle.point.zoomed-out").count() == 4 * 6 * PER_BUILD  # b10423..b10428
+    kept = chart.locator("circle.point:not(.zoomed-out)")
+    after = kept.evaluate_all("ps => ps.map(p => +p.getAttribute('cx'))")
+    assert len(after) == RUNS - 6 * PER_BUILD + 3  # b10429 on, and the claim's 3 runs
+    step = (WIDTH - 2 * PAD) / len(after)  # the chart's width, shared by fewer runs
+    assert after == pytest.approx([PAD + step * (k + 0.5) for k in range(len(after))], abs=0.05)
+    assert step > 2 * (before[1] - before[0])
+    assert chart.locator("text.first").text_content() == "b10429"
+    assert chart.locator("line.changepoint.zoomed-out").count() == 1  # its step is outside
+    page.fill("#from", "")  # and back
+    assert page.locator("circle.point.zoomed-out").count() == 0
+    again = chart.locator("circle.point").evaluate_all("ps => ps.map(p => +p.getAttribute('cx'))")
+    assert again == pytest.approx(before, abs=0.05)
+    # pointed at, a point says its value, interval, build, date, host and run as stored
+    mmap_tg64 = [r for r in rows if (r.configuration, r.workload) == ("mmap", "tg64")]
+    newest = mmap_tg64[-1]
+    kept.last.hover()
+    said = page.locator("#tip").inner_text()
+    low = newest.median * math.exp(-1.959964 * newest.log_se)
+    high = newest.median * math.exp(1.959964 * newest.log_se)
+    assert said.startswith(f"{newest.median:.4g} tok/s [{low:.4g}, {high:.4g}] · {newest.build}")
+    assert newest.run[:12] in said and page.locator("#tip").is_visible()
     page.screenshot(path=str(tmp_path / "host.png"))
     # a stable link to a series
     page.goto(slowed.as_uri() + "#embedded-mmap-tg64")

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import re
 
-from pytest_moeperf.report.charts import MOST_COMPACT, drawn_points, series_chart
+import pytest
+
+from pytest_moeperf.report.charts import MOST_COMPACT, drawn_points, nice_ticks, series_chart
 from pytest_moeperf.report.dashboard import Site, host_page, write_site
 from pytest_moeperf.store.runstore import SeriesRow
 from pytest_moeperf.store.series import Series, find_changes
@@ -43,8 +45,8 @@ def test_a_change_point_is_drawn_between_its_builds_in_a_long_series():
     (found,) = find_changes([s], {}, 0.05)
     assert (found.change.before, found.change.after) == ("b10599", "b10600")
     svg = series_chart(s, [found])
-    circles = [float(x) for x in re.findall(r'circle class=point cx="([0-9.]+)"', svg)]
-    (line,) = [float(x) for x in re.findall(r'class="changepoint" x1="([0-9.]+)"', svg)]
+    circles = [float(x) for x in re.findall(r'circle class=point [^>]*?cx="([0-9.]+)"', svg)]
+    (line,) = [float(x) for x in re.findall(r'class="changepoint" [^>]*?x1="([0-9.]+)"', svg)]
     assert circles[176] < line < circles[177]  # b10599 is the 177th build drawn
     assert svg.count("<circle") == 200
 
@@ -63,3 +65,13 @@ def test_the_build_filter_hints_at_the_builds_the_store_holds(tmp_path):
     assert hints((tmp_path / "index.html").read_text()) == ["b10423", "b10425"]
     assert hints((tmp_path / host_page("h/1")).read_text()) == ["b10423", "b10425"]
     assert hints((tmp_path / host_page("h/2")).read_text()) == ["", ""]
+
+
+@pytest.mark.parametrize(
+    "bottom, top, ticks",
+    [(27.3, 41.2, [30, 35, 40]), (0.0, 1.0, [0, 0.5, 1.0]),
+     (412.0, 1187.0, [600, 800, 1000]), (5.0, 5.0, [5.0])],
+)  # fmt: skip
+def test_a_chart_scale_is_round_values_within_its_range(bottom, top, ticks):
+    got = nice_ticks(bottom, top)
+    assert got == pytest.approx(ticks) and all(bottom <= v <= top for v in got)

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import html
 import math
+import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..llama.build import label_number
 from ..measure.workload import Workload
@@ -71,9 +72,22 @@ class Mark:
     link: str
 
 
-def drawn_points(s: Series, most: int) -> list[Drawn]:
+def chart_range(points: Sequence[Drawn], steps: Sequence[Step] = ()) -> tuple[float, float]:
+    """The (bottom, top) a chart of *points* (and accepted baselines) spans."""
+    values = [p.low for p in points] + [p.high for p in points] + [st.value for st in steps]
+    return min(values), max(values)
+
+
+def drawn_points(s: Series, most: int, *, relative: bool = False) -> list[Drawn]:
     """The points a chart of *s* draws: each run while there are at most *most*; else each
-    build's runs as one point (their median, the range of their medians), the newest *most*."""
+    build's runs as one point (their median, the range of their medians), the newest *most*;
+    *relative*: each value a per cent of the median of every run's median."""
+    if relative:
+        centre = statistics.median(r.median for r in s.rows) / 100.0
+        return [
+            replace(p, median=p.median / centre, low=p.low / centre, high=p.high / centre)
+            for p in drawn_points(s, most)
+        ]
     rows = s.rows
     if len(rows) <= most:
         return [
@@ -169,16 +183,20 @@ def series_chart(
     steps: Sequence[Step] = (),
     marks: Sequence[Mark] = (),
     compact: bool = False,
+    scale: tuple[float, float] | None = None,
+    relative: bool = False,
 ) -> str:
     """An SVG of the series *s*: its points (:func:`drawn_points`), each change point a line
     between the points it lies between, each accepted baseline a step from its run on, each
-    record a mark above the run after it that links to it."""
+    record a mark above the run after it that links to it. On the *scale* (bottom, top) given
+    (one shared by several hosts' charts), else its own; *relative*: each value as a per cent
+    of the series' median (:func:`chart_range` gives either's range)."""
     w, h = (WIDTH // 2, HEIGHT // 2) if compact else (WIDTH, HEIGHT)
-    points = drawn_points(s, MOST_COMPACT if compact else MOST_POINTS)
-    top = max([p.high for p in points] + [st.value for st in steps])
-    bottom = min([p.low for p in points] + [st.value for st in steps])
+    points = drawn_points(s, MOST_COMPACT if compact else MOST_POINTS, relative=relative)
+    steps = () if relative else steps  # a baseline is a value, not a share of the median
+    bottom, top = scale or chart_range(points, steps)
     x, y = _frame(w, h, top, bottom, len(points))
-    unit = Workload.parse(s.workload).unit
+    unit = "% of its median" if relative else Workload.parse(s.workload).unit
     out = []
     for i, p in enumerate(points):
         num = label_number(p.build)

@@ -92,6 +92,12 @@
     tip.hidden = false;
   }
 
+  var relative = document.getElementById("relative");  // the index's view of every host
+  if (relative) {
+    relative.addEventListener("change", function () {
+      document.body.classList.toggle("relative-view", relative.checked);
+    });
+  }
   [text, from, to].forEach(function (input) { input.addEventListener("input", apply); });
   document.getElementById("filter").addEventListener("submit", function (e) { e.preventDefault(); });
   document.addEventListener("mouseover", show);

@@ -40,7 +40,16 @@ from ..measure.workload import Workload
 from ..store.record import parse_date
 from ..store.series import Found, Series
 from ..verdicts.judge import Verdict
-from .charts import Mark, Step, Z, claim_chart, series_chart
+from .charts import (
+    MOST_COMPACT,
+    Mark,
+    Step,
+    Z,
+    chart_range,
+    claim_chart,
+    drawn_points,
+    series_chart,
+)
 
 Record = tuple[str, float, dict[str, Any]]
 """A command's record: its kind, when it was kept, its document."""
@@ -231,21 +240,38 @@ def _index(site: Site, hosts: Sequence[str]) -> str:
     for host in hosts:
         n = sum(1 for s in site.series if s.host == host)
         parts.append(f'<li><a href="{host_page(host)}">{html.escape(host)}</a>: {n} series</li>')
-    parts.append("</ul><h2>Across hosts</h2>")
+    parts.append(
+        "</ul><h2>Across hosts</h2><p><label><input type=checkbox id=relative> each host as a "
+        "per cent of its own median</label> (else every host's chart of a series on one "
+        "scale, so that one host's drift and every host's regression look different)</p>"
+    )
     for key in sorted({s.key for s in site.series}):
         side = [s for s in site.series if s.key == key]
-        charts = "".join(
-            f'<figure><figcaption><a href="{host_page(s.host)}#{series_anchor(s)}">'
-            f"{html.escape(s.host)}</a></figcaption>"
-            f"{series_chart(s, _changes(site, s), compact=True)}</figure>"
-            for s in side
+        views = "".join(
+            f"<div class='row {view}'>{_side_by_side(site, side, relative=view == 'relative')}"
+            "</div>"
+            for view in ("absolute", "relative")
         )
         parts.append(
             f'<section class="series across" data-name="{html.escape(" ".join(key))} '
             f'{html.escape(" ".join(s.host for s in side))}"><h3>{html.escape(" ".join(key))}'
-            f"</h3><div class=row>{charts}</div></section>"
+            f"</h3>{views}</section>"
         )
     return _page("pytest-moeperf: every host's series", "\n".join(parts), site.series)
+
+
+def _side_by_side(site: Site, side: Sequence[Series], *, relative: bool) -> str:
+    """The hosts' charts of one series on one scale: their values, or each a per cent of its
+    own median."""
+    spans = [chart_range(drawn_points(s, MOST_COMPACT, relative=relative)) for s in side]
+    scale = (min(b for b, _ in spans), max(t for _, t in spans))
+    return "".join(
+        f'<figure><figcaption><a href="{host_page(s.host)}#{series_anchor(s)}">'
+        f"{html.escape(s.host)}</a></figcaption>"
+        f"{series_chart(s, _changes(site, s), compact=True, scale=scale, relative=relative)}"
+        "</figure>"
+        for s in side
+    )
 
 
 def _changes(site: Site, s: Series) -> list[Found]:

@@ -102,7 +102,28 @@ def test_every_page_draws_the_store_offline_with_its_change_points(browser, stor
     assert drawn["changes.html"] == 0  # the list of change points to triage draws no chart
     host_pages = [n for n in drawn if n.startswith("host-")]
     assert [drawn[n] for n in host_pages] == [4 * (RUNS + 3), 4 * RUNS]
-    assert drawn["index.html"] == 2 * 4 * RUNS + 4 * 3
+    assert drawn["index.html"] == 2 * (2 * 4 * RUNS + 4 * 3)  # its two views of every host
+    # the index: every host's chart of a series on one scale, or each as % of its own median
+    index = next(p for p in pages if p.name == "index.html")
+    page.goto(index.as_uri())
+    across = page.locator("section.across", has_text="embedded mmap tg64")
+    shared = across.locator(".row.absolute svg.chart")
+    scales = shared.evaluate_all(
+        "cs => cs.map(c => [...c.querySelectorAll('text.axis')].slice(1, -2)"
+        ".map(t => t.textContent).join(' '))"
+    )
+    assert len(scales) == 2 and scales[0] == scales[1]  # the same scale on both hosts
+    newest = shared.evaluate_all(
+        "cs => cs.map(c => +[...c.querySelectorAll('circle.point')].pop().getAttribute('cy'))"
+    )
+    assert newest[0] > newest[1] + 20  # the slowed host's newest run sits well below the other's
+    assert across.locator(".row.relative").is_hidden()
+    page.check("#relative")
+    assert (
+        across.locator(".row.relative").is_visible() and across.locator(".row.absolute").is_hidden()
+    )
+    units = across.locator(".row.relative text.unit").all_text_contents()
+    assert units == ["% of its median"] * 2
 
     slowed = next(p for p in pages if p.name.startswith("host-gpu-01"))
     page.goto(slowed.as_uri())

@@ -14,7 +14,7 @@ import json
 from ..defaults import MARGIN, check_margin
 from ..errors import MoeperfError
 from ..report.changes import changes_text
-from ..store.series import MARK_STATES, mark_change, since, store_changes
+from ..store.series import MARK_STATES, RunRatio, mark_change, run_ratios, since, store_changes
 from ..verdicts.outcomes import exit_status
 from .common import add_store_arguments, opened_store
 
@@ -30,6 +30,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--note", default="", help="with a mark: why (an issue, a cause)")
     p.add_argument("--since", help="only change points dated this day or later (2026-12-01)")
     p.add_argument("--json", action="store_true", help="print them as JSON, newest first")
+    p.add_argument(
+        "--compare",
+        nargs=2,
+        metavar=("RUN", "RUN"),
+        help="instead: every series two runs (keys, or their first digits) both hold, the "
+        "second's median over the first's with its 95 %% interval",
+    )
     add_store_arguments(p)
     p.add_argument("--host", help="only this host's series (its store name, host/digest)")
     p.add_argument("--profile", help="only this profile's series")
@@ -58,6 +65,12 @@ def run(args: argparse.Namespace) -> int:
         "workload": args.workload,
     }
     store = opened_store(args)
+    if args.compare:
+        try:
+            rows = store.series_rows(**{k: v for k, v in wanted.items() if v})
+        finally:
+            store.close()
+        return _compare(run_ratios(rows, *args.compare), args.json)
     try:
         all_series, found = store_changes(
             store, args.margin, **{k: v for k, v in wanted.items() if v}
@@ -76,3 +89,18 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(changes_text(store.name, all_series, found))
     return exit_status("alarm" if any(f.untriaged for f in found) else "quiet")
+
+
+def _compare(ratios: list[RunRatio], as_json: bool) -> int:
+    """``--compare``: the ratios, as a table or JSON."""
+    if as_json:
+        print(json.dumps([r.to_dict() for r in ratios], indent=1))
+        return 0
+    for r in ratios:
+        print(
+            f"{r.host} {r.profile} {r.configuration} {r.workload}: {r.b:.4g} / {r.a:.4g} = "
+            f"{r.ratio:.4f} [{r.low:.4f}, {r.high:.4f}]"
+        )
+    if not ratios:
+        print("the two runs hold no series in common")
+    return 0

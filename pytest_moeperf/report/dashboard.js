@@ -103,4 +103,78 @@
   document.addEventListener("mouseover", show);
   document.addEventListener("click", show);  // a tap on a touch screen
   apply();
+
+  // compare.html: two runs, every series both hold as a ratio with its 95 % interval (as
+  // `moeperf changes --compare` computes it), the gate of their builds, their verdicts.
+  var data = document.getElementById("compare-data");
+  if (!data) { return; }
+  var store = JSON.parse(data.textContent);
+  var keys = Object.keys(store.runs).sort(function (p, q) {
+    return store.runs[p].date < store.runs[q].date ? -1 : 1;
+  });
+  var pick = [document.getElementById("run-a"), document.getElementById("run-b")];
+  var asked = new URLSearchParams(location.search);
+  function find(prefix) {
+    var hits = keys.filter(function (k) { return prefix && k.indexOf(prefix) === 0; });
+    return hits.length === 1 ? hits[0] : null;
+  }
+  pick.forEach(function (select, i) {
+    keys.forEach(function (k) {
+      var r = store.runs[k], option = document.createElement("option");
+      option.value = k;
+      option.textContent = r.date + " " + r.build + " " + r.host + " " + k.slice(0, 12);
+      select.appendChild(option);
+    });
+    select.value = find(asked.get(i ? "b" : "a")) || keys[Math.max(keys.length - 2 + i, 0)];
+    select.addEventListener("change", compare);
+  });
+  function cell(row, value) {
+    var td = document.createElement("td");
+    td.textContent = value;
+    row.appendChild(td);
+    return td;
+  }
+  function compare() {
+    var a = store.runs[pick[0].value], b = store.runs[pick[1].value];
+    history.replaceState(null, "", "?a=" + pick[0].value.slice(0, 12) + "&b=" + pick[1].value.slice(0, 12));
+    var body = document.querySelector("#compare tbody");
+    body.textContent = "";
+    var theirs = {};
+    b.values.forEach(function (v) { theirs[v.slice(0, 3).join(" ")] = v; });
+    var configurations = {};
+    a.values.slice().sort().forEach(function (v) {
+      var name = v.slice(0, 3).join(" "), w = theirs[name];
+      if (!w || a.host !== b.host) { return; }
+      var ratio = w[3] / v[3], se = Math.sqrt(v[4] * v[4] + w[4] * w[4]);
+      var low = ratio * Math.exp(-store.z * se), high = ratio * Math.exp(store.z * se);
+      var row = document.createElement("tr");
+      row.dataset.series = a.host + " " + name;
+      row.dataset.ratio = ratio; row.dataset.low = low; row.dataset.high = high;
+      cell(row, a.host + " " + name);
+      cell(row, v[3].toPrecision(4)); cell(row, w[3].toPrecision(4));
+      cell(row, ratio.toFixed(4)); cell(row, "[" + low.toFixed(4) + ", " + high.toFixed(4) + "]");
+      body.appendChild(row);
+      (configurations[v[0]] = configurations[v[0]] || {})[v[1]] = true;
+    });
+    var gate = document.getElementById("gate"), numbers = [a.build, b.build].map(function (x) {
+      var m = /^b(\d+)$/.exec(x);
+      return m ? m[1] : null;
+    });
+    gate.textContent = a.host !== b.host ? "two hosts: a gate compares builds on one host"
+      : a.build === b.build ? "one build (" + a.build + "): nothing to gate"
+      : Object.keys(configurations).map(function (p) {
+        return "moeperf gate --profile " + p + " --baseline " + (numbers[0] || a.build) +
+          " --candidate " + (numbers[1] || b.build) + " -c " + Object.keys(configurations[p]).join(",");
+      }).join("\n");
+    var list = document.getElementById("verdicts");
+    list.textContent = "";
+    [a, b].forEach(function (r, i) {
+      (r.verdicts || []).forEach(function (v) {
+        var item = document.createElement("li");
+        item.textContent = (i ? "second: " : "first: ") + v[0] + ": " + v[1];
+        list.appendChild(item);
+      });
+    });
+  }
+  compare();
 })();

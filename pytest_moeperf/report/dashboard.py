@@ -38,7 +38,7 @@ from ..fs import atomic_write_text
 from ..llama.build import label_number
 from ..measure.workload import Workload
 from ..store.record import parse_date
-from ..store.series import Found, Series
+from ..store.series import FALLBACK_LOG_SE, Found, Series
 from ..verdicts.judge import Verdict
 from .charts import (
     MOST_COMPACT,
@@ -151,6 +151,7 @@ def write_site(site: Site, out: Path) -> list[Path]:
     written.append(_write(out / "changes.html", _told_page(site, told)))
     written.append(_write(out / "changes.json", json.dumps([f.to_dict() for f in told], indent=1)))
     written.append(_write(out / "changes.atom", _atom(site, told)))
+    written.append(_write(out / "compare.html", _compare_page(site)))
     for s in site.series:
         written.append(_write(out / f"{series_data(s)}.csv", _series_csv(s)))
         written.append(_write(out / f"{series_data(s)}.json", _series_json(s)))
@@ -185,6 +186,37 @@ def _build_range(series: Sequence[Series]) -> tuple[str, str]:
     ``("", "")`` when none is numbered."""
     numbers = [n for s in series for r in s.rows if (n := label_number(r.build)) is not None]
     return (f"b{min(numbers)}", f"b{max(numbers)}") if numbers else ("", "")
+
+
+def _compare_page(site: Site) -> str:
+    """``compare.html``: two runs picked (from a chart's link, the address ``?a=KEY&b=KEY``,
+    or the lists), every series both hold as a ratio with its 95 % interval (as ``moeperf
+    changes --compare`` computes it, in the page's script), the verdicts each run carries, and
+    the gate of their two builds on their host. The runs' figures are in the page as JSON."""
+    runs: dict[str, dict[str, Any]] = {}
+    for s in site.series:
+        for r in s.rows:
+            run = runs.setdefault(r.run, {"date": r.date, "build": r.build, "host": r.host})
+            run.setdefault("values", []).append(
+                [s.profile, s.configuration, s.workload, r.median, r.log_se or FALLBACK_LOG_SE]
+            )
+    by_date = {(r["host"], r["date"]): key for key, r in runs.items()}
+    for host, rows in site.verdicts.items():
+        for test, _, date, doc in rows:
+            if (key := by_date.get((host, date))) is not None:
+                v = Verdict.from_dict(doc)
+                runs[key].setdefault("verdicts", []).append([test, v.explain()])
+    data = json.dumps({"z": Z, "runs": runs}).replace("</", "<\\/")
+    body = (
+        '<p><a href="index.html">all hosts</a></p><form id=pick><label>run <select id=run-a>'
+        "</select></label> against <label>run <select id=run-b></select></label></form>"
+        "<table id=compare class=reference><thead><tr><th>series</th><th>first</th>"
+        "<th>second</th><th>second / first</th><th>95 % interval</th></tr></thead><tbody>"
+        "</tbody></table><h2>The gate of their builds on their host</h2><pre id=gate></pre>"
+        "<h2>The verdicts they carry</h2><ul id=verdicts></ul>"
+        f"<script type=application/json id=compare-data>{data}</script>"
+    )
+    return _page("pytest-moeperf: two runs compared", body, site.series)
 
 
 def _when(f: Found) -> dt.datetime:
@@ -290,7 +322,9 @@ def _host(site: Site, host: str) -> str:
             f'<section class=series id="{series_anchor(s)}" data-name="{html.escape(s.name)}">'
             f'<h3><a href="#{series_anchor(s)}">{html.escape(s.name)}</a></h3>'
             f'{chart}<p class=downloads><a href="{series_data(s)}.csv" download>CSV</a> '
-            f'<a href="{series_data(s)}.json" download>JSON</a></p>'
+            f'<a href="{series_data(s)}.json" download>JSON</a> · <a class=compare '
+            f'href="compare.html?a={s.rows[0].run[:12]}&amp;b={s.rows[-1].run[:12]}">compare '
+            "its first and newest run</a></p>"
             f"<ul class=changes>{items}</ul></section>"
         )
     parts.extend(_claims(site.verdicts.get(host, [])))

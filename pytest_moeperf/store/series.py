@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -15,6 +16,8 @@ from .runstore import RunStore, SeriesRow
 
 FALLBACK_LOG_SE = 0.05
 """A run's median's log SE where it kept fewer than two samples (it cannot say its own)."""
+Z95 = 1.959964
+"""The normal quantile of a two-sided 95 % interval (the dashboard's charts draw the same)."""
 MARK_STATES = {"ack": "acknowledged", "invalid": "invalid", "fixed": "fixed"}
 """How a change point may be triaged (the command's word: the state it is kept as)."""
 MARK_KIND = "change-mark"
@@ -217,3 +220,54 @@ def since(found: Iterable[Found], date: str) -> list[Found]:
         if when is not None and when >= start:
             out.append(f)
     return out
+
+
+@dataclass(frozen=True)
+class RunRatio:
+    """One series that two runs both hold: run *b*'s median over run *a*'s, with the 95 %
+    interval of two independent medians (each its own log SE)."""
+
+    host: str
+    profile: str
+    configuration: str
+    workload: str
+    a: float
+    b: float
+    ratio: float
+    low: float
+    high: float
+
+    def to_dict(self) -> dict[str, object]:
+        return dict(vars(self))
+
+
+def run_ratios(rows: Iterable[SeriesRow], a: str, b: str) -> list[RunRatio]:
+    """Every series that the runs *a* and *b* (their keys, or the first digits of them) both
+    hold, by series; one :class:`StoreError` line when a key names no run or several."""
+    rows = list(rows)
+    first, second = _run(rows, a), _run(rows, b)
+    by_series: dict[tuple[str, str, str, str], dict[str, SeriesRow]] = {}
+    for r in rows:
+        if r.run in (first, second):
+            by_series.setdefault((r.host, r.profile, r.configuration, r.workload), {})[r.run] = r
+    out = []
+    for key, pair in sorted(by_series.items()):
+        if first not in pair or second not in pair:
+            continue
+        ra, rb = pair[first], pair[second]
+        se = math.hypot(ra.log_se or FALLBACK_LOG_SE, rb.log_se or FALLBACK_LOG_SE)
+        ratio = rb.median / ra.median
+        low, high = ratio * math.exp(-Z95 * se), ratio * math.exp(Z95 * se)
+        out.append(RunRatio(*key, ra.median, rb.median, ratio, low, high))
+    return out
+
+
+def _run(rows: Sequence[SeriesRow], prefix: str) -> str:
+    keys = sorted({r.run for r in rows if prefix and r.run.startswith(prefix)})
+    if len(keys) != 1:
+        what = "no run" if not keys else f"{len(keys)} runs"
+        raise StoreError(
+            f"--compare {prefix}: {what} of the store has that key; moeperf store list shows "
+            "each run's key"
+        )
+    return keys[0]

@@ -6,6 +6,7 @@ narrows the series."""
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 from dataclasses import replace
@@ -53,7 +54,9 @@ def browser():
             b.close()
 
 
-def test_every_page_draws_the_store_offline_with_its_change_points(browser, store_at, tmp_path):
+def test_every_page_draws_the_store_offline_with_its_change_points(
+    browser, store_at, tmp_path, capsys
+):
     store = open_store(store_at)
     _fill(store, "gpu-01", slowed=True)
     _fill(store, "gpu-02", slowed=False)
@@ -80,7 +83,8 @@ def test_every_page_draws_the_store_offline_with_its_change_points(browser, stor
     assert moeperf(["dashboard", "--output", str(site), "--store", url]) == 0
     pages = sorted(site.glob("*.html"))
     names = [p.name for p in pages]
-    assert names[0] == "changes.html" and names[-1] == "index.html" and len(pages) == 4
+    assert names[:2] == ["changes.html", "compare.html"] and names[-1] == "index.html"
+    assert len(pages) == 5
     for path in pages:
         assert "http://" not in path.read_text() and "https://" not in path.read_text()
 
@@ -99,7 +103,7 @@ def test_every_page_draws_the_store_offline_with_its_change_points(browser, stor
         print(f"{path.name}: {drawn[path.name]} points drawn, loaded in {ms:.0f} ms")
     assert errors == [] and off_machine == []
     # every point the store holds: 2 hosts x 4 series x 40 runs, on each host's page and the index
-    assert drawn["changes.html"] == 0  # the list of change points to triage draws no chart
+    assert drawn["changes.html"] == drawn["compare.html"] == 0  # lists and tables, no chart
     host_pages = [n for n in drawn if n.startswith("host-")]
     assert [drawn[n] for n in host_pages] == [4 * (RUNS + 3), 4 * RUNS]
     assert drawn["index.html"] == 2 * (2 * 4 * RUNS + 4 * 3)  # its two views of every host
@@ -176,6 +180,40 @@ def test_every_page_draws_the_store_offline_with_its_change_points(browser, stor
     assert said.startswith(f"{newest.median:.4g} tok/s [{low:.4g}, {high:.4g}] · {newest.build}")
     assert newest.run[:12] in said and page.locator("#tip").is_visible()
     page.screenshot(path=str(tmp_path / "host.png"))
+    # two runs compared, picked from the chart's link: the ratios moeperf computes for them
+    page.locator("#embedded-mmap-tg64 a.compare").click()
+    page.wait_for_load_state("load")
+    first, last = mmap_tg64[0].run, newest.run
+    assert page.url.endswith(f"compare.html?a={first[:12]}&b={last[:12]}")
+    shown = page.locator("#compare tbody tr").evaluate_all(
+        "rs => rs.map(r => [r.dataset.series, +r.dataset.ratio, +r.dataset.low, +r.dataset.high])"
+    )
+    capsys.readouterr()
+    assert moeperf(["changes", "--compare", first[:8], last[:8], "--json", "--store", url]) == 0
+    computed = json.loads(capsys.readouterr().out)
+    assert len(shown) == len(computed) == 4  # the run's 4 series
+    expected = {
+        f"{c['host']} {c['profile']} {c['configuration']} {c['workload']}": c for c in computed
+    }
+    for name, ratio, low, high in shown:
+        c = expected[name]
+        assert (ratio, low, high) == pytest.approx((c["ratio"], c["low"], c["high"]), rel=1e-9)
+    gate = page.locator("#gate").inner_text()
+    assert (
+        "--baseline 10423 --candidate 10433 -c " in gate
+        and "moeperf gate --profile embedded" in gate
+    )
+    assert (
+        "second: test_x.py::test_lm_none_doubles_prefill" in page.locator("#verdicts").inner_text()
+    )
+    page.select_option("#run-a", last)  # the same run on both sides: every ratio 1
+    assert (
+        page.locator("#compare tbody tr").evaluate_all("rs => rs.map(r => +r.dataset.ratio)")
+        == [1.0] * 4
+    )
+    assert "one build (b10433)" in page.locator("#gate").inner_text()
+    page.screenshot(path=str(tmp_path / "compare.png"))
+    assert errors == [] and off_machine == []
     # a stable link to a series
     page.goto(slowed.as_uri() + "#embedded-mmap-tg64")
     assert page.locator("#embedded-mmap-tg64 h3").inner_text().endswith("embedded mmap tg64")

@@ -14,6 +14,9 @@ added to it):
   baseline checks' between-session term asks them;
 - ``plot``: the report's history: the newest runs of this host with the run's (profile,
   configuration) pairs, drawn into the report's PNG with the run itself;
+- ``dashboard``: ``moeperf dashboard`` of the whole store (every host's series, change points,
+  records): its wall time, its files and the largest of them, and, where Playwright's
+  Chromium is installed, each page's load in it (``loadEventEnd``);
 - ``import``: ``moeperf store import`` of 1,000 results files into an empty store of the same
   backend (``--import-into``), and the same 1,000 results files read back one by one
   (``read_results``; with ``--today-files 10000``, 10,000), the way every perf session read
@@ -46,11 +49,12 @@ from pytest_moeperf.store.database import store_url
 from pytest_moeperf.store.hosts import BaselineHost, host_key
 from pytest_moeperf.store.record import RESULTS_VERSION, RunRecord
 from pytest_moeperf.store.runstore import open_store
-from pytest_moeperf.store.sessions import session_medians
+from pytest_moeperf.store.sessions import session_levels
 
 CONFIGURATIONS = {"mmap": 1.0, "lm-none": 1.9, "one-core": 0.55, "numa-0": 1.0}
 WORKLOADS = {"pp512": 620.0, "tg64": 48.0, "tg64 @ d512": 41.0}
-HOSTS = ("ci-a", "ci-b", "gpu-01", "gpu-02", "laptop")
+HOSTS = ["ci-a", "ci-b", "gpu-01", "gpu-02", "laptop"]
+"""The hosts runs take turns on (``--hosts`` adds ``host-5``, ``host-6``, ...): 12 series each."""
 BUILDS = tuple(f"b{n}" for n in range(11400, 11440))
 
 
@@ -149,7 +153,7 @@ def step_session(url: URL, runs: int) -> dict[str, Any]:
                 build=build,
                 cpu_model=fp["cpu_model"],
             )
-            found += len(session_medians(points, host, cpus=None))
+            found += len(session_levels(points, host, cpus=None))
     store.close()
     return {"seconds": time.perf_counter() - start, "sessions": found, **_memory(before)}
 
@@ -193,6 +197,46 @@ def step_read_history(folder: Path) -> dict[str, Any]:
     start = time.perf_counter()
     runs = [r for p in sorted(folder.glob(RESULTS_GLOB)) if (r := read_results(p)[0])]
     return {"seconds": time.perf_counter() - start, "runs": len(runs), **_memory(before)}
+
+
+def step_dashboard(url: URL) -> dict[str, Any]:
+    from pytest_moeperf.commands import main as moeperf
+
+    before = peak_mb()
+    site = Path(tempfile.mkdtemp()) / "site"
+    start = time.perf_counter()
+    code = moeperf(["dashboard", "--output", str(site), "--store", url.render_as_string(False)])
+    seconds = time.perf_counter() - start
+    files = [p for p in site.rglob("*") if p.is_file()]
+    largest = max(files, key=lambda p: p.stat().st_size)
+    out: dict[str, Any] = {
+        "seconds": seconds,
+        "exit": code,
+        "files": len(files),
+        "largest": largest.name,
+        "largest_mb": round(largest.stat().st_size / 1e6, 2),
+        **_memory(before),
+    }
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        return out
+    loads = {}
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(
+            executable_path=os.environ.get("CHROMIUM", "/usr/bin/chromium")
+        )
+        page = browser.new_page()
+        for path in sorted(site.glob("*.html")):
+            page.goto(path.as_uri())
+            page.wait_for_load_state("load")
+            loads[path.name] = page.evaluate(
+                "performance.getEntriesByType('navigation')[0].loadEventEnd"
+            )
+        browser.close()
+    out["slowest_page"] = max(loads, key=loads.__getitem__)
+    out["slowest_load_ms"] = round(max(loads.values()))
+    return out
 
 
 def _memory(before: float) -> dict[str, float]:
@@ -245,7 +289,8 @@ def main() -> None:
         default=0,
         help="also time reading this many results files back (what a session read before)",
     )
-    p.add_argument("--step", choices=("session", "plot", "import", "read-history"))
+    p.add_argument("--step", choices=("session", "plot", "import", "read-history", "dashboard"))
+    p.add_argument("--hosts", type=int, default=5, help="hosts the runs take turns on")
     p.add_argument("--folder")
     p.add_argument("--out", help="the table as JSON")
     p.add_argument("--cold", action="store_true", help="drop the page cache before each step")
@@ -253,12 +298,14 @@ def main() -> None:
     global COLD
     COLD = args.cold
     url = store_url(args.store, Path("."))
+    HOSTS.extend(f"host-{k}" for k in range(len(HOSTS), args.hosts))
     if args.step:  # one timed step, in its own process
         steps = {
             "session": lambda: step_session(url, args.runs),
             "plot": lambda: step_plot(url, args.samples),
             "import": lambda: step_import(url, Path(args.folder)),
             "read-history": lambda: step_read_history(Path(args.folder)),
+            "dashboard": lambda: step_dashboard(url),
         }
         print(json.dumps(steps[args.step]()))
         return
@@ -268,6 +315,8 @@ def main() -> None:
         "fill": fill(args, url),
     }
     common = ["--store", args.store, "--samples", str(args.samples), "--runs", str(args.runs)]
+    common += ["--hosts", str(args.hosts)]
+    table["dashboard"] = _in_process([*common, "--step", "dashboard"])
     table["session"] = _in_process([*common, "--step", "session"])
     table["plot"] = _in_process([*common, "--step", "plot"])
     with tempfile.TemporaryDirectory() as tmp:

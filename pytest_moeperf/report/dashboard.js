@@ -104,7 +104,7 @@
   document.addEventListener("click", show);  // a tap on a touch screen
   apply();
 
-  // compare.html: two runs, every series both hold as a ratio with its 95 % interval (as
+  // compare-<host>.html: two runs of a host, every series both hold as a ratio with its 95 % interval (as
   // `moeperf changes --compare` computes it), the gate of their builds, their verdicts.
   var data = document.getElementById("compare-data");
   if (!data) { return; }
@@ -140,28 +140,27 @@
     var body = document.querySelector("#compare tbody");
     body.textContent = "";
     var theirs = {};
-    b.values.forEach(function (v) { theirs[v.slice(0, 3).join(" ")] = v; });
+    b.values.forEach(function (v) { theirs[v[0]] = v; });
     var configurations = {};
-    a.values.slice().sort().forEach(function (v) {
-      var name = v.slice(0, 3).join(" "), w = theirs[name];
-      if (!w || a.host !== b.host) { return; }
-      var ratio = w[3] / v[3], se = Math.sqrt(v[4] * v[4] + w[4] * w[4]);
+    a.values.forEach(function (v) {
+      var series = store.series[v[0]], name = series.join(" "), w = theirs[v[0]];
+      if (!w) { return; }
+      var ratio = w[1] / v[1], se = Math.sqrt(v[2] * v[2] + w[2] * w[2]);
       var low = ratio * Math.exp(-store.z * se), high = ratio * Math.exp(store.z * se);
       var row = document.createElement("tr");
       row.dataset.series = a.host + " " + name;
       row.dataset.ratio = ratio; row.dataset.low = low; row.dataset.high = high;
       cell(row, a.host + " " + name);
-      cell(row, v[3].toPrecision(4)); cell(row, w[3].toPrecision(4));
+      cell(row, v[1].toPrecision(4)); cell(row, w[1].toPrecision(4));
       cell(row, ratio.toFixed(4)); cell(row, "[" + low.toFixed(4) + ", " + high.toFixed(4) + "]");
       body.appendChild(row);
-      (configurations[v[0]] = configurations[v[0]] || {})[v[1]] = true;
+      (configurations[series[0]] = configurations[series[0]] || {})[series[1]] = true;
     });
     var gate = document.getElementById("gate"), numbers = [a.build, b.build].map(function (x) {
       var m = /^b(\d+)$/.exec(x);
       return m ? m[1] : null;
     });
-    gate.textContent = a.host !== b.host ? "two hosts: a gate compares builds on one host"
-      : a.build === b.build ? "one build (" + a.build + "): nothing to gate"
+    gate.textContent = a.build === b.build ? "one build (" + a.build + "): nothing to gate"
       : Object.keys(configurations).map(function (p) {
         return "moeperf gate --profile " + p + " --baseline " + (numbers[0] || a.build) +
           " --candidate " + (numbers[1] || b.build) + " -c " + Object.keys(configurations[p]).join(",");

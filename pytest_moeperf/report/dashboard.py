@@ -88,6 +88,10 @@ def host_page(host: str) -> str:
     return f"host-{slug(host)}.html"
 
 
+def compare_page(host: str) -> str:
+    return f"compare-{slug(host)}.html"
+
+
 def record_link(host: str, index: int, kind: str) -> str:
     return f"records/{slug(host)}-{index}-{kind}.json"
 
@@ -151,7 +155,8 @@ def write_site(site: Site, out: Path) -> list[Path]:
     written.append(_write(out / "changes.html", _told_page(site, told)))
     written.append(_write(out / "changes.json", json.dumps([f.to_dict() for f in told], indent=1)))
     written.append(_write(out / "changes.atom", _atom(site, told)))
-    written.append(_write(out / "compare.html", _compare_page(site)))
+    for host in hosts:
+        written.append(_write(out / compare_page(host), _compare_page(site, host)))
     for s in site.series:
         written.append(_write(out / f"{series_data(s)}.csv", _series_csv(s)))
         written.append(_write(out / f"{series_data(s)}.json", _series_json(s)))
@@ -188,27 +193,29 @@ def _build_range(series: Sequence[Series]) -> tuple[str, str]:
     return (f"b{min(numbers)}", f"b{max(numbers)}") if numbers else ("", "")
 
 
-def _compare_page(site: Site) -> str:
-    """``compare.html``: two runs picked (from a chart's link, the address ``?a=KEY&b=KEY``,
-    or the lists), every series both hold as a ratio with its 95 % interval (as ``moeperf
-    changes --compare`` computes it, in the page's script), the verdicts each run carries, and
-    the gate of their two builds on their host. The runs' figures are in the page as JSON."""
+def _compare_page(site: Site, host: str) -> str:
+    """``compare-<host>.html``: two of *host*'s runs picked (from a chart's link, the address
+    ``?a=KEY&b=KEY``, or the lists), every series both hold as a ratio with its 95 % interval
+    (as ``moeperf changes --compare`` computes it, in the page's script), the verdicts each
+    run carries, and the gate of their two builds. The runs' figures are in the page as JSON,
+    each series named once."""
+    mine = [s for s in site.series if s.host == host]
     runs: dict[str, dict[str, Any]] = {}
-    for s in site.series:
+    for i, s in enumerate(mine):
         for r in s.rows:
             run = runs.setdefault(r.run, {"date": r.date, "build": r.build, "host": r.host})
-            run.setdefault("values", []).append(
-                [s.profile, s.configuration, s.workload, r.median, r.log_se or FALLBACK_LOG_SE]
-            )
-    by_date = {(r["host"], r["date"]): key for key, r in runs.items()}
-    for host, rows in site.verdicts.items():
-        for test, _, date, doc in rows:
-            if (key := by_date.get((host, date))) is not None:
-                v = Verdict.from_dict(doc)
-                runs[key].setdefault("verdicts", []).append([test, v.explain()])
-    data = json.dumps({"z": Z, "runs": runs}).replace("</", "<\\/")
+            run.setdefault("values", []).append([i, r.median, r.log_se or FALLBACK_LOG_SE])
+    by_date = {r["date"]: key for key, r in runs.items()}
+    for test, _, date, doc in site.verdicts.get(host, []):
+        if (key := by_date.get(date)) is not None:
+            v = Verdict.from_dict(doc)
+            runs[key].setdefault("verdicts", []).append([test, v.explain()])
+    series = [[s.profile, s.configuration, s.workload] for s in mine]
+    data = json.dumps({"z": Z, "series": series, "runs": runs}, separators=(",", ":"))
+    data = data.replace("</", "<\\/")
     body = (
-        '<p><a href="index.html">all hosts</a></p><form id=pick><label>run <select id=run-a>'
+        f'<p><a href="index.html">all hosts</a> · <a href="{host_page(host)}">'
+        f"{html.escape(host)}</a></p><form id=pick><label>run <select id=run-a>"
         "</select></label> against <label>run <select id=run-b></select></label></form>"
         "<table id=compare class=reference><thead><tr><th>series</th><th>first</th>"
         "<th>second</th><th>second / first</th><th>95 % interval</th></tr></thead><tbody>"
@@ -216,7 +223,7 @@ def _compare_page(site: Site) -> str:
         "<h2>The verdicts they carry</h2><ul id=verdicts></ul>"
         f"<script type=application/json id=compare-data>{data}</script>"
     )
-    return _page("pytest-moeperf: two runs compared", body, site.series)
+    return _page(f"pytest-moeperf: two runs of {host} compared", body, mine)
 
 
 def _when(f: Found) -> dt.datetime:
@@ -323,8 +330,8 @@ def _host(site: Site, host: str) -> str:
             f'<h3><a href="#{series_anchor(s)}">{html.escape(s.name)}</a></h3>'
             f'{chart}<p class=downloads><a href="{series_data(s)}.csv" download>CSV</a> '
             f'<a href="{series_data(s)}.json" download>JSON</a> · <a class=compare '
-            f'href="compare.html?a={s.rows[0].run[:12]}&amp;b={s.rows[-1].run[:12]}">compare '
-            "its first and newest run</a></p>"
+            f'href="{compare_page(s.host)}?a={s.rows[0].run[:12]}&amp;b={s.rows[-1].run[:12]}">'
+            "compare its first and newest run</a></p>"
             f"<ul class=changes>{items}</ul></section>"
         )
     parts.extend(_claims(site.verdicts.get(host, [])))

@@ -83,8 +83,8 @@ def test_every_page_draws_the_store_offline_with_its_change_points(
     assert moeperf(["dashboard", "--output", str(site), "--store", url]) == 0
     pages = sorted(site.glob("*.html"))
     names = [p.name for p in pages]
-    assert names[:2] == ["changes.html", "compare.html"] and names[-1] == "index.html"
-    assert len(pages) == 5
+    assert names[0] == "changes.html" and names[-1] == "index.html" and len(pages) == 6
+    assert sum(n.startswith("compare-") for n in names) == 2  # one a host
     for path in pages:
         assert "http://" not in path.read_text() and "https://" not in path.read_text()
 
@@ -103,8 +103,10 @@ def test_every_page_draws_the_store_offline_with_its_change_points(
         print(f"{path.name}: {drawn[path.name]} points drawn, loaded in {ms:.0f} ms")
     assert errors == [] and off_machine == []
     # every point the store holds: 2 hosts x 4 series x 40 runs, on each host's page and the index
-    assert drawn["changes.html"] == drawn["compare.html"] == 0  # lists and tables, no chart
+    assert drawn["changes.html"] == 0  # the lists and tables draw no chart
+    assert [drawn[n] for n in drawn if n.startswith("compare-")] == [0, 0]
     host_pages = [n for n in drawn if n.startswith("host-")]
+    assert len(host_pages) == 2
     assert [drawn[n] for n in host_pages] == [4 * (RUNS + 3), 4 * RUNS]
     assert drawn["index.html"] == 2 * (2 * 4 * RUNS + 4 * 3)  # its two views of every host
     # the index: every host's chart of a series on one scale, or each as % of its own median
@@ -184,7 +186,7 @@ def test_every_page_draws_the_store_offline_with_its_change_points(
     page.locator("#embedded-mmap-tg64 a.compare").click()
     page.wait_for_load_state("load")
     first, last = mmap_tg64[0].run, newest.run
-    assert page.url.endswith(f"compare.html?a={first[:12]}&b={last[:12]}")
+    assert "/compare-gpu-01-" in page.url and page.url.endswith(f"?a={first[:12]}&b={last[:12]}")
     shown = page.locator("#compare tbody tr").evaluate_all(
         "rs => rs.map(r => [r.dataset.series, +r.dataset.ratio, +r.dataset.low, +r.dataset.high])"
     )

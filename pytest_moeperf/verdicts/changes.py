@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -307,7 +308,6 @@ def bisect_command(
     good, bad = (label_number(b) for b in (change.before, change.after))
     if not change.bisectable or change.ratio >= 1 or good is None or bad is None:
         return None
-    return (
-        f"moeperf bisect --profile {profile} -c {configuration} --metric {workload} "
-        f"--good {good} --bad {bad} --margin {margin:g}"
-    )
+    words = ["moeperf", "bisect", "--profile", profile, "-c", configuration, "--metric"]
+    words += [workload, "--good", str(good), "--bad", str(bad), "--margin", f"{margin:g}"]
+    return shlex.join(words)  # quoted where a shell would read a name otherwise

@@ -219,3 +219,57 @@ def test_every_page_draws_the_store_offline_with_its_change_points(
     # a stable link to a series
     page.goto(slowed.as_uri() + "#embedded-mmap-tg64")
     assert page.locator("#embedded-mmap-tg64 h3").inner_text().endswith("embedded mmap tg64")
+
+
+HOSTILE = '<script>alert("x")</script>&\''
+
+
+def test_every_stored_string_is_text_on_the_pages_and_runs_nothing(
+    browser, store_at, tmp_path, capsys
+):
+    """A configuration, a host and a triage note named like markup render as text in the
+    pages, the SVG titles and the attributes alike, and Chromium runs none of them: no dialog,
+    no console error; the note shows under its change point after the site is rebuilt."""
+    store = open_store(store_at)
+    for i in range(RUNS):
+        build = f"b{10423 + i // PER_BUILD}"
+        speed = 0.7 if i >= 24 else 1.0  # a step at b10429: a change point to triage
+        record = run_record(host="gpu-01", build=build, day=1 + i // 2, seed=i, speed=speed)
+        data = record.to_dict()
+        data["fingerprint"]["hostname"] = f"gpu{HOSTILE}"
+        for m in data["measurements"]:
+            m["configuration"] = m["configuration"].replace("mmap", f"mmap{HOSTILE}")
+        store.add_run(type(record).from_dict(data))
+    store.close()
+    url = store_at.render_as_string(hide_password=False)
+    site = tmp_path / "site"
+    assert moeperf(["dashboard", "--output", str(site), "--store", url]) == 0
+    capsys.readouterr()
+    assert moeperf(["changes", "--json", "--store", url]) == 1  # the step, not triaged
+    found = json.loads(capsys.readouterr().out)
+    marked = next(
+        c for c in found if (c["configuration"], c["workload"]) == (f"mmap{HOSTILE}", "tg64")
+    )
+    assert moeperf(["changes", "ack", marked["id"], "--note", HOSTILE, "--store", url]) == 0
+    assert moeperf(["dashboard", "--output", str(site), "--store", url]) == 0  # rebuilt
+    text = "".join(p.read_text() for p in site.rglob("*") if p.suffix in (".html", ".svg"))
+    assert "<script>alert" not in text and "</script>&" not in text  # as text only
+    assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;&amp;" in text
+
+    page = browser.new_page()
+    dialogs: list[str] = []
+    errors: list[str] = []
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    for path in sorted(site.glob("*.html")):
+        page.goto(path.as_uri())
+        page.wait_for_load_state("load")
+        if page.locator("circle.point").count():
+            page.locator("circle.point").first.hover()  # its tooltip: text as well
+    assert dialogs == [] and errors == []
+    host = next(p for p in site.glob("host-*.html"))
+    page.goto(host.as_uri())
+    section = page.locator("section.series", has_text=f"mmap{HOSTILE} tg64")
+    assert section.locator("h3").inner_text().endswith(f"mmap{HOSTILE} tg64")  # the name, as text
+    assert f"acknowledged: {HOSTILE}" in section.locator("ul.changes").inner_text()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import random
+import shlex
 
 import numpy as np
 import pytest
@@ -55,6 +56,12 @@ def test_a_step_between_two_builds_is_found_there_with_its_bisect():
         "--margin 0.05"
     )
     assert "-20." in change.describe() and "between b10428 and b10429" in change.describe()
+    # a name a shell would split or run is quoted, so that the command pastes as it reads
+    pasted = bisect_command(
+        change, profile="p", configuration="mmap; rm -rf ~", workload="tg64 @ d512", margin=0.05
+    )
+    assert pasted is not None
+    assert shlex.split(pasted)[4:8] == ["-c", "mmap; rm -rf ~", "--metric", "tg64 @ d512"]
 
 
 def test_a_series_with_no_step_has_no_change():

@@ -74,9 +74,9 @@ def test_accept_then_check_then_fail_with_the_table(tiny):
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
         [
-            "*below baseline*tiny.toml*default.pp64 = * vs baseline 1e+09*fail*",
+            "*below baseline*tiny.toml*default.pp64 = * vs baseline 1e+09*: failed;*",
             "configuration*workload*baseline*measured*change (%)*verdict*build*",
-            "default*pp64*1000000000.0*fail **",
+            "default*pp64*1000000000.0*failed **",
         ]
     )
 

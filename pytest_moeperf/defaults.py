@@ -107,6 +107,13 @@ changed under the run. On this project's 2-core VMs, six probes in a row wandere
 +-11 % (the shared host underneath moves, as llama.cpp's own samples do); the hosts it must
 tell apart differ by 30 % and more (pp512 420, 620 and 1160 tok/s on three VMs identical to
 /proc/cpuinfo)."""
+BANDWIDTH_MOVE = 0.5
+"""How far the probe's memory bandwidth must move, at the least, to be the host changing under
+a run (compute keeps :data:`PROBE_TOLERANCE`). The two-thread streaming read swings on this
+project's 2-core VMs while llama.cpp does not: 36-52 GB/s on one VM while mmap tg64 stayed at
+200-207 tok/s, and 20.3 -> 26-28 GB/s (+32-40 %) on another while its tg64 held 128.8 tok/s
+(cv 1.0 %), where four of seven verdicts of the README's run ended undecided for it. A
+throttled or halved host moves both figures, compute first."""
 REPROBE_SECONDS = 30.0
 """A verdict re-probes its CPUs when their last probe is older than this (a few seconds of
 work): often enough to notice the host changing under a run, rarely enough to cost little."""

@@ -224,9 +224,15 @@ def probes_of(fingerprint: Mapping[str, Any]) -> dict[str, Probe]:
     return out
 
 
-def probe_moved(before: Probe, *after: Probe, tolerance: float = PROBE_TOLERANCE) -> list[str]:
-    """One line per figure that moved by more than *tolerance* from *before* in every probe of
-    *after*, all in the same direction: ``memory bandwidth on CPUs 0-1: 19.4 -> 14.1 GB/s
+def probe_moved(
+    before: Probe,
+    *after: Probe,
+    tolerance: float = PROBE_TOLERANCE,
+    bandwidth_tolerance: float | None = None,
+) -> list[str]:
+    """One line per figure that moved by more than *tolerance* (memory bandwidth: by more than
+    *bandwidth_tolerance*, where given) from *before* in every probe of *after*, all in the
+    same direction: ``memory bandwidth on CPUs 0-1: 19.4 -> 14.1 GB/s
     (-27 %)``. Given two later probes, a figure that wandered in one and came back in the
     other has not moved: a shared host's memory bandwidth was seen to swing +-20 % within
     seconds while llama.cpp's throughput did not."""
@@ -235,7 +241,10 @@ def probe_moved(before: Probe, *after: Probe, tolerance: float = PROBE_TOLERANCE
     lines = []
     for i, (what, unit, a) in enumerate(_figures(before)):
         changes = [_figures(p)[i][2] / a - 1 for p in after]
-        if all(c > tolerance for c in changes) or all(c < -tolerance for c in changes):
+        limit = tolerance
+        if bandwidth_tolerance is not None and what == "memory bandwidth":
+            limit = bandwidth_tolerance
+        if all(c > limit for c in changes) or all(c < -limit for c in changes):
             values = ", ".join(f"{_figures(p)[i][2]:.1f}" for p in after)
             lines.append(
                 f"{what} on CPUs {before.cpus}: {a:.1f} -> {values} {unit} "

@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
+from ..defaults import BANDWIDTH_MOVE
 from ..host.locks import measuring
 from ..host.machine import OtherWork, format_cpu_list, online_cpus, parse_cpu_list
 from ..host.preflight import neighbours, node_memory, numa_balancing, preflight_lines
@@ -136,10 +137,12 @@ class HostWatch:
     def host_moved(self, keys: set[str] | list[str], *, force: bool = False) -> list[str]:
         """Probe the CPU sets *keys* again (when their last probe is older than
         ``options.reprobe_seconds``, or always with *force*) and say how each moved from its first
-        probe beyond the probe tolerance: one line per figure, ``[]`` when the host is as it
-        was. Every move is also kept in the journal."""
+        probe beyond the probe tolerance (memory bandwidth: beyond
+        :data:`~pytest_moeperf.defaults.BANDWIDTH_MOVE` at the least): one line per figure,
+        ``[]`` when the host is as it was. Every move is also kept in the journal."""
         lines = []
         tolerance = self.settings.probe_tolerance
+        wide = max(tolerance, BANDWIDTH_MOVE)  # the bandwidth probe swings where llama.cpp does not
         for key in sorted(keys):
             first = self.probes.get(key)
             if first is None:
@@ -154,13 +157,13 @@ class HostWatch:
                 if self._rebased(key, first, again, busy):
                     continue
                 seen = self.journal.reprobes[key]
-                if probe_moved(first, seen[-1][1], tolerance=tolerance):
+                if probe_moved(first, seen[-1][1], tolerance=tolerance, bandwidth_tolerance=wide):
                     with measuring(cpus):  # a move must be confirmed by a second probe
                         self.journal.reprobed(key, time.time(), run_probe(cpus))
             if not seen:
                 continue
             recent = [p for _, p in seen[-2:]]
-            for line in probe_moved(first, *recent, tolerance=tolerance):
+            for line in probe_moved(first, *recent, tolerance=tolerance, bandwidth_tolerance=wide):
                 lines.append(line)
                 self.journal.host_changed(line)  # the latest of its figure, last
         return lines

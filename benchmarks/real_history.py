@@ -102,6 +102,10 @@ def report(out: Path) -> None:
 
 
 def screenshots(out: Path, folder: Path, prefix: str) -> None:
+    """The index and the first host's page; then that page's first series with a change point,
+    a point's tooltip shown (``-hover``), its compare page of the series' first and newest run
+    (``-compare``), and, once the steepest change point was acknowledged from the command line
+    and the site rebuilt, the series with its mark (``-triage``)."""
     from playwright.sync_api import sync_playwright
 
     site = out / "site"
@@ -113,12 +117,40 @@ def screenshots(out: Path, folder: Path, prefix: str) -> None:
             args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
         )
         page = browser.new_page(viewport={"width": 1280, "height": 900})
-        for name, path in [(f"{prefix}-index", site / "index.html")] + [
-            (f"{prefix}-host", p) for p in hosts[:1]
-        ]:
-            page.goto(path.as_uri())
-            page.screenshot(path=str(folder / f"{name}.png"), full_page=True)
-            print(f"{folder / name}.png")
+
+        def shot(name: str, element: object = None) -> None:
+            path = folder / f"{prefix}-{name}.png"
+            if element is None:
+                page.screenshot(path=str(path), full_page=True)
+            else:
+                element.screenshot(path=str(path))  # type: ignore[attr-defined]
+            print(path)
+
+        page.goto((site / "index.html").as_uri())
+        shot("index")
+        page.goto(hosts[0].as_uri())
+        shot("host")
+        stepped = page.locator("section.series", has=page.locator("line.changepoint")).first
+        stepped.scroll_into_view_if_needed()
+        stepped.locator("circle.point").last.hover()
+        path = folder / f"{prefix}-hover.png"
+        page.screenshot(path=str(path))  # the viewport: the tooltip lies beside the chart
+        print(path)
+        stepped.locator("a.compare").click()
+        page.wait_for_load_state("load")
+        shot("compare")
+        found = subprocess.run(
+            ["moeperf", "changes", "--json"], cwd=out, capture_output=True, text=True
+        ).stdout
+        steepest = min(json.loads(found), key=lambda c: c["ratio"])  # the one bisected above
+        note = f"bisected: {steepest['after']} is the first bad build"
+        subprocess.run(
+            ["moeperf", "changes", "ack", steepest["id"], "--note", note], cwd=out, check=True
+        )
+        subprocess.run(["moeperf", "dashboard", "--output", "site"], cwd=out, check=True)
+        page.goto(hosts[0].as_uri())
+        marked = page.locator("section.series", has=page.locator("span.mark")).first
+        shot("triage", marked)
         browser.close()
 
 

@@ -58,23 +58,22 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.note and not args.mark:
         raise MoeperfError("--note: only with a mark (moeperf changes ack ID --note TEXT)")
-    wanted = {
+    asked = {
         "host": args.host,
         "profile": args.profile,
         "configuration": args.configuration,
         "workload": args.workload,
     }
+    where = {k: v for k, v in asked.items() if v}
     store = opened_store(args)
     if args.compare:
         try:
-            rows = store.series_rows(**{k: v for k, v in wanted.items() if v})
+            rows = store.series_rows(**where)
         finally:
             store.close()
         return _compare(run_ratios(rows, *args.compare), args.json)
     try:
-        all_series, found = store_changes(
-            store, args.margin, **{k: v for k, v in wanted.items() if v}
-        )
+        all_series, found = store_changes(store, args.margin, **where)
         if args.mark:
             marked, mark = mark_change(store, found, args.mark[1], args.mark[0], args.note)
             print(f"{marked.id} {marked.series.name}: {mark.describe()}")

@@ -13,11 +13,10 @@ from dataclasses import dataclass, replace
 
 from ..llama.build import label_number
 from ..measure.workload import Workload
-from ..store.series import Found, Series
+from ..store.series import Found, Series, median_interval
 from ..verdicts.judge import Verdict
 
 WIDTH, HEIGHT, PAD = 640, 200, 36
-Z = 1.959964
 MOST_POINTS = 300
 """Runs a host page's chart draws one by one; a longer series is drawn a build a point."""
 MOST_COMPACT = 60
@@ -95,8 +94,7 @@ def drawn_points(s: Series, most: int, *, relative: bool = False) -> list[Drawn]
                 r.build,
                 f"{r.build} {r.date}",
                 r.median,
-                r.median * math.exp(-Z * (r.log_se or 0.0)),
-                r.median * math.exp(Z * (r.log_se or 0.0)),
+                *median_interval(r),
                 i,
                 i,
                 r.run,

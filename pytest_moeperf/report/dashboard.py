@@ -25,7 +25,6 @@ import hashlib
 import html
 import io
 import json
-import math
 import re
 from collections import Counter
 from collections.abc import Sequence
@@ -38,13 +37,13 @@ from ..fs import atomic_write_text
 from ..llama.build import label_number
 from ..measure.workload import Workload
 from ..store.record import parse_date
-from ..store.series import FALLBACK_LOG_SE, Found, Series
+from ..store.series import FALLBACK_LOG_SE, Found, Series, median_interval
+from ..verdicts.changes import Z
 from ..verdicts.judge import Verdict
 from .charts import (
     MOST_COMPACT,
     Mark,
     Step,
-    Z,
     chart_range,
     claim_chart,
     drawn_points,
@@ -110,36 +109,28 @@ DATA_FIELDS = ("run", "date", "build", "median", "low", "high", "log_se", "probe
 it), the median's log SE, the host's probe figure, and the metric's unit."""
 
 
-def series_rows(s: Series) -> list[dict[str, Any]]:
+def download_rows(s: Series) -> list[dict[str, Any]]:
     """*s* as its downloads hold it (:data:`DATA_FIELDS`), oldest run first."""
     unit = Workload.parse(s.workload).unit
-    return [
-        {
-            "run": r.run,
-            "date": r.date,
-            "build": r.build,
-            "median": r.median,
-            "low": r.median * math.exp(-Z * (r.log_se or 0.0)),
-            "high": r.median * math.exp(Z * (r.log_se or 0.0)),
-            "log_se": r.log_se,
-            "probe": r.probe,
-            "unit": unit,
-        }
-        for r in s.rows
-    ]
+    rows = []
+    for r in s.rows:
+        low, high = median_interval(r)
+        values = (r.run, r.date, r.build, r.median, low, high, r.log_se, r.probe, unit)
+        rows.append(dict(zip(DATA_FIELDS, values, strict=True)))
+    return rows
 
 
 def _series_csv(s: Series) -> str:
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, DATA_FIELDS, lineterminator="\n")
     writer.writeheader()
-    writer.writerows(series_rows(s))
+    writer.writerows(download_rows(s))
     return buffer.getvalue()
 
 
 def _series_json(s: Series) -> str:
     head = {"host": s.host, "profile": s.profile, "configuration": s.configuration}
-    return json.dumps({**head, "workload": s.workload, "runs": series_rows(s)}, indent=1) + "\n"
+    return json.dumps({**head, "workload": s.workload, "runs": download_rows(s)}, indent=1) + "\n"
 
 
 def write_site(site: Site, out: Path) -> list[Path]:

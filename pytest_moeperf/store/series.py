@@ -10,14 +10,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ..errors import StoreError
-from ..verdicts.changes import ChangePoint, Point, bisect_command, change_points
+from ..verdicts.changes import ChangePoint, Point, Z, bisect_command, change_points
 from .record import parse_date
 from .runstore import RunStore, SeriesRow
 
 FALLBACK_LOG_SE = 0.05
 """A run's median's log SE where it kept fewer than two samples (it cannot say its own)."""
-Z95 = 1.959964
-"""The normal quantile of a two-sided 95 % interval (the dashboard's charts draw the same)."""
 MARK_STATES = {"ack": "acknowledged", "invalid": "invalid", "fixed": "fixed"}
 """How a change point may be triaged (the command's word: the state it is kept as)."""
 MARK_KIND = "change-mark"
@@ -68,6 +66,13 @@ class Series:
         ]
 
 
+def median_interval(r: SeriesRow) -> tuple[float, float]:
+    """The 95 % interval of a run's median from its own log SE (none: the median alone), as
+    the dashboard draws it and its downloads hold it."""
+    half = Z * (r.log_se or 0.0)
+    return r.median * math.exp(-half), r.median * math.exp(half)
+
+
 def series_of(rows: Iterable[SeriesRow]) -> list[Series]:
     """*rows* (ordered by host, profile, configuration, workload, then time) as series."""
     out: dict[tuple[str, str, str, str], Series] = {}
@@ -94,12 +99,16 @@ class Found:
     """How it was triaged (``None``: not yet)."""
 
     @property
+    def run(self) -> str:
+        """The key of the first run after the step."""
+        return self.series.rows[self.change.index].run
+
+    @property
     def id(self) -> str:
         """Its name for triage: the series and the first run after the step, hashed (the same
         each time the change point is found there, on either backend, after an export)."""
         s = self.series
-        run = s.rows[self.change.index].run
-        text = "\0".join((s.host, s.profile, s.configuration, s.workload, run))
+        text = "\0".join((s.host, s.profile, s.configuration, s.workload, self.run))
         return hashlib.sha256(text.encode()).hexdigest()[:10]
 
     @property
@@ -121,7 +130,7 @@ class Found:
             "profile": self.series.profile,
             "configuration": self.series.configuration,
             "workload": self.series.workload,
-            "run": self.series.rows[c.index].run,
+            "run": self.run,
             "date": c.date,
             "before": c.before,
             "after": c.after,
@@ -202,7 +211,7 @@ def mark_change(
         "note": note,
         "date": date,
         "series": [f.series.host, f.series.profile, f.series.configuration, f.series.workload],
-        "run": f.series.rows[f.change.index].run,
+        "run": f.run,
     }
     store.add_document(MARK_KIND, f.series.host, body)
     f.mark = Mark(state, note, date)
@@ -257,7 +266,7 @@ def run_ratios(rows: Iterable[SeriesRow], a: str, b: str) -> list[RunRatio]:
         ra, rb = pair[first], pair[second]
         se = math.hypot(ra.log_se or FALLBACK_LOG_SE, rb.log_se or FALLBACK_LOG_SE)
         ratio = rb.median / ra.median
-        low, high = ratio * math.exp(-Z95 * se), ratio * math.exp(Z95 * se)
+        low, high = ratio * math.exp(-Z * se), ratio * math.exp(Z * se)
         out.append(RunRatio(*key, ra.median, rb.median, ratio, low, high))
     return out
 

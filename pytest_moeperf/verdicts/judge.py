@@ -9,7 +9,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, get_args
+from typing import TYPE_CHECKING, Any
 
 from ..defaults import BUSY_LIMIT, CONFIDENCE, MIN_REL_SPREAD
 from ..measure.measurement import optional
@@ -21,13 +21,12 @@ from ..measure.stats import (
     relative_uncertainty,
     repetitions_to_decide,
 )
-from .outcomes import ChangeOutcome, ClaimOutcome, Decision
+from .outcomes import DECISIONS, Decision
 from .sequential import Plan, Rule, look
 
 if TYPE_CHECKING:
     from ..measure.measurement import Measurement
 
-DECISIONS: tuple[str, ...] = (*get_args(ClaimOutcome), *get_args(ChangeOutcome))
 Values = Sequence[float] | Figure
 """Raw throughput samples (tok/s), or a stored :class:`~pytest_moeperf.stats.Figure`."""
 

@@ -62,21 +62,24 @@ EXIT_STATUS: dict[str, int] = {
 (a regression, a failed check, no slowdown where one was to be found), 3 the evidence could not
 decide (2 is a usage or input error, before any outcome)."""
 
-OUTCOMES: tuple[str, ...] = tuple(
-    dict.fromkeys(
-        word
-        for kind in (
-            ClaimOutcome,
-            ChangeOutcome,
-            CheckOutcome,
-            GateOutcome,
-            StepOutcome,
-            BisectOutcome,
-            RaceOutcome,
-            ChangePointOutcome,
-        )
-        for word in get_args(kind)
-    )
+
+def _words(*kinds: object) -> tuple[str, ...]:
+    """The words of the outcome types *kinds*, each once, in order."""
+    return tuple(dict.fromkeys(word for kind in kinds for word in get_args(kind)))
+
+
+DECISIONS = _words(ClaimOutcome, ChangeOutcome)
+"""Every word of a :data:`Decision`."""
+
+OUTCOMES = _words(
+    ClaimOutcome,
+    ChangeOutcome,
+    CheckOutcome,
+    GateOutcome,
+    StepOutcome,
+    BisectOutcome,
+    RaceOutcome,
+    ChangePointOutcome,
 )
 """Every outcome word of every kind."""
 

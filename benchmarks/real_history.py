@@ -103,7 +103,7 @@ def report(out: Path) -> None:
 
 def screenshots(out: Path, folder: Path, prefix: str) -> None:
     """The index and the first host's page; then that page's first series with a change point,
-    a point's tooltip shown (``-hover``), its compare page of the series' first and newest run
+    a point's tooltip pinned by a click (``-hover``), its compare page of the series' first and newest run
     (``-compare``), and, once the steepest change point was acknowledged from the command line
     and the site rebuilt, the series with its mark (``-triage``)."""
     from playwright.sync_api import sync_playwright
@@ -132,7 +132,7 @@ def screenshots(out: Path, folder: Path, prefix: str) -> None:
         shot("host")
         stepped = page.locator("section.series", has=page.locator("line.changepoint")).first
         stepped.scroll_into_view_if_needed()
-        stepped.locator("circle.point").last.hover()
+        stepped.locator("circle.point").last.click()  # its tip pinned, with its record's link
         path = folder / f"{prefix}-hover.png"
         page.screenshot(path=str(path))  # the viewport: the tooltip lies beside the chart
         print(path)

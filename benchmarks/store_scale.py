@@ -215,6 +215,7 @@ def step_dashboard(url: URL) -> dict[str, Any]:
         "files": len(files),
         "largest": largest.name,
         "largest_mb": round(largest.stat().st_size / 1e6, 2),
+        "site_mb": round(sum(p.stat().st_size for p in files) / 1e6, 1),
         **_memory(before),
     }
     try:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..defaults import MARGIN, check_margin
 from ..errors import MoeperfError
-from ..report.dashboard import Site, Table, write_site
+from ..report.dashboard import Site, Table, drawn_runs, write_site
 from ..report.reference import configuration_rows, reference_title
 from ..run.profiles import load_profiles
 from ..run.session import profile_reference
@@ -77,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
             verdicts={h: store.verdict_rows(h) for h in hosts},
             references=_references(store, args),
         )
+        site.runs = dict(store.records_of(drawn_runs(all_series)))
     finally:
         store.close()
     written = write_site(site, out)

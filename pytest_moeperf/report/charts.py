@@ -1,7 +1,8 @@
 """The dashboard's charts, as SVG text: a series over its runs (each run a point with its
 median's 95 % interval; each build a point in a long series), with its change points, its
-accepted baselines as steps and the commands' records as marks that open them; and a claim's
-ratio over runs against its bound, undecided verdicts drawn as undecided."""
+accepted baselines as steps with the limit their checks pass down to, and the commands' records
+as marks that open them; and a claim's ratio over runs against its bound, undecided verdicts
+drawn as undecided. A range of :data:`LOG_RANGE` times or more is drawn on a log scale."""
 
 from __future__ import annotations
 
@@ -21,6 +22,9 @@ MOST_POINTS = 300
 """Runs a host page's chart draws one by one; a longer series is drawn a build a point."""
 MOST_COMPACT = 60
 """The same for the side-by-side charts of the index."""
+LOG_RANGE = 10.0
+"""A chart whose top is this many times its bottom (or more) is drawn on a log scale: a series
+that fell from 600 to 15 tok/s still shows its noise at either end."""
 
 
 @dataclass(frozen=True)
@@ -52,13 +56,50 @@ def nice_ticks(bottom: float, top: float, most: int = 5) -> list[float]:
     return [round(first + k * step, 12) for k in range(int((top - first) / step + 1e-9) + 1)]
 
 
+def log_ticks(bottom: float, top: float, most: int = 7) -> list[float]:
+    """The values 1, 2 and 5 times a power of ten within [*bottom*, *top*] (both above 0), or
+    only the powers of ten where those would be more than *most*: a log scale's gridlines."""
+    low, high = math.floor(math.log10(bottom)), math.ceil(math.log10(top))
+    ticks: list[float] = []
+    for mantissas in ((1, 2, 5), (1,)):
+        every = (float(f"{m}e{e}") for e in range(low, high + 1) for m in mantissas)
+        ticks = [v for v in every if bottom <= v <= top]
+        if len(ticks) <= most:
+            break
+    return ticks
+
+
+@dataclass(frozen=True)
+class Scale:
+    """A chart's y-scale from *bottom* to *top*: linear, or logarithmic where the range is
+    :data:`LOG_RANGE` times or more."""
+
+    bottom: float
+    top: float
+
+    @property
+    def log(self) -> bool:
+        return self.bottom > 0 and self.top >= LOG_RANGE * self.bottom
+
+    def share(self, v: float) -> float:
+        """Where *v* stands, from 0 at the bottom to 1 at the top."""
+        if self.log:
+            return math.log(v / self.bottom) / math.log(self.top / self.bottom)
+        return (v - self.bottom) / ((self.top - self.bottom) or self.top or 1.0)
+
+    def ticks(self) -> list[float]:
+        return log_ticks(self.bottom, self.top) if self.log else nice_ticks(self.bottom, self.top)
+
+
 @dataclass(frozen=True)
 class Step:
-    """An accepted baseline: its value, from the run it was accepted from (index) on."""
+    """An accepted baseline: its value, from the run it was accepted from (index) on, and the
+    limit its checks pass down to (``None``: its tolerance was not kept)."""
 
     first: int
     value: float
     label: str
+    limit: float | None = None
 
 
 @dataclass(frozen=True)
@@ -74,6 +115,7 @@ class Mark:
 def chart_range(points: Sequence[Drawn], steps: Sequence[Step] = ()) -> tuple[float, float]:
     """The (bottom, top) a chart of *points* (and accepted baselines) spans."""
     values = [p.low for p in points] + [p.high for p in points] + [st.value for st in steps]
+    values += [st.limit for st in steps if st.limit is not None]
     return min(values), max(values)
 
 
@@ -125,15 +167,13 @@ def drawn_points(s: Series, most: int, *, relative: bool = False) -> list[Drawn]
 
 
 def _frame(
-    w: int, h: int, top: float, bottom: float, n: int
+    w: int, h: int, scale: Scale, n: int
 ) -> tuple[Callable[[int], float], Callable[[float], float]]:
-    span = (top - bottom) or top or 1.0
-
     def x(i: int) -> float:
         return PAD + (w - 2 * PAD) * (i + 0.5) / n
 
     def y(v: float) -> float:
-        return h - PAD / 2 - (h - PAD) * (v - bottom) / span
+        return h - PAD / 2 - (h - PAD) * scale.share(v)
 
     return x, y
 
@@ -141,26 +181,26 @@ def _frame(
 def _svg(
     w: int,
     h: int,
-    top: float,
-    bottom: float,
+    scale: Scale,
     marks: Sequence[str],
     first: str,
     last: str,
     unit: str = "",
 ) -> str:
     """The chart's frame: gridlines at round values with their labels and the *unit* above
-    them, then *marks*, and the first and last build along the bottom (a tick where each
-    build begins is a mark)."""
-    _, y = _frame(w, h, top, bottom, 1)
-    grid = [f'<text x=2 y=9 class="axis unit">{html.escape(unit)}</text>'] if unit else []
-    for v in nice_ticks(bottom, top):
+    them ("log scale" beside it where it is one), then *marks*, and the first and last build
+    along the bottom (a tick where each build begins is a mark)."""
+    _, y = _frame(w, h, scale, 1)
+    said = f"{unit}, log scale" if scale.log else unit
+    grid = [f'<text x=2 y=9 class="axis unit">{html.escape(said)}</text>'] if said else []
+    for v in scale.ticks():
         grid.append(
             f'<line class=grid x1="{PAD}" x2="{w - 4}" y1="{y(v):.1f}" y2="{y(v):.1f}"/>'
             f'<text x="{PAD - 3}" y="{y(v) + 3:.1f}" class=axis text-anchor=end>{v:.6g}</text>'
         )
     return (
-        f'<svg class=chart width="{w}" height="{h}" viewBox="0 0 {w} {h}" role=img '
-        f'data-pad="{PAD}">'
+        f'<svg class="chart{" log" if scale.log else ""}" width="{w}" height="{h}" '
+        f'viewBox="0 0 {w} {h}" role=img data-pad="{PAD}">'
         f"{''.join(grid)}{''.join(marks)}"
         f'<text x="{PAD}" y="{h - 2}" class="axis first">{html.escape(first)}</text>'
         f'<text x="{w - PAD}" y="{h - 2}" class="axis last" text-anchor=end>'
@@ -183,17 +223,19 @@ def series_chart(
     compact: bool = False,
     scale: tuple[float, float] | None = None,
     relative: bool = False,
+    link: Callable[[Drawn], str] | None = None,
 ) -> str:
     """An SVG of the series *s*: its points (:func:`drawn_points`), each change point a line
     between the points it lies between, each accepted baseline a step from its run on, each
     record a mark above the run after it that links to it. On the *scale* (bottom, top) given
     (one shared by several hosts' charts), else its own; *relative*: each value as a per cent
-    of the series' median (:func:`chart_range` gives either's range)."""
+    of the series' median (:func:`chart_range` gives either's range). *link* names what a
+    point opens when it is clicked (its run's record), in its ``data-record``."""
     w, h = (WIDTH // 2, HEIGHT // 2) if compact else (WIDTH, HEIGHT)
     points = drawn_points(s, MOST_COMPACT if compact else MOST_POINTS, relative=relative)
     steps = () if relative else steps  # a baseline is a value, not a share of the median
-    bottom, top = scale or chart_range(points, steps)
-    x, y = _frame(w, h, top, bottom, len(points))
+    frame = Scale(*(scale or chart_range(points, steps)))
+    x, y = _frame(w, h, frame, len(points))
     unit = "% of its median" if relative else Workload.parse(s.workload).unit
     out = []
     for i, p in enumerate(points):
@@ -203,6 +245,7 @@ def series_chart(
             f" · run {p.run[:12]}" if p.run else ""
         )
         slotted = f'data-slot="{i}" data-number="{number}"'
+        opens = f' data-record="{html.escape(link(p))}"' if link else ""
         if i == 0 or points[i - 1].build != p.build:  # a tick where a build begins
             out.append(
                 f'<line class=tick {slotted} x1="{x(i):.1f}" x2="{x(i):.1f}" y1="{h - 16}" '
@@ -212,7 +255,7 @@ def series_chart(
             f'<line class=interval {slotted} x1="{x(i):.1f}" x2="{x(i):.1f}" y1="{y(p.low):.1f}" '
             f'y2="{y(p.high):.1f}"/><circle class=point {slotted} cx="{x(i):.1f}" '
             f'cy="{y(p.median):.1f}" r=2.5 data-build="{html.escape(p.build)}" '
-            f'data-tip="{html.escape(tip)}"><title>{html.escape(tip)}</title></circle>'
+            f'data-tip="{html.escape(tip)}"{opens}><title>{html.escape(tip)}</title></circle>'
         )
     for f in found:
         after = _slot(points, f.change.index)
@@ -231,12 +274,16 @@ def series_chart(
             continue
         nxt = _slot(points, steps[k + 1].first) if k + 1 < len(steps) else None
         end = len(points) - 1 if nxt is None else max(nxt - 1, start)
-        out.append(
-            f'<line class=baseline data-from="{start}" data-to="{end}" '
-            f'x1="{x(start) - 3:.1f}" x2="{x(end) + 3:.1f}" '
-            f'y1="{y(st.value):.1f}" y2="{y(st.value):.1f}"><title>{html.escape(st.label)}'
-            "</title></line>"
-        )
+        lines = [("baseline", st.value, st.label)]
+        if st.limit is not None:
+            lines.append(("limit", st.limit, f"limit {st.limit:.4g} {unit} ({st.label})"))
+        for kind, value, said in lines:
+            out.append(
+                f'<line class={kind} data-from="{start}" data-to="{end}" '
+                f'x1="{x(start) - 3:.1f}" x2="{x(end) + 3:.1f}" '
+                f'y1="{y(value):.1f}" y2="{y(value):.1f}"><title>{html.escape(said)}'
+                "</title></line>"
+            )
     for m in marks:
         at = _slot(points, m.first)
         cx = x(at) if at is not None else w - PAD / 2
@@ -246,16 +293,18 @@ def series_chart(
             f'<path d="M{cx - 4:.1f},2 '
             f'L{cx + 4:.1f},2 L{cx:.1f},9 Z"><title>{html.escape(m.kind)}</title></path></a>'
         )
-    return _svg(w, h, top, bottom, out, points[0].build, points[-1].build, unit)
+    return _svg(w, h, frame, out, points[0].build, points[-1].build, unit)
 
 
 def claim_chart(verdicts: Sequence[tuple[str, Verdict]]) -> str:
     """A claim's ratio over runs (each verdict with its run's date): each verdict its ratio and
     interval (hollow when undecided, red when it failed), the bound a dashed line."""
     w, h = WIDTH, HEIGHT // 2 + 40
-    top = max(max(v.high, v.threshold) for _, v in verdicts)
-    bottom = min(min(v.low, v.threshold) for _, v in verdicts)
-    x, y = _frame(w, h, top, bottom, len(verdicts))
+    frame = Scale(
+        min(min(v.low, v.threshold) for _, v in verdicts),
+        max(max(v.high, v.threshold) for _, v in verdicts),
+    )
+    x, y = _frame(w, h, frame, len(verdicts))
     out = []
     last = verdicts[-1][1]
     bound = last.threshold
@@ -270,4 +319,4 @@ def claim_chart(verdicts: Sequence[tuple[str, Verdict]]) -> str:
             f'cx="{x(i):.1f}" cy="{y(v.ratio):.1f}" r=3><title>{html.escape(date)}: '
             f"{html.escape(v.outcome)} {v.ratio:.3g} [{v.low:.3g}, {v.high:.3g}]</title></circle>"
         )
-    return _svg(w, h, top, bottom, out, verdicts[0][0][:10], verdicts[-1][0][:10], "ratio")
+    return _svg(w, h, frame, out, verdicts[0][0][:10], verdicts[-1][0][:10], "ratio")

@@ -1,7 +1,9 @@
 // pytest-moeperf dashboard: narrows the series by text, zooms every chart to a build range
 // (the runs outside it left out, those in it spread over the width; an empty range is all of
 // them again), and shows a point's value, interval, build, date, host and run when it is
-// pointed at or tapped. Everything it needs is in the page; it asks nothing of the network.
+// pointed at; a click or a tap pins it, with a link to what the point stands for (its run's
+// record, or a build's runs compared) until a click elsewhere or Escape. Everything it needs
+// is in the page; it asks nothing of the network.
 (function () {
   "use strict";
   var text = document.getElementById("text");
@@ -82,14 +84,34 @@
     });
   }
 
+  var pinned = false;
+  function pointAt(e) { return e.target.closest ? e.target.closest("[data-tip]") : null; }
   function show(e) {
-    var point = e.target.closest ? e.target.closest("[data-tip]") : null;
+    if (pinned) { return; }
+    var point = pointAt(e);
     if (!point) { tip.hidden = true; return; }
     tip.textContent = point.getAttribute("data-tip");
     var box = point.getBoundingClientRect();
     tip.style.left = Math.round(box.right + 6) + "px";
     tip.style.top = Math.round(box.top - 24) + "px";
     tip.hidden = false;
+  }
+  function unpin() { pinned = false; tip.classList.remove("pinned"); tip.hidden = true; }
+  function pin(e) {
+    if (tip.contains(e.target)) { return; }  // the pinned tip's own link: followed
+    unpin();
+    show(e);
+    var point = pointAt(e), opens = point && point.getAttribute("data-record");
+    if (!point) { return; }
+    if (opens) {
+      var link = document.createElement("a");
+      link.href = opens;
+      link.textContent = /^runs\//.test(opens) ? "open its run's record" : "compare its runs";
+      tip.appendChild(document.createTextNode(" \u00b7 "));
+      tip.appendChild(link);
+    }
+    pinned = true;
+    tip.classList.add("pinned");
   }
 
   var relative = document.getElementById("relative");  // the index's view of every host
@@ -101,7 +123,8 @@
   [text, from, to].forEach(function (input) { input.addEventListener("input", apply); });
   document.getElementById("filter").addEventListener("submit", function (e) { e.preventDefault(); });
   document.addEventListener("mouseover", show);
-  document.addEventListener("click", show);  // a tap on a touch screen
+  document.addEventListener("click", pin);  // a click, or a tap on a touch screen
+  document.addEventListener("keydown", function (e) { if (e.key === "Escape") { unpin(); } });
   apply();
 
   // compare-<host>.html: two runs of a host, every series both hold as a ratio with its 95 % interval (as

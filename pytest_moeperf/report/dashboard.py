@@ -7,9 +7,12 @@ no network).
 - ``host-<name>.html``: one host's series, each point a run (its median and 95 % interval),
   its change points marked between the two builds with the change, its interval, the hosts
   that show it and the ``moeperf bisect`` that names the first bad build, its accepted
-  baselines as steps and the commands' records (gates, bisects, tunes, sweeps, calibrations)
-  as marks that open them; its claims' ratios over runs against their bounds, undecided
-  verdicts drawn as undecided.
+  baselines as steps (with the limit their checks pass down to) and the commands' records
+  (gates, bisects, tunes, sweeps, calibrations) as marks that open them; its claims' ratios
+  over runs against their bounds, undecided verdicts drawn as undecided;
+- ``runs/<key>.json``: the stored record of each run a host page draws as a point of its own,
+  which a click on the point opens (a point that stands for one build's runs opens the compare
+  page of its first and last run);
 
 A filter narrows the series by text (host, profile, configuration, workload) and greys the
 points outside a build range; every series has a stable anchor
@@ -27,7 +30,7 @@ import io
 import json
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -42,6 +45,8 @@ from ..verdicts.changes import Z
 from ..verdicts.judge import Verdict
 from .charts import (
     MOST_COMPACT,
+    MOST_POINTS,
+    Drawn,
     Mark,
     Step,
     chart_range,
@@ -77,6 +82,13 @@ class Site:
     verdicts: dict[str, list[VerdictRow]] = field(default_factory=dict)
     references: dict[str, list[Table]] = field(default_factory=dict)
     """Per host, the recorded references of its profiles beside its numbers."""
+    runs: dict[str, str] = field(default_factory=dict)
+    """The stored record (its results file's text) of each run key in :func:`drawn_runs`."""
+
+
+def drawn_runs(series: Sequence[Series]) -> set[str]:
+    """The runs the host pages draw as points of their own: whose records the site holds."""
+    return {p.run for s in series for p in drawn_points(s, MOST_POINTS) if p.run}
 
 
 def slug(text: str) -> str:
@@ -93,6 +105,10 @@ def compare_page(host: str) -> str:
 
 def record_link(host: str, index: int, kind: str) -> str:
     return f"records/{slug(host)}-{index}-{kind}.json"
+
+
+def run_link(key: str) -> str:
+    return f"runs/{key[:12]}.json"
 
 
 def series_anchor(s: Series) -> str:
@@ -151,6 +167,8 @@ def write_site(site: Site, out: Path) -> list[Path]:
     for s in site.series:
         written.append(_write(out / f"{series_data(s)}.csv", _series_csv(s)))
         written.append(_write(out / f"{series_data(s)}.json", _series_json(s)))
+    for key, text in site.runs.items():
+        written.append(_write(out / run_link(key), text))
     for host in hosts:
         for i, (kind, _, body) in enumerate(site.records.get(host, [])):
             written.append(_write(out / record_link(host, i, kind), json.dumps(body, indent=1)))
@@ -299,10 +317,29 @@ def _side_by_side(site: Site, side: Sequence[Series], *, relative: bool) -> str:
     return "".join(
         f'<figure><figcaption><a href="{host_page(s.host)}#{series_anchor(s)}">'
         f"{html.escape(s.host)}</a></figcaption>"
-        f"{series_chart(s, _changes(site, s), compact=True, scale=scale, relative=relative)}"
-        "</figure>"
+        + series_chart(
+            s,
+            _changes(site, s),
+            compact=True,
+            scale=scale,
+            relative=relative,
+        )
+        + "</figure>"
         for s in side
     )
+
+
+def _opens(site: Site, s: Series) -> Callable[[Drawn], str]:
+    """What a click on a point of *s* opens: its run's record where the site holds it, else the
+    compare page of the first and last run the point stands for."""
+
+    def link(p: Drawn) -> str:
+        if p.run in site.runs:
+            return run_link(p.run)
+        first, last = s.rows[p.first].run, s.rows[p.last].run
+        return f"{compare_page(s.host)}?a={first[:12]}&b={last[:12]}"
+
+    return link
 
 
 def _changes(site: Site, s: Series) -> list[Found]:
@@ -316,7 +353,13 @@ def _host(site: Site, host: str) -> str:
     for s in mine:
         found = _changes(site, s)
         items = "".join(_change_item(f) for f in found) or "<li>no change point</li>"
-        chart = series_chart(s, found, steps=_steps(s, records), marks=_marks(s, host, records))
+        chart = series_chart(
+            s,
+            found,
+            steps=_steps(s, records),
+            marks=_marks(s, host, records),
+            link=_opens(site, s),
+        )
         parts.append(
             f'<section class=series id="{series_anchor(s)}" data-name="{html.escape(s.name)}">'
             f'<h3><a href="#{series_anchor(s)}">{html.escape(s.name)}</a></h3>'
@@ -341,7 +384,9 @@ def _host(site: Site, host: str) -> str:
 
 def _steps(s: Series, records: Sequence[Record]) -> list[Step]:
     """The series' accepted baselines: each accept of its profile that holds its configuration
-    and workload, from the run it was accepted from (or the first run after it was kept)."""
+    and workload, from the run it was accepted from (or the first run after it was kept), with
+    the limit its checks pass down to where the accept kept its tolerance."""
+    better = Workload.parse(s.workload).higher_is_better
     runs = {r.run: i for i, r in enumerate(s.rows)}
     times = [r.written for r in s.rows]
     out = []
@@ -352,7 +397,11 @@ def _steps(s: Series, records: Sequence[Record]) -> list[Step]:
             config, _, workload = [*a.get("measurement", []), "", "", ""][:3]
             if (config, workload) == (s.configuration, s.workload):
                 first = runs.get(str(body.get("run")), bisect.bisect_left(times, at))
-                out.append(Step(first, float(a["median"]), f"accepted {body.get('date', '')}"))
+                value, tolerance = float(a["median"]), a.get("tolerance")
+                limit = None
+                if isinstance(tolerance, int | float):
+                    limit = value * (1 - tolerance if better else 1 + tolerance)
+                out.append(Step(first, value, f"accepted {body.get('date', '')}", limit))
     return sorted(out, key=lambda st: st.first)
 
 

@@ -29,7 +29,7 @@ from ..errors import BaselineError, ConfigError, StoreError
 from ..fs import write_output
 from ..measure.dependence import Dependence, ProcessEvidence
 from ..measure.measurement import Measurement
-from ..store.accept import accept_measurements, refusals, refuse
+from ..store.accept import accept_measurements, accepted_tolerance, refusals, refuse
 from ..store.accepted import accepted_history, dependence_for, noise_for
 from ..store.baselines import BaselineEntry, BaselineFile, load_baselines
 from ..store.database import store_url
@@ -390,11 +390,12 @@ class PerfSession:
                     f'baseline = "baselines/{name}.toml" to accept its measurements'
                 )
             today = dt.date.today().isoformat()
-            accept_measurements(
+            fingerprint = self.source.fingerprint(profile)
+            kept = accept_measurements(
                 path,
                 name,
                 ms,
-                self.source.fingerprint(profile),
+                fingerprint,
                 source=f"pytest-moeperf {__version__} accept, {today}",
                 refused=refused,
                 what="--moeperf-accept",
@@ -409,7 +410,11 @@ class PerfSession:
                     "date": today,
                     "run": self.record_key or None,
                     "accepted": [
-                        {"measurement": list(m.key), "median": m.summary.median}
+                        {
+                            "measurement": list(m.key),
+                            "median": m.summary.median,
+                            "tolerance": accepted_tolerance(kept, fingerprint, m),
+                        }
                         for m in ms
                         if m.values
                     ],

@@ -181,6 +181,16 @@ def _read_for(path: Path, profile: str) -> BaselineFile:
     return old
 
 
+def accepted_tolerance(
+    kept: BaselineFile, fingerprint: Mapping[str, Any], m: Measurement
+) -> float | None:
+    """The tolerance the checks of *m*'s entry in *kept* (as :func:`accept_measurements`
+    wrote it for the host *fingerprint* describes) pass down to; ``None`` when it holds none."""
+    _, host_id = _this_host(kept, fingerprint, PROBE_TOLERANCE, refresh=False)
+    entry = kept.find(m.build, m.configuration, m.workload.name, host_id)
+    return None if entry is None else kept.tolerance_for(entry)
+
+
 def _this_host(
     old: BaselineFile,
     fingerprint: Mapping[str, Any],

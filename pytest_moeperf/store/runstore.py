@@ -373,6 +373,17 @@ class RunStore:
                 out[profile] = max(out.get(profile, 0.0), float(written))
         return out
 
+    def records_of(self, keys: Iterable[str]) -> Iterator[tuple[str, str]]:
+        """The stored record (its results file's text) of each run *keys* name in full, read
+        :data:`BATCH` keys at a time; a key the store does not hold is left out."""
+        wanted = sorted(set(keys))
+        for at in range(0, len(wanted), BATCH):
+            q = sa.select(runs.c.key, runs.c.record).where(runs.c.key.in_(wanted[at : at + BATCH]))
+            with self.db.reading() as conn:
+                batch = list(conn.execute(q))
+            for row in batch:
+                yield row.key, RunRecord.from_dict(unpacked(row.record)).json_text()
+
     def stored_runs(self) -> Iterator[StoredRun]:
         """Every run, oldest first, read :data:`BATCH` at a time."""
         after = (-1.0, -1)

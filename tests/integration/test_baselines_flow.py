@@ -52,6 +52,7 @@ def test_accept_then_check_then_fail_with_the_table(tiny):
     store.close()
     assert kept["profile"] == "tiny" and kept["file"] == str(baseline)
     assert [a["measurement"][::2] for a in kept["accepted"]] == [["default", "pp64"]]
+    assert [a["tolerance"] for a in kept["accepted"]] == [0.05]  # the file's: the chart's limit
 
     # the tiny model is too fast to measure steadily (its throughput swings by 10x on a busy
     # host): a baseline any server reaches passes, one no server reaches fails

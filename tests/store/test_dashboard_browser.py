@@ -66,7 +66,8 @@ def test_every_page_draws_the_store_offline_with_its_change_points(
     mmap_tg64 = next(m for m in accepted.measurements if m.key == ("mmap", "b10424", "tg64"))
     store.add_document("accept", a, {
         "profile": "embedded", "date": "2026-11-03", "run": run_key(accepted),
-        "accepted": [{"measurement": list(mmap_tg64.key), "median": mmap_tg64.summary.median}],
+        "accepted": [{"measurement": list(mmap_tg64.key), "median": mmap_tg64.summary.median,
+                      "tolerance": 0.05}],
     })  # fmt: skip
     store.add_document("gate", a, {"baseline": "b10428", "candidate": "b10429"})
     for i, (outcome, low) in enumerate([("holds", 2.1), ("undecided", 1.8), ("fails", 1.2)]):
@@ -142,6 +143,10 @@ def test_every_page_draws_the_store_offline_with_its_change_points(
     # the accepted baseline a step in its own series only; the gate a mark on each that opens it
     assert page.locator("#embedded-mmap-tg64 line.baseline").count() == 1
     assert page.locator("line.baseline").count() == 1
+    limit = page.locator("#embedded-mmap-tg64 line.limit")  # and its checks' limit, 5 % below
+    assert limit.count() == 1 and limit.evaluate("l => +l.getAttribute('y1')") > page.locator(
+        "line.baseline"
+    ).evaluate("l => +l.getAttribute('y1')")
     links = page.locator("a.record").evaluate_all("marks => marks.map(m => m.getAttribute('href'))")
     assert len(links) == 4 and all((site / link).is_file() for link in links)
     # the claim's ratio over its runs against its bound, the undecided one drawn as undecided
@@ -182,6 +187,22 @@ def test_every_page_draws_the_store_offline_with_its_change_points(
     assert said.startswith(f"{newest.median:.4g} tok/s [{low:.4g}, {high:.4g}] · {newest.build}")
     assert newest.run[:12] in said and page.locator("#tip").is_visible()
     page.screenshot(path=str(tmp_path / "host.png"))
+    # clicked, the tip stays, with a link that opens the run's record as the store holds it
+    kept.last.click()
+    opens = page.locator("#tip a")
+    assert opens.inner_text() == "open its run's record" and newest.run[:12] in said
+    page.mouse.move(5, 5)  # pointing elsewhere leaves a pinned tip as it is
+    assert page.locator("#tip").inner_text() == f"{said} · open its run's record"
+    opens.click()
+    page.wait_for_load_state("load")
+    assert page.url.endswith(f"/runs/{newest.run[:12]}.json")
+    opened = json.loads(page.locator("body").inner_text())
+    (m,) = [
+        m for m in opened["measurements"] if (m["configuration"], m["workload"]) == ("mmap", "tg64")
+    ]
+    assert m["median"] == newest.median and m["build"] == newest.build
+    page.go_back()
+    page.wait_for_load_state("load")
     # two runs compared, picked from the chart's link: the ratios moeperf computes for them
     page.locator("#embedded-mmap-tg64 a.compare").click()
     page.wait_for_load_state("load")

@@ -5,11 +5,18 @@ change point's line between the builds it lies between."""
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import pytest
 
-from pytest_moeperf.report.charts import MOST_COMPACT, drawn_points, nice_ticks, series_chart
-from pytest_moeperf.report.dashboard import Site, host_page, write_site
+from pytest_moeperf.report.charts import (
+    MOST_COMPACT,
+    drawn_points,
+    log_ticks,
+    nice_ticks,
+    series_chart,
+)
+from pytest_moeperf.report.dashboard import Site, drawn_runs, host_page, write_site
 from pytest_moeperf.store.runstore import SeriesRow
 from pytest_moeperf.store.series import Series, find_changes
 
@@ -75,3 +82,84 @@ def test_the_build_filter_hints_at_the_builds_the_store_holds(tmp_path):
 def test_a_chart_scale_is_round_values_within_its_range(bottom, top, ticks):
     got = nice_ticks(bottom, top)
     assert got == pytest.approx(ticks) and all(bottom <= v <= top for v in got)
+
+
+def _spanning(values: list[float]) -> Series:
+    s = Series("h/1", "embedded", "mmap", "tg64")
+    for i, v in enumerate(values):
+        s.rows.append(
+            SeriesRow("h/1", "embedded", "mmap", "tg64", f"b{10423 + i}", v, 0.001, None,
+                      float(i), f"day {i}", f"k{i}")
+        )  # fmt: skip
+    return s
+
+
+def _cy(svg: str) -> list[float]:
+    return [float(y) for y in re.findall(r'circle class=point [^>]*?cy="([0-9.]+)"', svg)]
+
+
+def test_a_wide_range_is_drawn_on_a_log_scale_a_narrow_one_linear():
+    wide = series_chart(_spanning([10.0, 100.0, 1000.0]), [])
+    assert '<svg class="chart log"' in wide and "tok/s, log scale" in wide
+    low, mid, high = _cy(wide)
+    assert mid == pytest.approx((low + high) / 2, abs=0.2)  # 100 halfway from 10 to 1000
+    labels = re.findall(r"text-anchor=end>([0-9.e+]+)</text>", wide)
+    assert labels == ["10", "20", "50", "100", "200", "500", "1000"]
+    narrow = series_chart(_spanning([100.0, 500.0, 900.0]), [])  # 9x: still linear
+    assert '<svg class="chart"' in narrow and "log scale" not in narrow
+    low, mid, high = _cy(narrow)
+    assert mid == pytest.approx((low + high) / 2, abs=0.2)
+
+
+@pytest.mark.parametrize(
+    "bottom, top, ticks",
+    [(3.2, 41.0, [5, 10, 20]), (0.8, 12000.0, [1, 10, 100, 1000, 10000]), (15.0, 620.0,
+     [20, 50, 100, 200, 500])],
+)  # fmt: skip
+def test_a_log_scale_is_round_values_within_its_range(bottom, top, ticks):
+    assert log_ticks(bottom, top) == pytest.approx(ticks)
+
+
+def _accepted(tolerance: object, workload: str = "tg64") -> Site:
+    s = _series(12, 4)
+    s.rows[:] = [replace(r, workload=workload) for r in s.rows]
+    s.workload = workload
+    accept = {
+        "profile": "embedded", "date": "2026-11-03", "run": "k4",
+        "accepted": [{"measurement": ["mmap", "b10424", workload], "median": 100.0,
+                      "tolerance": tolerance}],
+    }  # fmt: skip
+    return Site("test", [s], [], records={"h/1": [("accept", 4.0, accept)]})
+
+
+@pytest.mark.parametrize(
+    "workload, tolerance, limit",
+    [("tg64", 0.05, 95.0), ("tg64", 0.2, 80.0), ("traffic.ttft_p99", 0.1, 110.0)],
+)
+def test_an_accepted_baseline_is_drawn_with_the_limit_its_checks_pass_down_to(
+    tmp_path, workload, tolerance, limit
+):
+    write_site(_accepted(tolerance, workload), tmp_path)
+    page = (tmp_path / host_page("h/1")).read_text()
+    (title,) = re.findall(r"<line class=limit [^>]*><title>([^<]*)</title>", page)
+    assert title.startswith(f"limit {limit:g} ") and "accepted 2026-11-03" in title
+    ys = dict(re.findall(r"<line class=(baseline|limit) [^>]*?y1=\"([0-9.]+)\"", page))
+    assert (float(ys["limit"]) > float(ys["baseline"])) == (limit < 100.0)  # below: slower
+    write_site(_accepted(None, workload), tmp_path)  # an accept kept without its tolerance
+    page = (tmp_path / host_page("h/1")).read_text()
+    assert "<line class=baseline " in page and "<line class=limit " not in page
+
+
+def test_a_point_opens_its_runs_record_where_the_site_holds_it_else_its_runs_compared(tmp_path):
+    few, long = _series(12, 4), _series(1000, 5)
+    long.host = "h/2"
+    long.rows[:] = [replace(r, host="h/2", run=f"long{i}") for i, r in enumerate(long.rows)]
+    site = Site("test", [few, long], [])
+    assert drawn_runs(site.series) == {f"k{i}" for i in range(12)}  # the long one: builds
+    site.runs = {key: f'{{"key": "{key}"}}' for key in drawn_runs(site.series)}
+    write_site(site, tmp_path)
+    opens = re.findall(r'data-record="([^"]*)"', (tmp_path / host_page("h/1")).read_text())
+    assert opens == [f"runs/k{i}.json" for i in range(12)]
+    assert (tmp_path / "runs" / "k3.json").read_text() == '{"key": "k3"}'
+    opens = re.findall(r'data-record="([^"]*)"', (tmp_path / host_page("h/2")).read_text())
+    assert len(opens) == 200 and opens[0] == "compare-h-2.html?a=long0&amp;b=long4"

@@ -102,9 +102,9 @@ def report(out: Path) -> None:
 
 
 def screenshots(out: Path, folder: Path, prefix: str) -> None:
-    """The index and the first host's page; then that page's first series with a change point,
-    a point's tooltip pinned by a click (``-hover``), its compare page of the series' first and newest run
-    (``-compare``), and, once the steepest change point was acknowledged from the command line
+    """The index and the first host's page; then that page's first series with a change point, a
+    point's tooltip pinned by a click (``-hover``), its compare page of the series' first and newest
+    run (``-compare``), and, once the steepest change point was acknowledged from the command line
     and the site rebuilt, the series with its mark (``-triage``)."""
     from playwright.sync_api import sync_playwright
 

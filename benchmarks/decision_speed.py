@@ -47,11 +47,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from error_rates import Clock, _measurement, fake_clock
 
+from pytest_moeperf.config.profiles import Configuration, Pinning
 from pytest_moeperf.measure.dependence import Dependence, ProcessEvidence, rounds_per_process
 from pytest_moeperf.measure.measurement import Measurement
 from pytest_moeperf.measure.workload import Workload
 from pytest_moeperf.run.feeds import MAX_AUTO_BLOCK, MAX_CALIBRATED_BLOCK
-from pytest_moeperf.run.profiles import Configuration, Pinning
 from pytest_moeperf.run.rounds import decide_pair
 from pytest_moeperf.run.source import PAIRED_METHOD, Feed, Host, Side
 from pytest_moeperf.store.record import SideRounds

@@ -63,12 +63,12 @@ from typing import Any
 
 import numpy as np
 
+from pytest_moeperf.config.profiles import Configuration, Profile
 from pytest_moeperf.defaults import FAMILY_ALPHA, MARGIN
 from pytest_moeperf.measure.measurement import Conditions, Measurement, Sample
 from pytest_moeperf.measure.workload import Workload
 from pytest_moeperf.run import rounds as rounds_mod
 from pytest_moeperf.run.gate import BuildUnderTest, run_gate
-from pytest_moeperf.run.profiles import Configuration, Profile
 from pytest_moeperf.run.rounds import decide_pair
 from pytest_moeperf.run.session import Options, PerfSession
 from pytest_moeperf.run.source import PAIRED_METHOD, Feed, Side

@@ -17,13 +17,13 @@ import statistics
 import sys
 from pathlib import Path
 
+from pytest_moeperf.config.profiles import builtin_profiles
 from pytest_moeperf.llama.build import build_llama
 from pytest_moeperf.llama.server import LlamaServer
 from pytest_moeperf.llama.synthetic_gguf import ensure_model
 from pytest_moeperf.llama.synthetic_model import BYTE_TOKEN_IDS, model_spec
 from pytest_moeperf.measure.meter import Meter, server_vocab
 from pytest_moeperf.measure.workload import Workload
-from pytest_moeperf.run.profiles import builtin_profiles
 
 
 def one_sample(meter: Meter, workload: Workload, index: int) -> float:

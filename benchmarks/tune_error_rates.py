@@ -28,9 +28,9 @@ from typing import Any
 import numpy as np
 from error_rates import Host, SimulatedFeed, fake_clock
 
+from pytest_moeperf.config.profiles import Configuration, Profile
 from pytest_moeperf.measure.measurement import Measurement
 from pytest_moeperf.measure.workload import Workload
-from pytest_moeperf.run.profiles import Configuration, Profile
 from pytest_moeperf.run.session import Options, PerfSession
 from pytest_moeperf.run.source import Feed, Side
 from pytest_moeperf.run.source import Host as RunHost

@@ -2,7 +2,7 @@
 cannot drift from it: every ``moeperf`` command option (from the command's own argument
 parser), every pytest option with its ini key (from the plugin's ``pytest_addoption``, run on a
 throwaway parser) and every profile and ``traffic`` key (from the table the profile parser
-checks keys against, ``pytest_moeperf/run/profile_keys.py``)."""
+checks keys against, ``pytest_moeperf/config/profile_keys.py``)."""
 
 from __future__ import annotations
 
@@ -123,14 +123,14 @@ def _keys(keys: Any, where: bool) -> str:
 
 def profile_keys() -> str:
     """Every key of a profile (and which a configuration takes too), with what it does."""
-    from pytest_moeperf.run.profile_keys import PROFILE_KEYS as KEYS
+    from pytest_moeperf.config.profile_keys import PROFILE_KEYS as KEYS
 
     return _keys(KEYS, where=True)
 
 
 def traffic_keys() -> str:
     """Every key of a ``traffic`` table, with what it does."""
-    from pytest_moeperf.run.profile_keys import TRAFFIC_KEYS as KEYS
+    from pytest_moeperf.config.profile_keys import TRAFFIC_KEYS as KEYS
 
     return _keys(KEYS, where=False)
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from sqlalchemy.engine import URL
 
+from ..config.profiles import Profile, host_memory, store_setting
 from ..defaults import (
     BUDGET,
     BUSY_LIMIT,
@@ -28,7 +29,6 @@ from ..fs import check_output, write_output
 from ..run.feeds import MAX_AUTO_BLOCK
 from ..run.live import LiveHost
 from ..run.opening import perf_session
-from ..run.profiles import Profile, host_memory, store_setting
 from ..run.session import Options, PerfSession
 from ..store.database import checked_store_url
 from ..store.runstore import RunStore, open_store

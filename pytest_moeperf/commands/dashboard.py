@@ -9,11 +9,11 @@ import http.server
 import time
 from pathlib import Path
 
+from ..config.profiles import load_profiles
 from ..defaults import MARGIN, check_margin
 from ..errors import MoeperfError
 from ..report.dashboard import Site, Table, drawn_runs, write_site
 from ..report.reference import configuration_rows, reference_title
-from ..run.profiles import load_profiles
 from ..run.session import profile_reference
 from ..store.runstore import RunStore
 from ..store.series import store_changes

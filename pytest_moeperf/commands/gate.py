@@ -10,13 +10,13 @@ import dataclasses
 import datetime as dt
 from pathlib import Path
 
+from ..config.profiles import load_profiles
 from ..defaults import FIRST_LOOK, MAX_ROUNDS
 from ..errors import MoeperfError
 from ..host.machine import parse_cpu_list
 from ..measure.workload import Workload
 from ..report.gate import gate_markdown, gate_text
 from ..run.gate import CANDIDATE, BuildUnderTest, StoredStage, run_gate
-from ..run.profiles import load_profiles
 from ..run.replayed import StoredHost
 from ..run.session import PerfSession
 from ..store.accept import accept_measurements, refusals, refuse

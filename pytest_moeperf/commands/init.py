@@ -13,14 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..defaults import STARTUP_TIMEOUT, check_seconds
-from ..errors import BuildError, ModelError, MoeperfError
-from ..fs import cache_dir
-from ..host.machine import host_fingerprint, host_identity
-from ..host.topology import Topology, read_topology
-from ..llama.build import Build, binary_build, build_llama, cuda_cmake_args
-from ..llama.model_bytes import decode_bytes
-from ..run.init import (
+from ..config.init import (
     ProfilePlan,
     Rates,
     assumed_rates,
@@ -30,7 +23,14 @@ from ..run.init import (
     timed_sample,
     write_profile,
 )
-from ..run.profile_file import existing_profiles
+from ..config.profile_file import existing_profiles
+from ..defaults import STARTUP_TIMEOUT, check_seconds
+from ..errors import BuildError, ModelError, MoeperfError
+from ..fs import cache_dir
+from ..host.machine import host_fingerprint, host_identity
+from ..host.topology import Topology, read_topology
+from ..llama.build import Build, binary_build, build_llama, cuda_cmake_args
+from ..llama.model_bytes import decode_bytes
 from .common import say
 
 

@@ -10,13 +10,13 @@ import json
 import re
 from pathlib import Path
 
+from ..config.profile_file import existing_profiles
+from ..config.profiles import builtin_profiles
 from ..errors import MoeperfError
 from ..fs import check_output
 from ..measure.workload import Workload
 from ..report.tune import race_markdown, race_text
 from ..report.tune_plot import plot_race
-from ..run.profile_file import existing_profiles
-from ..run.profiles import builtin_profiles
 from ..run.tune import Knob, Race, RaceState, duels_of, run_race, write_finding
 from ..verdicts.outcomes import exit_status
 from . import common

@@ -1,11 +1,11 @@
 """One check of a profile's configurations against this host, before any server starts: the
 GPUs they name (``gpus``, ``-ts``, ``-mg``, ``-sm``, ``-dev``), and the GPUs and memory they
 need at all. Each problem is one line naming the key and the fix, raised as
-:class:`~pytest_moeperf.run.profiles.HostLacks`: a skip on another host, an error on the host the
-profile names (:func:`~pytest_moeperf.run.profiles.host_owns`), as every other thing a host can
+:class:`~pytest_moeperf.config.profiles.HostLacks`: a skip on another host, an error on the host the
+profile names (:func:`~pytest_moeperf.config.profiles.host_owns`), as every other thing a host can
 lack. The model (every shard, named by its first) is checked where it is resolved
 (:class:`~pytest_moeperf.run.artifacts.Artifacts`), the pinning by
-:meth:`~pytest_moeperf.run.profiles.Pinning.resolve` and the flags a build lacks by the build;
+:meth:`~pytest_moeperf.config.profiles.Pinning.resolve` and the flags a build lacks by the build;
 the launcher, the gate, bisect, sweep and calibrate run all of them before their first server.
 """
 

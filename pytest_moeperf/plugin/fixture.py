@@ -9,6 +9,7 @@ from typing import NoReturn
 
 import pytest
 
+from ..config.profiles import Configuration, HostLacks, Profile, host_owns
 from ..defaults import MARGIN, MIN_REL_SPREAD
 from ..errors import ConfigError, MoeperfError, StartupWarning, Unavailable
 from ..llama.server import LlamaServer
@@ -17,7 +18,6 @@ from ..measure.workload import Workload
 from ..report.reference import reference_failure
 from ..report.tables import baseline_failure, claim_failure, measured_table
 from ..run.crosscheck import bench_in_rounds
-from ..run.profiles import Configuration, HostLacks, Profile, host_owns
 from ..run.rounds import (
     Decided,
     cannot_decide,

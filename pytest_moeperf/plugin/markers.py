@@ -14,10 +14,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..config.profiles import Profile
 from ..defaults import MARGIN
 from ..errors import ConfigError
 from ..measure.workload import Workload
-from ..run.profiles import Profile
 
 
 class MarkerError(ConfigError):

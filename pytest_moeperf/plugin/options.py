@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from ..config.profiles import host_memory, store_setting
 from ..defaults import (
     BUDGET,
     BUSY_LIMIT,
@@ -32,7 +33,6 @@ from ..errors import MoeperfError
 from ..fs import check_output
 from ..llama.build import resolve_server_binary
 from ..run.feeds import MAX_AUTO_BLOCK
-from ..run.profiles import host_memory, store_setting
 from ..run.rounds import AUTO_CAP, AUTO_ROUNDS
 from ..run.session import Options
 from ..store.database import checked_store_url

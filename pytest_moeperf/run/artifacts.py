@@ -8,13 +8,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
+from ..config.profiles import Configuration, HostLacks, Profile
 from ..errors import ConfigError, ModelError, MoeperfError
 from ..host.machine import file_digest
 from ..llama.build import Build, binary_build, build_llama, cuda_cmake_args
 from ..llama.model_bytes import DecodeBytes, decode_bytes, model_shards
 from ..llama.synthetic_gguf import ensure_model
 from ..llama.synthetic_model import model_spec
-from .profiles import Configuration, HostLacks, Profile
 
 SYNTHETIC = "synthetic:"
 MODEL_DIGEST_BYTES = 16 << 20

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import fs
+from ..config.profiles import Profile, load_profiles
 from ..defaults import MARGIN
 from ..errors import MoeperfError, ResultsError
 from ..measure.workload import Workload
@@ -41,7 +42,6 @@ from ..verdicts.bisect import (
 )
 from ..verdicts.outcomes import StepOutcome
 from .gate import BuildUnderTest, StoredStage, run_gate
-from .profiles import Profile, load_profiles
 from .replayed import StoredHost
 from .session import Options, PerfSession
 from .source import Stage

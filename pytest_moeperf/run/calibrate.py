@@ -13,12 +13,12 @@ import datetime as dt
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from ..config.profiles import Profile
 from ..defaults import BUDGET, MARGIN
 from ..measure.workload import Workload
 from ..verdicts.calibration import NoiseFigure, noise_figure
 from ..verdicts.gate import GateResult, GateRow
 from .gate import BuildUnderTest, run_gate
-from .profiles import Profile
 from .session import PerfSession
 from .source import Stage
 

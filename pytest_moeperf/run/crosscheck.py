@@ -7,12 +7,12 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable
 
+from ..config.profiles import Profile
 from ..errors import MoeperfError
 from ..host.locks import measuring
 from ..llama.bench import run_bench
 from ..measure.measurement import Measurement
 from .pool import ServerKey
-from .profiles import Profile
 from .session import PerfSession
 from .source import Side, Stage
 

@@ -20,6 +20,7 @@ import contextlib
 import statistics
 from collections.abc import Callable
 
+from ..config.profiles import Configuration, Profile
 from ..defaults import PROCESS_TERM, ROUND_SPREAD
 from ..errors import MoeperfError
 from ..measure.dependence import rounds_per_process
@@ -28,7 +29,6 @@ from ..measure.workload import Workload
 from ..store.record import SideRounds
 from ..verdicts.sequential import Coin
 from .live_stage import LiveStage
-from .profiles import Configuration, Profile
 from .source import BLOCK_SAMPLES, PAIRED_METHOD, RESTART_METHOD, Feed, Side, side_rounds
 
 MAX_AUTO_BLOCK = 5

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from ..config.profiles import Configuration, HostLacks, Pinning, Profile, host_owns
 from ..defaults import FAMILY_ALPHA, FIRST_LOOK, MARGIN, MAX_ROUNDS, MIN_REL_SPREAD
 from ..errors import ConfigError, Unavailable
 from ..llama.model_bytes import DecodeBytes
@@ -36,7 +37,6 @@ from ..verdicts.judge import Verdict
 from ..verdicts.sequential import Plan, Rule
 from .crosscheck import bench_in_rounds
 from .pool import ServerRecord
-from .profiles import Configuration, HostLacks, Pinning, Profile, host_owns
 from .rounds import Decided, decide_pair
 from .session import PerfSession
 from .source import Host, Side, Stage, block_length

@@ -10,6 +10,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ..config.profiles import Configuration, HostLacks, Profile
+from ..config.validate import check_configurations
 from ..errors import ConfigError
 from ..llama.build import Build
 from ..llama.devices import build_backends
@@ -19,8 +21,6 @@ from ..llama.server import LlamaServer
 from .artifacts import Artifacts
 from .hostwatch import HostWatch
 from .pool import ServerKey, ServerPool, ServerRecord
-from .profiles import Configuration, HostLacks, Profile
-from .validate import check_configurations
 
 
 def gpu_env(configuration: Configuration) -> dict[str, str]:
@@ -99,7 +99,7 @@ class Launcher:
         labels: Sequence[str | None] = (),
     ) -> None:
         """What this host lacks for *configurations* of *profile*, before any server starts:
-        their pinning, the GPUs they name (:mod:`~pytest_moeperf.run.validate`), the
+        their pinning, the GPUs they name (:mod:`~pytest_moeperf.config.validate`), the
         profile's model (every shard) and, for each build of *labels*, the flags it lacks (a
         build by number is built for that). :class:`HostLacks` naming the key."""
         fresh = [c for c in configurations if (profile.name, c.name) not in self._checked]

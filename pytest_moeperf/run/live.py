@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from ..config.profiles import Configuration, Profile, traffic_of
 from ..errors import MeasurementError
 from ..host.gpu_telemetry import DmonSample, GpuSampler, GpuTelemetry
 from ..host.locks import measuring
@@ -30,7 +31,6 @@ from ..store.journal import Journal
 from .feeds import LivePairing, LiveSeries
 from .live_stage import LiveSettings, LiveStage, banned
 from .pool import ServerKey, ServerRecord
-from .profiles import Configuration, Profile, traffic_of
 from .source import Feed, Host, Side
 
 

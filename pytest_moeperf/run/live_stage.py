@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from ..config.profiles import Configuration, Profile
 from ..errors import MoeperfError
 from ..host.locks import measuring
 from ..host.machine import busy_fraction, host_fingerprint
@@ -31,7 +32,6 @@ from .artifacts import SYNTHETIC, Artifacts
 from .hostwatch import HostWatch
 from .launch import Launcher, gpu_env
 from .pool import ServerKey, ServerPool, ServerRecord
-from .profiles import Configuration, Profile
 
 
 class LiveSettings(Protocol):

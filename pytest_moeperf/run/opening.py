@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ..config.profiles import Profile
 from .live import LiveHost
-from .profiles import Profile
 from .session import Options, PerfSession
 
 

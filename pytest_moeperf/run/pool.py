@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from math import inf
 from pathlib import Path
 
+from ..config.profiles import Configuration, HostLacks
 from ..errors import ServerError
 from ..host.gpus import GpuRoom, nvidia_host, read_gpu_room
 from ..host.ledger import Charge, Entry, MemoryLedger, parent
@@ -38,7 +39,6 @@ from ..llama.footprint import GIB, Footprint
 from ..llama.server import LlamaServer
 from ..llama.startup import StartupFinding, offload_failure, scan_startup
 from ..store.journal import Journal, ServerKey
-from .profiles import Configuration, HostLacks
 
 MEMORY_WAIT = 1800.0
 """Seconds a server may wait for memory that other processes' servers hold (another xdist

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
+from ..config.profiles import Configuration, Profile
 from ..defaults import PRIOR_PROCESS_TERM
 from ..errors import ResultsError
 from ..host.probe import Probe
@@ -24,7 +25,6 @@ from ..store.journal import Journal, MeasurementKey
 from ..store.record import matching, rounds_of
 from ..store.replay import Replay
 from ..verdicts.sequential import Plan
-from .profiles import Configuration, Profile
 from .source import (
     PAIRED_METHOD,
     Feed,

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Generic, TypeVar
 
+from ..config.profiles import Profile
 from ..defaults import BUDGET, MARGIN, MIN_SESSIONS, SESSION_GAP, SESSION_PRIOR_BOUND
 from ..measure.dependence import ProcessEvidence
 from ..measure.measurement import Measurement
@@ -27,7 +28,6 @@ from ..verdicts.baseline_check import BaselineCheck, overridden
 from ..verdicts.creep import SessionTerm
 from ..verdicts.judge import Verdict, busy_reason, judge_rounds, judge_unpaired
 from ..verdicts.sequential import Coin, Plan, Rule
-from .profiles import Profile
 from .source import Feed, Host, Side
 
 R = TypeVar("R", Verdict, BaselineCheck)

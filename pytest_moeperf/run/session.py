@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
+from ..config.profiles import Profile, load_profiles
 from ..defaults import (
     BUSY_LIMIT,
     MAX_ROUNDS,
@@ -46,7 +47,6 @@ from ..verdicts.calibration import NoiseFigure, history_dependence
 from ..verdicts.creep import SessionTerm, session_term
 from ..verdicts.reference import DEFAULT_LABEL, Reference, ReferenceRow
 from ..verdicts.sequential import Plan
-from .profiles import Profile, load_profiles
 from .replayed import StoredHost
 from .source import Host, MeasurementKey, Stage
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from ..config.profiles import Configuration, Profile
 from ..host.probe import Probe
 from ..llama.model_bytes import DecodeBytes
 from ..measure.measurement import Measurement
@@ -38,7 +39,6 @@ from ..store.journal import Journal, MeasurementKey
 from ..store.record import SideRounds
 from ..verdicts.sequential import Coin, Plan
 from .pool import ServerKey, ServerRecord
-from .profiles import Configuration, Profile
 
 BLOCK_SAMPLES = 3
 """Samples per server process when two sides are measured across restarts."""
@@ -314,7 +314,7 @@ class Stage(Protocol):
     def check(
         self, profile: Profile, configurations: Sequence[Configuration], labels: Sequence[str]
     ) -> None:
-        """:class:`~pytest_moeperf.run.profiles.HostLacks` naming what this host or a build
+        """:class:`~pytest_moeperf.config.profiles.HostLacks` naming what this host or a build
         lacks, before any server starts."""
         ...
 

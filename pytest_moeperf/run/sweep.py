@@ -18,13 +18,13 @@ import math
 from collections.abc import Sequence
 from dataclasses import replace
 
+from ..config.profiles import Configuration, Profile
 from ..errors import ConfigError
 from ..llama.flags import flag_value, without_flags
 from ..measure.measurement import Measurement
 from ..measure.workload import Workload
 from ..report.sweep import NcmoeSweepResult, SweepResult
 from ..store.sweeps import NcmoePoint, SweepPoint
-from .profiles import Configuration, Profile
 from .source import Host, Stage
 
 METRICS = ("throughput", "decode", "prefill", "requests")

@@ -32,6 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import fs
+from ..config.profile_file import existing_profiles, present, table_toml, write_table
+from ..config.profiles import Configuration, Pinning, Profile, parse_profiles
 from ..defaults import FAMILY_ALPHA
 from ..errors import ConfigError, MoeperfError, ServerError, Unavailable
 from ..fs import write_output
@@ -41,8 +43,6 @@ from ..verdicts.judge import Verdict
 from ..verdicts.race import Duel, RaceResult
 from ..verdicts.sequential import Plan, Rule
 from .artifacts import SYNTHETIC
-from .profile_file import existing_profiles, present, table_toml, write_table
-from .profiles import Configuration, Pinning, Profile, parse_profiles
 from .rounds import decide_pair
 from .session import PerfSession
 from .source import Side, Stage
@@ -325,10 +325,10 @@ def _bound(v: Verdict, margin: float, faster: bool) -> float:
 
 
 def tuned_table(race: Race, result: RaceResult, rootdir: Path) -> dict[str, Any]:
-    """The profile of the finding, as :func:`~.profiles.parse_profiles` reads it: the base
-    profile's build, model and settings, and a configuration per candidate a test of
-    :func:`tuned_tests` names, ``base`` and the winner again as ``tuned``, each with its full
-    flags, environment and pinning (paths made absolute: the file may lie elsewhere)."""
+    """The profile of the finding, as :func:`~pytest_moeperf.config.profiles.parse_profiles` reads
+    it: the base profile's build, model and settings, and a configuration per candidate a test of
+    :func:`tuned_tests` names, ``base`` and the winner again as ``tuned``, each with its full flags,
+    environment and pinning (paths made absolute: the file may lie elsewhere)."""
     p = race.profile
     table = present(
         description=f"{p.name} tuned by moeperf tune on {result.objective}: {result.answer()}",

@@ -18,8 +18,8 @@ from _records import run_record
 from sqlalchemy.engine import URL
 
 from pytest_moeperf.commands import main as moeperf
+from pytest_moeperf.config.profiles import load_profiles, store_setting
 from pytest_moeperf.errors import ConfigError, StoreError
-from pytest_moeperf.run.profiles import load_profiles, store_setting
 from pytest_moeperf.store import database
 from pytest_moeperf.store.database import (
     SCHEMA_VERSION,
@@ -340,7 +340,7 @@ def test_a_run_is_found_by_the_first_digits_of_its_key(store_at, capsys):
 def test_a_replayed_runs_verdicts_are_of_the_host_that_measured_it(tmp_path):
     """The judged line names the host each verdict is of: a replay's are the stored run's
     host's (not this one's, and not an empty fingerprint's)."""
-    from pytest_moeperf.run.profiles import builtin_profiles
+    from pytest_moeperf.config.profiles import builtin_profiles
     from pytest_moeperf.run.replayed import StoredHost
     from pytest_moeperf.store.replay import Replay
 

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
+from pytest_moeperf.config.profiles import Configuration, HostLacks, Profile
 from pytest_moeperf.errors import Unavailable
 from pytest_moeperf.measure.measurement import Conditions, Measurement, Sample
 from pytest_moeperf.measure.workload import Workload
 from pytest_moeperf.run import rounds as rounds_mod
-from pytest_moeperf.run.profiles import Configuration, HostLacks, Profile
 from pytest_moeperf.run.session import Options, PerfSession
 from pytest_moeperf.run.source import PAIRED_METHOD, Feed, Side
 from pytest_moeperf.run.source import Host as RunHost

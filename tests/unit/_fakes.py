@@ -9,9 +9,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_moeperf.config.profiles import Configuration, Pinning
 from pytest_moeperf.measure.measurement import Conditions, Measurement, Sample
 from pytest_moeperf.measure.workload import Workload
-from pytest_moeperf.run.profiles import Configuration, Pinning
 from pytest_moeperf.run.source import Feed, Side
 from pytest_moeperf.store.record import SideRounds
 

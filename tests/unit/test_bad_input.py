@@ -15,6 +15,7 @@ import pytest
 
 from pytest_moeperf import fs
 from pytest_moeperf.commands import main
+from pytest_moeperf.config.profiles import load_profiles
 from pytest_moeperf.errors import (
     BaselineError,
     ConfigError,
@@ -30,7 +31,6 @@ from pytest_moeperf.plugin.markers import (
     parse_moeperf,
 )
 from pytest_moeperf.run.opening import perf_session
-from pytest_moeperf.run.profiles import load_profiles
 from pytest_moeperf.run.session import Options, PerfSession
 from pytest_moeperf.store.replay import Replay
 

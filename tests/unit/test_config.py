@@ -7,9 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_moeperf.errors import ConfigError
-from pytest_moeperf.host.machine import host_identity, identity_differences
-from pytest_moeperf.run.profiles import (
+from pytest_moeperf.config.profiles import (
     HostLacks,
     Pinning,
     builtin_profiles,
@@ -17,6 +15,8 @@ from pytest_moeperf.run.profiles import (
     load_profiles,
     parse_profiles,
 )
+from pytest_moeperf.errors import ConfigError
+from pytest_moeperf.host.machine import host_identity, identity_differences
 
 ADR_HOST = """
 [profiles.adr-0042]

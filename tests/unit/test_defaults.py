@@ -16,10 +16,10 @@ import pytest
 
 from pytest_moeperf import defaults
 from pytest_moeperf.commands import make_parser
+from pytest_moeperf.config import profiles
 from pytest_moeperf.defaults import SettingError
 from pytest_moeperf.host.machine import HOST_KEYS
 from pytest_moeperf.plugin import hooks
-from pytest_moeperf.run import profiles
 
 ROOT = Path(__file__).resolve().parents[2]
 OPTIONS = ROOT / "docs" / "reference" / "options.md"

@@ -14,12 +14,12 @@ from test_builds import fake_server
 
 from pytest_moeperf.commands import init as init_command
 from pytest_moeperf.commands import make_parser
+from pytest_moeperf.config.profiles import load_profiles
 from pytest_moeperf.errors import ServerError
 from pytest_moeperf.llama.fit import fit_gpus
 from pytest_moeperf.llama.footprint import GIB, estimate
 from pytest_moeperf.llama.model_bytes import decode_bytes
 from pytest_moeperf.llama.server import LlamaServer
-from pytest_moeperf.run.profiles import load_profiles
 
 DATA = Path(__file__).parent / "data"
 BUSY = recorded_topology(DATA / "host-adr", {"query": "nvidia-smi-query-busy.txt"})

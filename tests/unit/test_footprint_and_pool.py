@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import pytest
 
+from pytest_moeperf.config.profiles import HostLacks, parse_size
 from pytest_moeperf.errors import ConfigError, ServerError
 from pytest_moeperf.llama.footprint import GIB, Footprint, estimate
 from pytest_moeperf.llama.model_bytes import DecodeBytes
 from pytest_moeperf.llama.startup import StartupFinding
 from pytest_moeperf.run.pool import Capacity, ServerPool, ServerRecord, held
-from pytest_moeperf.run.profiles import HostLacks, parse_size
 
 MIB = 2**20
 # a 105 GiB MoE shaped like ADR-0042's: 48 layers, experts 100 GiB, dense 4 GiB, embeddings 1
@@ -196,8 +196,8 @@ def test_forgotten_servers_leave_no_load_times_or_warnings():
 
 
 def test_declared_gpus_are_the_ones_the_server_sees():
+    from pytest_moeperf.config.profiles import Configuration, Pinning
     from pytest_moeperf.run.launch import gpu_env as _gpu_env
-    from pytest_moeperf.run.profiles import Configuration, Pinning
 
     def cfg(**kw):
         return Configuration(name="c", profile="p", flags=(), pinning=Pinning(), **kw)

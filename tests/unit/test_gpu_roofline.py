@@ -4,10 +4,10 @@ it, and so does the CUDA build's ``-ngl 0``."""
 
 from __future__ import annotations
 
+from pytest_moeperf.config.profiles import builtin_profiles
 from pytest_moeperf.host.probe import Probe
 from pytest_moeperf.llama.flags import offloads_layers
 from pytest_moeperf.run.live import decode_bandwidth
-from pytest_moeperf.run.profiles import builtin_profiles
 
 PROBE = Probe(
     cpus="0-1",

@@ -211,9 +211,9 @@ def test_the_scheduler_counts_a_process_holding_half_a_gpu() -> None:
     """A production llama-server holds 5.5 of an 11 GiB card (a recorded nvidia-smi): a
     server of ours needing 7 GiB there does not fit and is skipped naming the other process,
     one needing 4 GiB does."""
+    from pytest_moeperf.config.profiles import HostLacks
     from pytest_moeperf.llama.footprint import Footprint
     from pytest_moeperf.run.pool import ServerPool
-    from pytest_moeperf.run.profiles import HostLacks
 
     memory = parse_memory(f"0, {UUID0}, 11264, 5632\n")
     apps = parse_compute_apps(f"777, /opt/llama/bin/llama-server, 5632, {UUID0}\n")

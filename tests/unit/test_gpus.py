@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_moeperf.config.profiles import load_profiles
 from pytest_moeperf.errors import BuildError, ConfigError
 from pytest_moeperf.host import gpus as gpus_mod
 from pytest_moeperf.host.gpus import (
@@ -25,7 +26,6 @@ from pytest_moeperf.host.locks import measuring
 from pytest_moeperf.llama import build as builds
 from pytest_moeperf.llama.build import published, toolchain
 from pytest_moeperf.llama.flags import gpus_used
-from pytest_moeperf.run.profiles import load_profiles
 
 # as an H200 host of this project answered (device run of 2026-11-30), and a 2080 Ti pair
 H200 = "0, NVIDIA H200, 143771, 580.159.04, 9.0, 5, 5, 16, 16, 00000000:00:06.0, GPU-9f29\n"

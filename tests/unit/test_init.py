@@ -19,13 +19,19 @@ from _hosts import recorded_topology
 
 from pytest_moeperf.commands import init as init_command
 from pytest_moeperf.commands import main, make_parser
+from pytest_moeperf.config.init import (
+    Rates,
+    budget_for,
+    default_name,
+    plan_profile,
+    rounds_to_decide,
+)
+from pytest_moeperf.config.profiles import host_owns, load_profiles
 from pytest_moeperf.defaults import FIRST_LOOK
 from pytest_moeperf.errors import ConfigError, ModelError
 from pytest_moeperf.host.machine import host_fingerprint, host_identity
 from pytest_moeperf.llama.model_bytes import decode_bytes, model_shards, model_size
 from pytest_moeperf.run.artifacts import Artifacts
-from pytest_moeperf.run.init import Rates, budget_for, default_name, plan_profile, rounds_to_decide
-from pytest_moeperf.run.profiles import host_owns, load_profiles
 
 DATA = Path(__file__).parent / "data"
 ADR = recorded_topology(DATA / "host-adr")

@@ -8,12 +8,12 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+from pytest_moeperf.config.profiles import load_profiles
 from pytest_moeperf.host.probe import Probe
 from pytest_moeperf.llama.bench import BenchResult
 from pytest_moeperf.llama.startup import StartupFinding
 from pytest_moeperf.measure.measurement import Conditions, Measurement, Sample
 from pytest_moeperf.measure.workload import Workload
-from pytest_moeperf.run.profiles import load_profiles
 from pytest_moeperf.run.replayed import StoredHost
 from pytest_moeperf.store.journal import Journal
 from pytest_moeperf.store.record import CheckRecord, RunRecord, SideRounds, VerdictRecord

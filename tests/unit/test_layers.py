@@ -21,11 +21,12 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("pytest_moeperf.verdicts",),
     ("pytest_moeperf.store",),
     ("pytest_moeperf.report",),
-    # the run, in its own order: profiles; the servers, the host watch, builds and models;
+    ("pytest_moeperf.config",),
+    # the run, in its own order: the servers, the host watch, builds and models;
     # starting servers, and the live stage (the host and its servers); the measuring sources
     # (live, replayed); the session and the one decision loop; llama-bench beside the
     # servers; the gate, bisect and the sweep; the calibration (A/A gates)
-    ("pytest_moeperf.run", "pytest_moeperf.run.profiles"),
+    ("pytest_moeperf.run",),
     ("pytest_moeperf.run.pool", "pytest_moeperf.run.hostwatch", "pytest_moeperf.run.artifacts"),
     ("pytest_moeperf.run.launch", "pytest_moeperf.run.live_stage"),
     ("pytest_moeperf.run.source",),

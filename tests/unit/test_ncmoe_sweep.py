@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 
 from pytest_moeperf.commands import main
+from pytest_moeperf.config.profiles import builtin_profiles
 from pytest_moeperf.errors import ConfigError
 from pytest_moeperf.host.gpu_telemetry import GpuTelemetry, parse_dmon
 from pytest_moeperf.measure.measurement import Conditions, Measurement, Sample
 from pytest_moeperf.measure.workload import Workload
 from pytest_moeperf.report.sweep import NcmoeSweepResult, SweepResult
 from pytest_moeperf.report.sweep_plot import plot_ncmoe_sweep
-from pytest_moeperf.run.profiles import builtin_profiles
 from pytest_moeperf.run.sweep import (
     at_ncmoe,
     ncmoe_all,

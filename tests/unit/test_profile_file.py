@@ -6,7 +6,7 @@ import tomllib
 
 import pytest
 
-from pytest_moeperf.run.profile_file import table_toml, write_table
+from pytest_moeperf.config.profile_file import table_toml, write_table
 
 
 @pytest.mark.parametrize("value", [1234.56789, 0.1, 1 / 3, 2.5e-7, 1e20, 15.0, -0.0])

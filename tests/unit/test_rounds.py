@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 from _fakes import Clock, FakeFeed, FakeSource, Profile, W, config, measurement
 
+from pytest_moeperf.config.profiles import Configuration
 from pytest_moeperf.measure.measurement import Measurement
 from pytest_moeperf.measure.stats import Figure
 from pytest_moeperf.run import rounds as rounds_mod
 from pytest_moeperf.run.feeds import LivePairing
-from pytest_moeperf.run.profiles import Configuration
 from pytest_moeperf.run.rounds import decide_baseline, decide_pair, until_decided
 from pytest_moeperf.run.source import BLOCK_SAMPLES, RESTART_METHOD, Feed, Side, StoredFeed
 from pytest_moeperf.store.record import RunRecord, SideRounds, VerdictRecord, rounds_of

@@ -24,6 +24,8 @@ from typing import Any
 import pytest
 from _fake_host import BLOCK, PACE, Clock, FakeSource, FakeStage, builds, fake_clock, fake_session
 
+from pytest_moeperf.config.profiles import Configuration, HostLacks, Profile, parse_profiles
+from pytest_moeperf.config.profiles import traffic_of as traffic_table_of
 from pytest_moeperf.errors import ConfigError
 from pytest_moeperf.host.gpu_telemetry import DmonSample, GpuTelemetry
 from pytest_moeperf.llama.flags import flag_value, flag_values, has_flag
@@ -34,8 +36,6 @@ from pytest_moeperf.measure.workload import Workload
 from pytest_moeperf.report.calibrate import calibration_json
 from pytest_moeperf.run.calibrate import Calibration, run_calibration
 from pytest_moeperf.run.gate import BuildUnderTest
-from pytest_moeperf.run.profiles import Configuration, HostLacks, Profile, parse_profiles
-from pytest_moeperf.run.profiles import traffic_of as traffic_table_of
 from pytest_moeperf.run.source import Feed, Host, Side
 from pytest_moeperf.run.sweep import METRICS, run_ncmoe_sweep, run_sweep
 from pytest_moeperf.verdicts.calibration import NoiseFigure, noise_figure

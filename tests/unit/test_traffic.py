@@ -10,6 +10,7 @@ import json
 
 import pytest
 
+from pytest_moeperf.config.profiles import parse_profiles, traffic_of
 from pytest_moeperf.errors import ConfigError
 from pytest_moeperf.measure.measurement import Measurement
 from pytest_moeperf.measure.mix import Mix, Shape
@@ -25,7 +26,6 @@ from pytest_moeperf.measure.traffic import (
     request_body,
 )
 from pytest_moeperf.measure.workload import Workload
-from pytest_moeperf.run.profiles import parse_profiles, traffic_of
 from pytest_moeperf.verdicts.claims import Claim
 
 MIX = Mix((Shape(100, 10), Shape(50, 20)), "test")

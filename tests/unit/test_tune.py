@@ -12,9 +12,9 @@ import tomllib
 import pytest
 from _fake_host import FakeSource, FakeStage, Host, fake_session
 
+from pytest_moeperf.config.profiles import load_profiles
 from pytest_moeperf.errors import ConfigError
 from pytest_moeperf.measure.workload import Workload
-from pytest_moeperf.run.profiles import load_profiles
 from pytest_moeperf.run.source import Side
 from pytest_moeperf.run.tune import (
     Knob,
@@ -202,7 +202,7 @@ def test_knob_values_are_names_a_claim_can_hold(tmp_path):
 
 
 def race_config(flags):
-    from pytest_moeperf.run.profiles import Configuration, Pinning
+    from pytest_moeperf.config.profiles import Configuration, Pinning
 
     return Configuration(name="c", profile="p", flags=flags, pinning=Pinning())
 

@@ -13,11 +13,11 @@ from _hosts import recorded_topology
 from test_builds import fake_server
 from test_init import write_gguf
 
+from pytest_moeperf.config.profiles import HostLacks, parse_profiles
+from pytest_moeperf.config.validate import gpu_problems
 from pytest_moeperf.run.artifacts import Artifacts
 from pytest_moeperf.run.launch import Launcher
 from pytest_moeperf.run.pool import Capacity, ServerPool
-from pytest_moeperf.run.profiles import HostLacks, parse_profiles
-from pytest_moeperf.run.validate import gpu_problems
 
 DATA = Path(__file__).parent / "data"
 ADR = recorded_topology(DATA / "host-adr")  # two RTX 2080 Ti

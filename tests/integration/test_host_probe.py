@@ -126,6 +126,13 @@ def test_baselines_apply_on_the_recording_host_and_skip_on_a_slowed_one(tiny):
 
     with competing_load():
         result = tiny.runpytest_subprocess(*same)
+    loaded = re.search(r"^host probe: .*, ([0-9.]+) Gop/s", result.stdout.str(), flags=re.M)
+    assert loaded is not None, result.stdout.str()
+    if float(loaded.group(1)) >= 0.5 * recorded:  # premise: the load halves the recorded probe
+        pytest.skip(
+            f"the competing load left the probe at {loaded.group(1)} Gop/s, not under half of "
+            f"the {recorded} Gop/s recorded (the accepting run was itself probed on a busy host)"
+        )
     result.assert_outcomes(skipped=1)
     out = result.stdout.str()
     assert "holds no numbers of this host, so none apply" in out, out

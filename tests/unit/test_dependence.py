@@ -250,3 +250,24 @@ def test_a_calibrated_verdict_says_what_it_can_resolve_before_it_measures(monkey
     assert got.resolution == said[0]  # what the gate keeps in its notes
     assert f"an automatic budget of {needed * 6.0:.0f} s ({needed} rounds" in said[1]
     assert needed * 6.0 > 180 and got.seconds <= needed * 6.0 + 6.0
+
+
+def test_history_of_blocks_too_far_apart_for_a_host_term_stands_for_nothing() -> None:
+    """A bisect's gates of binaries slowed on purpose, on a busy host, pooled a process term of
+    log-SD 1.3: the session's next gate raised ValueError building its Dependence from it.
+    Such a history stands for nothing; each verdict's own blocks estimate the term."""
+    from pytest_moeperf.measure.dependence import ProcessEvidence
+    from pytest_moeperf.verdicts.calibration import HISTORY_MIN_DF, history_dependence
+
+    rng = random.Random(3)
+    quiet = wild = ProcessEvidence()
+    for _ in range(HISTORY_MIN_DF):
+        blocks = [b for b in range(3) for _ in range(4)]
+        offsets = [rng.gauss(0, 0.02) for _ in range(3)]
+        quiet += ProcessEvidence.of([offsets[b] + rng.gauss(0, 0.03) for b in blocks], blocks)
+        jumps = [rng.choice((-2.0, 0.0, 2.0)) for _ in range(3)]
+        wild += ProcessEvidence.of([jumps[b] + rng.gauss(0, 0.03) for b in blocks], blocks)
+    assert wild.process is not None and wild.process >= 1  # the premise: no host's term
+    assert history_dependence(wild) is None
+    found = history_dependence(quiet)
+    assert found is not None and found.process < 0.1

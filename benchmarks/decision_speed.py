@@ -282,22 +282,29 @@ def suite(
     known: Dependence,
 ) -> list[dict[str, Any]]:  # fmt: skip
     """The verdicts in order, as one session runs them, *runs* times: on a host whose terms
-    are ``known``, one ``not calibrated`` (each verdict's own blocks), or one whose earlier
+    are ``known``, one ``not calibrated`` (each verdict's own blocks), one whose earlier
     verdicts' blocks are its ``history`` (the session pools them as it pools a host's stored
-    verdicts: :func:`history_dependence`)."""
+    verdicts: :func:`history_dependence`), or one whose store also holds the verdicts of the
+    host's one session before (``stored``: the session's second run on the host, as
+    ``RunStore.recent_verdicts`` gives it; a first, uncounted session stores the first)."""
     clock = Clock()
     source = SimSource(clock)
     got: list[list[Outcome]] = [[] for _ in verdicts]
-    for r in range(runs):
-        pooled = ProcessEvidence()
+    stored = ProcessEvidence()
+    for r in range(-1 if mode == "stored" else 0, runs):
+        pooled, session = ProcessEvidence() + stored, ProcessEvidence()
         for i, (v, host) in enumerate(zip(verdicts, hosts, strict=True)):
             dep = known if mode == "known" else None
-            if mode == "history":
+            if mode in ("history", "stored"):
                 dep = history_dependence(pooled)
-            o = run_one(source, clock, v, host, plan_for(dep), budget, 1_000_000 * (i + 1) + r)
-            got[i].append(o)
+            seed = 1_000_000 * (i + 1) + r + (7_919 if r < 0 else 0)
+            o = run_one(source, clock, v, host, plan_for(dep), budget, seed)
+            if r >= 0:
+                got[i].append(o)
             if o.evidence is not None:
                 pooled += o.evidence
+                session += o.evidence
+        stored = session
     return [summary(v, h, g) for v, h, g in zip(verdicts, hosts, got, strict=True)]
 
 
@@ -376,6 +383,7 @@ def adr_table(cells: Sequence[dict[str, Any]]) -> str:
 
 MODES = {
     "known": "terms known (calibrated, 40 df)",
+    "stored": "not calibrated, its stored session before and this run its history",
     "history": "not calibrated, this run's earlier verdicts its history",
     "not calibrated": "not calibrated, no history (--moeperf-no-history)",
 }

@@ -5,11 +5,9 @@ measurements on disjoint CPUs and GPUs (two NUMA nodes, each with its own GPU) m
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import os
 from collections.abc import Iterator
 
-from ..fs import cache_dir
+from ..fs import cache_dir, file_lock
 from .machine import online_cpus
 
 
@@ -20,17 +18,9 @@ def measuring(cpus: frozenset[int] | None, gpus: frozenset[int] = frozenset()) -
     the block. Locks are taken in one order (CPUs, then GPUs, each ascending), so two holders
     never deadlock; the kernel drops them when a holder dies."""
     folder = cache_dir() / "locks"
-    folder.mkdir(parents=True, exist_ok=True)
     names = [f"cpu{c}" for c in sorted(cpus if cpus is not None else online_cpus())]
     names += [f"gpu{g}" for g in sorted(gpus)]
-    fds: list[int] = []
-    try:
+    with contextlib.ExitStack() as held:
         for name in names:
-            fd = os.open(folder / f"{name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
-            fds.append(fd)
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            held.enter_context(file_lock(folder / f"{name}.lock"))
         yield
-    finally:
-        for fd in reversed(fds):
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            os.close(fd)

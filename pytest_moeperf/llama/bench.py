@@ -13,7 +13,6 @@ context. Server-side costs (sampling, HTTP, the slot loop) are in the server's n
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import subprocess
@@ -331,16 +330,8 @@ class BenchResult:
     """llama-bench's ``avg_ts``, tok/s."""
     stddev: float
     """llama-bench's ``stddev_ts``, tok/s."""
-    build_number: int | None
-    samples_ns: tuple[int, ...] = ()
-    """Each repetition's duration, ns (``samples_ns``)."""
     command: tuple[str, ...] = ()
     """The llama-bench command line that measured it."""
-    dropped: tuple[str, ...] = ()
-    """Server-only flags of the configuration that llama-bench ran without."""
-    unknown: tuple[str, ...] = ()
-    """Flags of the configuration that llama-bench could not be given (a run that was not
-    strict): its numbers may be of another configuration."""
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
     """llama-bench's whole JSON record."""
 
@@ -383,15 +374,12 @@ def parse_bench_json(text: str, command: Sequence[str] = ()) -> list[BenchResult
                 values = tuple(tokens * 1e9 / ns for ns in samples_ns)
             else:
                 values = tuple(float(x) for x in rec["samples_ts"])
-            build = rec.get("build_number")
             results.append(
                 BenchResult(
                     workload=workload,
                     values=values,
                     avg=float(rec["avg_ts"]),
                     stddev=float(rec["stddev_ts"]),
-                    build_number=int(build) if build is not None else None,
-                    samples_ns=samples_ns,
                     command=tuple(command),
                     raw=rec,
                 )
@@ -424,10 +412,10 @@ def _check_binary(bench: Path | str | None) -> Path:
     return path
 
 
-def _check_plan(plan: BenchArgs, strict: bool, cpus: frozenset[int] | None) -> None:
-    """Refuse a *strict* run whose flags llama-bench cannot be given, and *cpus* to pin to that
-    are not online here."""
-    if plan.unknown and strict:
+def _check_plan(plan: BenchArgs, cpus: frozenset[int] | None) -> None:
+    """Refuse a run whose flags llama-bench cannot be given, and *cpus* to pin to that are not
+    online here."""
+    if plan.unknown:
         raise BenchError(
             f"llama-bench cannot be given the server flag(s) {', '.join(plan.unknown)}; "
             "its numbers would measure another configuration (server-only flags it may drop: "
@@ -487,10 +475,10 @@ def _run_one(
 
 
 def _asked_results(
-    results: Mapping[str, BenchResult], workloads: Sequence[Workload], plan: BenchArgs
+    results: Mapping[str, BenchResult], workloads: Sequence[Workload]
 ) -> dict[str, BenchResult]:
-    """*results* of exactly the *workloads* asked, in their order, marked with the flags the
-    *plan* dropped or could not translate; :class:`BenchError` when one lacks or is extra."""
+    """*results* of exactly the *workloads* asked, in their order; :class:`BenchError` when one
+    lacks or is extra."""
     asked = list(dict.fromkeys(w.name for w in workloads))
     missing_w = [name for name in asked if name not in results]
     if missing_w:
@@ -501,12 +489,7 @@ def _asked_results(
     extra = [name for name in results if name not in asked]
     if extra:
         raise BenchError(f"llama-bench ran tests that were not asked: {', '.join(extra)}")
-    return {
-        name: dataclasses.replace(
-            results[name], dropped=tuple(plan.dropped), unknown=tuple(plan.unknown)
-        )
-        for name in asked
-    }
+    return {name: results[name] for name in asked}
 
 
 def run_bench(
@@ -519,22 +502,21 @@ def run_bench(
     cpus: frozenset[int] | None = None,
     env: Mapping[str, str] | None = None,
     timeout: float = REQUEST_TIMEOUT,
-    strict: bool = True,
 ) -> dict[str, BenchResult]:
     """llama-bench's measurement of each of *workloads* (keyed by workload name, e.g.
     ``"tg64 @ d512"``) on *model*, with the settings of a server started with *server_flags*,
     pinned to *cpus* like the server and with *env* added to the environment.
 
-    Raises :class:`BenchError` when llama-bench is missing, a flag cannot be translated and
-    *strict* is set, a run fails or exceeds *timeout* seconds (all runs together), or its
-    output is unreadable or lacks a workload. The caller holds any CPU lock
-    (:func:`pytest_moeperf.resources.measuring`) around the call."""
+    Raises :class:`BenchError` when llama-bench is missing, a flag cannot be translated, a run
+    fails or exceeds *timeout* seconds (all runs together), or its output is unreadable or lacks
+    a workload. The caller holds any CPU lock (:func:`pytest_moeperf.host.locks.measuring`)
+    around the call."""
     binary = _check_binary(bench)
     model_path = Path(model)
     if not model_path.is_file():
         raise BenchError(f"llama-bench: model {model_path} does not exist")
     plan = bench_args(server_flags, workloads, repetitions)
-    _check_plan(plan, strict, cpus)
+    _check_plan(plan, cpus)
     full_env = {**os.environ, **(env or {})}
     deadline = time.monotonic() + timeout
     results: dict[str, BenchResult] = {}
@@ -548,4 +530,4 @@ def run_bench(
             if result.name in results:
                 raise BenchError(f"llama-bench reported {result.name} twice: {' '.join(command)}")
             results[result.name] = result
-    return _asked_results(results, workloads, plan)
+    return _asked_results(results, workloads)

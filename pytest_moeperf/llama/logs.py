@@ -3,7 +3,7 @@ real-traffic figures of ADR-0042.
 
 Read from a log (plain, gzip, bzip2 or xz, possibly rotated):
 
-* the per-request ``slot print_timing`` blocks (:func:`parse_timings`), one
+* the per-request ``slot print_timing`` blocks (:class:`TimingParser`), one
   :class:`RequestTiming` per request, with the startup warnings of :mod:`.startup` alongside
   (:func:`parse_log_files`);
 * the real-traffic figures of ADR-0042 built from them (:func:`traffic_stats`) and the
@@ -64,8 +64,6 @@ class RequestTiming:
     prompt_ms: float | None
     gen_tokens: int | None
     gen_ms: float | None
-    total_tokens: int | None = None
-    total_ms: float | None = None
     complete: bool = False
     """Both the ``prompt eval time`` and the ``eval time`` lines were seen."""
     end_s: float | None = None
@@ -79,11 +77,10 @@ class _Partial:
     task: int
     prompt: tuple[int, float] | None = None
     gen: tuple[int, float] | None = None
-    total: tuple[int, float] | None = None
     end_s: float | None = None
 
     def finish(self) -> RequestTiming:
-        p, g, t = self.prompt, self.gen, self.total
+        p, g = self.prompt, self.gen
         return RequestTiming(
             slot=self.slot,
             task=self.task,
@@ -91,8 +88,6 @@ class _Partial:
             prompt_ms=p[1] if p else None,
             gen_tokens=g[0] if g else None,
             gen_ms=g[1] if g else None,
-            total_tokens=t[0] if t else None,
-            total_ms=t[1] if t else None,
             complete=p is not None and g is not None,
             end_s=self.end_s,
         )
@@ -141,11 +136,9 @@ class TimingParser:
         self._header: _Key | None = None
         self._raw = ""
 
-    def feed(self, raw: str) -> list[RequestTiming]:
-        """Consume one raw log line; returns the requests it finished."""
-        return self._feed_messages(log_messages(raw), raw)
-
-    def _feed_messages(self, messages: list[str], raw: str) -> list[RequestTiming]:
+    def feed(self, messages: list[str], raw: str) -> list[RequestTiming]:
+        """Consume one raw log line, split into its *messages* (:func:`.startup.log_messages`);
+        returns the requests it finished."""
         self._raw = raw  # its timestamp is read only where a request's end is recorded
         self.lines += 1
         out: list[RequestTiming] = []
@@ -198,9 +191,7 @@ class TimingParser:
             self.malformed += 1
             return
         if kind == "total":
-            done = self._pending.pop(key, None) or _Partial(*key)
-            done.total = values
-            out.append(done.finish())
+            out.append((self._pending.pop(key, None) or _Partial(*key)).finish())
             return
         part = self._pending.get(key)
         if kind == "prompt eval" or part is None or part.gen is not None:
@@ -226,18 +217,6 @@ def _parse_values(rest: str) -> tuple[int, float] | None:
     if not math.isfinite(ms) or ms < 0 or tokens < 0:
         return None
     return tokens, ms
-
-
-def parse_timings(lines: Iterable[str]) -> Iterator[RequestTiming]:
-    """The requests in a llama-server log's lines, in the order they finished.
-
-    Incomplete blocks (cut at end of input or by a restart) are yielded with
-    ``complete=False``; other subsystems' lines and garbage are ignored.
-    """
-    parser = TimingParser()
-    for line in lines:
-        yield from parser.feed(line)
-    yield from parser.finish()
 
 
 # --------------------------------------------------------------------------------------------
@@ -340,7 +319,7 @@ def parse_log_files(paths: Iterable[str | Path]) -> ParsedLog:
         lines_before, server_before = parser.lines, parser.server_lines
         for line_no, raw in enumerate(read_log_lines(p), start=1):
             messages = log_messages(raw)
-            timings.extend(parser._feed_messages(messages, raw))
+            timings.extend(parser.feed(messages, raw))
             for message in messages:
                 if "print_timing" not in message:  # never a warning; most of a long log
                     scanner.feed(message, raw, line_no, str(p))

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..fs import atomic_write_text, cache_dir
-from ..host.process import running, started, stop_group
+from ..host.process import started, stop_group
 
 PR_SET_PDEATHSIG = 1
 
@@ -82,11 +82,6 @@ def forget(pid: int) -> None:
 
 def _same_process(pid: int, start: Any, command: Any) -> bool:
     return start is not None and started(pid) == start and cmdline(pid) == command
-
-
-def alive(pid: int) -> bool:
-    """Whether *pid* is a running process (a zombie, exited but not yet waited for, is not)."""
-    return running(pid)
 
 
 def terminate(pid: int, timeout: float = 5.0) -> bool:

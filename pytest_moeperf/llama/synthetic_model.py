@@ -236,19 +236,12 @@ PRESETS: dict[str, ModelSpec] = {
 per decoded token: the shape of a production MoE, shrunk to fit two private copies in 24 GB)."""
 
 
-def preset_names() -> list[str]:
-    """The names of :data:`PRESETS`, smallest first."""
-    return list(PRESETS)
-
-
 def model_spec(preset: str = "tiny", **overrides: int | str) -> ModelSpec:
     """The spec of *preset* with some fields replaced by *overrides*.
 
     Raises :class:`ModelError` for an unknown preset or field, or an invalid value."""
     if preset not in PRESETS:
-        raise ModelError(
-            f"model preset {preset!r} is unknown: use one of {', '.join(preset_names())}"
-        )
+        raise ModelError(f"model preset {preset!r} is unknown: use one of {', '.join(PRESETS)}")
     for name in overrides:
         if name not in _FIELDS:
             raise ModelError(

@@ -169,8 +169,6 @@ class _Anova:
     """MSW: the rounds' variance around their blocks' means (``n - k`` degrees of freedom)."""
     between: NDArray[np.float64]
     """MSB: the blocks' means' spread, per round (``k - 1`` degrees of freedom)."""
-    n: int
-    k: int
     shared: float
     """``sum(m_b^2) / n^2``: the share of one offset's variance the mean keeps."""
     n0: float
@@ -191,7 +189,7 @@ def _anova(w: NDArray[np.float64], index: NDArray[np.intp], sizes: NDArray[np.in
     between = (sizes * (means - grand) ** 2).sum(axis=1) / (k - 1) if k > 1 else nan
     square = float((sizes**2).sum())
     n0 = (n - square / n) / (k - 1) if k > 1 else math.inf
-    return _Anova(within, between, n, k, square / n**2, n0)
+    return _Anova(within, between, square / n**2, n0)
 
 
 def _drift_ratio(w: NDArray[np.float64], index: NDArray[np.intp], k: int) -> NDArray[np.float64]:

@@ -20,7 +20,7 @@ from ..store.hosts import host_key
 from .fixture import MoePerf
 from .judged import NOTHING_JUDGED, Judged, verdict_property
 from .markers import Declared, check_configurations, read_markers
-from .options import add_options, options_of
+from .options import options_of, pytest_addoption  # noqa: F401 (the hook, registered here)
 from .summary import judged_summary, terminal_summary, write_report
 
 SESSION = pytest.StashKey[PerfSession]()
@@ -29,10 +29,6 @@ REAPED = pytest.StashKey[list[int]]()
 MARKER_ERROR = pytest.StashKey[str]()
 DECLARED = pytest.StashKey[Declared]()
 JUDGED = pytest.StashKey[Judged]()
-
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    add_options(parser)
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -38,8 +38,8 @@ from ..run.session import Options
 from ..store.database import checked_store_url
 
 
-def add_options(parser: pytest.Parser) -> None:
-    """The ``--moeperf-*`` options and the ini keys."""
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """The ``--moeperf-*`` options and the ini keys (pytest's hook, :mod:`.hooks` has it)."""
     group = parser.getgroup("moeperf", "llama.cpp performance suite (pytest-moeperf)")
     group.addoption(
         "--moeperf-profile",

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..defaults import PROBE_TOLERANCE
-from ..errors import MoeperfError
 from ..fs import write_output
 from ..llama.build import label_number
 from ..measure.measurement import Measurement
@@ -20,8 +19,8 @@ from ..measure.workload import Workload
 from ..store.accepted import host_for
 from ..store.hosts import canonical_workload
 from ..store.record import RunRecord, parse_date
-from ..verdicts.reference import Reference, ReferenceFigure, pick_figure
-from .reference import number, record_order
+from ..verdicts.reference import Reference, ReferenceFigure, pick_figure, rate_text
+from .reference import record_order
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -138,17 +137,6 @@ def plot_report(
     return save_png(fig, Path(path), "--moeperf-report (its PNG)")
 
 
-def _figure_class() -> type[Figure]:
-    try:
-        from matplotlib.figure import Figure as MplFigure
-    except ImportError:  # pragma: no cover - matplotlib is a dependency
-        raise MoeperfError(
-            "the PNG report needs matplotlib: pip install matplotlib (or pytest-moeperf's "
-            "dependencies)"
-        ) from None
-    return MplFigure
-
-
 def save_png(fig: Figure, path: Path, what: str) -> Path:
     """*fig* as a PNG at *path*, written atomically (*what* names it in an error)."""
     buf = io.BytesIO()
@@ -168,7 +156,7 @@ def report_figure(
     the same configurations, a second row shows each configuration's median run over run,
     labelled with the date and build of each run. *results* itself may be in *history*; it is
     drawn once."""
-    new_figure = _figure_class()
+    from matplotlib.figure import Figure
 
     current = [m for m in results.measurements if m.values and not m.workload.is_traffic]
     traffic = _traffic_latencies(results)
@@ -184,7 +172,7 @@ def report_figure(
     if has_trend:
         panel = max(panel, 0.8 * len(slots) + 2.0)
     width = min(MAX_WIDTH, max(7.0, n_cols * panel))
-    fig = new_figure(figsize=(width, PANEL_HEIGHT * n_rows + 1.3), dpi=DPI, layout="constrained")
+    fig = Figure(figsize=(width, PANEL_HEIGHT * n_rows + 1.3), dpi=DPI, layout="constrained")
     axes = fig.subplots(n_rows, n_cols, squeeze=False)
     fig.suptitle(_title(results, current), fontsize=12)
 
@@ -515,7 +503,8 @@ def reference_figure(
     measured ones, and *workloads*, such as the profile's), per measured (configuration,
     build) the reference's number (hatched, grey) beside this host's median (with its
     min-max range). No change is drawn: the reference was taken on another host."""
-    new_figure = _figure_class()
+    from matplotlib.figure import Figure
+
     ms = [m for m in measurements if m.values and not m.workload.is_traffic]
     shown = sorted(
         {m.workload for m in ms} | {w for w in workloads if not w.is_traffic},
@@ -528,7 +517,7 @@ def reference_figure(
     by_key = {(m.configuration, m.build, m.workload.name): m for m in ms}
     panel = max(4.6, 1.2 * len(categories) + 2.0)
     width = min(MAX_WIDTH, max(7.0, max(1, len(shown)) * panel))
-    fig = new_figure(figsize=(width, PANEL_HEIGHT + 1.3), dpi=DPI, layout="constrained")
+    fig = Figure(figsize=(width, PANEL_HEIGHT + 1.3), dpi=DPI, layout="constrained")
     axes = fig.subplots(1, max(1, len(shown)), squeeze=False)[0]
     hosts = ", ".join(ref.hosts) or "unknown"
     fig.suptitle(
@@ -550,7 +539,7 @@ def reference_figure(
                 ax.bar(x - 0.2, f.value, width=0.38, color="0.85", edgecolor="0.35", hatch="//")
                 note = "" if f.matched else f"\n({f.build})"
                 _label(
-                    ax, f"{number(f.value)}{note}", (x - 0.2, f.value), 3, fontsize=8, color="0.3"
+                    ax, rate_text(f.value) + note, (x - 0.2, f.value), 3, fontsize=8, color="0.3"
                 )
                 top = max(top, f.value)
             if m is not None:
@@ -565,7 +554,7 @@ def reference_figure(
                         ecolor="0.2",
                         capsize=4,
                     )
-                _label(ax, number(s.median), (x + 0.2, s.max), 3, fontsize=8, fontweight="bold")
+                _label(ax, rate_text(s.median), (x + 0.2, s.max), 3, fontsize=8, fontweight="bold")
                 top = max(top, s.max)
         slanted = max((len(line) for lb in labels for line in lb.split("\n")), default=0) > 12
         _bar_axes(

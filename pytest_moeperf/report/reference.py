@@ -12,14 +12,8 @@ from collections.abc import Iterable, Sequence
 from ..measure.measurement import Measurement
 from ..measure.workload import Workload
 from ..verdicts.judge import Verdict
-from ..verdicts.reference import Reference, ReferenceRow, pick_figure
+from ..verdicts.reference import Reference, ReferenceRow, pick_figure, rate_text
 from .tables import markdown_table, text_table
-
-
-def number(value: float) -> str:
-    """A throughput as the record's tables write it: one decimal from 100 up (``391.4``),
-    two below (``15.71``)."""
-    return f"{value:.1f}" if abs(value) >= 100 else f"{value:.2f}"
 
 
 def bound_text(v: Verdict) -> str:
@@ -34,14 +28,14 @@ def bound_text(v: Verdict) -> str:
 
 def _reference_side(row: ReferenceRow) -> str:
     left, right = row.reference_left, row.reference_right
-    shown = [number(f.value) if f is not None else "—" for f in (left, right)]
+    shown = [rate_text(f.value) if f is not None else "—" for f in (left, right)]
     ratio = row.reference_ratio
     return f"{shown[0]} / {shown[1]} = {f'{ratio:.2f}' if ratio is not None else '—'}"
 
 
 def _here_side(row: ReferenceRow) -> str:
     v = row.verdict
-    here = f"{number(row.left.summary.median)} / {number(row.right.summary.median)}"
+    here = f"{rate_text(row.left.summary.median)} / {rate_text(row.right.summary.median)}"
     return f"{here} = {v.ratio:.2f} [{v.low:.2f}, {v.high:.2f}]"
 
 
@@ -133,10 +127,10 @@ def configuration_rows(
         for w in columns:
             f = pick_figure(ref.entries, config, w.name, build)
             cells.append(
-                "—" if f is None else number(f.value) + ("" if f.matched else f" ({f.build})")
+                "—" if f is None else rate_text(f.value) + ("" if f.matched else f" ({f.build})")
             )
             here = by_w.get(w.name)
-            cells.append("-" if here is None else number(here.summary.median))
+            cells.append("-" if here is None else rate_text(here.summary.median))
         cells.append(build)
         rows.append(cells)
     return headers, rows

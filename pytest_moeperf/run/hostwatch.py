@@ -95,7 +95,7 @@ class HostWatch:
         lock: probes until two in a row agree (at most :data:`FIRST_PROBES`), the later of
         them kept."""
         key = self.probe_key(cpus)
-        if key not in self.probes:
+        if key not in self.journal.probes:
             tolerance = self.settings.probe_tolerance
             with measuring(cpus):
                 readings = [_reading(cpus), _reading(cpus)]
@@ -126,13 +126,7 @@ class HostWatch:
                     f"moeperf: host probe of CPUs {key}: the first reading was off ({first}); "
                     f"{len(taken)} probes before two agreed"
                 )
-        return self.probes[key]
-
-    @property
-    def probes(self) -> dict[str, Probe]:
-        """The calibration probe of each CPU set (``"0-1"``), taken before its first
-        measurement: what this run's numbers and baselines are judged against."""
-        return self.journal.probes
+        return self.journal.probes[key]
 
     def host_moved(self, keys: set[str] | list[str], *, force: bool = False) -> list[str]:
         """Probe the CPU sets *keys* again (when their last probe is older than
@@ -144,7 +138,7 @@ class HostWatch:
         tolerance = self.settings.probe_tolerance
         wide = max(tolerance, BANDWIDTH_MOVE)  # the bandwidth probe swings where llama.cpp does not
         for key in sorted(keys):
-            first = self.probes.get(key)
+            first = self.journal.probes.get(key)
             if first is None:
                 continue
             seen = self.journal.reprobes.get(key, [])
@@ -183,8 +177,3 @@ class HostWatch:
             f"beside {100 * held:.0f} % other work)"
         )
         return True
-
-    @property
-    def host_changes(self) -> list[str]:
-        """How the host changed under the run (probe figures that moved), one line each."""
-        return self.journal.host_changes

@@ -147,7 +147,7 @@ class Launcher:
         """Start the server of *key*: model, GPUs, footprint, room in the pool, the process."""
         model = self.artifacts.model_for(profile)
         used = self.gpus_of(profile, configuration)
-        need = self.footprint(profile, configuration, model, used)
+        need = self.footprint(configuration, model, used)
         name = f"{configuration.name} ({label})"
         self.pool.make_room(key, need, used, name)
         safe = f"{profile.name}-{configuration.name}-{label}".replace("/", "_")
@@ -186,7 +186,7 @@ class Launcher:
         model = self.artifacts.model_for(profile)
         for configuration, _label in sides:
             used = self.gpus_of(profile, configuration)
-            needs.append((self.footprint(profile, configuration, model, used), used))
+            needs.append((self.footprint(configuration, model, used), used))
         return self.pool.fits(needs)
 
     def require_gpu_backend(
@@ -224,11 +224,7 @@ class Launcher:
         )
 
     def footprint(
-        self,
-        profile: Profile,
-        configuration: Configuration,
-        model: Path,
-        gpus: frozenset[int],
+        self, configuration: Configuration, model: Path, gpus: frozenset[int]
     ) -> Footprint:
         """The memory a server of *configuration* on *gpus* will hold: the configuration's
         ``ram_gib`` / ``vram_gib`` where given, else estimated from the model file and flags."""

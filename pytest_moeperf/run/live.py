@@ -27,7 +27,6 @@ from ..measure.measurement import Conditions, Measurement, Roofline, Sample
 from ..measure.meter import Meter
 from ..measure.traffic import Pass, TrafficRun, run_pass
 from ..measure.workload import Workload
-from ..store.journal import Journal
 from .feeds import LivePairing, LiveSeries
 from .live_stage import LiveSettings, LiveStage, banned
 from .pool import ServerKey, ServerRecord
@@ -94,9 +93,8 @@ class LiveHost(Host):
         options: LiveSettings,
         report: Callable[[str], None],
         progress: Callable[[str], None],
-        journal: Journal | None = None,
     ) -> None:
-        super().__init__(journal)
+        super().__init__()
         self.options = options
         self.report = report
         """Progress lines shown with ``-v`` (server started, measuring)."""

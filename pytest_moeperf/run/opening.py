@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..config.profiles import Profile
 from .live import LiveHost
 from .session import Options, PerfSession
 
@@ -15,14 +14,11 @@ def perf_session(
     options: Options,
     report: Callable[[str], None] | None = None,
     progress: Callable[[str], None] | None = None,
-    profiles: dict[str, Profile] | None = None,
 ) -> PerfSession:
     """A session whose host is the stored run ``options.replay`` names, or else this host's
     live servers (*report* gets the lines shown with ``-v``, *progress* those of long work)."""
     if options.replay is not None:
-        return PerfSession(options, report, progress, profiles=profiles)
+        return PerfSession(options, report, progress)
     say = report or (lambda line: None)
     live = LiveHost(options, say, progress or say)
-    return PerfSession(
-        options, report, progress, source=live, servers=live.stage, profiles=profiles
-    )
+    return PerfSession(options, report, progress, source=live, servers=live.stage)

@@ -134,25 +134,22 @@ class ServerPool:
 
     A pool that reads the host's capacity (given a callable) shares the host's memory ledger
     and reads each GPU's room before each start; one given a fixed :class:`Capacity` does
-    neither unless given a *ledger* and a *gpu_reader*."""
+    neither (the GPUs' room, when given a *gpu_reader*)."""
 
     def __init__(
         self,
         capacity: Capacity | Callable[[], Capacity],
         *,
         report: Callable[[str], None],
-        ledger: MemoryLedger | None = None,
         gpu_reader: GpuReader | None = None,
-        wait: float = MEMORY_WAIT,
         journal: Journal | None = None,
     ) -> None:
         self._capacity = capacity
         """The capacity, or how to read it when a server first asks (``host_capacity``)."""
         reads_host = not isinstance(capacity, Capacity)
-        self.ledger = ledger if ledger is not None or not reads_host else MemoryLedger()
+        self.ledger = MemoryLedger() if reads_host else None
         """The memory ledger shared with the host's other pytest-moeperf processes."""
         self._gpu_reader = gpu_reader if gpu_reader is not None or not reads_host else read_gpu_room
-        self.wait = wait
         self.report = report
         self.servers: dict[ServerKey, ServerRecord] = {}
         self.journal = journal if journal is not None else Journal()
@@ -161,17 +158,15 @@ class ServerPool:
         self._in_use: Counter[ServerKey] = Counter()
 
     @staticmethod
-    def host_capacity(ram: int | None, gpu_memory: dict[int, int] | None = None) -> Capacity:
+    def host_capacity(ram: int | None) -> Capacity:
         """*ram* bytes (``None``: this host's ``MemAvailable`` now; no limit where the kernel
-        does not say) and *gpu_memory* (bytes each GPU may hold; ``None``: what nvidia-smi
-        says is free on each GPU now, see :func:`~pytest_moeperf.host.gpus.read_gpu_room`)."""
+        does not say) and what nvidia-smi says is free on each GPU now
+        (:func:`~pytest_moeperf.host.gpus.read_gpu_room`)."""
         cap = Capacity(
             ram=ram if ram is not None else (memory_available() or sys.maxsize),
             ram_free_now=ram is None,
         )
-        if gpu_memory is not None:
-            cap.gpu = dict(gpu_memory)
-        elif nvidia_host() is not None:
+        if nvidia_host() is not None:
             rooms = read_gpu_room({})
             if rooms:
                 cap.take_rooms(rooms)
@@ -349,7 +344,7 @@ class ServerPool:
         then stop this pool's idle servers, then wait."""
         assert self.ledger is not None
         mine = [charge_of(need, gpus)]
-        deadline = time.monotonic() + self.wait
+        deadline = time.monotonic() + MEMORY_WAIT
         waited = False
         try:
             while True:
@@ -388,7 +383,7 @@ class ServerPool:
                     )
                 if time.monotonic() > deadline:
                     raise ServerError(
-                        f"{name} ({need.describe()}) waited {self.wait:.0f} s for memory that "
+                        f"{name} ({need.describe()}) waited {MEMORY_WAIT:.0f} s for memory that "
                         f"other processes' servers hold ({'; '.join(blocking) or 'none left'}; "
                         f"{self.capacity.describe()} for servers): run fewer xdist workers or "
                         "give the servers more memory (--moeperf-host-memory)"

@@ -21,7 +21,7 @@ from ..host.probe import Probe
 from ..measure.dependence import Dependence
 from ..measure.measurement import Measurement
 from ..measure.workload import Workload
-from ..store.journal import Journal, MeasurementKey
+from ..store.journal import MeasurementKey
 from ..store.record import matching, rounds_of
 from ..store.replay import Replay
 from ..verdicts.sequential import Plan
@@ -68,10 +68,8 @@ class StoredHost(Host):
     results file, the store, a baseline file). What it gives the run is read, not taken:
     :attr:`measurements` are its own, and the run's journal gets no measurement of it."""
 
-    def __init__(
-        self, replay: Replay, profiles: Mapping[str, Profile], journal: Journal | None = None
-    ) -> None:
-        super().__init__(journal)
+    def __init__(self, replay: Replay, profiles: Mapping[str, Profile]) -> None:
+        super().__init__()
         self.replay = replay
         self.given: dict[MeasurementKey, Measurement] = {}
         """Each stored measurement the run was given, by (profile, configuration, build,

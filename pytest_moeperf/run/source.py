@@ -208,8 +208,8 @@ class Host(ABC):
     into one :attr:`journal` of the run, which the store keeps (servers are its
     :class:`Stage`'s)."""
 
-    def __init__(self, journal: Journal | None = None) -> None:
-        self.journal = journal if journal is not None else Journal()
+    def __init__(self) -> None:
+        self.journal = Journal()
         """What happens in this run, as it happens (frozen: its run record)."""
 
     @property
@@ -217,11 +217,6 @@ class Host(ABC):
         """Every measurement this host gave the run, by (profile, configuration, build,
         workload): the journal's (a stored host's are read, not taken: its own)."""
         return self.journal.measurements
-
-    @property
-    def notices(self) -> list[str]:
-        """What verdicts learned before spending their budgets, in order."""
-        return self.journal.notices
 
     def notice(self, line: str) -> None:
         """Keep *line* in the journal, and say it now whatever the verbosity (a live host):

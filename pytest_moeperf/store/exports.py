@@ -62,43 +62,6 @@ _DEFAULTS: dict[str, Any] = {
 SETTING_FIELDS: tuple[str, ...] = ("n_batch", "n_ubatch", "n_threads", *list(_DEFAULTS)[2:])
 """llama-bench row fields that come from the configuration's flags (or their defaults)."""
 
-LLAMA_BENCH_FIELDS: tuple[str, ...] = (
-    "build_commit",
-    "build_number",
-    "cpu_info",
-    "gpu_info",
-    "backends",
-    "model_filename",
-    "model_type",
-    "model_size",
-    "model_n_params",
-    *SETTING_FIELDS,
-    "n_prompt",
-    "n_gen",
-    "n_depth",
-    "test_time",
-    "avg_ns",
-    "stddev_ns",
-    "avg_ts",
-    "stddev_ts",
-    "samples_ns",
-    "samples_ts",
-)
-"""The fields of one ``llama-bench -o jsonl`` row, in llama-bench b11434's order
-(``test::get_fields()`` then ``samples_ns``, ``samples_ts``)."""
-
-LLAMA_BENCH_EXTRA_FIELDS: tuple[str, ...] = (
-    "use_mmap",
-    "moeperf_profile",
-    "moeperf_configuration",
-    "moeperf_workload",
-    "moeperf_flags",
-    "moeperf_pinning",
-)
-"""Fields added after llama-bench's: ``use_mmap`` (older llama-bench builds and older
-``compare-llama-bench.py`` key on it instead of ``load_mode``) and what identifies the row in
-pytest-moeperf. ``compare-llama-bench.py`` drops fields it does not know."""
-
 APPROXIMATE_FIELDS: dict[str, str] = {
     "build_commit": "the build label (b11434): builds from the sdist report commit 'unknown'",
     "cpu_info": "the host's CPU model name, not ggml's CPU device description",
@@ -328,8 +291,11 @@ def _bench_row(m: Measurement, record: RunRecord, fp: Mapping[str, Any]) -> dict
 
 def llama_bench_rows(record: RunRecord) -> list[dict[str, Any]]:
     """One ``llama-bench -o jsonl`` row per measurement with samples, in llama-bench b11434's
-    field order and types (:data:`LLAMA_BENCH_FIELDS`, then :data:`LLAMA_BENCH_EXTRA_FIELDS`).
-    Fields a server run cannot know are approximations (:data:`APPROXIMATE_FIELDS`)."""
+    field order and types (``test::get_fields()``, then ``samples_ns`` and ``samples_ts``), then
+    ``use_mmap`` (older llama-bench builds and older ``compare-llama-bench.py`` key on it
+    instead of ``load_mode``) and the ``moeperf_*`` fields that identify the row in
+    pytest-moeperf (``compare-llama-bench.py`` drops fields it does not know). Fields a server
+    run cannot know are approximations (:data:`APPROXIMATE_FIELDS`)."""
     host = dict(record.fingerprint)
     per_profile = record.fingerprints
     rows = []

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,17 +77,13 @@ def is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def fingerprint_mismatch(
-    baseline_fp: Mapping[str, Any],
-    host_fp: Mapping[str, Any],
-    fields: Iterable[str] = IDENTITY_FIELDS,
-) -> list[str]:
-    """One line per field of *fields* that both fingerprints have and that differs:
-    ``cpu_model: baseline 'X', host 'Y'``. Numbers within 2 % of each other count as equal
-    (tools report memory sizes slightly differently); lists and tuples compare alike."""
+def fingerprint_mismatch(baseline_fp: Mapping[str, Any], host_fp: Mapping[str, Any]) -> list[str]:
+    """One line per field of :data:`IDENTITY_FIELDS` that both fingerprints have and that
+    differs: ``cpu_model: baseline 'X', host 'Y'``. Numbers within 2 % of each other count as
+    equal (tools report memory sizes slightly differently); lists and tuples compare alike."""
     return [
         f"{name}: baseline {baseline_fp[name]!r}, host {host_fp[name]!r}"
-        for name in fields
+        for name in IDENTITY_FIELDS
         if name in baseline_fp and name in host_fp and not _same(baseline_fp[name], host_fp[name])
     ]
 

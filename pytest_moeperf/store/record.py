@@ -24,7 +24,7 @@ from ..errors import ResultsError
 from ..fs import load_json
 from ..llama.bench import BenchResult
 from ..measure.dependence import ProcessEvidence
-from ..measure.measurement import Measurement
+from ..measure.measurement import Measurement, optional
 from ..measure.workload import Workload
 from ..verdicts.baseline_check import BaselineCheck
 from ..verdicts.judge import Verdict
@@ -192,7 +192,7 @@ class VerdictRecord:
             pair,
             str(d.get("asked", verdict.label)),
             None if moved is None else tuple(str(line) for line in moved),
-            None if plan is None else {str(k): _plan_value(x) for k, x in dict(plan).items()},
+            None if plan is None else {str(k): optional(float)(x) for k, x in dict(plan).items()},
             None if coin is None else dict(coin),
             tuple(int(b) for b in d.get("blocks") or ()),
             str(d.get("taken", "")),
@@ -200,11 +200,6 @@ class VerdictRecord:
             tuple((int(x["round"]), str(x["why"])) for x in d.get("set_aside") or ()),
             None if d.get("kept_busy") is None else float(d["kept_busy"]),
         )
-
-
-def _plan_value(x: Any) -> float | None:
-    """A stored plan's value: a number, or none (a plan's block where the rounds were in none)."""
-    return None if x is None else float(x)
 
 
 @dataclass(frozen=True)
@@ -303,8 +298,6 @@ class RunRecord:
     """Seconds the run spent on builds, models and server starts, outside every budget."""
     date: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%S%z"))
     plugin_version: str = __version__
-    version: int = RESULTS_VERSION
-    """The format it was read in (a record written now is always :data:`RESULTS_VERSION`)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The results file's document."""
@@ -376,7 +369,6 @@ class RunRecord:
                 **_run_notes(data),
                 date=str(data.get("date", "")),
                 plugin_version=str(data.get("plugin_version", "")),
-                version=int(data["moeperf_results"]),
             )
         except KeyError as exc:
             raise ValueError(f"missing {exc}") from None

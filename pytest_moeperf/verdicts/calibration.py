@@ -12,7 +12,6 @@ and the lag-1 are the host's :class:`~pytest_moeperf.measure.dependence.Dependen
 
 from __future__ import annotations
 
-import itertools
 import math
 import statistics
 from collections.abc import Mapping, Sequence
@@ -26,19 +25,6 @@ FALSE_ALARMS = ("slower", "faster")
 """A/A outcomes that are false alarms: beyond the margin, where nothing changed."""
 SPURIOUS = ("small-slower", "small-faster")
 """A/A outcomes that name a change within the margin where there is none."""
-
-
-def lag1(values: Sequence[float]) -> float:
-    """The lag-1 autocorrelation of *values* in their order (0 with fewer than 3, or none
-    spread)."""
-    if len(values) < 3:
-        return 0.0
-    mean = statistics.fmean(values)
-    dev = [v - mean for v in values]
-    denominator = sum(d * d for d in dev)
-    if denominator == 0:
-        return 0.0
-    return sum(a * b for a, b in itertools.pairwise(dev)) / denominator
 
 
 @dataclass(frozen=True)

@@ -63,25 +63,8 @@ EXIT_STATUS: dict[str, int] = {
 decide (2 is a usage or input error, before any outcome)."""
 
 
-def _words(*kinds: object) -> tuple[str, ...]:
-    """The words of the outcome types *kinds*, each once, in order."""
-    return tuple(dict.fromkeys(word for kind in kinds for word in get_args(kind)))
-
-
-DECISIONS = _words(ClaimOutcome, ChangeOutcome)
-"""Every word of a :data:`Decision`."""
-
-OUTCOMES = _words(
-    ClaimOutcome,
-    ChangeOutcome,
-    CheckOutcome,
-    GateOutcome,
-    StepOutcome,
-    BisectOutcome,
-    RaceOutcome,
-    ChangePointOutcome,
-)
-"""Every outcome word of every kind."""
+DECISIONS: tuple[str, ...] = tuple(dict.fromkeys(get_args(ClaimOutcome) + get_args(ChangeOutcome)))
+"""Every word of a :data:`Decision`, each once."""
 
 
 def exit_status(outcome: str, undecided: str = "exit-3") -> int:

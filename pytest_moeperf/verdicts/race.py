@@ -76,13 +76,6 @@ class RaceResult:
                 leader = d.challenger
         return leader
 
-    def dropped(self) -> list[Duel]:
-        """Duels that dropped their challenger (decided slower than the leader)."""
-        return [d for d in self.duels if d.outcome == "slower"]
-
-    def dead_ends(self) -> list[Duel]:
-        return [d for d in self.duels if d.dead_end(self.margin)]
-
     def tied(self) -> list[Duel]:
         """Challengers left standing beside the final leader: their duel against it decided
         neither faster nor slower."""
@@ -139,16 +132,3 @@ class RaceResult:
             "leader": self.leader,
             "answer": self.answer(),
         }
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> RaceResult:
-        confirmation = d.get("confirmation")
-        return cls(
-            str(d["objective"]),
-            float(d["margin"]),
-            str(d["start"]),
-            {str(k): tuple(str(f) for f in v) for k, v in dict(d.get("flags") or {}).items()},
-            [Duel.from_dict(x) for x in d.get("duels") or []],
-            {str(k): str(v) for k, v in dict(d.get("skipped") or {}).items()},
-            None if confirmation is None else Duel.from_dict(confirmation),
-        )

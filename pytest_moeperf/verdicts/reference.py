@@ -161,7 +161,6 @@ class Reference:
         return ReferenceRow(
             nodeid=nodeid,
             reference=self.label,
-            path=self.path,
             profile=self.profile,
             verdict=verdict,
             left=left,
@@ -179,7 +178,6 @@ class ReferenceRow:
     nodeid: str
     reference: str
     """The reference's label (``ADR-0042``)."""
-    path: str
     profile: str
     verdict: Verdict
     left: Measurement

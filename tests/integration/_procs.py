@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_moeperf.host.process import hear_ctrl_c
+from pytest_moeperf.host.process import hear_ctrl_c, running
 from pytest_moeperf.llama import orphans
 
 INI = (
@@ -53,7 +53,7 @@ def processes_in(root: Path) -> dict[int, str]:
             cwd = Path(os.readlink(entry / "cwd"))
         except OSError:
             continue
-        if (cwd == root or root in cwd.parents) and orphans.alive(pid):
+        if (cwd == root or root in cwd.parents) and running(pid):
             found[pid] = " ".join(orphans.cmdline(pid))
     return found
 

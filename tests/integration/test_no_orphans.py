@@ -30,6 +30,7 @@ from _procs import (
     wait_until,
 )
 
+from pytest_moeperf.host.process import running
 from pytest_moeperf.llama import orphans
 from pytest_moeperf.llama.server import LlamaServer, free_port
 
@@ -159,7 +160,7 @@ def test_sigkilled_pytest_takes_its_server_along_and_the_next_session_clears_its
     assert GRACEFUL not in log.read_text() and STOPPED not in log.read_text()
     stale = pid_files(project.path)
     assert len(stale) == 1
-    assert not orphans.alive(json.loads(stale[0].read_text())["pid"])
+    assert not running(json.loads(stale[0].read_text())["pid"])
     project.makepyfile(test_forever="def test_nothing():\n    pass\n")
     project.runpytest_subprocess(timeout=60).assert_outcomes(passed=1)
     assert pid_files(project.path) == []
@@ -270,7 +271,7 @@ def test_other_worker_measures(moeperf):
     result.assert_outcomes(failed=1, passed=1)
     result.stdout.fnmatch_lines(["*crashed while running*test_worker_dies*"])
     pid = int((project.path / "dying.pid").read_text())
-    assert wait_until(lambda: not orphans.alive(pid))
+    assert wait_until(lambda: not running(pid))
     assert survivors(project.path) == {}
     # killed with its worker (PDEATHSIG), not stopped later by the reaper of the worker
     # that xdist starts in its place (that would be a SIGTERM: a graceful exit)
@@ -305,4 +306,4 @@ def test_sigkilled_xdist_controller_takes_its_workers_and_their_servers_along(pr
     # nothing was started after the kill: the same two servers' logs and pid files
     assert {p.name for p in server_logs(project.path)} == before
     assert {json.loads(p.read_text())["pid"] for p in pid_files(project.path)} == servers
-    assert not any(orphans.alive(pid) for pid in servers)
+    assert not any(running(pid) for pid in servers)

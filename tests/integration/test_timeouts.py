@@ -17,7 +17,7 @@ from _procs import (
     survivors,
 )
 
-from pytest_moeperf.llama import orphans
+from pytest_moeperf.host.process import running
 
 
 def test_startup_timeout_stops_the_server_and_shows_its_log(project, llama_build):
@@ -166,4 +166,4 @@ def test_pytest_timeout_thread_method_exit_takes_the_server_along(project):
     result.stdout.fnmatch_lines(["*Timeout*"])
     pid = int((project.path / "sleeper.pid").read_text())
     assert survivors(project.path) == {}
-    assert not orphans.alive(pid)
+    assert not running(pid)

@@ -20,12 +20,7 @@ from pytest_moeperf.measure.measurement import Conditions, Measurement, Sample
 from pytest_moeperf.measure.stats import Figure
 from pytest_moeperf.measure.workload import Workload
 from pytest_moeperf.store import history
-from pytest_moeperf.store.exports import (
-    LLAMA_BENCH_EXTRA_FIELDS,
-    LLAMA_BENCH_FIELDS,
-    benchmark_json,
-    llama_bench_rows,
-)
+from pytest_moeperf.store.exports import SETTING_FIELDS, benchmark_json, llama_bench_rows
 from pytest_moeperf.store.history import RESULTS_GLOB, read_results, write_history
 from pytest_moeperf.store.record import RESULTS_VERSION, RunRecord
 
@@ -36,6 +31,42 @@ CONFIGS = {
     "lm-none": (["-lm", "none"], "cpus 0-1", 2.05),
 }
 WORKLOADS = {"pp512": 300.0, "tg64": 40.0}
+
+LLAMA_BENCH_FIELDS = (
+    "build_commit",
+    "build_number",
+    "cpu_info",
+    "gpu_info",
+    "backends",
+    "model_filename",
+    "model_type",
+    "model_size",
+    "model_n_params",
+    *SETTING_FIELDS,
+    "n_prompt",
+    "n_gen",
+    "n_depth",
+    "test_time",
+    "avg_ns",
+    "stddev_ns",
+    "avg_ts",
+    "stddev_ts",
+    "samples_ns",
+    "samples_ts",
+)
+"""The fields of one ``llama-bench -o jsonl`` row, in llama-bench b11434's order
+(``test::get_fields()`` then ``samples_ns``, ``samples_ts``)."""
+
+LLAMA_BENCH_EXTRA_FIELDS = (
+    "use_mmap",
+    "moeperf_profile",
+    "moeperf_configuration",
+    "moeperf_workload",
+    "moeperf_flags",
+    "moeperf_pinning",
+)
+"""Fields the rows add after llama-bench's: ``use_mmap`` and what identifies the row in
+pytest-moeperf."""
 
 
 # per-repetition deviations from the nominal throughput: 3 to 5 samples each

@@ -58,7 +58,7 @@ def _journal() -> Journal:
     j.judged(VerdictRecord("t::claim", _verdict(), sides, asked="lm.pp512 / mmap.pp512"))
     check = BaselineCheck("passed", 100.5, 100.0, 0.05, low=0.97, high=1.04)
     j.checked(CheckRecord("t::baseline", ("p", "mmap", "b1", "pp512"), check))
-    bench = BenchResult(W, (99.0, 98.0), 98.5, 0.5, None, command=("llama-bench",))
+    bench = BenchResult(W, (99.0, 98.0), 98.5, 0.5, command=("llama-bench",))
     j.benched(("p", "mmap", "b1", "pp512"), bench)
     return j
 

@@ -9,6 +9,7 @@ import json
 import lzma
 import math
 import statistics
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
@@ -22,15 +23,22 @@ from pytest_moeperf.llama.logs import (
     RequestTiming,
     TimingParser,
     parse_log_files,
-    parse_timings,
     read_log_lines,
     rotated_series,
     traffic_stats,
 )
-from pytest_moeperf.llama.startup import STARTUP_WARNINGS, KnownWarning, scan_startup
+from pytest_moeperf.llama.startup import STARTUP_WARNINGS, KnownWarning, log_messages, scan_startup
 from pytest_moeperf.report.logstats import format_traffic_table
 
 DATA = Path(__file__).parent / "data" / "logs"
+
+
+def parse_timings(lines: Iterable[str]) -> Iterator[RequestTiming]:
+    """The requests in *lines* in the order they finished, read as parse_log_files reads them."""
+    parser = TimingParser()
+    for line in lines:
+        yield from parser.feed(log_messages(line), line)
+    yield from parser.finish()
 
 
 # ------------------------------------------------------------------------------------------
@@ -125,8 +133,6 @@ def test_block_without_prefix_parses_all_fields():
         prompt_ms=20000.0,
         gen_tokens=400,
         gen_ms=30000.0,
-        total_tokens=2832,
-        total_ms=50000.0,
         complete=True,
     )
 
@@ -169,7 +175,7 @@ def test_total_line_is_optional_and_release_closes_the_block():
         _head(1, 5, "release") + "stop processing: n_tokens = 339, truncated = 0",
     ]
     [t] = parse_timings(lines)
-    assert t.complete and t.total_ms is None and t.total_tokens is None
+    assert t.complete and (t.prompt_tokens, t.gen_tokens) == (300, 40)
 
 
 def test_interleaved_slots_are_keyed_by_slot_and_task():
@@ -215,8 +221,11 @@ def test_eval_without_prompt_at_start_of_a_rotated_file_is_incomplete():
 
 def test_unreadable_numbers_are_counted_not_fatal():
     parser = TimingParser()
-    out = parser.feed(_head(0, 1) + "prompt eval time =        nan ms /    12 tokens (x)")
-    out += parser.feed(_head(0, 1) + "       eval time = 12,5 ms / 3 tokens")
+    lines = [
+        _head(0, 1) + "prompt eval time =        nan ms /    12 tokens (x)",
+        _head(0, 1) + "       eval time = 12,5 ms / 3 tokens",
+    ]
+    out = [t for line in lines for t in parser.feed(log_messages(line), line)]
     out += parser.finish()
     assert out == [] and parser.malformed == 2
 
@@ -233,9 +242,9 @@ def test_non_finite_rates_in_parentheses_are_fine():
 
 def test_pre_2025_multiline_layout():
     timings = list(parse_timings(read_log_lines(DATA / "legacy-multiline.log")))
-    assert [(t.task, t.prompt_tokens, t.gen_tokens, t.total_ms, t.complete) for t in timings] == [
-        (0, 11, 53, 1268.55, True),
-        (54, 2432, 400, 50000.0, True),
+    assert [(t.task, t.prompt_tokens, t.gen_tokens, t.complete) for t in timings] == [
+        (0, 11, 53, True),
+        (54, 2432, 400, True),
     ]
 
 
@@ -304,7 +313,7 @@ def test_round_trip_counts_and_sums(requests, cut, data):
     assert [(t.slot, t.task) for t in incomplete] == ([(9, 10**6)] if cut else [])
     for key, (p_tok, p_ms, g_tok, g_ms) in expected.items():
         t = complete[key]
-        assert (t.prompt_tokens, t.gen_tokens, t.total_tokens) == (p_tok, g_tok, p_tok + g_tok)
+        assert (t.prompt_tokens, t.gen_tokens) == (p_tok, g_tok)
         assert t.prompt_ms == pytest.approx(p_ms, abs=0.0051)
         assert t.gen_ms == pytest.approx(g_ms, abs=0.0051)
     n = len(expected)

@@ -5,12 +5,36 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import get_args
 
 import pytest
 
-from pytest_moeperf.verdicts.outcomes import EXIT_STATUS, OUTCOMES, exit_status
+from pytest_moeperf.verdicts.outcomes import (
+    EXIT_STATUS,
+    BisectOutcome,
+    ChangeOutcome,
+    ChangePointOutcome,
+    CheckOutcome,
+    ClaimOutcome,
+    GateOutcome,
+    RaceOutcome,
+    StepOutcome,
+    exit_status,
+)
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "guide" / "output.md"
+KINDS = (
+    ClaimOutcome,
+    ChangeOutcome,
+    CheckOutcome,
+    GateOutcome,
+    StepOutcome,
+    BisectOutcome,
+    RaceOutcome,
+    ChangePointOutcome,
+)
+OUTCOMES = tuple(dict.fromkeys(word for kind in KINDS for word in get_args(kind)))
+"""Every outcome word of every kind."""
 
 
 def documented() -> dict[str, int]:

@@ -202,9 +202,9 @@ def test_a_reference_probed_beside_other_work_gives_way_to_the_first_quiet_probe
     watch = _watch(said)
     assert watch.probe(frozenset({0, 1})).compute_gops == 4.1  # type: ignore[union-attr]
     assert any("taken while other work held 50 % of them" in s for s in said)
-    assert watch.host_moved(["0-1"]) == [] and watch.probes["0-1"].compute_gops == 5.3
+    assert watch.host_moved(["0-1"]) == [] and watch.journal.probes["0-1"].compute_gops == 5.3
     assert any("quiet (2 % other work): " in s and "the run's reference now" in s for s in said)
-    assert watch.host_moved(["0-1"]) == [] and watch.host_changes == []
+    assert watch.host_moved(["0-1"]) == [] and watch.journal.host_changes == []
 
 
 def test_a_quiet_probe_below_a_busy_reference_is_the_host_moving(monkeypatch):
@@ -219,7 +219,7 @@ def test_a_quiet_probe_below_a_busy_reference_is_the_host_moving(monkeypatch):
     assert up.startswith("compute on CPUs 0-1: 4.1 -> 5.3, 5.5 Gop/s")
     (line,) = watch.host_moved(["0-1"])
     assert line.startswith("compute on CPUs 0-1: 4.1 -> 2.0, 2.1 Gop/s")
-    assert watch.probes["0-1"].compute_gops == 4.1
+    assert watch.journal.probes["0-1"].compute_gops == 4.1
 
 
 def test_a_slow_first_reading_is_not_the_runs_reference(monkeypatch):

@@ -70,7 +70,7 @@ def _record() -> RunRecord:
         bench=[
             bench_entry(
                 ("p", "mmap", "b1", "pp512"),
-                BenchResult(W, (500.0, 510.0), 505.0, 5.0, 1, command=("llama-bench",)),
+                BenchResult(W, (500.0, 510.0), 505.0, 5.0, command=("llama-bench",)),
             )
         ],
         baseline_checks=[
@@ -125,7 +125,6 @@ def test_format_1_keys_read_as_they_did():
          "high": 2.3, "threshold": 2.0, "rounds": 12, "mde": 0.04, "method": "bootstrap"}
     ]  # fmt: skip
     back = RunRecord.from_dict(old)
-    assert back.version == 1
     assert back.measurements == record.measurements
     assert back.measurements[0].conditions == record.measurements[0].conditions
     (verdict,) = back.verdicts

@@ -76,7 +76,7 @@ def tiny_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_presets_and_defaults() -> None:
-    assert model.preset_names() == ["tiny", "bench", "large"]
+    assert list(PRESETS) == ["tiny", "bench", "large"]  # smallest first
     assert model_spec() == PRESETS["tiny"]
     bench = PRESETS["bench"]
     assert (bench.n_layer, bench.n_embd, bench.n_head, bench.n_head_kv, bench.head_dim) == (

@@ -80,7 +80,7 @@ def test_a_clear_winner_overtakes_the_leader_and_is_confirmed(tmp_path, clock):
     assert c.verdict.low <= 1.3 * 1.15 <= c.verdict.high
     # t1 lost by more than twice the margin (a dead end); t4-ub64's -20 % is one where its
     # interval lies wholly below 0.90, else a claim that it stays slower
-    dead = [d.challenger for d in result.dead_ends()]
+    dead = [d.challenger for d in result.duels if d.dead_end(result.margin)]
     assert dead[0] == "t1" and set(dead) <= {"t1", "t4-ub64"}
     assert source.pairs[-1] == ("base", "t4-ub512")
     text = tuned_tests(result, "p-tuned", date="2026-12-02")

@@ -32,11 +32,7 @@ class BuildVersion:
     """What ``llama-server --version`` says about itself."""
 
     number: int | None  # None when the binary does not know (build 0: built without git)
-    commit: str  # "unknown" when the binary does not know
-    compiler: str  # e.g. "GNU 12.2.0"; "" when not printed
     raw: str  # the whole output
-    release: str = ""  # e.g. "0.6.0-dev" (newer builds only)
-    target: str = ""  # e.g. "Linux x86_64"
 
 
 # version: 0.6.0-dev (build 11434, commit unknown)
@@ -46,9 +42,6 @@ _VERSION_NEW = re.compile(
 )
 # version: 11053 (abcdef12)
 _VERSION_OLD = re.compile(r"^version:\s*(?P<number>\d+)\s*\((?P<commit>[^)\s]+)\)", re.M)
-_BUILT_WITH = re.compile(
-    r"^built with (?P<compiler>.+?)(?: for (?P<target>\S+(?: \S+)?))?\s*$", re.M
-)
 
 
 def parse_version(text: str) -> BuildVersion | None:
@@ -58,15 +51,7 @@ def parse_version(text: str) -> BuildVersion | None:
     if not m:
         return None
     number = int(m.group("number"))
-    built = _BUILT_WITH.search(text)
-    return BuildVersion(
-        number=number if number > 0 else None,
-        commit=m.group("commit"),
-        compiler=built.group("compiler").strip() if built else "",
-        raw=text,
-        release=m.groupdict().get("release", ""),
-        target=(built.group("target") or "") if built else "",
-    )
+    return BuildVersion(number=number if number > 0 else None, raw=text)
 
 
 _FLAG = re.compile(r"^--?[A-Za-z][A-Za-z0-9_.+-]*$")

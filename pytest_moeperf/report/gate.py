@@ -70,12 +70,18 @@ def _head(result: GateResult) -> str:
     )
 
 
+def _notes(result: GateResult) -> list[str]:
+    """The gate's notes, and each undecided row's lean the family's Holm step-down saw."""
+    leans = [f"{r.configuration}.{r.workload.name}: {r.family}" for r in result.rows if r.family]
+    return [*result.notes, *leans, *result.creep_notes]
+
+
 def gate_text(result: GateResult) -> str:
     """The gate as the terminal shows it."""
     head = f"build gate: candidate {result.candidate} vs baseline {result.baseline}, "
     lines = [head + _head(result), "", text_table(*gate_rows(result))]
     lines += [f"output: {line}" for line in result.output_lines]
-    lines += [f"note: {n}" for n in [*result.notes, *result.creep_notes]]
+    lines += [f"note: {n}" for n in _notes(result)]
     lines.append("verdict: " + result.summary())
     return "\n".join(lines)
 
@@ -92,7 +98,7 @@ def gate_markdown(result: GateResult) -> str:
         "",
     ]
     lines += [f"- output: {line}" for line in result.output_lines]
-    lines += [f"- note: {n}" for n in [*result.notes, *result.creep_notes]]
+    lines += [f"- note: {n}" for n in _notes(result)]
     lines.append("")
     lines.append("**" + result.summary() + "**")
     return "\n".join(lines)

@@ -7,6 +7,7 @@ run them (the live host's servers are what the fake stands in for)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 from _fake_host import PACE, FakeSource, FakeStage, builds, fake_session
@@ -14,7 +15,7 @@ from _fake_host import PACE, FakeSource, FakeStage, builds, fake_session
 from pytest_moeperf.commands import main
 from pytest_moeperf.measure.workload import Workload
 from pytest_moeperf.report.bisect import bisect_text
-from pytest_moeperf.report.gate import gate_rows
+from pytest_moeperf.report.gate import gate_markdown, gate_rows, gate_text
 from pytest_moeperf.report.tables import text_table
 from pytest_moeperf.run.bisect import run_bisect
 from pytest_moeperf.run.gate import BuildUnderTest, StoredStage, run_gate
@@ -76,6 +77,17 @@ def test_skipped_configurations_are_never_a_pass_and_holm_sees_the_family(tmp_pa
     assert result.outcome == "undecided" and result.exit_code() == 3
     assert any(n.startswith("family: 3 row(s)") for n in result.notes)  # checked ones count
     assert all(r.verdict.outcome == "unchanged" for r in result.rows)
+
+
+def test_an_undecided_rows_lean_the_family_saw_is_in_the_report(tmp_path, clock):
+    """docs/guide/writing-tests.md promises the lean Holm's step-down saw in an undecided row
+    (``verdicts.gate.holm`` writes it); the report printed none."""
+    result, _ = _gate(tmp_path, clock, {0: 100.0, 1: 100.0})
+    lean = "leans slower: Holm across 2 rows would reject at p 0.0052 <= 0.0056"
+    result.rows[0] = dataclasses.replace(result.rows[0], family=lean)
+    row = f"{result.rows[0].configuration}.{result.rows[0].workload.name}"
+    assert f"note: {row}: {lean}" in gate_text(result)
+    assert f"- note: {row}: {lean}" in gate_markdown(result)
 
 
 def test_a_different_output_fails_the_gate_unless_allowed(tmp_path, clock):

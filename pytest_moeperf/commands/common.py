@@ -235,4 +235,4 @@ def write_reports(
         try:
             session.keep_document(kind, json.loads(json_text))
         finally:
-            session.close_store()
+            session.store.close()

@@ -299,7 +299,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         except OSError as exc:
             errors.append(str(exc))
             session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
-    perf.close_store()
+    perf.store.close()
     perf.finish_error = "; ".join(errors) or None
 
 

@@ -308,12 +308,9 @@ class PerfSession:
 
     def close(self) -> None:
         """Stop every server this session started (the store stays open for the run's
-        record, until :meth:`close_store`)."""
+        record, until its ``store.close()``)."""
         if self.servers is not None:
             self.servers.close()
-
-    def close_store(self) -> None:
-        self.store.close()
 
     # -- baselines -------------------------------------------------------------------------------
     def baseline_path(self, profile: Profile) -> Path | None:

@@ -37,6 +37,7 @@ import math
 import statistics
 import sys
 import time
+from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,6 +56,7 @@ from pytest_moeperf.run.feeds import MAX_AUTO_BLOCK, MAX_CALIBRATED_BLOCK
 from pytest_moeperf.run.rounds import decide_pair
 from pytest_moeperf.run.source import PAIRED_METHOD, Feed, Host, Side
 from pytest_moeperf.store.record import SideRounds
+from pytest_moeperf.store.runstore import HISTORY_VERDICTS
 from pytest_moeperf.verdicts.calibration import history_dependence
 from pytest_moeperf.verdicts.sequential import Coin, Plan, Rule
 
@@ -284,18 +286,22 @@ def suite(
     """The verdicts in order, as one session runs them, *runs* times: on a host whose terms
     are ``known``, one ``not calibrated`` (each verdict's own blocks), one whose earlier
     verdicts' blocks are its ``history`` (the session pools them as it pools a host's stored
-    verdicts: :func:`history_dependence`), or one whose store also holds the verdicts of the
-    host's one session before (``stored``: the session's second run on the host, as
-    ``RunStore.recent_verdicts`` gives it; a first, uncounted session stores the first)."""
+    verdicts: :func:`history_dependence`), one whose store also holds the verdicts of the
+    host's one session before (``stored``: the session's second run on the host; a first,
+    uncounted session stores them), or one whose store holds every session before, the newest
+    :data:`HISTORY_VERDICTS` verdicts as ``RunStore.recent_verdicts`` gives them (``kept``: a
+    host this suite runs on every day, its sessions 2 to *runs* + 1)."""
     clock = Clock()
     source = SimSource(clock)
     got: list[list[Outcome]] = [[] for _ in verdicts]
-    stored = ProcessEvidence()
-    for r in range(-1 if mode == "stored" else 0, runs):
-        pooled, session = ProcessEvidence() + stored, ProcessEvidence()
+    kept: deque[ProcessEvidence | None] = deque(maxlen=HISTORY_VERDICTS)
+    for r in range(-1 if mode in ("stored", "kept") else 0, runs):
+        pooled = sum((e for e in kept if e is not None), ProcessEvidence())
+        if mode == "stored":
+            kept.clear()
         for i, (v, host) in enumerate(zip(verdicts, hosts, strict=True)):
             dep = known if mode == "known" else None
-            if mode in ("history", "stored"):
+            if mode in ("history", "stored", "kept"):
                 dep = history_dependence(pooled)
             seed = 1_000_000 * (i + 1) + r + (7_919 if r < 0 else 0)
             o = run_one(source, clock, v, host, plan_for(dep), budget, seed)
@@ -303,8 +309,7 @@ def suite(
                 got[i].append(o)
             if o.evidence is not None:
                 pooled += o.evidence
-                session += o.evidence
-        stored = session
+            kept.append(o.evidence)
     return [summary(v, h, g) for v, h, g in zip(verdicts, hosts, got, strict=True)]
 
 
@@ -384,6 +389,7 @@ def adr_table(cells: Sequence[dict[str, Any]]) -> str:
 MODES = {
     "known": "terms known (calibrated, 40 df)",
     "stored": "not calibrated, its stored session before and this run its history",
+    "kept": "not calibrated, every stored session before (newest 200 verdicts) its history",
     "history": "not calibrated, this run's earlier verdicts its history",
     "not calibrated": "not calibrated, no history (--moeperf-no-history)",
 }

@@ -303,8 +303,7 @@ def suite(
             dep = known if mode == "known" else None
             if mode in ("history", "stored", "kept"):
                 dep = history_dependence(pooled)
-            seed = 1_000_000 * (i + 1) + r + (7_919 if r < 0 else 0)
-            o = run_one(source, clock, v, host, plan_for(dep), budget, seed)
+            o = run_one(source, clock, v, host, plan_for(dep), budget, 1_000_000 * (i + 1) + r)
             if r >= 0:
                 got[i].append(o)
             if o.evidence is not None:

@@ -478,10 +478,14 @@ class ProcessEvidence:
 
     @property
     def process(self) -> float | None:
-        """The pooled process term (log SD), cut at zero; ``None`` where no blocks showed it."""
+        """The pooled process term (log SD), cut at zero; ``None`` where no blocks showed it,
+        or where they show one of log-SD 1 or more, which is no host's own and no
+        :class:`Dependence` can hold (rounds of binaries slowed on purpose, or of a host that
+        stalled for whole blocks): each verdict's own blocks then estimate it."""
         if not self.between_df:
             return None
-        return math.sqrt(max(0.0, self.excess / self.between_df))
+        term = math.sqrt(max(0.0, self.excess / self.between_df))
+        return term if term < 1 else None
 
     def to_dict(self) -> dict[str, Any]:
         return {

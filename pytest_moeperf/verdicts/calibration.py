@@ -188,11 +188,11 @@ def history_dependence(evidence: ProcessEvidence) -> Dependence | None:
     """The dependence a host's own verdicts (stored, and this run's earlier ones) show, pooled
     as a calibration pools its A/A gates: its process term with the blocks' degrees of freedom,
     its round spread and lag-1; ``None`` while their blocks hold fewer than
-    :data:`HISTORY_MIN_DF` degrees of freedom, and where they show a term of log-SD 1 or more,
-    which is no host's own (rounds of binaries slowed on purpose, or of a host that stalled for
-    whole blocks): each verdict's own blocks then estimate it."""
+    :data:`HISTORY_MIN_DF` degrees of freedom or show no host's term
+    (:attr:`~pytest_moeperf.measure.dependence.ProcessEvidence.process`): each verdict's own
+    blocks then estimate it."""
     process = evidence.process
-    if process is None or evidence.between_df < HISTORY_MIN_DF or not process < 1:
+    if process is None or evidence.between_df < HISTORY_MIN_DF:
         return None
     return Dependence(
         process=process,

@@ -37,11 +37,11 @@ class BuildVersion:
 
 # version: 0.6.0-dev (build 11434, commit unknown)
 _VERSION_NEW = re.compile(
-    r"^version:\s*(?P<release>\S+)\s*\(build\s+(?P<number>\d+),\s*commit\s+(?P<commit>[^)\s]+)\)",
+    r"^version:\s*\S+\s*\(build\s+(?P<number>\d+),\s*commit\s+[^)\s]+\)",
     re.M,
 )
 # version: 11053 (abcdef12)
-_VERSION_OLD = re.compile(r"^version:\s*(?P<number>\d+)\s*\((?P<commit>[^)\s]+)\)", re.M)
+_VERSION_OLD = re.compile(r"^version:\s*(?P<number>\d+)\s*\([^)\s]+\)", re.M)
 
 
 def parse_version(text: str) -> BuildVersion | None:

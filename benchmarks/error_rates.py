@@ -431,9 +431,12 @@ def floor_rounds(host: Host, ratio: float, power: float, alpha: float = FAMILY_A
     return None
 
 
-def hosts() -> list[Host]:
-    """The table's rows: process terms 0, 1.5, 3 and 5 % x blocks of 5, 10, 20, 30 x round SD
-    0.02, 0.05, 0.09; and AR(1) 0.25 and 0.5 at blocks of 5, 10, 20, 30 (SD 0.05)."""
+def hosts(*, louder: bool = False) -> list[Host]:
+    """The table's rows: process terms 0, 1.5, 3 and 5 % (the last the early looks' prior
+    bound, :data:`~pytest_moeperf.defaults.PRIOR_PROCESS_TERM`) x blocks of 5, 10, 20, 30 x
+    round SD 0.02, 0.05, 0.09; and AR(1) 0.25 and 0.5 at blocks of 5, 10, 20, 30 (SD 0.05).
+    *louder*: also hosts beyond the prior bound, process terms 7 and 10 % in blocks of 5 and
+    10 (after the others, so that their seeds stay where they were)."""
     out = [
         Host(sd, process=p, block=b)
         for p in (0.0, 0.015, 0.03, 0.05)
@@ -441,6 +444,13 @@ def hosts() -> list[Host]:
         for sd in (0.02, 0.05, 0.09)
     ]
     out += [Host(0.05, lag1=r, block=b) for r in (0.25, 0.5) for b in (5, 10, 20, 30)]
+    if louder:
+        out += [
+            Host(sd, process=p, block=b)
+            for p in (0.07, 0.10)
+            for b in (5, 10)
+            for sd in (0.02, 0.05, 0.09)
+        ]
     return out
 
 
@@ -557,7 +567,12 @@ def _key(c: dict[str, Any]) -> tuple[str, str, float, bool]:
 
 
 def jobs(
-    runs: int, kinds: Sequence[str], paces: Sequence[float], *, calibrated: bool = True
+    runs: int,
+    kinds: Sequence[str],
+    paces: Sequence[float],
+    *,
+    calibrated: bool = True,
+    louder: bool = False,
 ) -> list[Job]:
     """Every (kind, host, pace) cell, seeded by its place. The A/A gates (20 rows each, a
     tenth as many gates) run on the louder hosts; the chains on independent rounds; the
@@ -567,7 +582,7 @@ def jobs(
         p = PACES.index(pace) if pace in PACES else round(1000 * pace)
         for kind in kinds:
             k = KINDS.index(kind)  # a cell's seed is the same whichever kinds are asked for
-            for h, host in enumerate(hosts()):
+            for h, host in enumerate(hosts(louder=louder)):
                 seed = 10_000_000 * (k + 1) + 100_000 * h + 7_000_000_000 * p
                 if kind in ("aa-gates", "holm") and not (host.block == 10 and host.sd == 0.05):
                     continue
@@ -689,6 +704,11 @@ def main(argv: list[str] | None = None) -> int:
         help="leave out the calibrated hosts' cells (each runs moeperf calibrate's 12 gates)",
     )
     p.add_argument(
+        "--louder",
+        action="store_true",
+        help="also hosts louder than the early looks' prior bound (process terms 7 and 10 %%)",
+    )
+    p.add_argument(
         "--out", type=Path, help="write every cell as JSON here (cells already there are kept)"
     )
     p.add_argument("--table", type=Path, help="print the table of an earlier --out and exit")
@@ -698,7 +718,13 @@ def main(argv: list[str] | None = None) -> int:
         today = json.loads(args.today.read_text()) if args.today else []
         print(table(json.loads(args.table.read_text()), today))
         return 0
-    todo = jobs(args.runs, args.kind or KINDS, args.pace or PACES, calibrated=args.calibrated)
+    todo = jobs(
+        args.runs,
+        args.kind or KINDS,
+        args.pace or PACES,
+        calibrated=args.calibrated,
+        louder=args.louder,
+    )
     if args.host:
         known = {j.host.name for j in todo}
         for name in args.host:

@@ -40,9 +40,12 @@ EARLY_SHARE = 0.3
 """The share of a verdict's error rate its early looks spend (Bonferroni over them): the looks
 at :data:`EARLY_ROUNDS` and those of the round schedule before the first look of the main
 schedule (on a host not calibrated, its third whole process block)."""
-EARLY_ROUNDS = (2, 4)
+EARLY_ROUNDS = (4,)
 """Rounds at which a verdict looks early, besides the round schedule: a change of 3x shows in
-two rounds."""
+four rounds, the fewest whose round spread an early look can trust (its own rounds' spread on 3
+degrees of freedom; on 1, after two rounds, the interval's Welch-Satterthwaite t missed 4-6
+times its share of the error rate where the round spread is as large as the process term's
+prior bound: ``benchmarks/error_rates.py``, docs/campaigns.md). No early look comes before it."""
 ROUND_SPREAD = 0.05
 """The spread of one paired round's log-ratio a host is taken to have until it was calibrated
 or its stored verdicts say (5 %; this project's 2-core VMs read 5-10 %, ADR-0042's host about

@@ -60,6 +60,7 @@ def stored_plan(stored: Mapping[str, float | None]) -> Plan:
         block=None if block is None else int(block),
         early=stored.get("prior_process") is not None,  # a plan of before early looks: none
         prior_process=number("prior_process", PRIOR_PROCESS_TERM),
+        first_early=int(number("first_early", 2.0)),  # before 2026-12-06: looked after 2 rounds
     )
 
 

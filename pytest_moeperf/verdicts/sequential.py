@@ -90,8 +90,13 @@ class Plan:
     prior_process: float = PRIOR_PROCESS_TERM
     """The prior upper bound on the process term an early look of a host not calibrated takes
     its interval at (a calibrated host's early looks take the host's own term)."""
+    first_early: int = min(EARLY_ROUNDS)
+    """The rounds of the first early look, and no early look before it (a stored plan of
+    before 2026-12-06 looked after 2 rounds as well, and is judged again so)."""
 
     def __post_init__(self) -> None:
+        if self.first_early < 2:
+            raise ValueError(f"first early look after {self.first_early} rounds: give at least 2")
         if self.first_look < 2:
             raise ValueError(f"first look after {self.first_look} rounds: give at least 2")
         if self.max_rounds < self.first_look:
@@ -167,13 +172,14 @@ class Plan:
             return ()
         main = self.main_looks if self.can_decide else ()
         first = main[0] if main else self.max_rounds + 1
-        wanted = {*EARLY_ROUNDS, self.max_rounds}
+        wanted = {self.first_early, *EARLY_ROUNDS, self.max_rounds}
         if self.blockwise:  # each block's end before the main schedule
             assert self.block is not None
             wanted |= {self.block, 2 * self.block}
         elif not main:  # nothing else can decide: the round schedule
             wanted |= set(self._schedule())
-        return tuple(sorted(n for n in wanted if n < first and 2 <= n <= self.max_rounds))
+        least = self.first_early  # fewer rounds cannot show their own spread to an early look
+        return tuple(sorted(n for n in wanted if n < first and least <= n <= self.max_rounds))
 
     @property
     def looks(self) -> tuple[int, ...]:
@@ -306,6 +312,7 @@ class Plan:
             "round_spread": d.round_spread,
             "block": self.block,
             "prior_process": self.prior_process if self.early else None,
+            "first_early": self.first_early if self.early else None,
         }
 
 

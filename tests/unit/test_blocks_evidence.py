@@ -91,20 +91,20 @@ def _decide(feed: Feed, rule: Rule, plan: Plan, budget: float = 180.0, busy_limi
 
 def test_a_host_not_calibrated_looks_at_whole_blocks_from_the_third():
     """Blocks of 10 in a budget of 61 rounds: the main looks at 30, 40, 50, 60 (the budget's
-    end in whole blocks), early looks at 2, 4 and each block's end before them; a calibrated
+    end in whole blocks), early looks at 4 and each block's end before them; a calibrated
     host looks on the round schedule; every round a fresh pair (restarts) looks on the round
     schedule too."""
     plan = Plan(block=10).within(61)
     assert plan.blockwise and plan.main_looks == (30, 40, 50, 60) and plan.max_rounds == 60
-    assert plan.early_looks == (2, 4, 10, 20) and plan.looks == (2, 4, 10, 20, 30, 40, 50, 60)
+    assert plan.early_looks == (4, 10, 20) and plan.looks == (4, 10, 20, 30, 40, 50, 60)
     assert plan.judged(57) == 50 and plan.judged(9) == 9  # not one whole block: all of it
     assert Plan(block=5).within(73).main_looks == (15, 20, 25, 30, 35, 45, 55, 70)
     # two blocks: no main look; the budget's end is an early look (the prior bound's)
     two = Plan(block=30).within(61)
-    assert two.main_looks == () and two.early_looks == (2, 4, 30, 60) and two.is_early(60)
+    assert two.main_looks == () and two.early_looks == (4, 30, 60) and two.is_early(60)
     calibrated = Plan(block=10, dependence=CALIBRATED).within(61)
     assert not calibrated.blockwise and calibrated.main_looks[:3] == (6, 8, 10)
-    assert calibrated.looks[:2] == (2, 4) and calibrated.looks[-1] == 61
+    assert calibrated.looks[:2] == (4, 6) and calibrated.looks[-1] == 61
     assert Plan(block=1).within(61).main_looks[:2] == (6, 8)
     assert block_length([0, 0, 0, 1, 1, 1, 2]) == 3 and block_length([0] * 5) == 0
     assert block_length([0, 1, 2]) == 1 and block_length([0, 0, 1, 2, 2, 2]) is None
@@ -112,11 +112,11 @@ def test_a_host_not_calibrated_looks_at_whole_blocks_from_the_third():
 
 def test_one_pair_on_a_host_not_calibrated_decides_only_a_large_change(clock):
     """Rounds of one process pair cannot show its offset: on a host not calibrated every look
-    holds the process term at its prior bound (5 %), so a 2x change decides at the second
-    round while a 3 % one spends the budget undecided; a stored plan of before early looks
-    says one pair decides nothing, and why."""
+    holds the process term at its prior bound (5 %), so a 2x change decides at the fourth round
+    (the first early look) while a 3 % one spends the budget undecided; a stored plan of before
+    early looks says one pair decides nothing, and why."""
     big = _decide(BlockFeed(clock, ratio=0.5, block=0), Rule("change"), Plan())
-    assert big.verdict.outcome == "slower" and len(big.rounds[0]) == 2
+    assert big.verdict.outcome == "slower" and len(big.rounds[0]) == 4
     small = _decide(BlockFeed(clock, ratio=0.97, block=0), Rule("change"), Plan(), budget=30.0)
     assert small.verdict.outcome == "undecided" and small.verdict.reason is None
     assert small.verdict.high / small.verdict.low > math.exp(2 * 2.5 * 0.05)  # the bound's width
@@ -127,7 +127,7 @@ def test_one_pair_on_a_host_not_calibrated_decides_only_a_large_change(clock):
     assert "process term cannot be estimated" in one.verdict.explain()
     calibrated = Plan(dependence=CALIBRATED)
     sure = _decide(BlockFeed(clock, ratio=0.5, block=0), Rule("change"), calibrated)
-    assert sure.verdict.outcome == "slower" and len(sure.rounds[0]) == 2
+    assert sure.verdict.outcome == "slower" and len(sure.rounds[0]) == 4
 
 
 def test_a_louder_host_widens_its_own_interval():
@@ -371,3 +371,19 @@ def test_a_process_pair_stopped_for_its_block_is_marked_once_the_others_show_it(
     assert "idle (the verdict's median 3 %): a server stopped or throttled" in stopped.aside[0][1]
     assert 0 not in stopped.blocks and stopped.verdict.outcome == quiet.verdict.outcome
     assert stopped.verdict.ratio == pytest.approx(1.0, abs=0.03)
+
+
+def test_a_stored_plan_keeps_the_early_looks_it_was_judged_by():
+    """A plan stores its first early look, so that a replay judges a stored verdict at the looks
+    it was judged at: a record of before 2026-12-06 (early looks at 2 and 4 rounds, no
+    ``first_early`` stored) is judged again with the look after 2 rounds; a record of now, at 4
+    rounds first."""
+    now = Plan(block=5).within(73)
+    again = stored_plan(now.to_dict())
+    assert again == now and again.early_looks == (4, 5, 10)
+    before = {k: v for k, v in now.to_dict().items() if k != "first_early"}
+    assert stored_plan(before).early_looks == (2, 4, 5, 10)
+    unlooked = stored_plan({**before, "prior_process": None})  # before the early looks: none
+    assert unlooked.early_looks == () and unlooked.looks[0] == 15
+    with pytest.raises(ValueError, match="first early look after 1 rounds"):
+        Plan(first_early=1)

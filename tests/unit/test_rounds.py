@@ -73,7 +73,7 @@ def test_looks_come_on_the_plans_schedule_until_decided(clock):
 
 def test_a_clear_change_decides_at_the_first_look(clock):
     got = decide(FakeSource(FakeFeed(0.5, clock)), Rule("change", margin=0.05))
-    assert got.verdict.outcome == "slower" and got.looks[-1] <= 4  # an early look: 2 or 4
+    assert got.verdict.outcome == "slower" and got.looks[-1] <= 4  # the early look at 4 rounds
 
 
 def test_the_budget_ends_the_rounds_undecided(clock):
@@ -88,7 +88,7 @@ def test_the_budget_ends_the_rounds_undecided(clock):
 def test_a_budget_short_of_the_main_schedule_is_said_after_the_first_round(clock):
     """At 40 s a round (a 15 tok/s host's tg128 against a cache configuration), the 180 s
     budget reaches 5 rounds, short of the main schedule's first look at 6: the verdict says so
-    after its first round (only its early looks at 2 and 4 can decide, a large change) and
+    after its first round (only its early look at 4 rounds can decide, a large change) and
     names the budget that would reach it, before it spends its 180 s."""
     source = FakeSource(FakeFeed(0.97, clock, step=40.0))
     got = decide(source, Rule("change", margin=0.05), budget=180.0)
@@ -210,8 +210,8 @@ def test_after_round_runs_only_for_rounds_measured_now(clock):
         Rule("change"),
         after_round=lambda i, first, r: seen.append((i, first, r)),
     )
-    # a feed without a coin: a first; decided at an early look (2 or 4 rounds)
-    assert seen == [(i, "a", False) for i in range(len(seen))] and len(seen) in (2, 4)
+    # a feed without a coin: a first; decided at the early look (4 rounds)
+    assert seen == [(i, "a", False) for i in range(len(seen))] and len(seen) == 4
     stored = StoredFeed(
         (measurement("a", [1.0] * 8), measurement("b", [1.0] * 8)),
         [[500.0] * 8, [400.0] * 8],

@@ -76,16 +76,16 @@ def test_paired_interval_cancels_what_both_sides_share():
 def test_plan_looks_and_level():
     plan = Plan(first_look=6, max_rounds=200)
     looks = plan.looks
-    assert plan.early_looks == (2, 4)  # a change of 3x shows in two rounds
+    assert plan.early_looks == (4,)  # a change of 3x shows in four rounds, none before
     assert plan.main_looks[0] == 6 and looks[-1] == 200 and list(looks) == sorted(set(looks))
-    assert looks[:3] == (2, 4, 6) and plan.next_look(6) == looks[3]
+    assert looks[:2] == (4, 6) and plan.next_look(6) == looks[2] and plan.next_look(0) == 4
     assert plan.next_look(200) == 200
     level = plan.nominal_alpha()
     main = plan.main_looks
     # stricter than one look, less strict than Bonferroni over the main looks' share
     assert 0.05 * 0.7 / len(main) < level < 0.05 * 0.7
     # each early look: a Bonferroni share of the fifth the main schedule's level holds back
-    assert plan.early_alpha() == pytest.approx(0.8 * 0.05 * 0.3 / 2)
+    assert plan.early_alpha() == pytest.approx(0.8 * 0.05 * 0.3 / 1)
     assert plan.is_early(4) and not plan.is_early(6)
     old = Plan(first_look=6, max_rounds=200, early=False)  # a stored plan of before
     assert old.looks == main and old.early_looks == () and old.nominal_alpha() > level
@@ -94,6 +94,33 @@ def test_plan_looks_and_level():
         Plan(first_look=1)
     with pytest.raises(ValueError, match="below the first look"):
         Plan(first_look=10, max_rounds=5)
+
+
+def test_the_early_looks_keep_their_share_where_rounds_spread_as_much_as_the_prior():
+    """A host not calibrated whose process term sits at the early looks' prior bound (5 %) and
+    whose rounds spread 9 % (this project's VM on a busy day), in blocks of 5. The first early
+    look misses the true ratio well under three times its share of the error rate (a look after
+    two rounds, its round spread on one degree of freedom, missed five times it: 1.6 % for a
+    share of 0.3 %), and the early looks together (4, 5 and 10 rounds) little more than the
+    early share of 1.2 % (2.5 % with the look after two rounds)."""
+    rng = np.random.default_rng(11)
+    plan = Plan(block=5).within(73)
+    blocks = [i // 5 for i in range(10)]
+    never = Rule("claim", threshold=1e-9)  # every look is judged; the interval is what counts
+    runs, first, missed = 4000, 0, 0
+    for _ in range(runs):
+        d = np.repeat(rng.normal(0.0, 0.05, 2), 5) + rng.normal(0.0, 0.09, 10)
+        a, b = [1.0] * 10, [float(x) for x in np.exp(d)]
+        misses = []
+        for n in plan.early_looks:
+            iv = look(never, a[:n], b[:n], plan, blocks=blocks[:n]).interval
+            misses.append(iv.low > 1.0 or iv.high < 1.0)
+        first += misses[0]
+        missed += any(misses)
+    share = plan.early_alpha()
+    assert first / runs < 2.5 * share, f"the look at {plan.early_looks[0]}: {first} of {runs}"
+    assert missed / runs < 0.02, f"the early looks {plan.early_looks}: {missed} of {runs}"
+    assert plan.early_looks == (4, 5, 10)
 
 
 def test_the_coin_is_seeded_and_keeps_its_throws():

@@ -296,7 +296,9 @@ def suite(
     got: list[list[Outcome]] = [[] for _ in verdicts]
     kept: deque[ProcessEvidence | None] = deque(maxlen=HISTORY_VERDICTS)
     for r in range(-1 if mode in ("stored", "kept") else 0, runs):
-        pooled = sum((e for e in kept if e is not None), ProcessEvidence())
+        # a run's history starts from its store: none in "history" (a first session)
+        stored = mode in ("stored", "kept")
+        pooled = sum((e for e in kept if e is not None and stored), ProcessEvidence())
         if mode == "stored":
             kept.clear()
         for i, (v, host) in enumerate(zip(verdicts, hosts, strict=True)):

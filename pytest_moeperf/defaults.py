@@ -34,8 +34,8 @@ effect decides on its first process pair. 5 %: over three times the loudest term
 measured on a real host (1.2-1.5 %, ``moeperf calibrate`` and ``benchmarks/process_term.py``), the
 loudest of ``benchmarks/error_rates.py``'s hosts, and above the 3.6 % a wrapper drawing each
 process's own speed made (``benchmarks/process_slowdown.py``). A host louder than it errs more
-often at those early looks (measured in docs/error-rates.md); ``moeperf calibrate`` measures the
-host's own."""
+often at those early looks (7 %: about 10 % over all looks; ``error_rates.py --louder``,
+docs/campaigns.md); ``moeperf calibrate`` or the host's stored history gives its own."""
 EARLY_SHARE = 0.3
 """The share of a verdict's error rate its early looks spend (Bonferroni over them): the looks
 at :data:`EARLY_ROUNDS` and those of the round schedule before the first look of the main

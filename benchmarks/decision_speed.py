@@ -38,7 +38,6 @@ import math
 import statistics
 import sys
 import time
-import tomllib
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -50,7 +49,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from error_rates import Clock, _measurement, fake_clock
 
-from pytest_moeperf.config.profiles import Configuration, Pinning
+from pytest_moeperf.config.profiles import Configuration, Pinning, load_profiles
 from pytest_moeperf.measure.dependence import Dependence, ProcessEvidence, rounds_per_process
 from pytest_moeperf.measure.measurement import Measurement
 from pytest_moeperf.measure.workload import Workload
@@ -296,11 +295,10 @@ def suite(
     clock = Clock()
     source = SimSource(clock)
     got: list[list[Outcome]] = [[] for _ in verdicts]
+    stores = mode in ("stored", "kept")  # the host's store keeps its sessions' verdicts
     kept: deque[ProcessEvidence | None] = deque(maxlen=HISTORY_VERDICTS)
-    for r in range(-1 if mode in ("stored", "kept") else 0, runs):
-        # a run's history starts from its store: none in "history" (a first session)
-        stored = mode in ("stored", "kept")
-        pooled = sum((e for e in kept if e is not None and stored), ProcessEvidence())
+    for r in range(-1 if stores else 0, runs):
+        pooled = sum((e for e in kept if e is not None), ProcessEvidence())  # from its store
         if mode == "stored":
             kept.clear()
         for i, (v, host) in enumerate(zip(verdicts, hosts, strict=True)):
@@ -312,7 +310,8 @@ def suite(
                 got[i].append(o)
             if o.evidence is not None:
                 pooled += o.evidence
-            kept.append(o.evidence)
+            if stores:
+                kept.append(o.evidence)
     return [summary(v, h, g) for v, h, g in zip(verdicts, hosts, got, strict=True)]
 
 
@@ -399,7 +398,7 @@ MODES = {
 
 
 def run_adr(args: argparse.Namespace) -> int:
-    budget = args.budget
+    budget = args.budget if args.budget is not None else adr_budget()
     verdicts = adr_suite()
     hosts = [SimHost(args.sd, args.process, v.pace, args.restart) for v in verdicts]
     known = Dependence(args.process, 0.0, 40.0, args.sd)
@@ -451,8 +450,10 @@ def run_grid(args: argparse.Namespace) -> int:
 
 def adr_budget() -> float:
     """The ``adr-0042`` profile's budget, as the project's ``moeperf.toml`` gives it."""
-    config = tomllib.loads((Path(__file__).parent.parent / "moeperf.toml").read_text())
-    return float(config["profiles"]["adr-0042"]["budget"])
+    profile = load_profiles(Path(__file__).parent.parent / "moeperf.toml")["adr-0042"]
+    if profile.budget is None:
+        sys.exit('moeperf.toml: the adr-0042 profile\'s budget is "auto": give --budget seconds')
+    return profile.budget
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -466,7 +467,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--budget",
         type=float,
-        default=adr_budget(),
         help="ADR suite: seconds a verdict (default: the adr-0042 profile's, moeperf.toml)",
     )
     p.add_argument(

@@ -32,7 +32,7 @@ from ..report.tables import start_lines
 from ..store.accepted import accepted_chain, host_for, repeated_links
 from ..verdicts.attribution import attribute
 from ..verdicts.creep import ChainedChange, PairedChange, judge_chain, link_spread
-from ..verdicts.gate import GateResult, GateRow, holm, row_p_values
+from ..verdicts.gate import GateResult, GateRow, holm
 from ..verdicts.judge import Verdict
 from ..verdicts.sequential import Plan, Rule
 from .crosscheck import bench_in_rounds
@@ -374,7 +374,7 @@ class _Gating:
                 got.rounds, bench, margin=margin, plan=judged_by, label=label, blocks=got.blocks
             )
         d = [math.log(y / x) for x, y in zip(*got.rounds, strict=True)]
-        p_slower, p_faster = row_p_values(d, got.blocks, judged_by, margin)
+        p_slower, p_faster = judged_by.margin_p(d, margin, got.blocks)
         return GateRow(
             name,
             w,

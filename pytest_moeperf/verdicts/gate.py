@@ -7,16 +7,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from ..defaults import MIN_REL_SPREAD
 from ..measure.measurement import Measurement
 from ..measure.output import OutputCheck
-from ..measure.stats import log_sigma
 from ..measure.workload import Workload
 from .attribution import Attribution
 from .creep import ChainedChange, PairedChange
 from .judge import Verdict
 from .outcomes import GateOutcome, exit_status
-from .sequential import Plan
 
 UNDECIDED_POLICIES = ("exit-3", "pass", "fail")
 """What undecided rows make of a gate: exit status 3, a pass (0) or a failure (1)."""
@@ -181,21 +178,6 @@ def versus(v: ChainedChange | None) -> str:
     return (
         f"{100 * (v.ratio - 1):+.1f} % [{100 * (v.low - 1):+.1f}, {100 * (v.high - 1):+.1f}] "
         f"since {v.since} ({gates} gate{'s' * (gates != 1)}): {v.outcome}"
-    )
-
-
-def row_p_values(
-    log_ratios: Sequence[float], blocks: Sequence[int], plan: Plan, margin: float
-) -> tuple[float, float]:
-    """A row's sequential p-values against "no slowdown beyond *margin*" and "no speedup
-    beyond it", from its rounds' log-ratios with the interval's own error (the plan's
-    dependence over the rounds' process *blocks*, the spread floor) at the looks the row took
-    (*plan* is the one its loop ended with, the budget's last look included), read against
-    the same simulated design as its interval's level; 1.0 with under 2 rounds."""
-    if len(log_ratios) < 2:
-        return 1.0, 1.0
-    return plan.margin_p(
-        log_ratios, margin, floor=log_sigma(MIN_REL_SPREAD), blocks=list(blocks) or None
     )
 
 

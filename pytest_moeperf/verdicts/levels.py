@@ -223,39 +223,6 @@ def design_p(design: Design, smallest: NDArray[np.float64]) -> NDArray[np.float6
     return np.asarray(np.max(shares, axis=0), dtype=np.float64)
 
 
-def margin_p(
-    log_ratios: Sequence[float] | NDArray[np.float64],
-    design: Design,
-    margin: float,
-    *,
-    dependence: Dependence,
-    floor: float = 0.0,
-    blocks: Sequence[int] | None = None,
-) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-    """The sequential p-values against "no slowdown beyond *margin*" (the ratio at or above
-    ``1 - margin``) and against "no speedup beyond it" (at or below ``1 + margin``), one value
-    each for each row of *log_ratios* (a verdict's rounds; one row, or many, with the same
-    *blocks*). Each of *design*'s looks the rounds reached gives a one-sided nominal p-value
-    with the interval's own standard error and degrees of freedom (the same *dependence* over
-    *blocks*, at least *floor* / sqrt(n)); each direction's smallest, doubled, is read against
-    the design's simulated smallest p, exactly as the interval's level is."""
-    d = np.atleast_2d(np.asarray(log_ratios, dtype=np.float64))
-    reached = tuple(n for n in design.looks if n <= d.shape[1]) or (d.shape[1],)
-    low, high = math.log(1 - margin), math.log(1 + margin)
-    slower, faster = np.ones(d.shape[0]), np.ones(d.shape[0])
-    for n in reached:
-        cut = list(blocks[:n]) if blocks else None
-        got = robust_rows(
-            d[:, :n], trim=design.trim, blocks=cut, dependence=dependence, floor=floor
-        )
-        np.minimum(slower, tails(got, low)[0], out=slower)
-        np.minimum(faster, tails(got, high)[1], out=faster)
-    return (
-        design_p(design, np.minimum(1.0, 2.0 * slower)),
-        design_p(design, np.minimum(1.0, 2.0 * faster)),
-    )
-
-
 def nominal_margin_p(
     log_ratios: Sequence[float] | NDArray[np.float64],
     looks: Sequence[int],

@@ -32,11 +32,14 @@ many more rounds to take before the next look (0: done).
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
+
+import numpy as np
 
 from ..defaults import (
     EARLY_ROUNDS,
@@ -44,14 +47,15 @@ from ..defaults import (
     FIRST_LOOK,
     MARGIN,
     MAX_ROUNDS,
+    MIN_REL_SPREAD,
     PRIOR_PROCESS_TERM,
     PROCESS_TERM,
     ROUND_SPREAD,
 )
 from ..measure.dependence import DEFAULT_DEPENDENCE, Dependence
-from ..measure.stats import PairedInterval, paired_interval
+from ..measure.stats import PairedInterval, log_sigma, paired_interval
 from .calibration import NoiseFigure, Resolution
-from .levels import HELD_BACK, Design, margin_p, nominal_margin_p, per_look_alpha
+from .levels import HELD_BACK, Design, design_p, nominal_margin_p, per_look_alpha
 from .outcomes import Decision
 
 
@@ -236,43 +240,35 @@ class Plan:
         return Dependence(self.prior_process, d.lag1, math.inf, 0.0)
 
     def margin_p(
-        self,
-        log_ratios: Sequence[float],
-        margin: float,
-        *,
-        floor: float,
-        blocks: Sequence[int] | None,
+        self, log_ratios: Sequence[float], margin: float, blocks: Sequence[int]
     ) -> tuple[float, float]:
-        """The sequential p-values of a verdict's rounds against "no slowdown beyond *margin*"
-        and "no speedup beyond it": the main schedule's read against its simulated design, the
-        early looks' nominal ones with their Bonferroni share, the smaller of the two each
-        divided by its share of the error rate (so that a verdict whose interval decided at any
-        look has one at or below *alpha*)."""
+        """The sequential p-values of a verdict's rounds (a gate row's) against "no slowdown
+        beyond *margin*" and "no speedup beyond it", each look with the interval's own error
+        (this plan's dependence over the rounds' process *blocks*, the spread floor): the main
+        schedule's smallest nominal p read against its simulated design, the early looks' with
+        their Bonferroni share, the smaller of the two each divided by its share of the error
+        rate (so that a verdict whose interval decided at any look has one at or below
+        *alpha*); 1.0 with under 2 rounds."""
         n = len(log_ratios)
-        main = [k for k in self.main_looks if k <= n] if self.can_decide else []
+        if n < 2:
+            return 1.0, 1.0
+        judged = functools.partial(
+            nominal_margin_p,
+            log_ratios,
+            margin=margin,
+            trim=self.trim,
+            floor=log_sigma(MIN_REL_SPREAD),
+            blocks=list(blocks) or None,
+        )
         slower = faster = 1.0
-        share = self._main_share()
+        main = [k for k in self.main_looks if k <= n] if self.can_decide else []
         if main:
-            ms, mf = margin_p(
-                log_ratios,
-                self.design(),
-                margin,
-                dependence=self.dependence,
-                floor=floor,
-                blocks=blocks,
-            )
-            slower, faster = float(ms[0]) / share, float(mf[0]) / share
+            design, share = self.design(), self._main_share()
+            ms, mf = design_p(design, np.array(judged(main, dependence=self.dependence)))
+            slower, faster = float(ms) / share, float(mf) / share
         early = [k for k in self.early_looks if k <= n]
         if early:
-            es, ef = nominal_margin_p(
-                log_ratios,
-                early,
-                margin,
-                trim=self.trim,
-                dependence=self.early_dependence,
-                floor=floor,
-                blocks=blocks,
-            )
+            es, ef = judged(early, dependence=self.early_dependence)
             weight = len(self.early_looks) / EARLY_SHARE  # Bonferroni over the early looks
             slower, faster = min(slower, es * weight), min(faster, ef * weight)
         return min(1.0, slower), min(1.0, faster)

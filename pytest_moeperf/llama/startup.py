@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from .flags import flag_value
 
@@ -54,16 +54,7 @@ class KnownWarning:
     id: str
     regex: str
     """Searched in each log message (time/level prefix removed); first matching entry wins."""
-    meaning: str
     advice: str
-    _compiled: re.Pattern[str] = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_compiled", re.compile(self.regex))
-
-    def search(self, text: str) -> bool:
-        """Whether *text* is an instance of this warning."""
-        return self._compiled.search(text) is not None
 
 
 # Exact texts, llama.cpp b11434 source (file:line), quoted in each regex's comment.
@@ -73,9 +64,6 @@ STARTUP_WARNINGS: tuple[KnownWarning, ...] = (
         # src/llama-model-loader.cpp:1246 "llama_model_loader: tensor overrides to CPU are used
         # with mmap enabled - consider using --load-mode none for better performance"
         regex=r"tensor overrides to CPU are used with mmap enabled",
-        meaning="weights overridden to CPU (-ot ...=CPU, -ncmoe, -cmoe) are mmap-ed from the "
-        "GGUF, so every prefill micro-batch copies them through the page cache instead of DMA "
-        "from pinned RAM",
         advice="add --load-mode none (-lm none): ADR-0042 measured prefill 189 -> 390 tok/s "
         "(llama-bench) and 97 -> 219 tok/s on real traffic, at the cost of pinned RAM for the "
         "CPU-resident weights and a slower cold start",
@@ -85,8 +73,6 @@ STARTUP_WARNINGS: tuple[KnownWarning, ...] = (
         # ggml/src/ggml-cpu/ggml-cpu.c:714 "/proc/sys/kernel/numa_balancing is enabled, this has
         # been observed to impair performance" (printed only with --numa)
         regex=r"numa_balancing is enabled, this has been observed to impair performance",
-        meaning="the kernel's automatic NUMA balancing may migrate the server's pages and "
-        "threads between nodes",
         advice="measure with `sysctl kernel.numa_balancing=0` before persisting it: ADR-0042 "
         "found no decode change once the process was pinned (taskset + --numa isolate) and "
         "its memory node-local",
@@ -97,8 +83,6 @@ STARTUP_WARNINGS: tuple[KnownWarning, ...] = (
         # device %s (usually due to missing support)"
         regex=r"is assigned to device \S+ but .+ is assigned to device .*usually due to missing"
         r" support",
-        meaning="a fused operation (e.g. Flash Attention) would run on a different device "
-        "than its layer, usually the CPU because the backend lacks the kernel",
         advice="expect the operation to be disabled (next line); use a build or backend that "
         "supports it, or turn it off explicitly so runs are comparable",
     ),
@@ -107,8 +91,6 @@ STARTUP_WARNINGS: tuple[KnownWarning, ...] = (
         # src/llama-context.cpp:552 "%s: %s not supported, set to disabled"
         # e.g. "Flash Attention not supported, set to disabled"
         regex=r"not supported, set to disabled",
-        meaning="auto-detection turned a fused operation off (Flash Attention, fused Gated "
-        "Delta Net, ...), which usually costs prefill speed and KV memory",
         advice="check the backend/build supports the op for this model and KV type; pin "
         "-fa on/off explicitly in the profile so baselines do not depend on detection",
     ),
@@ -117,8 +99,6 @@ STARTUP_WARNINGS: tuple[KnownWarning, ...] = (
         # src/llama-model-loader.cpp:1404 "%s: tensor '%s' (%s) (and %zu others) cannot be used
         # with preferred buffer type %s, using %s instead" (debug level in b11434, -v)
         regex=r"cannot be used with preferred buffer type \S+, using \S+ instead",
-        meaning="tensors could not go to the preferred (GPU/host/repack) buffer and were put in "
-        "a plain buffer instead",
         advice="check which tensors (their type may lack a kernel on that backend); a "
         "different quantisation or --repack/--no-repack setting may avoid it",
     ),
@@ -130,8 +110,6 @@ STARTUP_WARNINGS: tuple[KnownWarning, ...] = (
         # memory (%s)"
         regex=r"(?i:failed to (?:allocate|register) (?:[\d.]+ MB |[\d.]+ MiB )?(?:of )?pinned "
         r"memory)",
-        meaning="host buffers could not be page-locked, so host-device copies (expert uploads "
-        "during prefill) go through a slower pageable path",
         advice="raise the memlock limit (ulimit -l / LimitMEMLOCK=) or free RAM; with "
         "--load-mode none the CPU-resident weights need that much pinned memory",
     ),
@@ -140,8 +118,6 @@ STARTUP_WARNINGS: tuple[KnownWarning, ...] = (
         # src/llama-mmap.cpp:732 "warning: failed to mlock %zu-byte buffer (after previously
         # locking %zu bytes): %s"; :789 "warning: mlock not supported on this system"
         regex=r"failed to mlock|mlock not supported on this system",
-        meaning="model memory could not be locked and may be paged out, making later requests "
-        "fault pages back in",
         advice="raise the memlock limit (ulimit -l) or drop mlock from --load-mode",
     ),
     KnownWarning(
@@ -149,8 +125,6 @@ STARTUP_WARNINGS: tuple[KnownWarning, ...] = (
         # src/llama-mmap.cpp:191 "Failed to open file '%s' with error: %s. Falling back to
         # buffered I/O"; :293 "%s: Falling back to buffered IO due to %s"
         regex=r"Falling back to buffered I(?:/)?O",
-        meaning="direct I/O (--load-mode dio) was not possible; the model was read through the "
-        "page cache",
         advice="expect slower, page-cache-polluting loads; use a file system that supports "
         "O_DIRECT or another --load-mode",
     ),
@@ -159,7 +133,6 @@ STARTUP_WARNINGS: tuple[KnownWarning, ...] = (
         # ggml/src/ggml-cuda/ggml-cuda.cu:370 "The following devices will have suboptimal
         # performance due to a lack of tensor cores:"
         regex=r"will have suboptimal performance due to a lack of tensor cores",
-        meaning="a Turing GPU without tensor cores (GTX 16xx) runs the slower MMA-less kernels",
         advice="build with CMAKE_CUDA_ARCHITECTURES=61-virtual;80-virtual and "
         "-DGGML_CUDA_FORCE_MMQ=ON, as the next log lines suggest",
     ),
@@ -169,8 +142,6 @@ STARTUP_WARNINGS: tuple[KnownWarning, ...] = (
         # multimodal|this context, it will be disabled"; :3464 "cache reuse is not supported -
         # ignoring n_cache_reuse = %d"
         regex=r"cache[_ ]reuse is not supported",
-        meaning="--cache-reuse (KV shifting to reuse non-prefix chunks) is off for this model, "
-        "so such prompts are prefilled again",
         advice="do not count on --cache-reuse here; compare prefill with it removed",
     ),
     KnownWarning(
@@ -178,14 +149,12 @@ STARTUP_WARNINGS: tuple[KnownWarning, ...] = (
         # tools/server/server-context.cpp:1375 "speculative decoding not supported by this
         # context"
         regex=r"speculative decoding not supported by this context",
-        meaning="the draft model / speculative options were ignored",
         advice="remove the speculative flags, or decode numbers will be attributed to them wrongly",
     ),
     KnownWarning(
         id="graph-reuse-disabled",
         # src/llama-context.cpp:287 "%s: graph reuse disabled" (LLAMA_GRAPH_REUSE_DISABLE)
         regex=r": graph reuse disabled",
-        meaning="LLAMA_GRAPH_REUSE_DISABLE is set: every decode step rebuilds its graph",
         advice="unset LLAMA_GRAPH_REUSE_DISABLE in the server's environment",
     ),
     KnownWarning(
@@ -193,7 +162,6 @@ STARTUP_WARNINGS: tuple[KnownWarning, ...] = (
         # tools/server/server-context.cpp:4061 "failed to find free space in the KV cache,
         # retrying with smaller batch size, off = %d, n_batch = %d, ret = %d"
         regex=r"failed to find free space in the KV cache, retrying with smaller batch size",
-        meaning="the KV cache was full for a batch, which was retried in smaller pieces",
         advice="raise -c (context) or lower -np/-b; prefill of that request ran with a smaller "
         "batch",
     ),
@@ -201,7 +169,6 @@ STARTUP_WARNINGS: tuple[KnownWarning, ...] = (
         id="op-not-supported",
         # ggml/src/ggml-cuda/ggml-cuda.cu:4456 "%s: op not supported %s (%s)"
         regex=r"\bop not supported\b",
-        meaning="a backend was handed an operation it has no kernel for",
         advice="report it with the build and flags; the run that printed it is not a valid "
         "measurement",
     ),
@@ -212,10 +179,11 @@ STARTUP_WARNINGS: tuple[KnownWarning, ...] = (
         # unsupported, falling back to hipMalloc.", src/llama-adapter.cpp:343 "... cannot use
         # buft '%s', fallback to CPU"
         regex=r"(?i:\bfall(?:ing)?[ -]?back to (?!reasoning))",
-        meaning="a backend or loader chose a slower fallback path",
         advice="read the line: it names what fell back and to what",
     ),
 )
+
+_ANY_WARNING = re.compile("|".join(f"(?:{w.regex})" for w in STARTUP_WARNINGS))
 
 
 @dataclass(frozen=True)
@@ -236,22 +204,15 @@ class StartupFinding:
 class StartupScanner:
     """Attributes log messages to warnings, keeping the first line and a count per warning id."""
 
-    def __init__(self, warnings: Sequence[KnownWarning] = STARTUP_WARNINGS) -> None:
-        self._warnings = tuple(warnings)
+    def __init__(self) -> None:
         self._found: dict[str, StartupFinding] = {}
-        try:  # one alternation rejects most lines in a single search
-            self._prefilter: re.Pattern[str] | None = re.compile(
-                "|".join(f"(?:{w.regex})" for w in self._warnings)
-            )
-        except re.error:
-            self._prefilter = None
 
     def feed(self, text: str, line: str, line_no: int, path: str | None) -> None:
         """Look at one message *text* of the raw *line*, line *line_no* of *path*."""
-        if not self._warnings or (self._prefilter and not self._prefilter.search(text)):
+        if not _ANY_WARNING.search(text):  # one alternation rejects most lines in one search
             return
-        for w in self._warnings:
-            if w.search(text):
+        for w in STARTUP_WARNINGS:
+            if re.search(w.regex, text):
                 seen = self._found.get(w.id)
                 if seen is None:
                     line = without_colours(line.rstrip("\r\n"))
@@ -265,12 +226,10 @@ class StartupScanner:
         return list(self._found.values())
 
 
-def scan_startup(
-    text: str, warnings: Sequence[KnownWarning] = STARTUP_WARNINGS
-) -> list[StartupFinding]:
+def scan_startup(text: str) -> list[StartupFinding]:
     """The performance warnings in a server log's text, one finding per warning id, in order of
     first appearance."""
-    scanner = StartupScanner(warnings)
+    scanner = StartupScanner()
     for line_no, raw in enumerate(text.splitlines(), start=1):
         for message in log_messages(raw):
             scanner.feed(message, raw, line_no, None)

@@ -4,8 +4,8 @@ stores next to each results file.
 
 - :func:`benchmark_json`: a pytest-benchmark saved run (one benchmark per measurement, the
   seconds of each request as its timing data);
-- :func:`llama_bench_rows`: ``llama-bench -o jsonl`` rows (one per measurement, the fields a
-  server run cannot know approximated as :data:`APPROXIMATE_FIELDS` says).
+- :func:`llama_bench_rows`: ``llama-bench -o jsonl`` rows (one per measurement; the fields a
+  server run cannot know are approximated as docs/reference/options.md lists).
 """
 
 from __future__ import annotations
@@ -61,28 +61,6 @@ _DEFAULTS: dict[str, Any] = {
 
 SETTING_FIELDS: tuple[str, ...] = ("n_batch", "n_ubatch", "n_threads", *list(_DEFAULTS)[2:])
 """llama-bench row fields that come from the configuration's flags (or their defaults)."""
-
-APPROXIMATE_FIELDS: dict[str, str] = {
-    "build_commit": "the build label (b11434): builds from the sdist report commit 'unknown'",
-    "cpu_info": "the host's CPU model name, not ggml's CPU device description",
-    "backends": "CUDA when the host lists NVIDIA GPUs, else CPU; not asked of the binary",
-    "model_type": "the model file name and the configuration, '<model> [<configuration>]'; "
-    "llama-bench prints llama_model_desc() (architecture, size, quantisation), which a "
-    "server run does not report",
-    "model_size": "the model file's size in bytes, not the tensors' size",
-    "model_n_params": "0: unknown without loading the model",
-    "n_threads": "-t when given, else the pinned CPUs, else the host's CPU count "
-    "(llama-server's own default is the number of physical cores)",
-    "cpu_mask": "-C when given, else the CPUs the server was pinned to (affinity), as hex",
-    "test_time": "the end of the measurement's last span, else the results' date",
-    "n_prompt/n_gen": "ppN rows are n_prompt=N, n_gen=0; tgM rows n_prompt=0, n_gen=M, "
-    "timed by llama-server's prompt_ms/predicted_ms rather than llama-bench's wall clock",
-    "other fields": "from the configuration's flags where given, else llama-server's defaults",
-}
-"""Fields of the llama-bench rows that are not what llama-bench itself would have measured or
-printed, and why. Exact: avg_ts, stddev_ts, samples_ts, samples_ns, avg_ns, stddev_ns,
-n_prompt, n_gen, n_depth and every field taken from an explicit flag."""
-
 
 # --------------------------------------------------------------------------------------------
 # pytest-benchmark's saved-run layout
@@ -295,7 +273,7 @@ def llama_bench_rows(record: RunRecord) -> list[dict[str, Any]]:
     ``use_mmap`` (older llama-bench builds and older ``compare-llama-bench.py`` key on it
     instead of ``load_mode``) and the ``moeperf_*`` fields that identify the row in
     pytest-moeperf (``compare-llama-bench.py`` drops fields it does not know). Fields a server
-    run cannot know are approximations (:data:`APPROXIMATE_FIELDS`)."""
+    run cannot know are approximations (docs/reference/options.md lists them)."""
     host = dict(record.fingerprint)
     per_profile = record.fingerprints
     rows = []

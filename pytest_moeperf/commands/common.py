@@ -29,7 +29,8 @@ from ..fs import check_output, write_output
 from ..run.feeds import MAX_AUTO_BLOCK
 from ..run.live import LiveHost
 from ..run.opening import perf_session
-from ..run.session import Options, PerfSession
+from ..run.options import Options
+from ..run.session import PerfSession
 from ..store.database import checked_store_url
 from ..store.runstore import RunStore, open_store
 

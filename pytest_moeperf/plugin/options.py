@@ -33,8 +33,8 @@ from ..errors import MoeperfError
 from ..fs import check_output
 from ..llama.build import resolve_server_binary
 from ..run.feeds import MAX_AUTO_BLOCK
+from ..run.options import Options
 from ..run.rounds import AUTO_CAP, AUTO_ROUNDS
-from ..run.session import Options
 from ..store.database import checked_store_url
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
 
 from ..config.profiles import Configuration, HostLacks, Profile
 from ..errors import ConfigError, ModelError, MoeperfError
@@ -15,6 +14,7 @@ from ..llama.build import Build, binary_build, build_llama, cuda_cmake_args
 from ..llama.model_bytes import DecodeBytes, decode_bytes, model_shards
 from ..llama.synthetic_gguf import ensure_model
 from ..llama.synthetic_model import model_spec
+from .options import Options
 
 SYNTHETIC = "synthetic:"
 MODEL_DIGEST_BYTES = 16 << 20
@@ -22,15 +22,10 @@ MODEL_DIGEST_BYTES = 16 << 20
 all its files and how many there are): cheap for 100 GB."""
 
 
-class BuildSettings(Protocol):
-    llama_server: tuple[Path, str] | None
-    rootdir: Path
-
-
 class Artifacts:
     """Builds and models of a session, resolved once each."""
 
-    def __init__(self, settings: BuildSettings, progress: Callable[[str], None]) -> None:
+    def __init__(self, settings: Options, progress: Callable[[str], None]) -> None:
         self.options = settings
         self.progress = progress
         self._builds: dict[tuple[str, str], Build] = {}

@@ -42,8 +42,9 @@ from ..verdicts.bisect import (
 )
 from ..verdicts.outcomes import StepOutcome
 from .gate import BuildUnderTest, StoredStage, run_gate
+from .options import Options
 from .replayed import StoredHost
-from .session import Options, PerfSession
+from .session import PerfSession
 from .source import Stage
 
 STATE_SCHEMA = 2

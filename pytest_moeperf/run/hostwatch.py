@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from typing import Protocol
 
 from ..defaults import BANDWIDTH_MOVE
 from ..host.locks import measuring
@@ -16,6 +15,7 @@ from ..host.machine import OtherWork, format_cpu_list, online_cpus, parse_cpu_li
 from ..host.preflight import neighbours, node_memory, numa_balancing, preflight_lines
 from ..host.probe import Probe, probe_moved, probe_slower, run_probe
 from ..store.journal import Journal
+from .options import Options
 
 FIRST_PROBES = 4
 """The most probes a CPU set's first reading takes: probes until two in a row agree (within
@@ -29,11 +29,6 @@ QUIET_SHARE = 0.05
 first quiet one that reads no lower: other work only lowers a probe."""
 
 
-class ProbeSettings(Protocol):
-    probe_tolerance: float
-    reprobe_seconds: float
-
-
 def _reading(cpus: frozenset[int] | None) -> tuple[Probe, float]:
     """A probe of *cpus*, and the share of their time other work took while it ran."""
     other = OtherWork(cpus=cpus)
@@ -45,7 +40,7 @@ class HostWatch:
     """The probes of a run by CPU set (``"0-1"``) and the host changes they show."""
 
     def __init__(
-        self, settings: ProbeSettings, report: Callable[[str], None], journal: Journal | None = None
+        self, settings: Options, report: Callable[[str], None], journal: Journal | None = None
     ) -> None:
         self.settings = settings
         self.report = report

@@ -28,7 +28,8 @@ from ..measure.meter import Meter
 from ..measure.traffic import Pass, TrafficRun, run_pass
 from ..measure.workload import Workload
 from .feeds import LivePairing, LiveSeries
-from .live_stage import LiveSettings, LiveStage, banned
+from .live_stage import LiveStage, banned
+from .options import Options
 from .pool import ServerKey, ServerRecord
 from .source import Feed, Host, Side
 
@@ -90,7 +91,7 @@ class LiveHost(Host):
 
     def __init__(
         self,
-        options: LiveSettings,
+        options: Options,
         report: Callable[[str], None],
         progress: Callable[[str], None],
     ) -> None:

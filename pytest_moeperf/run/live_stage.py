@@ -14,7 +14,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from ..config.profiles import Configuration, Profile
 from ..errors import MoeperfError
@@ -31,26 +31,8 @@ from ..store.journal import Journal
 from .artifacts import SYNTHETIC, Artifacts
 from .hostwatch import HostWatch
 from .launch import Launcher, gpu_env
+from .options import Options
 from .pool import ServerKey, ServerPool, ServerRecord
-
-
-class LiveSettings(Protocol):
-    """What the live source and its stage read of the session's options."""
-
-    llama_server: tuple[Path, str] | None
-    rootdir: Path
-    results_dir: Path
-    repetitions: int | None
-    startup_timeout: float
-    request_timeout: float
-    configuration_timeout: float | None
-    stream: bool
-    busy_limit: float
-    numa_min_share: float
-    host_memory: int | None
-    process_block: int | None
-    probe_tolerance: float
-    reprobe_seconds: float
 
 
 def banned(profile: Profile) -> tuple[int, ...]:
@@ -64,7 +46,7 @@ class LiveStage:
 
     def __init__(
         self,
-        options: LiveSettings,
+        options: Options,
         report: Callable[[str], None],
         progress: Callable[[str], None],
         notice: Callable[[str], None],

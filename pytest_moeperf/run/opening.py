@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from .live import LiveHost
-from .session import Options, PerfSession
+from .options import Options
+from .session import PerfSession
 
 
 def perf_session(

@@ -27,6 +27,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # (live, replayed); the session and the one decision loop; llama-bench beside the
     # servers; the gate, bisect and the sweep; the calibration (A/A gates)
     ("pytest_moeperf.run",),
+    ("pytest_moeperf.run.options",),
     ("pytest_moeperf.run.pool", "pytest_moeperf.run.hostwatch", "pytest_moeperf.run.artifacts"),
     ("pytest_moeperf.run.launch", "pytest_moeperf.run.live_stage"),
     ("pytest_moeperf.run.source",),

@@ -36,7 +36,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gate_power import _cgroup, _remove, _server_of
 
-from pytest_moeperf.commands import logstats
+from pytest_moeperf.commands import main as moeperf
 from pytest_moeperf.llama.server import LlamaServer
 from pytest_moeperf.llama.synthetic_gguf import ensure_model
 from pytest_moeperf.llama.synthetic_model import model_spec
@@ -118,10 +118,10 @@ def head(log: Path, requests: int, out: Path) -> Path:
 def compare(old: Path, new: Path) -> tuple[int, dict]:
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
-        rc = logstats.main([str(old), str(new), *ROWS, "--json"])
+        rc = moeperf(["logstats", str(old), str(new), *ROWS, "--json"])
     doc = json.loads(buf.getvalue())["compare"]
     with contextlib.redirect_stdout(io.StringIO()) as text:
-        logstats.main([str(old), str(new), *ROWS])
+        moeperf(["logstats", str(old), str(new), *ROWS])
     print(f"\n=== {new.name} against {old.name}: exit {rc}")
     print(text.getvalue().split("\n\n")[1] if "\n\n" in text.getvalue() else text.getvalue())
     return rc, doc

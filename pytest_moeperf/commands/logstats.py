@@ -6,7 +6,7 @@ Two logs (``OLD.log NEW.log``, or ``NEW.log --baseline OLD.log``) are compared r
 (:mod:`pytest_moeperf.verdicts.logchange`), exit 0/1/3 as a gate's.
 
 Mounted by :func:`pytest_moeperf.commands.make_parser` through :func:`add_arguments` and
-:func:`run`; :func:`main` runs it alone (``python -m pytest_moeperf.commands.logstats``).
+:func:`run`.
 """
 
 from __future__ import annotations
@@ -47,7 +47,6 @@ from ..verdicts.reference import (
     traffic_outcome,
 )
 
-_PROG = "moeperf logstats"
 SEED = 0
 """The bootstrap's seed: the same log gives the same intervals."""
 
@@ -394,12 +393,8 @@ def run(args: argparse.Namespace) -> int:
     ``--baseline FILE.toml``, 0 every row holds, 1 a row fails, 3 undecided; of two logs, 0
     no row slower and none undecided, 1 a row slower, 3 undecided."""
     baseline: str | None = args.baseline
-    try:
-        _check_usage(args, baseline)
-        logs = _read(args, baseline)
-    except MoeperfError as e:
-        print(f"{_PROG}: error: {e}", file=sys.stderr)
-        return 2
+    _check_usage(args, baseline)
+    logs = _read(args, baseline)
     if logs.mix is not None:
         mix, mix_notes = logs.mix
         print(
@@ -417,18 +412,3 @@ def run(args: argparse.Namespace) -> int:
     if outcome:
         print("\n" + _verdict_line(outcome, judged))
     return status
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``moeperf logstats`` as a stand-alone command; returns the exit status."""
-    parser = argparse.ArgumentParser(prog=_PROG)
-    add_arguments(parser)
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as e:  # --help, or a usage error already printed by argparse
-        return e.code if isinstance(e.code, int) else 2
-    return run(args)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())

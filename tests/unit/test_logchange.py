@@ -10,8 +10,8 @@ import random
 from pathlib import Path
 
 import pytest
+from _cli import logstats
 
-from pytest_moeperf.commands import logstats
 from pytest_moeperf.defaults import SESSION_SPREAD
 from pytest_moeperf.llama.logs import RequestTiming, log_sessions, parse_log_files
 from pytest_moeperf.verdicts.logchange import (
@@ -81,7 +81,7 @@ def test_a_log_against_itself_is_unchanged_with_no_session_term(tmp_path, capsys
     assert [c.outcome for c in changes] == ["unchanged"] * len(ROWS)
     assert all(c.session is None and c.ratio == 1.0 for c in changes)
     assert logs_outcome(changes) == "passed"
-    assert logstats.main([str(log), str(log)]) == 0
+    assert logstats([str(log), str(log)]) == 0
     out = capsys.readouterr().out
     assert "between sessions: none (the same requests twice are one session)" in out
     assert out.rstrip().endswith("verdict: passed")
@@ -95,7 +95,7 @@ def test_a_row_neither_log_has_requests_of_is_left_out(tmp_path, capsys):
     changes = compare_logs(timings(log), timings(log), rows)
     assert len(changes) == len(rows) - 1 and all(c.outcome == "unchanged" for c in changes)
     assert changes[0].confidence == pytest.approx(1 - 0.05 / 4)
-    assert logstats.main([str(log), str(log), "--prefill-large-min", "8000"]) == 0
+    assert logstats([str(log), str(log), "--prefill-large-min", "8000"]) == 0
     out = capsys.readouterr().out
     assert "left out, no request of them in either log: prefill, requests with ≥8,000" in out
 
@@ -103,14 +103,14 @@ def test_a_row_neither_log_has_requests_of_is_left_out(tmp_path, capsys):
 def test_a_halved_prefill_is_slower_and_exits_1(tmp_path, capsys):
     old = write_log(tmp_path / "old.log", 200, seed=1)
     new = write_log(tmp_path / "new.log", 200, seed=2, prefill=100.0)
-    rc = logstats.main([str(old), str(new)])
+    rc = logstats([str(old), str(new)])
     out = capsys.readouterr().out
     assert rc == 1
     assert "verdict: slower (prefill, requests with ≥256 new tokens, aggregate; " in out
     # the same through --baseline naming the older log
-    assert logstats.main([str(new), "--baseline", str(old)]) == 1
+    assert logstats([str(new), "--baseline", str(old)]) == 1
     capsys.readouterr()
-    assert logstats.main([str(new), "--baseline", str(old), "--json"]) == 1
+    assert logstats([str(new), "--baseline", str(old), "--json"]) == 1
     doc = json.loads(capsys.readouterr().out)
     assert doc["compare"]["old"] == "old.log" and doc["compare"]["outcome"] == "slower"
     prefill = doc["compare"]["rows"][0]
@@ -184,19 +184,19 @@ def test_a_stated_session_spread_replaces_the_prior(tmp_path, capsys):
     400 requests a side is decided."""
     old = write_log(tmp_path / "old.log", 400, seed=3)
     new = write_log(tmp_path / "new.log", 400, seed=4, decode=15.0 * 0.85)
-    assert logstats.main([str(old), str(new)]) == 3
+    assert logstats([str(old), str(new)]) == 3
     capsys.readouterr()
-    assert logstats.main([str(old), str(new), "--session-spread", "0.02"]) == 1
+    assert logstats([str(old), str(new), "--session-spread", "0.02"]) == 1
     assert "between sessions 2.0 %" in capsys.readouterr().out
-    assert logstats.main([str(old), str(new), "--session-spread", "10"]) == 2
+    assert logstats([str(old), str(new), "--session-spread", "10"]) == 2
     assert "must be in [0, 1), got 10 (0.10 is 10 %)" in capsys.readouterr().err
 
 
 def test_two_log_usage_errors_are_one_line(tmp_path, capsys):
     log = write_log(tmp_path / "a.log", 10)
-    assert logstats.main([str(log), str(log), "--baseline", str(log)]) == 2
+    assert logstats([str(log), str(log), "--baseline", str(log)]) == 2
     assert "--baseline judges one log; 2 were given" in capsys.readouterr().err
-    assert logstats.main([str(log), "--baseline", str(tmp_path / "none.log")]) == 2
+    assert logstats([str(log), "--baseline", str(tmp_path / "none.log")]) == 2
     assert capsys.readouterr().err.startswith("moeperf logstats: error: cannot read ")
-    assert logstats.main([str(log), "--baseline", str(log), "--column", "new"]) == 2
+    assert logstats([str(log), "--baseline", str(log), "--column", "new"]) == 2
     assert "give --baseline FILE too" in capsys.readouterr().err

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import bz2
 import gzip
 import json
@@ -13,10 +12,10 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
+from _cli import logstats
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pytest_moeperf.commands import logstats
 from pytest_moeperf.errors import MoeperfError
 from pytest_moeperf.llama.logs import (
     LogError,
@@ -661,7 +660,7 @@ def test_real_log_matches_the_clients_timings():
 
 
 def test_logstats_table_and_warnings(capsys):
-    rc = logstats.main([str(DATA / "real-b11434.log"), str(DATA / "no-requests-b11434.log")])
+    rc = logstats([str(DATA / "real-b11434.log"), str(DATA / "no-requests-b11434.log")])
     out = capsys.readouterr().out
     assert rc == 3  # two logs are compared, and one without requests decides nothing
     header = out.splitlines()[0]
@@ -677,7 +676,7 @@ def test_logstats_table_and_warnings(capsys):
 
 
 def test_logstats_json(capsys):
-    rc = logstats.main([str(DATA / "real-b11434.log"), "--json", "--prefill-large-min", "3000"])
+    rc = logstats([str(DATA / "real-b11434.log"), "--json", "--prefill-large-min", "3000"])
     doc = json.loads(capsys.readouterr().out)
     assert rc == 0
     entry = doc["real-b11434.log"]
@@ -689,27 +688,25 @@ def test_logstats_json(capsys):
 
 
 def test_logstats_errors_are_one_line_and_exit_2(capsys, tmp_path):
-    rc = logstats.main([str(DATA / "not-a-log.csv")])
+    rc = logstats([str(DATA / "not-a-log.csv")])
     err = capsys.readouterr().err
     assert rc == 2
     assert err == (
         f"moeperf logstats: error: {DATA / 'not-a-log.csv'} does not look like a llama-server "
         "log (no print_timing or server lines in 3 lines)\n"
     )
-    assert logstats.main([str(tmp_path / "nope.log")]) == 2
+    assert logstats([str(tmp_path / "nope.log")]) == 2
     assert capsys.readouterr().err.startswith("moeperf logstats: error: cannot read ")
-    assert logstats.main(["x.log", "--decode-min", "-3"]) == 2
+    assert logstats(["x.log", "--decode-min", "-3"]) == 2
     assert "moeperf logstats: error:" in capsys.readouterr().err
-    assert logstats.main([]) == 2
+    assert logstats([]) == 2
 
 
 def test_logstats_same_file_names_get_distinct_labels(capsys, tmp_path):
     for d in ("legacy", "new"):
         (tmp_path / d).mkdir()
         (tmp_path / d / "server.log").write_text("\n".join(_lines(0, 1)))
-    rc = logstats.main(
-        [str(tmp_path / "legacy" / "server.log"), str(tmp_path / "new" / "server.log")]
-    )
+    rc = logstats([str(tmp_path / "legacy" / "server.log"), str(tmp_path / "new" / "server.log")])
     header = capsys.readouterr().out.splitlines()[0]
     assert rc == 3  # two logs are compared: one request each decides nothing
     assert str(tmp_path / "legacy" / "server.log") in header
@@ -720,20 +717,16 @@ def test_logstats_rotated(capsys, tmp_path):
     log = tmp_path / "server.log"
     (tmp_path / "server.log.1").write_text("\n".join(_lines(0, 2)))
     log.write_text("\n".join(_lines(2, 1)))
-    logstats.main([str(log), "--json", "--prefill-min", "0"])
+    logstats([str(log), "--json", "--prefill-min", "0"])
     assert json.loads(capsys.readouterr().out)["server.log"]["stats"]["requests"] == 1
-    logstats.main([str(log), "--json", "--rotated", "--prefill-min", "0"])
+    logstats([str(log), "--json", "--rotated", "--prefill-min", "0"])
     doc = json.loads(capsys.readouterr().out)["server.log"]
     assert doc["stats"]["requests"] == 3
     assert doc["paths"] == [str(tmp_path / "server.log.1"), str(log)]
 
 
-def test_logstats_mounts_as_a_subcommand(capsys):
-    parser = argparse.ArgumentParser(prog="moeperf")
-    sub = parser.add_subparsers(dest="command", required=True)
-    logstats.add_arguments(sub.add_parser("logstats"))
-    args = parser.parse_args(["logstats", str(DATA / "legacy-multiline.log"), "--decode-min", "50"])
-    assert logstats.run(args) == 0
+def test_logstats_reads_a_legacy_multiline_log(capsys):
+    assert logstats([str(DATA / "legacy-multiline.log"), "--decode-min", "50"]) == 0
     out = capsys.readouterr().out
     assert "decode, requests with ≥50 generated, aggregate" in out
     assert "14.51 tok/s (n=2)" in out  # (53 + 400) tokens / (1.21907 + 30) s

@@ -9,9 +9,9 @@ import re
 from pathlib import Path
 
 import pytest
+from _cli import logstats
 from _judges import judge_claim, judge_dead_end
 
-from pytest_moeperf.commands import logstats
 from pytest_moeperf.errors import ConfigError
 from pytest_moeperf.measure.measurement import Conditions, Measurement
 from pytest_moeperf.measure.stats import Figure
@@ -279,7 +279,7 @@ def adr_log(path: Path, prefill: float = 1.0, decode: float = 1.0) -> Path:
 
 def test_a_log_at_half_the_adrs_prefill_fails_naming_the_row(tmp_path, capsys):
     log = adr_log(tmp_path / "prod.log", prefill=0.5)
-    rc = logstats.main([str(log), "--baseline", str(ADR_FILE), "--column", "serve-new"])
+    rc = logstats([str(log), "--baseline", str(ADR_FILE), "--column", "serve-new"])
     out = capsys.readouterr().out
     assert rc == 1
     assert re.search(
@@ -294,35 +294,32 @@ def test_a_log_above_the_adrs_level_holds_and_one_at_it_is_undecided(tmp_path, c
     """The file's traffic figures carry rel_spread 0.05 beside a 5 % tolerance: a log must be
     about 5 % above a figure to show that it holds; one exactly at it cannot tell."""
     above = adr_log(tmp_path / "above.log", prefill=1.1, decode=1.1)
-    assert (
-        logstats.main([str(above), "--baseline", str(ADR_FILE), "--configuration", "serve-new"])
-        == 0
-    )
+    assert logstats([str(above), "--baseline", str(ADR_FILE), "--configuration", "serve-new"]) == 0
     assert capsys.readouterr().out.rstrip().endswith("verdict: holds")
     dropped = adr_log(tmp_path / "dropped.log", decode=0.87)  # 13 % slower decode
-    assert logstats.main([str(dropped), "--baseline", str(ADR_FILE), "--column", "serve-new"]) == 3
+    assert logstats([str(dropped), "--baseline", str(ADR_FILE), "--column", "serve-new"]) == 3
     assert (
         "undecided: decode, requests with ≥32 generated, aggregate: the record's 5 % spread "
         "dominates the width (the log's 22 requests give ±0."
     ) in capsys.readouterr().out
     level = adr_log(tmp_path / "level.log")
-    assert logstats.main([str(level), "--baseline", str(ADR_FILE), "--column", "serve-new"]) == 3
+    assert logstats([str(level), "--baseline", str(ADR_FILE), "--column", "serve-new"]) == 3
     out = capsys.readouterr().out
     assert "| 218.5 (n=22)" in out and "verdict: undecided" in out
 
 
 def test_logstats_baseline_errors_are_one_line_and_exit_2(tmp_path, capsys):
     log = adr_log(tmp_path / "prod.log")
-    assert logstats.main([str(log), "--baseline", str(ADR_FILE)]) == 2
+    assert logstats([str(log), "--baseline", str(ADR_FILE)]) == 2
     assert capsys.readouterr().err == (
         f"moeperf logstats: error: --baseline {ADR_FILE}: holds the traffic of serve-legacy, "
         "serve-new; name one with --configuration (or --column)\n"
     )
-    assert logstats.main([str(log), "--baseline", str(ADR_FILE), "--column", "old"]) == 2
+    assert logstats([str(log), "--baseline", str(ADR_FILE), "--column", "old"]) == 2
     assert "--configuration old: " in capsys.readouterr().err
-    assert logstats.main([str(log), "--column", "serve-new"]) == 2
+    assert logstats([str(log), "--column", "serve-new"]) == 2
     assert "give --baseline FILE too" in capsys.readouterr().err
-    assert logstats.main([str(log), "--baseline", str(tmp_path / "nope.toml")]) == 2
+    assert logstats([str(log), "--baseline", str(tmp_path / "nope.toml")]) == 2
     assert capsys.readouterr().err == (
         f"moeperf logstats: error: --baseline {tmp_path / 'nope.toml'}: no such baseline file\n"
     )

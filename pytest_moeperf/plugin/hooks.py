@@ -65,19 +65,8 @@ def pytest_configure(config: pytest.Config) -> None:
         orphans.end_with_controller()
     config.stash[REAPED] = orphans.reap()  # shown in the header: no reporter here yet
     config.stash[JUDGED] = judged = Judged()
-    config.pluginmanager.register(_Counter(judged), "moeperf-judged")
+    config.pluginmanager.register(judged, "moeperf-judged")  # its pytest_runtest_logreport
     _stop_on_sigterm()
-
-
-class _Counter:
-    """Counts what each perf test judged, as its reports arrive (on the xdist controller:
-    every worker's)."""
-
-    def __init__(self, judged: Judged) -> None:
-        self.judged = judged
-
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        self.judged.add(report)
 
 
 def _nothing_judged(session: pytest.Session, perf: PerfSession) -> None:

@@ -60,7 +60,7 @@ def _skip_reason(report: pytest.TestReport) -> str:
     return str(longrepr)
 
 
-@dataclass
+@dataclass(eq=False)  # hashable, as a registered plugin is
 class Judged:
     """The count of a session's perf tests: verdicts decided, verdicts undecided by reason,
     tests skipped by reason, tests that judged nothing."""
@@ -99,6 +99,8 @@ class Judged:
             self.skipped[_kind(_skip_reason(report))] += 1  # skipped, not for a verdict
         elif report.passed and not (decided or undecided):
             self.unjudged += 1
+
+    pytest_runtest_logreport = add  # registered as a plugin: every report, as it arrives
 
     @property
     def nothing_judged(self) -> bool:

@@ -34,7 +34,6 @@ class Calibration:
     budget: float
     margin: float
     rows: dict[str, list[GateRow]] = field(default_factory=dict)
-    gates: list[GateResult] = field(default_factory=list)
 
     def figures(self, date: str | None = None) -> dict[str, NoiseFigure]:
         """Each metric's noise figure (dated *date*, default today)."""
@@ -78,34 +77,23 @@ def run_calibration(
     # alarms it counts are those of a verdict on this host as it was (calibrated or not)
     history, session.options.history = session.options.history, False
     try:
-        _gates(session, stage, profile, build, calibration, configurations, workloads, gates,
-               seconds, margin, on_gate)  # fmt: skip
+        for i in range(gates):
+            result = run_gate(
+                session,
+                stage,
+                profile,
+                build,
+                build,
+                configurations=configurations,
+                workloads=workloads,
+                budget=seconds,
+                margin=margin,
+                check_output=False,  # the same binary: its output is its own
+            )
+            for row in result.rows:
+                calibration.rows.setdefault(row.name, []).append(row)
+            if on_gate:
+                on_gate(i, result)
     finally:
         session.options.history = history
     return calibration
-
-
-def _gates(
-    session: PerfSession, stage: Stage, profile: Profile, build: BuildUnderTest,
-    calibration: Calibration, configurations: Sequence[str],
-    workloads: Sequence[Workload] | None, gates: int, seconds: float, margin: float,
-    on_gate: Callable[[int, GateResult], None] | None,
-) -> None:  # fmt: skip
-    for i in range(gates):
-        result = run_gate(
-            session,
-            stage,
-            profile,
-            build,
-            build,
-            configurations=configurations,
-            workloads=workloads,
-            budget=seconds,
-            margin=margin,
-            check_output=False,  # the same binary: its output is its own
-        )
-        calibration.gates.append(result)
-        for row in result.rows:
-            calibration.rows.setdefault(row.name, []).append(row)
-        if on_gate:
-            on_gate(i, result)

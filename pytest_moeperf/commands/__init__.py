@@ -130,7 +130,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # its reader stopped (``| head``): nothing more to say to it
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -204,7 +204,7 @@ def run(args: argparse.Namespace) -> int:
             if args.verbose
             else None,
         )
-        record = session.run_record()  # the rows' rounds, for --replay
+        record = session.journal.freeze()  # the rows' rounds, for --replay
     finally:
         session.close()
     print(gate_text(result))

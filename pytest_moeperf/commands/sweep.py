@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
             result = run_sweep(
                 live, live.stage, profile, config, slots, repetitions=args.repetitions
             )
-        record = session.run_record()  # every point's measurements, in the --json
+        record = session.journal.freeze()  # every point's measurements, in the --json
     finally:
         session.close()
     print(result.text())

@@ -78,7 +78,7 @@ def write_report(perf: PerfSession) -> None:
     """The markdown report, and beside it a PNG of throughput (with run-over-run history)."""
     assert perf.options.report_file is not None
     report = perf.options.report_file
-    record = perf.record or perf.run_record()
+    record = perf.record or perf.journal.freeze()
     fp = next(iter(record.fingerprints.values()), record.fingerprint)
     png = report_png(report)
     sections = []

@@ -141,7 +141,7 @@ def run_bisect(
             session, stage, profile, baseline, candidate, configurations, metric, margin, budget
         )
         # the gate forgot the previous gate's sides: the session holds this gate's alone
-        record = replace(session.run_record(), verdicts=session.journal.verdicts[before:])
+        record = replace(session.journal.freeze(), verdicts=session.journal.verdicts[before:])
         return got, record.to_dict()
 
     return search(

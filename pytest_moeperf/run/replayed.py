@@ -17,7 +17,6 @@ from typing import Any
 from ..config.profiles import Configuration, Profile
 from ..defaults import PRIOR_PROCESS_TERM
 from ..errors import ResultsError
-from ..host.probe import Probe
 from ..measure.dependence import Dependence
 from ..measure.measurement import Measurement
 from ..measure.workload import Workload
@@ -128,10 +127,6 @@ class StoredHost(Host):
     @property
     def measured_on(self) -> dict[str, Any]:
         return dict(self.replay.journal.measured_on)
-
-    @property
-    def probes(self) -> dict[str, Probe]:
-        return {}  # the stored run's are in its fingerprint: no probe of this run
 
     @property
     def host_changes(self) -> list[str]:

@@ -353,11 +353,6 @@ class PerfSession:
         self.journal.checked(CheckRecord(row.nodeid, row.measurement.key, row.check))
         self.baseline_rows.append(row)
 
-    def run_record(self) -> RunRecord:
-        """Everything this session measured and judged, as the results file holds it: its
-        journal, frozen."""
-        return self.journal.freeze()
-
     def write_results(self) -> Path | None:
         """Write the run record into the history folder (results file, pytest-benchmark saved
         run, llama-bench JSONL rows), atomically, then into the store in one transaction;
@@ -369,7 +364,7 @@ class PerfSession:
             store: RunStore | StoreError = self.store.open()
         except StoreError as exc:
             store = exc
-        record = self.record = self.run_record()
+        record = self.record = self.journal.freeze()
         written = write_history(record, self.options.results_dir)
         path = written[0]
         if self.options.results_file is not None:

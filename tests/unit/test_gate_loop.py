@@ -149,7 +149,7 @@ def test_a_stored_gate_replays_to_the_same_rows_and_verdicts(tmp_path, clock, ca
         session, FakeStage(unavailable=["gone"]), profile, BuildUnderTest(0), BuildUnderTest(1)
     )
     path = tmp_path / "gate.json"
-    path.write_text(gate_json_text(measured, session.run_record()))
+    path.write_text(gate_json_text(measured, session.journal.freeze()))
     stored = read_gate(path)
     assert stored.rows == (("mmap", "pp512"), ("lm-none", "pp512"))
     source = StoredHost(Replay.of_record(path, stored.record, "--replay"), session.profiles)

@@ -420,15 +420,8 @@ def parse_date(value: object) -> dt.datetime | None:
     it names no zone); ``None`` when missing or unreadable."""
     if not isinstance(value, str) or not value:
         return None
-    for fmt in ("%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%dT%H:%M:%S"):
-        try:
-            parsed = dt.datetime.strptime(value, fmt)
-            break
-        except ValueError:
-            continue
-    else:
-        try:
-            parsed = dt.datetime.fromisoformat(value)
-        except ValueError:
-            return None
+    try:
+        parsed = dt.datetime.fromisoformat(value)  # Python 3.11's: every form a run writes
+    except ValueError:
+        return None
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)

@@ -17,7 +17,6 @@ from ..llama.build import label_number
 from ..measure.measurement import Measurement
 from ..measure.workload import Workload
 from ..store.accepted import host_for
-from ..store.hosts import canonical_workload
 from ..store.record import RunRecord, parse_date
 from ..verdicts.reference import Reference, ReferenceFigure, pick_figure, rate_text
 from .reference import record_order
@@ -41,10 +40,9 @@ class PlotMark:
     adr-0042)``."""
 
 
-BaselineMarks = Mapping[tuple[str, str, str], "float | PlotMark"]
-"""Stored tok/s by ``(configuration, build, workload)``, the key order of
-:attr:`Measurement.key`; workload names as :meth:`Workload.parse` writes them. A bare number
-is a baseline of this host."""
+BaselineMarks = Mapping[tuple[str, str, str], PlotMark]
+"""Stored tok/s by :attr:`Measurement.key` (``(configuration, build, workload)``, workload
+names as :meth:`Workload.parse` writes them), as :func:`plot_marks` gives them."""
 
 DPI = 110
 PANEL_HEIGHT = 4.2
@@ -160,7 +158,7 @@ def report_figure(
 
     current = [m for m in results.measurements if m.values and not m.workload.is_traffic]
     traffic = _traffic_latencies(results)
-    marks = _marks(baselines)
+    marks = baselines or {}
     workloads = sorted({m.workload for m in current}, key=Workload.table_order)
     categories = list(dict.fromkeys((_profile(m), m.configuration, m.build) for m in current))
     slots, trend = _trend(results, history, {(_profile(m), m.configuration) for m in current})
@@ -195,15 +193,6 @@ def _traffic_latencies(results: RunRecord) -> dict[str, dict[str, Any]]:
         name: run["overall"]
         for name, run in results.traffic.items()
         if isinstance(run, dict) and isinstance(run.get("overall"), dict)
-    }
-
-
-def _marks(baselines: BaselineMarks | None) -> dict[tuple[str, str, str], PlotMark]:
-    """*baselines* as marks (a bare number: a baseline of this host), workload names as
-    :meth:`Workload.parse` writes them."""
-    return {
-        (c, b, canonical_workload(w)): v if isinstance(v, PlotMark) else PlotMark(float(v))
-        for (c, b, w), v in (baselines or {}).items()
     }
 
 

@@ -84,9 +84,9 @@ def earlier() -> list[RunRecord]:
 
 
 BASELINES = {
-    ("mmap", "b11713", " pp512 "): 189.0,  # any form Workload.parse reads
-    ("lm-none", "b11713", "pp512"): 391.4,
-    ("lm-none", "b11713", "tg64"): 17.5,
+    ("mmap", "b11713", "pp512"): PlotMark(189.0),
+    ("lm-none", "b11713", "pp512"): PlotMark(391.4),
+    ("lm-none", "b11713", "tg64"): PlotMark(17.5),
 }
 
 
@@ -225,7 +225,7 @@ def test_a_reference_is_labelled_with_its_host_and_never_a_change(
     only this host's baseline gets the median's change."""
     marks = {
         ("mmap", "b11713", "pp512"): PlotMark(100.0, "reference (host adr-0042)"),
-        ("lm-none", "b11713", "pp512"): 391.4,
+        ("lm-none", "b11713", "pp512"): PlotMark(391.4),
     }
     labels = _tick_labels(report_figure(current, [], baselines=marks))
     assert "mmap\nreference (host adr-0042)\n100.0" in labels

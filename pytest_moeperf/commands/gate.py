@@ -234,8 +234,7 @@ def run(args: argparse.Namespace) -> int:
             ms,
             live.fingerprint(profile, label=CANDIDATE),  # the candidate's llama-server
             source=f"moeperf gate --accept, {today}, {candidate.name} over {baseline.name}",
-            refused=refused,
-            what="--accept",
+            probe_tolerance=session.options.probe_tolerance,
             changes={(r.configuration, r.workload.name): r.change for r in result.rows if r.change},
         )
         say(f"accepted {len(ms)} measurement(s) of {candidate.name} as baselines in {path}")

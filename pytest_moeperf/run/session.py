@@ -321,8 +321,7 @@ class PerfSession:
                 ms,
                 fingerprint,
                 source=f"pytest-moeperf {__version__} accept, {today}",
-                refused=refused,
-                what="--moeperf-accept",
+                probe_tolerance=self.options.probe_tolerance,
             )
             self._baselines.pop(name, None)
             written.append(path)

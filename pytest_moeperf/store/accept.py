@@ -91,16 +91,14 @@ def accept_measurements(
     fingerprint: Mapping[str, Any],
     *,
     source: str,
-    refused: Sequence[str] = (),
-    what: str = "accept",
     date: str | dt.date | None = None,
     probe_tolerance: float = PROBE_TOLERANCE,
     changes: Mapping[tuple[str, str], PairedChange] | None = None,
 ) -> BaselineFile:
     """Store *measurements* as *profile*'s baselines of the host *fingerprint* describes in the
-    file at *path*, unless *refused* gives reasons (then nothing is written and the error says
-    them all, naming the option *what*). *changes* (a gate's accept) gives each (configuration,
-    workload) its paired change, stored with its entry as a link of the accepted chain.
+    file at *path* (:func:`refuse` heard first). *changes* (a gate's accept) gives each
+    (configuration, workload) its paired change, stored with its entry as a link of the
+    accepted chain.
 
     The host is the file's ``[[host]]`` that :func:`host_differences` finds the same
     (fingerprint fields equal, probe figures within *probe_tolerance*); its fingerprint
@@ -110,7 +108,6 @@ def accept_measurements(
     the replaced entry moves under ``[[history]]`` with ``replaced = date``. The file (created
     if missing) is read, changed and written atomically under its lock: a failure leaves the
     old file as it was. Returns what was written."""
-    refuse(what, refused)
     path = Path(path)
     with baseline_lock(path):
         when = date or dt.date.today()

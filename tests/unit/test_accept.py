@@ -13,7 +13,7 @@ from pytest_moeperf.errors import BaselineError
 from pytest_moeperf.measure.measurement import Conditions, Measurement, Sample
 from pytest_moeperf.measure.workload import Workload
 from pytest_moeperf.store import accept as accept_mod
-from pytest_moeperf.store.accept import accept_measurements, refusals
+from pytest_moeperf.store.accept import accept_measurements, refusals, refuse
 from pytest_moeperf.store.baselines import load_baselines
 
 W = Workload.parse("pp512")
@@ -38,9 +38,7 @@ def test_every_reason_refuses_and_nothing_is_written(tmp_path):
     )
     assert len(reasons) == 7
     with pytest.raises(BaselineError) as exc:
-        accept_measurements(
-            path, "p", [_m("mmap", 100)], FINGERPRINT, source="t", refused=reasons, what="--accept"
-        )
+        refuse("--accept", reasons)
     line = str(exc.value)
     assert line.startswith("--accept refused, nothing written: 2 test(s) failed")
     for word in ("host changed", "busy", "slower: mmap.pp512", "differs", "undecided", "creep"):
@@ -83,16 +81,12 @@ def _accept_one(
         [_m(configuration, value)],
         FINGERPRINT,
         source="t",
-        refused=[],
-        what="--moeperf-accept",
     )
 
 
 def test_two_accepts_at_once_lose_nothing(tmp_path):
     path = tmp_path / "p.toml"
-    accept_measurements(
-        path, "p", [_m("base", 50)], FINGERPRINT, source="t", refused=[], what="--moeperf-accept"
-    )
+    accept_measurements(path, "p", [_m("base", 50)], FINGERPRINT, source="t")
     ctx = multiprocessing.get_context("fork")
     read = [ctx.Event(), ctx.Event()]
     go = ctx.Event()

@@ -40,9 +40,8 @@ from ..errors import ConfigError, MeasurementError
 from .measurement import Sample
 from .meter import prompt_ids, stream_events, with_bans
 from .mix import Mix, Shape
-from .workload import TRAFFIC_LATENCIES, Workload
+from .workload import PERCENTILES, TRAFFIC_LATENCIES, Workload
 
-PERCENTILES = (50, 90, 99)
 CACHED_PREFIX_SEED = 7
 """Seed of the one shared prefix that shapes with ``cached`` tokens start with."""
 
@@ -132,13 +131,6 @@ def _round(x: float | None) -> float | None:
     return None if x is None else round(x, 3)
 
 
-def percentile(values: Sequence[float], q: float) -> float:
-    """The *q*-th percentile (0-100) of *values*, interpolated linearly between ranks."""
-    if not values:
-        raise ValueError("percentile of no values")
-    return float(np.quantile(values, q / 100.0))
-
-
 @dataclass
 class Pass:
     """One pass of traffic: its requests, its wall time, and what the server said beside."""
@@ -200,7 +192,7 @@ class Pass:
             values = self.latencies(what)
             if not values:
                 return None
-            return Sample(1, max(percentile(values, float(q)), 1e-3))
+            return Sample(1, max(float(np.quantile(values, float(q) / 100)), 1e-3))
         else:
             raise ValueError(f"no traffic metric {metric!r}")
         return Sample(tokens, ms) if tokens > 0 and ms > 0 else None
@@ -220,7 +212,9 @@ class Pass:
         for what in ("ttft", "itl", "e2e"):
             values = self.latencies(what)
             for q in PERCENTILES:
-                out[f"{what}_p{q}"] = round(percentile(values, q), 3) if values else None
+                out[f"{what}_p{q}"] = (
+                    round(float(np.quantile(values, q / 100)), 3) if values else None
+                )
         return out
 
     def to_dict(self) -> dict[str, Any]:

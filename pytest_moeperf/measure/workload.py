@@ -12,24 +12,14 @@ from ..errors import ConfigError
 _NAME = re.compile(r"^\s*(pp|tg)(\d+)\s*(?:@\s*d(\d+))?\s*$")
 _TRAFFIC = re.compile(r"^\s*traffic\.(\w+)\s*$")
 
-TRAFFIC_RATES = {
-    "prefill": "prefill tok/s, sum of prompt tokens over sum of prompt time (the server's)",
-    "decode": "decode tok/s per request, sum of generated tokens over sum of generation time",
-    "throughput": "generated tok/s of all requests together, over the pass's wall time",
-    "requests": "requests/s over the pass's wall time",
-}
-"""Traffic metrics that are rates: higher is better, like ``ppN`` and ``tgN``."""
-TRAFFIC_LATENCIES = {
-    f"{what}_p{q}": f"{label} p{q}, ms"
-    for what, label in (
-        ("ttft", "time to first token"),
-        ("itl", "inter-token latency"),
-        ("e2e", "end-to-end latency"),
-    )
-    for q in (50, 90, 99)
-}
-"""Traffic metrics that are latencies in milliseconds: lower is better."""
-TRAFFIC_METRICS = {**TRAFFIC_RATES, **TRAFFIC_LATENCIES}
+TRAFFIC_RATES = ("prefill", "decode", "throughput", "requests")
+"""Traffic metrics that are rates: higher is better, like ``ppN`` and ``tgN`` (what each is:
+docs/guide/traffic.md)."""
+PERCENTILES = (50, 90, 99)
+TRAFFIC_LATENCIES = tuple(f"{what}_p{q}" for what in ("ttft", "itl", "e2e") for q in PERCENTILES)
+"""Traffic metrics that are latencies in milliseconds (time to first token, inter-token, end
+to end): lower is better."""
+TRAFFIC_METRICS = (*TRAFFIC_RATES, *TRAFFIC_LATENCIES)
 
 
 @dataclass(frozen=True, order=True)

@@ -22,7 +22,6 @@ from pytest_moeperf.measure.traffic import (
     arrival_times,
     counter_deltas,
     parse_prometheus,
-    percentile,
     request_body,
 )
 from pytest_moeperf.measure.workload import Workload
@@ -56,15 +55,6 @@ def record(
         error=error,
     )
     return r
-
-
-def test_percentile_interpolates_between_ranks():
-    assert percentile([10.0], 99) == 10.0
-    assert percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.5
-    assert percentile([4.0, 1.0, 3.0, 2.0], 0) == 1.0
-    assert percentile(list(range(101)), 90) == pytest.approx(90.0)
-    with pytest.raises(ValueError):
-        percentile([], 50)
 
 
 def test_a_pass_sums_tokens_over_time_and_takes_percentiles_of_answered_requests():

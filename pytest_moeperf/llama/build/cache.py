@@ -76,21 +76,6 @@ def _check_number(number: object) -> int:
     return number
 
 
-def _check_cmake_args(cmake_args: Sequence[str] | None) -> tuple[str, ...]:
-    if cmake_args is None:
-        return ()
-    if (
-        isinstance(cmake_args, (str, bytes))
-        or not isinstance(cmake_args, Sequence)
-        or not all(isinstance(a, str) for a in cmake_args)
-    ):
-        raise BuildError(
-            f"cmake arguments {cmake_args!r} must be a list of strings such as "
-            "['-DGGML_NATIVE=OFF']"
-        )
-    return tuple(cmake_args)
-
-
 def _complete(entry: Path) -> bool:
     server = entry / "bin" / "llama-server"
     return (entry / "build.json").is_file() and server.is_file() and os.access(server, os.X_OK)
@@ -173,7 +158,7 @@ def build_llama(
     bad or unpublished build number, no compiler, no cmake, a failed download, configure or
     compile, or a full disk."""
     n = _check_number(number)
-    args = _check_cmake_args(cmake_args)
+    args = tuple(cmake_args or ())  # a profile's and the CLI's are lists of strings
     if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
         raise BuildError(f"build jobs {jobs!r} must be a positive integer")
     say: Progress = progress or (lambda _line: None)

@@ -261,16 +261,6 @@ def bench_entry(key: Sequence[str], result: BenchResult) -> dict[str, Any]:
     }
 
 
-def _run_notes(data: Mapping[str, Any]) -> dict[str, Any]:
-    """What a run said of itself beside its numbers (none in a record of before they were
-    kept): the verdicts' notices, the servers' startup warnings, the seconds of setup."""
-    return {
-        "notices": [str(line) for line in data.get("notices") or []],
-        "startup_findings": dict(data.get("startup_findings") or {}),
-        "setup_seconds": float(data.get("setup_seconds") or 0.0),
-    }
-
-
 @dataclass
 class RunRecord:
     """Everything one run measured and judged."""
@@ -366,7 +356,9 @@ class RunRecord:
                 baseline_checks=[
                     CheckRecord.from_dict(d) for d in data.get("baseline_checks") or []
                 ],
-                **_run_notes(data),
+                notices=[str(line) for line in data.get("notices") or []],  # none before kept
+                startup_findings=dict(data.get("startup_findings") or {}),
+                setup_seconds=float(data.get("setup_seconds") or 0.0),
                 date=str(data.get("date", "")),
                 plugin_version=str(data.get("plugin_version", "")),
             )

@@ -477,24 +477,30 @@ def _configuration(cname: str, ctable: Any, base: Configuration) -> Configuratio
             "not ending in '.'"
         )
     _check_keys(cwhere, ctable, _CONFIG_KEYS)
+    return _settings(cwhere, cname, ctable, base)
+
+
+def _settings(where: str, name: str, table: dict[str, Any], base: Configuration) -> Configuration:
+    """The configuration *name* (``""``: a profile's own settings) that *table* at *where*
+    sets over *base*: flags appended, pinning, env, GPUs, memory and traffic overriding."""
     return Configuration(
-        name=cname,
+        name=name,
         profile=base.profile,
-        flags=base.flags + _str_list(cwhere, "flags", ctable.get("flags", [])),
-        pinning=_pinning(cwhere, ctable, base.pinning),
-        env={**base.env, **_env(cwhere, ctable.get("env"))},
-        description=_opt(cwhere, "description", ctable.get("description"), str) or "",
-        requires_gpus=_opt(cwhere, "requires_gpus", ctable.get("requires_gpus"), int)
+        flags=base.flags + _str_list(where, "flags", table.get("flags", [])),
+        pinning=_pinning(where, table, base.pinning),
+        env={**base.env, **_env(where, table.get("env"))},
+        description=_opt(where, "description", table.get("description"), str) or "",
+        requires_gpus=_opt(where, "requires_gpus", table.get("requires_gpus"), int)
         or base.requires_gpus,
-        build=_opt(cwhere, "build", ctable.get("build"), int),
-        binary=_opt(cwhere, "binary", ctable.get("binary"), str),
-        gpus=_gpu_ids(cwhere, ctable["gpus"]) if "gpus" in ctable else base.gpus,
+        build=_opt(where, "build", table.get("build"), int),
+        binary=_opt(where, "binary", table.get("binary"), str),
+        gpus=_gpu_ids(where, table["gpus"]) if "gpus" in table else base.gpus,
         **{
-            k: _gib(cwhere, k, ctable[k]) if k in ctable else getattr(base, k)
+            k: _gib(where, k, table[k]) if k in table else getattr(base, k)
             for k in ("ram_gib", "vram_gib")
         },
-        traffic=_traffic_table(cwhere, ctable.get("traffic"), base.traffic),
-        where=cwhere,
+        traffic=_traffic_table(where, table.get("traffic"), base.traffic),
+        where=where,
     )
 
 
@@ -530,19 +536,8 @@ def _profile(name: str, table: Any, source: str, base_dir: Path | None) -> Profi
             f"{where}: process_block must be >= 0 (paired rounds per pair of server processes; "
             "0: never restart)"
         )
-    base = Configuration(  # the profile's own settings, which its configurations extend
-        name="",
-        profile=name,
-        flags=_str_list(where, "flags", table.get("flags", [])),
-        pinning=_pinning(where, table, Pinning()),
-        env=_env(where, table.get("env")),
-        requires_gpus=_opt(where, "requires_gpus", table.get("requires_gpus", 0), int),
-        gpus=_gpu_ids(where, table.get("gpus")),
-        ram_gib=_gib(where, "ram_gib", table.get("ram_gib")),
-        vram_gib=_gib(where, "vram_gib", table.get("vram_gib")),
-        traffic=_traffic_table(where, table.get("traffic"), {}),
-        where=where,
-    )
+    # the profile's own settings, which its configurations extend
+    base = _settings(where, "", table, Configuration("", name, (), Pinning(), where=where))
     cuda = table.get("cuda", False)
     if not isinstance(cuda, bool):
         raise ConfigError(f"{where}: cuda must be true or false, got {cuda!r}")

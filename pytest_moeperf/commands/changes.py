@@ -11,12 +11,12 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..defaults import MARGIN, check_margin
+from ..defaults import check_margin
 from ..errors import MoeperfError
 from ..report.changes import changes_text
 from ..store.series import MARK_STATES, RunRatio, mark_change, run_ratios, since, store_changes
 from ..verdicts.outcomes import exit_status
-from .common import add_store_arguments, opened_store
+from .common import add_margin, add_store_arguments, opened_store
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -42,12 +42,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", help="only this profile's series")
     p.add_argument("-c", "--configuration", help="only this configuration's series")
     p.add_argument("-w", "--workload", help="only this workload's series (tg64, pp512, ...)")
-    p.add_argument(
-        "--margin",
-        type=float,
-        default=MARGIN,
-        help=f"smallest change that counts, relative (default {MARGIN:g})",
-    )
+    add_margin(p)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -51,6 +51,11 @@ def add_workload_argument(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_margin(p: argparse.ArgumentParser, what: str = "that counts, relative") -> None:
+    p.add_argument("--margin", type=float, default=MARGIN,
+                   help=f"smallest change {what} (default {MARGIN:g})")  # fmt: skip
+
+
 def add_store_arguments(p: argparse.ArgumentParser) -> None:
     """``--config`` and ``--store``: the profiles file and the results store a command reads."""
     p.add_argument("--config", help="TOML file of profiles (default ./moeperf.toml if present)")
@@ -91,12 +96,7 @@ def add_run_arguments(p: argparse.ArgumentParser, *, configurations: str) -> Non
     p.add_argument("--profile", default="embedded", help="profile (default embedded)")
     add_store_arguments(p)
     p.add_argument("-c", "--configuration", action="append", default=[], help=configurations)
-    p.add_argument(
-        "--margin",
-        type=float,
-        default=MARGIN,
-        help=f"smallest change that counts, relative (default {MARGIN:g})",
-    )
+    add_margin(p)
     p.add_argument(
         "--budget",
         type=float,

@@ -10,25 +10,20 @@ import time
 from pathlib import Path
 
 from ..config.profiles import load_profiles
-from ..defaults import MARGIN, check_margin
+from ..defaults import check_margin
 from ..errors import MoeperfError
 from ..report.dashboard import Site, Table, drawn_runs, write_site
 from ..report.reference import configuration_rows, reference_title
 from ..run.session import profile_reference
 from ..store.runstore import RunStore
 from ..store.series import store_changes
-from .common import add_store_arguments, config_file, opened_store, say
+from .common import add_margin, add_store_arguments, config_file, opened_store, say
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--output", required=True, metavar="DIR", help="folder to write the pages to")
     add_store_arguments(p)
-    p.add_argument(
-        "--margin",
-        type=float,
-        default=MARGIN,
-        help=f"smallest change a change point is (default {MARGIN:g})",
-    )
+    add_margin(p, "a change point is")
     p.add_argument(
         "--serve", action="store_true", help="then serve the pages on 127.0.0.1 until Ctrl-C"
     )

@@ -68,11 +68,6 @@ class BaselineCheck:
             return ""
         return f"[{100 * (self.low - 1):+.1f}, {100 * (self.high - 1):+.1f}]"
 
-    @property
-    def verdict(self) -> str:
-        """The outcome, for tables."""
-        return self.outcome
-
     def to_dict(self) -> dict[str, Any]:
         """The check as the run record stores it: every field, and its line."""
         return {**asdict(self), "explain": self.explain()}

@@ -14,15 +14,14 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import BuildError
 from .build import Build
+from .build.version import CacheKey, ask_binary, cached, remember
 
-_RUN_TIMEOUT_S = 60.0
 _DEVICE = re.compile(r"^\s+(?P<name>[A-Za-z_]+\d*):\s+(?P<description>.+?)\s*$")
 _CUDA_ON = re.compile(r"^-DGGML_CUDA=(?:ON|1|TRUE|YES)$", re.I)
 _CUDA_SIGNS = ("ggml_cuda_init", "CUDA backend", "failed to initialize CUDA")
@@ -88,40 +87,21 @@ def backends_of_listing(binary: Path, rc: int, text: str) -> BuildBackends:
     return BuildBackends(False, f"{binary} --list-devices lists no CUDA device: {listed}")
 
 
-_cache: dict[tuple[str, int, int], BuildBackends] = {}
-_guard = threading.Lock()
+_known: dict[CacheKey, BuildBackends] = {}
 
 
 def build_backends(build: Build) -> BuildBackends:
     """Whether *build* has CUDA: from its cache entry's ``build.json`` (a build by number),
     else from ``llama-server --list-devices``; found once per binary (path, mtime and size)."""
     try:
-        st = build.server.stat()
-    except OSError as e:
-        return BuildBackends(None, f"{build.server} cannot be read ({e.strerror})")
-    key = (str(build.server.absolute()), st.st_mtime_ns, st.st_size)
-    with _guard:
-        if key in _cache:
-            return _cache[key]
-    record = build.server.parent.parent / "build.json"
-    found = backends_of_record(record) if build.server.parent.name == "bin" else None
-    if found is None:
-        found = _listing_backends(build.server)
-    with _guard:
-        _cache[key] = found
-    return found
-
-
-def _listing_backends(server: Path) -> BuildBackends:
-    try:
-        proc = subprocess.run(
-            [str(server), "--list-devices"],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            timeout=_RUN_TIMEOUT_S,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError) as e:
-        return BuildBackends(None, f"{server} --list-devices failed ({e})")
-    return backends_of_listing(server, proc.returncode, proc.stdout.decode("utf-8", "replace"))
+        found = cached(_known, build.server)
+        if found is None:
+            record = build.server.parent.parent / "build.json"
+            found = backends_of_record(record) if build.server.parent.name == "bin" else None
+            if found is None:
+                listing = ask_binary(build.server, "--list-devices")
+                found = backends_of_listing(build.server, *listing)
+            remember(_known, build.server, found)
+        return found
+    except BuildError as e:  # a binary that cannot be read or run
+        return BuildBackends(None, str(e))

@@ -89,26 +89,27 @@ def _flag_of(arg: str) -> str | None:
 # Build
 
 
-_CacheKey = tuple[str, int, int]
-_version_cache: dict[_CacheKey, BuildVersion] = {}
-_flags_cache: dict[_CacheKey, frozenset[str]] = {}
+CacheKey = tuple[str, int, int]
+_version_cache: dict[CacheKey, BuildVersion] = {}
+_flags_cache: dict[CacheKey, frozenset[str]] = {}
 _cache_guard = threading.Lock()
 _T = TypeVar("_T")
 
 
-def _cached(cache: dict[_CacheKey, _T], binary: Path) -> _T | None:
+def cached(cache: dict[CacheKey, _T], binary: Path) -> _T | None:
     """What *cache* holds for *binary* as it is now (path, mtime, size), if anything."""
     with _cache_guard:
         return cache.get(_binary_key(binary))
 
 
-def _remember(cache: dict[_CacheKey, _T], binary: Path, value: _T) -> _T:
+def remember(cache: dict[CacheKey, _T], binary: Path, value: _T) -> _T:
+    """*value*, kept in *cache* for *binary* as it is now."""
     with _cache_guard:
         cache[_binary_key(binary)] = value
     return value
 
 
-def _binary_key(path: Path) -> _CacheKey:
+def _binary_key(path: Path) -> CacheKey:
     try:
         st = path.stat()
     except OSError as e:
@@ -119,7 +120,7 @@ def _binary_key(path: Path) -> _CacheKey:
     return (str(path.absolute()), st.st_mtime_ns, st.st_size)
 
 
-def _ask_binary(path: Path, option: str) -> tuple[int, str]:
+def ask_binary(path: Path, option: str) -> tuple[int, str]:
     """Run ``<path> <option>``; return its exit status and stdout+stderr."""
     try:
         proc = subprocess.run(
@@ -170,31 +171,31 @@ class Build:
 
     def version(self) -> BuildVersion:
         """``llama-server --version``, parsed; asked once per binary (path and mtime)."""
-        cached = _cached(_version_cache, self.server)
-        if cached is not None:
-            return cached
-        rc, out = _ask_binary(self.server, "--version")
+        known = cached(_version_cache, self.server)
+        if known is not None:
+            return known
+        rc, out = ask_binary(self.server, "--version")
         parsed = parse_version(out)
         if parsed is None:
             raise BuildError(
                 f"{self.server} does not answer --version like llama-server "
                 f"(exit {rc}, output {_short(out)!r}): give the path of llama.cpp's llama-server"
             )
-        return _remember(_version_cache, self.server, parsed)
+        return remember(_version_cache, self.server, parsed)
 
     def flags(self) -> frozenset[str]:
         """Every flag ``llama-server --help`` spells; asked once per binary (path and mtime)."""
-        cached = _cached(_flags_cache, self.server)
-        if cached is not None:
-            return cached
-        rc, out = _ask_binary(self.server, "--help")
+        known = cached(_flags_cache, self.server)
+        if known is not None:
+            return known
+        rc, out = ask_binary(self.server, "--help")
         parsed = parse_help_flags(out)
         if not parsed:
             raise BuildError(
                 f"{self.server} --help lists no options (exit {rc}, output {_short(out)!r}): "
                 "give the path of llama.cpp's llama-server"
             )
-        return _remember(_flags_cache, self.server, parsed)
+        return remember(_flags_cache, self.server, parsed)
 
     def missing_flags(self, args: Sequence[str]) -> list[str]:
         """The flags in an argument list that this build does not know, in order, once each.

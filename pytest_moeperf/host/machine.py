@@ -143,11 +143,9 @@ def node_meminfo(node: int, root: Path = Path("/")) -> dict[str, int]:
     return parse_node_meminfo(read_text(base / f"node{node}" / "meminfo") or "")
 
 
-def file_digest(path: Path, limit: int | None = None) -> str:
-    """sha256 of a file (of its first *limit* bytes when given), hex."""
+def file_digest(path: Path, limit: int) -> str:
+    """sha256 of a file's first *limit* bytes, hex."""
     with path.open("rb") as fh:
-        if limit is None:
-            return hashlib.file_digest(fh, "sha256").hexdigest()
         return hashlib.sha256(fh.read(limit)).hexdigest()
 
 

@@ -160,11 +160,6 @@ def model_shards(model: Path) -> tuple[Path, ...]:
     return shards
 
 
-def model_size(model: Path) -> int:
-    """Bytes of all of *model*'s files (every shard of a split model)."""
-    return sum(p.stat().st_size for p in model_shards(model))
-
-
 def _reader(path: Path) -> Any:
     try:
         from gguf import GGUFReader

@@ -414,12 +414,10 @@ def open_store(url: URL) -> RunStore:
 
 
 def _insert_new(conn: Connection, table: sa.Table, unique: str) -> Any:
-    """An INSERT of *table* that does nothing where the *unique* column's value is stored."""
-    if conn.dialect.name == "postgresql":
-        return postgresql.insert(table).on_conflict_do_nothing(index_elements=[unique])
-    if conn.dialect.name == "sqlite":
-        return sqlite.insert(table).on_conflict_do_nothing(index_elements=[unique])
-    raise StoreError(f"store dialect {conn.dialect.name}: not one pytest-moeperf keeps")
+    """An INSERT of *table* that does nothing where the *unique* column's value is stored (the
+    two dialects store_url lets through)."""
+    insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
+    return insert(table).on_conflict_do_nothing(index_elements=[unique])
 
 
 def _add_parts(conn: Connection, run_id: int, host: str, record: RunRecord) -> None:

@@ -84,18 +84,6 @@ def _same_process(pid: int, start: Any, command: Any) -> bool:
     return start is not None and started(pid) == start and cmdline(pid) == command
 
 
-def terminate(pid: int, timeout: float = 5.0) -> bool:
-    """Stop *pid*, a process that is not ours (and its process group when it leads one, as
-    servers do): SIGTERM (with SIGCONT, so that a stopped process gets it), then SIGKILL after
-    *timeout* seconds (:func:`~pytest_moeperf.host.process.stop_group`). Returns whether it is
-    gone."""
-    try:
-        group = os.getpgid(pid) == pid
-    except (ProcessLookupError, PermissionError):
-        group = False
-    return stop_group(pid, group=group, grace=timeout, kill_wait=timeout)
-
-
 def reap() -> list[int]:
     """Stop servers whose owning session is gone; returns the pids stopped.
 
@@ -115,7 +103,11 @@ def reap() -> list[int]:
         if _same_process(owner, data.get("owner_start_time"), cmdline(owner)):
             continue  # its session is still running
         if _same_process(pid, data.get("start_time"), data.get("cmdline")):
-            if not terminate(pid):
+            try:  # its process group too where it leads one, as servers do
+                group = os.getpgid(pid) == pid
+            except (ProcessLookupError, PermissionError):
+                group = False
+            if not stop_group(pid, group=group, grace=5.0, kill_wait=5.0):  # SIGCONT, TERM, KILL
                 continue
             stopped.append(pid)
         path.unlink(missing_ok=True)

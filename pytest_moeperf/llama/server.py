@@ -29,6 +29,9 @@ from . import orphans
 HOST = "127.0.0.1"
 _BIND_FAILURES = ("couldn't bind", "address already in use", "failed to bind")
 
+BIND_ATTEMPTS = 3
+"""Free ports a server is started on before a lost race for one is an error."""
+
 
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that was free a moment ago."""
@@ -56,8 +59,6 @@ class LlamaServer:
         env: Mapping[str, str] | None = None,
         name: str = "llama-server",
         startup_timeout: float = STARTUP_TIMEOUT,
-        stop_timeout: float = STOP_GRACE,
-        bind_attempts: int = 3,
     ) -> None:
         self.binary = Path(binary)
         self.model = Path(model)
@@ -67,8 +68,6 @@ class LlamaServer:
         self.env = dict(env or {})
         self.name = name
         self.startup_timeout = startup_timeout
-        self.stop_timeout = stop_timeout
-        self.bind_attempts = bind_attempts
         self.port: int | None = None
         self.process: subprocess.Popen[bytes] | None = None
         self.ready_seconds: float | None = None
@@ -116,13 +115,12 @@ class LlamaServer:
         if self.is_running():
             return self
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        for _ in range(self.bind_attempts):
+        for _ in range(BIND_ATTEMPTS):
             with contextlib.suppress(_BindLost):
                 self._start_once()
                 return self
         raise ServerError(
-            f"{self.name}: lost the race for a free port {self.bind_attempts} times; "
-            f"log {self.log_path}"
+            f"{self.name}: lost the race for a free port {BIND_ATTEMPTS} times; log {self.log_path}"
         )
 
     def _start_once(self) -> None:
@@ -236,13 +234,13 @@ class LlamaServer:
 
     def stop(self) -> int | None:
         """Stop the server and its process group (children of a wrapper script): SIGTERM,
-        with SIGCONT so that a stopped server gets it, and SIGKILL after *stop_timeout*
+        with SIGCONT so that a stopped server gets it, and SIGKILL after :data:`STOP_GRACE`
         (:func:`~pytest_moeperf.host.process.stop_group`); returns its exit code. Safe to call
         twice."""
         proc = self.process
         if proc is None:
             return None
-        stop_group(proc, grace=self.stop_timeout)
+        stop_group(proc, grace=STOP_GRACE)
         code = proc.poll()
         if code is not None:
             orphans.forget(proc.pid)  # else the next session's reaper tries again

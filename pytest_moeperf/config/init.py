@@ -34,6 +34,7 @@ from ..llama.model_bytes import DecodeBytes, split_name
 from ..llama.server import LlamaServer
 from ..measure.meter import Meter, server_vocab
 from ..measure.workload import Workload
+from ..verdicts.claims import CONFIGURATION_NAME
 from .profile_file import existing_profiles, present, table_toml, write_table
 
 LARGE_MODEL_BYTES = 20 * 10**9
@@ -54,7 +55,6 @@ Z_DECIDE = 2.24 + 0.84
 """The per-look level of a 5 % error over the looks (about z 2.24 at 30-40 rounds) plus 80 %
 power (z 0.84)."""
 FIT_IN_VRAM = 0.9
-_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.-]*[A-Za-z0-9_-])?")
 
 
 @dataclass(frozen=True)
@@ -170,7 +170,7 @@ def default_name(model: Path) -> str:
 
 def check_name(name: str) -> str:
     """*name* when it can name a profile; one line for ``--name`` otherwise."""
-    if not _NAME.fullmatch(name):
+    if not CONFIGURATION_NAME.fullmatch(name):
         raise ConfigError(
             f"--name {name!r}: a profile name is letters, digits, '-', '_' and '.', starting "
             "with a letter or digit, e.g. --name qwen3-30b"

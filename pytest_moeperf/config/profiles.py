@@ -25,9 +25,9 @@ from ..host.machine import HOST_KEYS, identity_differences, numa_nodes, online_c
 from ..measure.mix import Mix, Shape
 from ..measure.traffic import Traffic
 from ..measure.workload import Workload
+from ..verdicts.claims import CONFIGURATION_NAME
 from .profile_keys import NUMA_MODES, PROFILE_KEYS, TRAFFIC_KEYS, names
 
-_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.-]*[A-Za-z0-9_-])?")
 _CONFIG_KEYS = names(PROFILE_KEYS, configuration=True)
 _TRAFFIC_KEYS = names(TRAFFIC_KEYS)
 _PROFILE_KEYS = names(PROFILE_KEYS)  # the parser refuses any other key (_check_keys)
@@ -471,7 +471,7 @@ def _configuration(cname: str, ctable: Any, base: Configuration) -> Configuratio
     cwhere = f"{base.where}, configuration {cname!r}"
     if not isinstance(ctable, dict):
         raise ConfigError(f"{cwhere}: must be a table")
-    if not _NAME.fullmatch(cname):
+    if not CONFIGURATION_NAME.fullmatch(cname):
         raise ConfigError(
             f"{cwhere}: a configuration name is letters, digits, '-', '_' and '.', "
             "not ending in '.'"

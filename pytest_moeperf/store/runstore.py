@@ -321,15 +321,16 @@ class RunStore:
             )
         return StoredRun(found[0].key, RunRecord.from_dict(unpacked(found[0].record)))
 
-    def latest(self, limit: int, host: str | None = None) -> list[tuple[str, str, str, int]]:
-        """The newest *limit* runs (of *host*), newest first: key, date, host, measurements."""
+    def latest(self, limit: int) -> list[tuple[str, str, str, int]]:
+        """The newest *limit* runs, newest first: key, date, host, measurements."""
         counted = (
             sa.select(sa.func.count()).where(measurements.c.run_id == runs.c.id).scalar_subquery()
         )
-        q = sa.select(runs.c.key, runs.c.date, runs.c.host, counted)
-        if host is not None:
-            q = q.where(runs.c.host == host)
-        q = q.order_by(runs.c.written.desc(), runs.c.id.desc()).limit(limit)
+        q = (
+            sa.select(runs.c.key, runs.c.date, runs.c.host, counted)
+            .order_by(runs.c.written.desc(), runs.c.id.desc())
+            .limit(limit)
+        )
         with self.db.reading() as conn:
             return [(k, d, h, int(n)) for k, d, h, n in conn.execute(q)]
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from .gpus import nvidia_host
+from .process import proc_stat
 
 NODE_ROOT = Path("/sys/devices/system/node")
 
@@ -226,11 +227,8 @@ def _cpu_times(cpus: Iterable[int] | None = None) -> tuple[int, int, int]:
 
 def _process_ticks(pid: int) -> int:
     """CPU time (user + system, clock ticks) process *pid* has used, its threads included."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return 0
-    return int(fields[11]) + int(fields[12])
+    fields = proc_stat(pid)  # utime and stime are fields 14 and 15 of proc(5)
+    return int(fields[11]) + int(fields[12]) if fields else 0
 
 
 class OtherWork:

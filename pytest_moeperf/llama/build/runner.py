@@ -97,20 +97,27 @@ def _c_locale_env(job: BuildJob) -> dict[str, str]:
     return env
 
 
-def ccache_stats(job: BuildJob) -> dict[str, int]:
-    """Hits and misses of the compiler cache since :func:`_zero_ccache` (empty without one)."""
+def _ccache(job: BuildJob, option: str) -> str:
+    """``ccache <option>``'s output in the build's cache folder; ``""`` without a compiler
+    cache or where it fails."""
     if job.ccache is None or job.ccache_dir is None:
-        return {}
+        return ""
+    job.ccache_dir.mkdir(parents=True, exist_ok=True)
     try:
-        out = subprocess.run(
-            [str(job.ccache), "--print-stats"],
+        return subprocess.run(
+            [str(job.ccache), option],
             capture_output=True,
             text=True,
             env=_c_locale_env(job),
             timeout=_RUN_TIMEOUT_S,
         ).stdout
     except (OSError, subprocess.SubprocessError):
-        return {}
+        return ""
+
+
+def ccache_stats(job: BuildJob) -> dict[str, int]:
+    """Hits and misses of the compiler cache since :func:`_zero_ccache` (empty without one)."""
+    out = _ccache(job, "--print-stats")
     stats = dict(line.split("\t", 1) for line in out.splitlines() if "\t" in line)
     want = {
         "direct_cache_hit": "direct_hits",
@@ -121,16 +128,7 @@ def ccache_stats(job: BuildJob) -> dict[str, int]:
 
 
 def _zero_ccache(job: BuildJob) -> None:
-    if job.ccache is None or job.ccache_dir is None:
-        return
-    job.ccache_dir.mkdir(parents=True, exist_ok=True)
-    with contextlib.suppress(OSError, subprocess.SubprocessError):
-        subprocess.run(
-            [str(job.ccache), "--zero-stats"],
-            capture_output=True,
-            env=_c_locale_env(job),
-            timeout=_RUN_TIMEOUT_S,
-        )
+    _ccache(job, "--zero-stats")
 
 
 def _free_text(path: Path) -> str:

@@ -275,8 +275,8 @@ class ServerPool:
             if not self._in_use:
                 self.yield_to_waiters()
 
-    def yield_to_waiters(self, keep: Iterable[ServerKey] = ()) -> None:
-        """Stop idle servers (not those of *keep*), least recently used first, while another
+    def yield_to_waiters(self) -> None:
+        """Stop idle servers (not those in use), least recently used first, while another
         process waits for memory that does not fit beside everything the ledger holds, and
         stopping them lets it fit."""
         if self.ledger is None:
@@ -288,8 +288,7 @@ class ServerPool:
         if not waiting:
             return
         w = waiting[0]
-        kept = set(keep) | set(self._in_use)
-        idle = [k for k in self.alive() if k not in kept]
+        idle = [k for k in self.alive() if k not in self._in_use]
         staying = [c for k, c in charges.items() if k not in {_ledger_key(i) for i in idle}]
         if not self.fits([], [*others, *staying, w.charge]):
             return  # it waits for more than this process could give

@@ -201,10 +201,6 @@ class GpuTelemetry:
             by_gpu.setdefault(s.gpu, []).append(s)
         return cls(tuple(GpuSummary.of(g, ss) for g, ss in sorted(by_gpu.items())))
 
-    @property
-    def samples(self) -> int:
-        return sum(g.samples for g in self.gpus)
-
     def describe(self) -> str:
         return "; ".join(g.describe() for g in self.gpus)
 

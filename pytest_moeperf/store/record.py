@@ -342,22 +342,20 @@ class RunRecord:
                 raise ValueError(f"measurement {i} unreadable ({what})") from None
         try:
             return cls(
-                fingerprint=dict(data.get("fingerprint") or {}),
-                fingerprints=dict(data.get("fingerprints") or {}),
-                probes=dict(data.get("probes") or {}),
-                reprobes=dict(data.get("reprobes") or {}),
-                host_changes=[str(line) for line in data.get("host_changes") or []],
-                server_starts=dict(data.get("server_starts") or {}),
+                fingerprint=_mapping(data, "fingerprint"),
+                fingerprints=_mapping(data, "fingerprints"),
+                probes=_mapping(data, "probes"),
+                reprobes=_mapping(data, "reprobes"),
+                host_changes=_lines(data, "host_changes"),
+                server_starts=_mapping(data, "server_starts"),
                 measurements=measurements,
-                traffic=dict(data.get("traffic") or {}),
-                verdicts=[VerdictRecord.from_dict(d) for d in data.get("verdicts") or []],
-                bench_rounds=[BenchRound.from_dict(d) for d in data.get("bench_rounds") or []],
-                bench=list(data.get("bench") or []),
-                baseline_checks=[
-                    CheckRecord.from_dict(d) for d in data.get("baseline_checks") or []
-                ],
-                notices=[str(line) for line in data.get("notices") or []],  # none before kept
-                startup_findings=dict(data.get("startup_findings") or {}),
+                traffic=_mapping(data, "traffic"),
+                verdicts=[VerdictRecord.from_dict(d) for d in _items(data, "verdicts")],
+                bench_rounds=[BenchRound.from_dict(d) for d in _items(data, "bench_rounds")],
+                bench=_items(data, "bench"),
+                baseline_checks=[CheckRecord.from_dict(d) for d in _items(data, "baseline_checks")],
+                notices=_lines(data, "notices"),  # none before kept
+                startup_findings=_mapping(data, "startup_findings"),
                 setup_seconds=float(data.get("setup_seconds") or 0.0),
                 date=str(data.get("date", "")),
                 plugin_version=str(data.get("plugin_version", "")),
@@ -366,6 +364,21 @@ class RunRecord:
             raise ValueError(f"missing {exc}") from None
         except (TypeError, AttributeError) as exc:
             raise ValueError(str(exc)) from None
+
+
+def _mapping(data: dict[str, Any], key: str) -> dict[str, Any]:
+    """*data*'s mapping under *key*; empty when a record written before it had none."""
+    return dict(data.get(key) or {})
+
+
+def _items(data: dict[str, Any], key: str) -> list[Any]:
+    """*data*'s list under *key*; empty when a record written before it had none."""
+    return list(data.get(key) or [])
+
+
+def _lines(data: dict[str, Any], key: str) -> list[str]:
+    """*data*'s lines of text under *key*; empty when a record written before it had none."""
+    return [str(line) for line in _items(data, key)]
 
 
 def read_record(path: Path, what: str = "results file") -> RunRecord:

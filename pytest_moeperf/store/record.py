@@ -261,6 +261,14 @@ def bench_entry(key: Sequence[str], result: BenchResult) -> dict[str, Any]:
     }
 
 
+_MAPPINGS = (
+    "fingerprint fingerprints probes reprobes server_starts traffic startup_findings".split()
+)
+"""A record's mappings, empty in a record written before it kept them."""
+_LISTS = "host_changes verdicts bench_rounds bench baseline_checks notices".split()
+"""A record's lists, empty in a record written before it kept them."""
+
+
 @dataclass
 class RunRecord:
     """Everything one run measured and judged."""
@@ -340,22 +348,18 @@ class RunRecord:
             except (ValueError, TypeError, KeyError) as exc:
                 what = f"missing {exc}" if isinstance(exc, KeyError) else str(exc)
                 raise ValueError(f"measurement {i} unreadable ({what})") from None
+        mappings = {k: dict(data.get(k) or {}) for k in _MAPPINGS}  # empty where none kept
+        lists = {k: list(data.get(k) or []) for k in _LISTS}
         try:
             return cls(
-                fingerprint=_mapping(data, "fingerprint"),
-                fingerprints=_mapping(data, "fingerprints"),
-                probes=_mapping(data, "probes"),
-                reprobes=_mapping(data, "reprobes"),
-                host_changes=_lines(data, "host_changes"),
-                server_starts=_mapping(data, "server_starts"),
+                **mappings,
+                host_changes=[str(line) for line in lists["host_changes"]],
                 measurements=measurements,
-                traffic=_mapping(data, "traffic"),
-                verdicts=[VerdictRecord.from_dict(d) for d in _items(data, "verdicts")],
-                bench_rounds=[BenchRound.from_dict(d) for d in _items(data, "bench_rounds")],
-                bench=_items(data, "bench"),
-                baseline_checks=[CheckRecord.from_dict(d) for d in _items(data, "baseline_checks")],
-                notices=_lines(data, "notices"),  # none before kept
-                startup_findings=_mapping(data, "startup_findings"),
+                verdicts=[VerdictRecord.from_dict(d) for d in lists["verdicts"]],
+                bench_rounds=[BenchRound.from_dict(d) for d in lists["bench_rounds"]],
+                bench=lists["bench"],
+                baseline_checks=[CheckRecord.from_dict(d) for d in lists["baseline_checks"]],
+                notices=[str(line) for line in lists["notices"]],
                 setup_seconds=float(data.get("setup_seconds") or 0.0),
                 date=str(data.get("date", "")),
                 plugin_version=str(data.get("plugin_version", "")),
@@ -364,21 +368,6 @@ class RunRecord:
             raise ValueError(f"missing {exc}") from None
         except (TypeError, AttributeError) as exc:
             raise ValueError(str(exc)) from None
-
-
-def _mapping(data: dict[str, Any], key: str) -> dict[str, Any]:
-    """*data*'s mapping under *key*; empty when a record written before it had none."""
-    return dict(data.get(key) or {})
-
-
-def _items(data: dict[str, Any], key: str) -> list[Any]:
-    """*data*'s list under *key*; empty when a record written before it had none."""
-    return list(data.get(key) or [])
-
-
-def _lines(data: dict[str, Any], key: str) -> list[str]:
-    """*data*'s lines of text under *key*; empty when a record written before it had none."""
-    return [str(line) for line in _items(data, key)]
 
 
 def read_record(path: Path, what: str = "results file") -> RunRecord:

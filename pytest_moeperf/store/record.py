@@ -348,7 +348,7 @@ class RunRecord:
             except (ValueError, TypeError, KeyError) as exc:
                 what = f"missing {exc}" if isinstance(exc, KeyError) else str(exc)
                 raise ValueError(f"measurement {i} unreadable ({what})") from None
-        mappings = {k: dict(data.get(k) or {}) for k in _MAPPINGS}  # empty where none kept
+        mappings = {k: dict(data.get(k) or {}) for k in _MAPPINGS}
         lists = {k: list(data.get(k) or []) for k in _LISTS}
         try:
             return cls(

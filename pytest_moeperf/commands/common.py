@@ -12,7 +12,7 @@ from pathlib import Path
 
 from sqlalchemy.engine import URL
 
-from ..config.profiles import Profile, host_memory, store_setting
+from ..config.profiles import Profile, default_profile, host_memory, store_setting
 from ..defaults import (
     BUDGET,
     BUSY_LIMIT,
@@ -90,10 +90,33 @@ def opened_store(args: argparse.Namespace) -> RunStore:
     return open_store(store_text(args)[1])
 
 
+def profile_help() -> str:
+    """``--profile``'s help, with the default in force here: the project's (pytest's ini
+    ``moeperf_profile`` in pyproject.toml, else ``default_profile`` in ./moeperf.toml), else
+    ``embedded``."""
+    here = Path.cwd() / "moeperf.toml"
+    try:
+        name, where = default_profile(
+            None, here if here.is_file() else None, Path.cwd() / "pyproject.toml"
+        )
+    except MoeperfError as exc:
+        return f"profile (default: the project's, which cannot be read here: {exc})"
+    return f"profile (default here: {name}, {where}; with --config, that file's default_profile)"
+
+
+def profile_of(args: argparse.Namespace) -> str:
+    """The profile a command measures: ``--profile``, else the project's default
+    (:func:`~pytest_moeperf.config.profiles.default_profile` of --config or ./moeperf.toml),
+    else ``embedded``."""
+    if args.profile:
+        return str(args.profile)
+    return default_profile(None, config_file(args), Path.cwd() / "pyproject.toml")[0]
+
+
 def add_run_arguments(p: argparse.ArgumentParser, *, configurations: str) -> None:
     """The arguments of a command that measures builds or configurations (gate, bisect,
     sweep)."""
-    p.add_argument("--profile", default="embedded", help="profile (default embedded)")
+    p.add_argument("--profile", help=profile_help())
     add_store_arguments(p)
     p.add_argument("-c", "--configuration", action="append", default=[], help=configurations)
     add_margin(p)
@@ -196,7 +219,7 @@ def run_options(args: argparse.Namespace) -> Options:
     root = Path.cwd()
     store, _ = store_text(args)
     return Options(
-        profile=args.profile,
+        profile=profile_of(args),
         config_file=config_file(args),
         pyproject=root / "pyproject.toml",
         store=store,

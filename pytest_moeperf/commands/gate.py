@@ -14,6 +14,7 @@ from ..config.profiles import load_profiles
 from ..defaults import FIRST_LOOK, MAX_ROUNDS
 from ..errors import MoeperfError
 from ..host.machine import parse_cpu_list
+from ..llama.build import binary_build
 from ..measure.workload import Workload
 from ..report.gate import gate_markdown, gate_text
 from ..run.gate import CANDIDATE, BuildUnderTest, StoredStage, run_gate
@@ -88,6 +89,15 @@ def add_arguments(g: argparse.ArgumentParser) -> None:
         "accepted baseline",
     )
     g.add_argument(
+        "--candidate-label",
+        help="what a candidate binary is called in the table, the store and the baselines "
+        "(default: b<number> its --version prints), e.g. pr-29887",
+    )
+    g.add_argument(
+        "--baseline-label",
+        help="what a baseline binary is called (default: b<number> its --version prints)",
+    )
+    g.add_argument(
         "--candidate-cpus",
         help="pin the candidate's servers here (a deliberate slowdown to check the gate, e.g. 0)",
     )
@@ -98,9 +108,23 @@ def add_arguments(g: argparse.ArgumentParser) -> None:
     )
 
 
-def side(value: str, cpus: str | None = None) -> BuildUnderTest:
-    """A build number or a binary path, as the gate measures it."""
-    return BuildUnderTest(int(value) if value.isdigit() else value, cpus)
+def side(
+    value: str, cpus: str | None = None, label: str | None = None, option: str = "--candidate"
+) -> BuildUnderTest:
+    """A build number or a binary path, as the gate measures it: a binary is named by the
+    build its ``--version`` prints (``b11800``), or by *label*; never by its file name."""
+    if value.isdigit():
+        return BuildUnderTest(int(value), cpus, label)
+    try:
+        build = binary_build(value)
+    except MoeperfError as exc:
+        raise MoeperfError(f"{option} {value}: {exc}") from None
+    if label is None and build.number is None:
+        raise MoeperfError(
+            f"{option} {value}: its --version prints no build number (built without it): "
+            f"name it with {option}-label, e.g. pr-29887"
+        )
+    return BuildUnderTest(value, cpus, label or build.label)
 
 
 def check_arguments(args: argparse.Namespace) -> None:
@@ -113,6 +137,8 @@ def check_arguments(args: argparse.Namespace) -> None:
             ("--baseline", args.baseline is not None),
             ("--candidate", args.candidate is not None),
             ("--candidate-cpus", args.candidate_cpus is not None),
+            ("--candidate-label", args.candidate_label is not None),
+            ("--baseline-label", args.baseline_label is not None),
             ("--accept", args.accept),
             ("--attribute", args.attribute),
             ("-w", bool(args.workload)),
@@ -181,7 +207,8 @@ def run(args: argparse.Namespace) -> int:
         return replay(args)
     session, live = live_session(args)
     profile = session.profile()
-    baseline, candidate = side(args.baseline), side(args.candidate, args.candidate_cpus)
+    baseline = side(args.baseline, label=args.baseline_label, option="--baseline")
+    candidate = side(args.candidate, args.candidate_cpus, args.candidate_label)
     workloads = [Workload.parse(w) for w in args.workload] or None
     try:
         result = run_gate(

@@ -166,3 +166,48 @@ def _printable(line: str) -> str:
     """*line* for a comment: a character TOML forbids there (a control character of a path or
     a message) as its Python escape."""
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in line)
+
+
+def profile_file_of(profile_source: str) -> tuple[Path, tuple[str, ...]] | None:
+    """The file a profile was read from and the keys of its ``profiles`` table there
+    (``moeperf.toml`` -> ``("profiles",)``; ``pyproject.toml [tool.moeperf]`` ->
+    ``("tool", "moeperf", "profiles")``); ``None`` for a built-in profile, which no command
+    writes."""
+    suffix = " [tool.moeperf]"
+    if profile_source.endswith(suffix):
+        return Path(profile_source.removesuffix(suffix)), ("tool", "moeperf", "profiles")
+    if profile_source.startswith("pytest_moeperf/"):
+        return None
+    return Path(profile_source), ("profiles",)
+
+
+def moved_pin(
+    text: str,
+    keys: Sequence[str],
+    name: str,
+    pin: Mapping[str, Any],
+    old_label: str,
+    old_target: int | str,
+) -> str:
+    """*text* (a profiles file) with profile *name*'s own build moved: its keys set to *pin*
+    (``build``, and ``binary`` where the new build is a binary; a key whose value is ``None``
+    removed) and the old build kept in its ``builds`` as *old_label* = *old_target*, so that a
+    claim naming it still resolves. Edited with tomlkit: every other key, comment and the
+    layout stay as they were."""
+    import tomlkit  # here, not at import: only an accept that moves a pin writes it
+
+    doc = tomlkit.parse(text)
+    table: Any = doc
+    for key in (*keys, name):
+        table = table[key]
+    for key, value in pin.items():
+        if value is None:
+            table.pop(key, None)
+        else:
+            table[key] = value
+    builds = table.get("builds")
+    if builds is None:
+        builds = tomlkit.inline_table()
+        table["builds"] = builds
+    builds[old_label] = old_target
+    return tomlkit.dumps(doc)

@@ -14,7 +14,7 @@ import os
 import re
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -585,13 +585,36 @@ def _profile(name: str, table: Any, source: str, base_dir: Path | None) -> Profi
     )
 
 
+def upgraded(
+    profiles: Mapping[str, Profile],
+    pinned: tuple[int | str, int] | None = None,
+    candidate: tuple[int | str, str] | None = None,
+) -> dict[str, Profile]:
+    """The profiles of a run that judges an upgrade: with *pinned* (a build number or a
+    binary, with the build number it is), every profile's own build is that one; with
+    *candidate* (a build number or a binary, and its label), every profile knows it in its
+    ``builds``, so that a side of a claim, a server and a gate row can name it."""
+    out = {}
+    for name, p in profiles.items():
+        if pinned is not None:
+            target, number = pinned
+            binary = target if isinstance(target, str) else None
+            p = replace(p, build=number, binary=binary)
+        if candidate is not None:
+            target, label = candidate
+            p = replace(p, builds={**p.builds, label: target})
+        out[name] = p
+    return out
+
+
 def parse_profiles(
     data: Mapping[str, Any], source: str, base_dir: Path | None = None
 ) -> dict[str, Profile]:
     """Profiles from a parsed TOML document (``{"profiles": {...}}``); relative paths in them
     resolve against *base_dir*."""
-    _check_keys(source, data, {"profiles", "store"})
+    _check_keys(source, data, {"profiles", "store", DEFAULT_PROFILE_KEY})
     _store_of(data, source)
+    _default_of(data, source)
     profiles = data.get("profiles") or {}
     if not isinstance(profiles, dict):
         raise ConfigError(f"{source}: profiles must be a table of [profiles.NAME]")
@@ -657,6 +680,64 @@ def store_setting(
             where = f"{pyproject} [tool.moeperf]"
             return _store_of(section, where) or "", f"{where} store"
     return "", ""
+
+
+DEFAULT_PROFILE_KEY = "default_profile"
+"""The profiles file's key naming the profile of a test or verb that names none."""
+BUILTIN_DEFAULT = "embedded"
+
+
+def _default_of(data: Mapping[str, Any], source: str) -> str | None:
+    value = data.get(DEFAULT_PROFILE_KEY)
+    if value is not None and not (isinstance(value, str) and value):
+        raise ConfigError(
+            f"{source}: {DEFAULT_PROFILE_KEY} must name a profile, e.g. "
+            f'{DEFAULT_PROFILE_KEY} = "adr-0042"'
+        )
+    return value
+
+
+def _ini_profile(pyproject: Path) -> str | None:
+    """``moeperf_profile`` of pytest's ini table in *pyproject* (``None``: not set)."""
+    tool = _load_toml(pyproject).get("tool", {})
+    pytest_table = tool.get("pytest", {}) if isinstance(tool, dict) else {}
+    ini = pytest_table.get("ini_options", {}) if isinstance(pytest_table, dict) else {}
+    value = ini.get("moeperf_profile") if isinstance(ini, dict) else None
+    return value if isinstance(value, str) and value else None
+
+
+def default_profile(
+    ini: str | None, config_file: Path | None, pyproject: Path | None
+) -> tuple[str, str]:
+    """The profile of a test or a verb that names none, and where it is set: pytest's ini
+    ``moeperf_profile`` (*ini*, as pytest read it; ``None``: read it from *pyproject*'s
+    ``[tool.pytest.ini_options]``), else the profiles file's ``default_profile``
+    (*config_file*, or ``[tool.moeperf]`` in *pyproject*), else ``embedded``. A name that is
+    no profile is a :class:`ConfigError` naming where it is set."""
+    where, name = "", None
+    if ini:
+        where, name = "ini moeperf_profile", ini
+    elif ini is None and pyproject is not None and pyproject.is_file():
+        name = _ini_profile(pyproject)
+        where = f"{pyproject} [tool.pytest.ini_options] moeperf_profile"
+    if name is None and config_file is not None:
+        name = _default_of(_load_toml(config_file), str(config_file))
+        where = f"{config_file} {DEFAULT_PROFILE_KEY}"
+    elif name is None and pyproject is not None and pyproject.is_file():
+        tool = _load_toml(pyproject).get("tool", {})
+        section = tool.get("moeperf") if isinstance(tool, dict) else None
+        if isinstance(section, dict):
+            name = _default_of(section, f"{pyproject} [tool.moeperf]")
+            where = f"{pyproject} [tool.moeperf] {DEFAULT_PROFILE_KEY}"
+    if name is None:
+        return BUILTIN_DEFAULT, "the built-in default"
+    known = load_profiles(config_file, pyproject)
+    if name not in known:
+        raise ConfigError(
+            f"{where} = {name!r}: no such profile; known: {', '.join(known)} (name one of "
+            "those, or add it)"
+        )
+    return name, where
 
 
 def load_profiles(config_file: Path | None, pyproject: Path | None = None) -> dict[str, Profile]:

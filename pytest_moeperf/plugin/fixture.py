@@ -35,6 +35,10 @@ from ..verdicts.claims import Claim, Operand
 from ..verdicts.creep import SessionTerm
 from ..verdicts.judge import Verdict
 from ..verdicts.sequential import Rule
+from ..verdicts.upgrade import Decision, DecisionKind
+
+KINDS: dict[str, DecisionKind] = {"claim": "claim", "dead_end": "dead end", "change": "change"}
+"""A rule's kind as the upgrade table names its decisions."""
 
 
 class MoePerf:
@@ -46,13 +50,27 @@ class MoePerf:
     the stored baseline. Whatever this host, build or replay file cannot provide skips the
     test with the reason."""
 
-    def __init__(self, session: PerfSession, nodeid: str, profile: str | None = None) -> None:
+    def __init__(
+        self,
+        session: PerfSession,
+        nodeid: str,
+        profile: str | None = None,
+        side: str | None = None,
+        test: str | None = None,
+    ) -> None:
         self.session = session
         self.nodeid = nodeid
         self.profile_name = profile
+        self.side = side
+        """The side of an upgrade check this test runs on (``pinned``, ``candidate``), or
+        ``None``: the run checks no upgrade."""
+        self.test = test or nodeid
+        """The test without its side: the key its decisions are paired by."""
         self.touched: list[Measurement] = []
         self.verdicts: list[Verdict] = []
         self.checks: list[BaselineRow] = []
+        self.decisions: list[Decision] = []
+        """What this test judged, as an upgrade check's table pairs it."""
         self._warned: set[tuple[str, str, str, str]] = set()
         self._used: set[tuple[str, str]] = set()
 
@@ -65,6 +83,12 @@ class MoePerf:
     @property
     def profile(self) -> Profile:
         return self.session.profile(self.profile_name)
+
+    @property
+    def default_build(self) -> str | None:
+        """The build an operand, a measurement or a server that names none runs on: the
+        candidate's label on an upgrade check's candidate side, else the profile's own."""
+        return self.session.candidate if self.side == "candidate" else None
 
     def configuration(self, name: str) -> Configuration:
         return self.profile.configuration(name)
@@ -90,7 +114,9 @@ class MoePerf:
         if servers is None:
             raise ConfigError("replay mode (--moeperf-replay) starts no servers")
         try:
-            rec = servers.server(self.profile, self.configuration(configuration), build)
+            rec = servers.server(
+                self.profile, self.configuration(configuration), build or self.default_build
+            )
         except Unavailable as exc:
             self._unavailable(exc)
         self._used.add((configuration, rec.label))
@@ -109,7 +135,11 @@ class MoePerf:
         w = workload if isinstance(workload, Workload) else Workload.parse(workload)
         try:
             m = self.session.source.measure(
-                self.profile, self.configuration(configuration), w, repetitions, build
+                self.profile,
+                self.configuration(configuration),
+                w,
+                repetitions,
+                build or self.default_build,
             )
         except Unavailable as exc:
             self._unavailable(exc)
@@ -152,8 +182,14 @@ class MoePerf:
         """Judge ``left / right`` of *c* by *rule* in the one decision loop: paired rounds until
         the verdict is final or the budget is spent (stored figures judged once)."""
         session, profile = self.session, self.profile
+        if self.side == "candidate" and c.left.build and c.right.build:
+            pytest.skip(
+                f"{label}: both sides name their builds ({c.left.build}, {c.right.build}), so "
+                "the candidate does not enter it; judged on the pinned side, and the "
+                "candidate's own change is its gate rows'"
+            )
         sides = [
-            Side(self.configuration(op.configuration), op.workload, op.build)
+            Side(self.configuration(op.configuration), op.workload, op.build or self.default_build)
             for op in (c.left, c.right)
         ]
         left, right = sides
@@ -184,10 +220,22 @@ class MoePerf:
         # a claim or a dead end with the profile's ``reference``: the verdict's row beside the
         # reference's numbers (for the summary's table and this test's failure message)
         ref = session.reference(profile) if rule.kind != "change" else None
+        record = ""
         if ref is not None:
-            session.reference_rows.append(ref.row(self.nodeid, got.verdict, got.b, got.a))
+            row = ref.row(self.nodeid, got.verdict, got.b, got.a)
+            session.reference_rows.append(row)
+            if row.reference_ratio is not None:
+                record = f"{ref.label} {row.reference_ratio:.3f}"
         session.journal.judged(got.record(self.nodeid, label))
+        self._decided(KINDS[rule.kind], label, got.verdict, record)
         return got.verdict
+
+    def _decided(self, kind: DecisionKind, asked: str, v: Verdict, record: str = "") -> None:
+        """A verdict of this test, as an upgrade check's table pairs it."""
+        figure = f"{v.ratio:.3f} [{v.low:.3f}, {v.high:.3f}]"
+        self.decisions.append(
+            Decision(self.test, asked, kind, v.outcome, figure, record, why=v.reason or "")
+        )
 
     def _against_reference(self, verdict: Verdict) -> str:
         """The failure message's part on the reference: *verdict*'s reference line and the
@@ -334,11 +382,13 @@ class MoePerf:
             pytest.skip(
                 f"baseline {bf.path} holds no numbers of this host, so none apply: {'; '.join(why)}"
             )
-        entry = bf.find(m.build, m.configuration, m.workload.name, host=host.id)
+        # the candidate of an upgrade check is held to the pinned build's baseline
+        build = (self.profile.build_label or m.build) if self.side == "candidate" else m.build
+        entry = bf.find(build, m.configuration, m.workload.name, host=host.id)
         if entry is None:
             pytest.skip(
                 f"{bf.path} has no baseline for {m.configuration} {m.workload} on "
-                f"{m.build} of host {host.id}; record one with --moeperf-accept"
+                f"{build} of host {host.id}; record one with --moeperf-accept"
             )
 
         # another session's number: the between-session term of this host, configuration
@@ -397,6 +447,16 @@ class MoePerf:
         self.checks.append(row)
         session.checked(row)
         check = checked.check
+        self.decisions.append(
+            Decision(
+                self.test,
+                f"baseline {label} ({build})",
+                "baseline",
+                check.outcome,
+                f"{check.measured:.1f} tok/s vs {check.baseline:.1f} {check.interval_pct}".strip(),
+                why=check.reason or "",
+            )
+        )
         if check.outcome == "failed":
             pytest.fail(baseline_failure(self.checks, bf.path), pytrace=False)
         if check.outcome == "undecided":

@@ -6,13 +6,16 @@ import contextlib
 import signal
 import threading
 from collections.abc import Callable, Generator, Iterator
+from dataclasses import replace
 from functools import partial
 
 import pytest
 
 from ..defaults import MARGIN
 from ..errors import MoeperfError
+from ..fs import write_output
 from ..llama import orphans
+from ..report.upgrade import upgrade_json, upgrade_markdown, upgrade_text
 from ..run.crosscheck import cross_check
 from ..run.opening import perf_session
 from ..run.session import PerfSession
@@ -22,6 +25,16 @@ from .judged import NOTHING_JUDGED, Judged, verdict_property
 from .markers import Declared, check_configurations, read_markers
 from .options import options_of, pytest_addoption  # noqa: F401 (the hook, registered here)
 from .summary import judged_summary, terminal_summary, write_report
+from .upgrade import (
+    GateItem,
+    Upgrades,
+    base_test,
+    decisions_property,
+    parametrize_sides,
+    report_decisions,
+    rerun_command,
+    side_of,
+)
 
 SESSION = pytest.StashKey[PerfSession]()
 ITEM_INDEX = pytest.StashKey[int]()
@@ -29,6 +42,7 @@ REAPED = pytest.StashKey[list[int]]()
 MARKER_ERROR = pytest.StashKey[str]()
 DECLARED = pytest.StashKey[Declared]()
 JUDGED = pytest.StashKey[Judged]()
+UPGRADES = pytest.StashKey[Upgrades]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -66,6 +80,15 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[REAPED] = orphans.reap()  # shown in the header: no reporter here yet
     config.stash[JUDGED] = judged = Judged()
     config.pluginmanager.register(judged, "moeperf-judged")  # its pytest_runtest_logreport
+    if perf.candidate is not None:
+        pinned = perf.profile().build_label or "the pinned build"
+        if pinned == perf.candidate:
+            raise pytest.UsageError(
+                f"--moeperf-candidate: {perf.candidate} is profile {perf.options.profile!r}'s "
+                "own, pinned build; give the build to move to"
+            )
+        config.stash[UPGRADES] = upgrades = Upgrades(perf, pinned, perf.candidate, _declared)
+        config.pluginmanager.register(upgrades, "moeperf-upgrades")
     _stop_on_sigterm()
 
 
@@ -170,6 +193,22 @@ def _unused_profile(items: list[pytest.Item], perf: PerfSession) -> str | None:
 
 
 @pytest.hookimpl(trylast=True)
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """In an upgrade check, every perf test runs on the pinned build and on the candidate."""
+    perf = metafunc.config.stash.get(SESSION, None)
+    if perf is None or perf.candidate is None:
+        return
+    definition = metafunc.definition
+    perf_test = (
+        "moeperf" in metafunc.fixturenames
+        or definition.get_closest_marker("moeperf") is not None
+        or definition.get_closest_marker("dead_end") is not None
+    )
+    if perf_test:
+        parametrize_sides(metafunc)
+
+
+@pytest.hookimpl(trylast=True)
 def pytest_collection_finish(session: pytest.Session) -> None:
     perf = session.config.stash[SESSION]
     default = perf.options.profile
@@ -230,7 +269,9 @@ def moeperf(request: pytest.FixtureRequest) -> Iterator[MoePerf]:
         profile = _declared(request.node).profile
     except MoeperfError as exc:  # already reported at setup; never a traceback here
         pytest.fail(str(exc), pytrace=False)
-    fixture = MoePerf(perf, request.node.nodeid, profile)
+    side = side_of(request.node)
+    nodeid = request.node.nodeid
+    fixture = MoePerf(perf, nodeid, profile, side, base_test(nodeid, side))
     try:
         yield fixture
     except MoeperfError as exc:
@@ -253,6 +294,11 @@ def pytest_runtest_makereport(
         measured_on = fixture.session.source.measured_on if outcomes else {}
         host = host_key(measured_on) if measured_on else ""  # a replay: the stored run's host
         report.user_properties.append(verdict_property(outcomes, host))
+    if report.when == "call" and isinstance(item, GateItem):
+        report.user_properties += item.properties()
+    side = side_of(item)
+    if side is not None and (report.when == "call" or not report.passed):
+        _side_decisions(item, report, side, fixture if isinstance(fixture, MoePerf) else None)
     if call.excinfo is not None and isinstance(call.excinfo.value, MoeperfError):
         report.longrepr = f"{type(call.excinfo.value).__name__}: {call.excinfo.value}"
     logs = [str(v) for k, v in item.user_properties if k == "moeperf_log"]
@@ -261,11 +307,55 @@ def pytest_runtest_makereport(
     return report
 
 
+def _side_decisions(
+    item: pytest.Item, report: pytest.TestReport, side: str, fixture: MoePerf | None
+) -> None:
+    """An upgrade check's test report carries the decisions its side judged (once: at its
+    call, or at a setup that did not pass)."""
+    if report.when != "call" and (report.when != "setup" or report.passed):
+        return
+    perf = item.config.stash[SESSION]
+    test = base_test(item.nodeid, side)
+    outcome = "xfailed" if hasattr(report, "wasxfail") else report.outcome
+    why = _skip_reason(report) if report.skipped else ""
+    rerun = rerun_command(perf, item.nodeid)
+    decisions = [replace(d, rerun=rerun) for d in (fixture.decisions if fixture else [])]
+    decisions = report_decisions(decisions, test, outcome, why, rerun)
+    report.user_properties.append(decisions_property(side, decisions))
+
+
+def _skip_reason(report: pytest.TestReport) -> str:
+    longrepr = report.longrepr
+    text = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+    return str(text).removeprefix("Skipped: ")
+
+
+def _upgrade_check(session: pytest.Session, perf: PerfSession) -> None:
+    """The upgrade check's table and answer: its exit status, its markdown and JSON."""
+    upgrades = session.config.stash.get(UPGRADES, None)
+    if upgrades is None or hasattr(session.config, "workerinput"):
+        return
+    check = upgrades.check()
+    perf.upgrade = check
+    if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED, NOTHING_JUDGED):
+        session.exitstatus = check.exit_status
+    report = perf.options.upgrade_report
+    if report is not None:
+        write_output(report, upgrade_markdown(check), "--moeperf-upgrade-report")
+        write_output(report.with_suffix(".json"), upgrade_json(check), "--moeperf-upgrade-report")
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     perf = session.config.stash.get(SESSION, None)
     if perf is None:
         return
     _nothing_judged(session, perf)
+    if session.exitstatus != pytest.ExitCode.INTERRUPTED:
+        try:
+            _upgrade_check(session, perf)
+        except OSError as exc:
+            perf.finish_error = str(exc)
+            session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
     perf.close()
     interrupted = session.exitstatus == pytest.ExitCode.INTERRUPTED
     steps: list[Callable[[], object]] = []
@@ -274,7 +364,14 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         if perf.options.bench:
             steps.append(lambda: cross_check(perf))
     steps.append(lambda: setattr(perf, "results_path", perf.write_results()))
-    if perf.options.accept and not interrupted:
+    if perf.options.accept and not interrupted and perf.upgrade is not None:
+        check = perf.upgrade
+        steps.append(
+            lambda: perf.accept_lines.extend(
+                perf.accept_upgrade(check.outcome, perf.options.dry_run)
+            )
+        )
+    elif perf.options.accept and not interrupted and perf.candidate is None:
         steps.append(lambda: perf.accept_baselines(failed=session.testsfailed))
     if perf.options.report_file is not None:
         steps.append(lambda: write_report(perf))
@@ -289,7 +386,9 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
             errors.append(str(exc))
             session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
     perf.store.close()
-    perf.finish_error = "; ".join(errors) or None
+    perf.finish_error = (
+        "; ".join([*errors, *([perf.finish_error] if perf.finish_error else [])]) or None
+    )
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
@@ -297,6 +396,10 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     perf = config.stash.get(SESSION, None)
     if perf is not None:
         terminal_summary(perf, terminalreporter)
+        if perf.upgrade is not None:
+            terminalreporter.section("moeperf upgrade check")
+            for line in upgrade_text(perf.upgrade).splitlines():
+                terminalreporter.write_line(line)
         judged = config.stash.get(JUDGED, None)
         if judged is not None and judged.tests and not hasattr(config, "workerinput"):
             judged_summary(judged, perf.options.allow_empty, terminalreporter)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ..config.profiles import host_memory, store_setting
+from ..config.profiles import default_profile, host_memory, store_setting
 from ..defaults import (
     BUDGET,
     BUSY_LIMIT,
@@ -31,11 +31,12 @@ from ..defaults import (
 )
 from ..errors import MoeperfError
 from ..fs import check_output
-from ..llama.build import resolve_server_binary
+from ..llama.build import binary_build, resolve_server_binary
 from ..run.feeds import MAX_AUTO_BLOCK
 from ..run.options import Options
 from ..run.rounds import AUTO_CAP, AUTO_ROUNDS
 from ..store.database import checked_store_url
+from ..verdicts.claims import BUILD_NAME
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -45,7 +46,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--moeperf-profile",
         metavar="NAME",
         help="profile of the tests whose marker names none (default: ini moeperf_profile, "
-        "else 'embedded'); a name that is no profile is a usage error, and so is a "
+        "else the profiles file's default_profile, else 'embedded'); a name that is no "
+        "profile is a usage error, and so is a "
         "--moeperf-profile no collected test uses",
     )
     group.addoption(
@@ -233,11 +235,48 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         f"process term)^2), at most {MAX_AUTO_BLOCK} on a host not calibrated)",
     )
     group.addoption(
+        "--moeperf-candidate",
+        metavar="BUILD|PATH",
+        help="check an upgrade: judge every perf test on the pinned build and on this one (a "
+        "published build number, built as the profile says, or a llama-server binary), gate "
+        "each configuration the tests use between the two, and end with one table of every "
+        "decision on both builds; exit 0 every decision holds on it, 1 one changed for the "
+        "worse, 6 one undecided, 5 nothing judged",
+    )
+    group.addoption(
+        "--moeperf-candidate-label",
+        metavar="NAME",
+        help="what the candidate is called in tables, stored runs and baselines (default: "
+        "b<number> its --version prints), e.g. pr-29887 for a binary built from a pull request",
+    )
+    group.addoption(
+        "--moeperf-dry-run",
+        action="store_true",
+        help="with --moeperf-accept and --moeperf-candidate: print the diff accepting would "
+        "make (the profiles file's pin, the baselines) and write nothing",
+    )
+    group.addoption(
+        "--moeperf-pinned",
+        metavar="BUILD|PATH",
+        help="take this build as every profile's own (pinned) build for the run: a published "
+        "build number or a llama-server binary (default: the profile's build)",
+    )
+    group.addoption(
+        "--moeperf-upgrade-report",
+        metavar="PATH",
+        help="with --moeperf-candidate: write the decision table as markdown here, and as JSON "
+        "beside it (PATH with .json)",
+    )
+    group.addoption(
         "--moeperf-results",
         metavar="PATH",
         help="write the results file here (default .moeperf/results-*.json)",
     )
-    parser.addini("moeperf_profile", "default profile for perf tests", default="embedded")
+    parser.addini(
+        "moeperf_profile",
+        "default profile for perf tests (else the profiles file's default_profile, else embedded)",
+        default="",
+    )
     parser.addini("moeperf_config", "TOML file of profiles and configurations", default="")
     parser.addini("llama_server", "llama-server binary to use instead of building one", default="")
     parser.addini(
@@ -253,6 +292,59 @@ def report_png(report: Path) -> Path:
     if report.suffix == ".png":
         return report.with_name(report.stem + ".plot.png")
     return report.with_suffix(".png")
+
+
+def _build_option(value: str, option: str) -> tuple[int | str, int | None]:
+    """A build number or a llama-server binary as *option* names it, with the build number
+    (a binary's, as its ``--version`` prints it; ``None`` when it prints none)."""
+    text = value.strip()
+    if not text:
+        raise MoeperfError(f"{option}: empty; give a build number (11800) or a llama-server path")
+    if text.isdigit():
+        return int(text), int(text)
+    try:
+        build = binary_build(text)
+    except MoeperfError as exc:
+        raise MoeperfError(f"{option} {text}: {exc}") from None
+    return str(build.server), build.number
+
+
+def upgrade_options(
+    candidate: str | None, label: str | None, pinned: str | None
+) -> tuple[tuple[int | str, str] | None, tuple[int | str, int] | None]:
+    """``--moeperf-candidate`` with its label, and ``--moeperf-pinned`` with its build number,
+    each checked (a binary asked its ``--version``); a bad one is a one-line error."""
+    if label is not None and candidate is None:
+        raise MoeperfError("--moeperf-candidate-label: names a candidate; give --moeperf-candidate")
+    if label is not None and (not BUILD_NAME.fullmatch(label) or label.isdigit()):
+        raise MoeperfError(
+            f"--moeperf-candidate-label {label!r}: letters, digits and -_./+: only, not a bare "
+            "number (write b11800), e.g. pr-29887"
+        )
+    cand = None
+    if candidate is not None:
+        target, number = _build_option(candidate, "--moeperf-candidate")
+        if label is None and number is None:
+            raise MoeperfError(
+                f"--moeperf-candidate {candidate}: its --version prints no build number (built "
+                "without it): name it with --moeperf-candidate-label, e.g. pr-29887"
+            )
+        cand = (target, label or f"b{number}")
+    pin = None
+    if pinned is not None:
+        target, number = _build_option(pinned, "--moeperf-pinned")
+        if number is None:
+            raise MoeperfError(
+                f"--moeperf-pinned {pinned}: its --version prints no build number (built without "
+                "it): give a binary built with its number, or a published build number"
+            )
+        pin = (target, number)
+    if cand is not None and pin is not None and cand[1] == f"b{pin[1]}":
+        raise MoeperfError(
+            f"--moeperf-candidate {candidate} is the pinned build b{pin[1]} (--moeperf-pinned): "
+            "give the build to move to"
+        )
+    return cand, pin
 
 
 def options_of(config: pytest.Config) -> Options:
@@ -273,8 +365,14 @@ def _options(config: pytest.Config) -> Options:
         get("moeperf_store"), "--moeperf-store", config_file, root / "pyproject.toml", os.environ
     )
     checked_store_url(store, where, root / ".moeperf")  # a bad URL: a usage error, at once
+    profile = (
+        get("moeperf_profile")
+        or default_profile(
+            config.getini("moeperf_profile") or "", config_file, root / "pyproject.toml"
+        )[0]
+    )
     opts = Options(
-        profile=get("moeperf_profile") or config.getini("moeperf_profile"),
+        profile=profile,
         profile_named=bool(get("moeperf_profile")),
         config_file=config_file,
         pyproject=root / "pyproject.toml",
@@ -311,6 +409,30 @@ def _options(config: pytest.Config) -> Options:
         measure_anyway=bool(get("moeperf_measure_anyway")),
         history=not get("moeperf_no_history"),
     )
+    opts.candidate, opts.pinned = upgrade_options(
+        get("moeperf_candidate"), get("moeperf_candidate_label"), get("moeperf_pinned")
+    )
+    opts.dry_run = bool(get("moeperf_dry_run"))
+    if opts.dry_run and not (opts.accept and opts.candidate):
+        raise SettingError(
+            "--moeperf-dry-run: shows what --moeperf-accept of an upgrade check would write; "
+            "give both, with --moeperf-candidate"
+        )
+    upgrade_report = get("moeperf_upgrade_report")
+    if upgrade_report is not None:
+        if opts.candidate is None:
+            raise SettingError(
+                "--moeperf-upgrade-report: give the build to check, --moeperf-candidate"
+            )
+        opts.upgrade_report = Path(upgrade_report)
+        check_output(opts.upgrade_report, "--moeperf-upgrade-report")
+        check_output(
+            opts.upgrade_report.with_suffix(".json"), "--moeperf-upgrade-report (its JSON)"
+        )
+    if opts.candidate is not None and opts.replay is not None:
+        raise SettingError(
+            "--moeperf-candidate measures a build; --moeperf-replay measures nothing: leave one out"
+        )
     if opts.accept and opts.replay:
         raise SettingError("--moeperf-accept takes measured results, not --moeperf-replay")
     if opts.report_file is not None:  # checked before anything is measured: never a PNG alone

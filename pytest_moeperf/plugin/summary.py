@@ -140,6 +140,12 @@ def terminal_summary(perf: PerfSession, reporter: pytest.TerminalReporter) -> No
     _bench_blocks(perf, reporter)
     for path in perf.accepted:
         write(f"accepted as new baselines: {path}")
+    if perf.accept_lines:
+        moved = "would move (--moeperf-dry-run)" if perf.options.dry_run else "moved"
+        write(f"the pin {moved}:")
+        for diff in perf.accept_lines:
+            for line in diff.splitlines():
+                write(line)
     for line in perf.history_problems:
         write(f"moeperf: skipped history file: {line}", yellow=True)
     for path in perf.report_files:

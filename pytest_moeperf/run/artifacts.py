@@ -10,7 +10,7 @@ from pathlib import Path
 from ..config.profiles import Configuration, HostLacks, Profile
 from ..errors import ConfigError, ModelError, MoeperfError
 from ..host.machine import file_digest
-from ..llama.build import Build, binary_build, build_llama, cuda_cmake_args
+from ..llama.build import Build, binary_build, build_llama, cuda_cmake_args, label_number
 from ..llama.model_bytes import DecodeBytes, decode_bytes, model_shards
 from ..llama.synthetic_gguf import ensure_model
 from ..llama.synthetic_model import model_spec
@@ -20,6 +20,21 @@ SYNTHETIC = "synthetic:"
 MODEL_DIGEST_BYTES = 16 << 20
 """The model fingerprint hashes the first 16 MiB of its first file (and records the size of
 all its files and how many there are): cheap for 100 GB."""
+
+
+def said_as(build: Build, label: str, where: str) -> Build:
+    """*build*, whose ``--version`` must say the build number *label* names (``b11713``):
+    a binary that prints another is a :class:`ConfigError` naming both, never numbers of one
+    build kept under another's name (a label that names no number, ``pr-29887``, and a binary
+    built without its number, build 0, are taken as they are)."""
+    number = label_number(label)
+    if number is not None and build.number is not None and build.number != number:
+        raise ConfigError(
+            f"{where}: {build.server} prints build {build.number} (--version), not {label}: "
+            f"point it at llama-server {label}, or judge b{build.number} as a candidate "
+            f"(--moeperf-candidate {build.server})"
+        )
+    return build
 
 
 class Artifacts:
@@ -53,19 +68,27 @@ class Artifacts:
                 )
             if isinstance(target, int):
                 return label, self.built(target, profile)
-            return label, self.binary(str(profile.path(target, self.options.rootdir)))
+            build = self.binary(str(profile.path(target, self.options.rootdir)))
+            where = f"profile {profile.name!r} ({profile.source}): builds.{label}"
+            return label, said_as(build, label, where)
         if (
             self.options.llama_server is not None
             and configuration.build is None
             and configuration.binary is None
         ):
-            path, _origin = self.options.llama_server
+            path, origin = self.options.llama_server
             build = self.binary(str(path))
-            return build.label, build
+            own = profile.build_label
+            if own is not None:
+                said_as(build, own, f"{origin} {path} for profile {profile.name!r}")
+            return own or build.label, build
         binary = configuration.binary or (None if configuration.build else profile.binary)
         if binary:
             build = self.binary(str(profile.path(binary, self.options.rootdir)))
-            return (profile.build_label if not configuration.binary else None) or build.label, build
+            own = profile.build_label if not configuration.binary else None
+            if own is not None:
+                said_as(build, own, f"profile {profile.name!r} ({profile.source}): binary")
+            return own or build.label, build
         number = configuration.build or profile.build
         if number is None:
             raise ConfigError(

@@ -75,7 +75,9 @@ class StoredStage:
     def stop_servers(self, keep: Callable[[tuple[str, str, str]], bool] | None = None) -> None:
         pass
 
-    def greedy(self, profile: Profile, configuration: Configuration, label: str) -> tuple[int, ...]:
+    def greedy(
+        self, profile: Profile, configuration: Configuration, label: str | None
+    ) -> tuple[int, ...]:
         raise ConfigError("a stored gate keeps no output to check again: replay it without")
 
     def host_load(self, seconds: float) -> tuple[float, tuple[float, float, float]]:
@@ -114,11 +116,14 @@ class BuildUnderTest:
     """Build number, or path to a llama-server binary."""
     cpus: str | None = None
     """Pin this side's servers to these CPUs instead of the configuration's pinning."""
+    label: str | None = None
+    """What the side is called: a binary's build as its ``--version`` reads (``b11800``), or
+    the name its user gave it (``pr-29887``); ``None``: ``b<number>`` of a build number."""
 
     @property
     def name(self) -> str:
         target = self.target
-        base = f"b{target}" if isinstance(target, int) else os.path.basename(target)
+        base = self.label or (f"b{target}" if isinstance(target, int) else os.path.basename(target))
         return f"{base} (cpus {self.cpus})" if self.cpus else base
 
 
@@ -135,6 +140,7 @@ def _chained(
     baseline: str,
     change: PairedChange,
     margin: float,
+    label: str = CANDIDATE,
 ) -> ChainedChange | None:
     """The candidate's change since the oldest build of the accepted chain that ends at the
     *baseline* build on this host: the chain's paired links plus this row's *change*, never
@@ -146,7 +152,7 @@ def _chained(
         return None
     host, _ = host_for(
         bf,
-        session.source.fingerprint(profile, label=CANDIDATE),
+        session.source.fingerprint(profile, label=label),
         candidate.conditions.probe_cpus,
         session.options.probe_tolerance,
     )
@@ -283,6 +289,58 @@ def run_gate(
     )
 
 
+def upgrade_row(
+    session: PerfSession,
+    stage: Stage,
+    profile: Profile,
+    name: str,
+    w: Workload,
+    candidate: str,
+    *,
+    family: int,
+    check_output: bool,
+    margin: float = MARGIN,
+) -> tuple[GateRow, OutputCheck | None, list[str]]:
+    """One gate row of an upgrade check: configuration *name*'s workload *w* on the candidate
+    (label *candidate* of *profile*'s ``builds``) against the profile's own, pinned build, in
+    paired rounds through the one decision loop, on the servers the suite's tests already run
+    (started where they are not), each row at the family's share of the error rate (Bonferroni
+    over the check's *family* rows). With *check_output*, both builds' greedy output first.
+    Returns the row, the output check and what the row said before it measured; a
+    configuration a build or the host cannot run is :class:`Unavailable`."""
+    pinned = profile.build_label or "pinned"
+    config = profile.configuration(name)
+    sides = ((BASELINE, config), (CANDIDATE, config))
+    labels: tuple[str | None, str] = (None, candidate)
+    for label in labels:
+        stage.start(profile, config, label)
+    output = None
+    if check_output:
+        guard = [stage.greedy(profile, config, label) for label in labels]
+        output = OutputCheck(name, guard[0], guard[1])
+    plan = Plan(
+        first_look=FIRST_LOOK,
+        max_rounds=max(FIRST_LOOK, session.options.max_rounds),
+        alpha=FAMILY_ALPHA / max(family, 1),
+        dependence=session.dependence(profile),
+    )
+    gating = _Gating(
+        session,
+        stage,
+        profile,
+        profile,
+        (BuildUnderTest(pinned, label=pinned), BuildUnderTest(candidate, label=candidate)),
+        Rule("change", margin=margin),
+        plan,
+        session.budget(profile),
+        False,
+        None,
+        labels,
+    )
+    notes: list[str] = []
+    return gating.row(name, sides, w, notes), output, notes
+
+
 def _runnable(
     source: Host,
     stage: Stage,
@@ -323,6 +381,10 @@ class _Gating:
     budget: float | None
     attribute_bench: bool
     on_look: Callable[[str, Verdict, float], None] | None
+    labels: tuple[str | None, str] = (BASELINE, CANDIDATE)
+    """The build labels the two sides' servers run under in :attr:`gated` (``None``: its own
+    build): the gate's ``baseline`` and ``candidate``; an upgrade check's pinned build and
+    candidate, whose servers the suite's tests share."""
 
     def row(
         self,
@@ -337,7 +399,7 @@ class _Gating:
         baseline, candidate = self.builds
         session, margin = self.session, self.rule.margin
         label = f"{name}.{w.name} {candidate.name} / {baseline.name}"
-        a, b = Side(sides[0][1], w, BASELINE), Side(sides[1][1], w, CANDIDATE)
+        a, b = Side(sides[0][1], w, self.labels[0]), Side(sides[1][1], w, self.labels[1])
         beside, bench = (
             bench_in_rounds(self.stage, self.gated, a, b)
             if self.attribute_bench
@@ -366,7 +428,9 @@ class _Gating:
         change = _paired_change(got, baseline.name) if len(got.rounds[0]) >= 2 else None
         oldest = None
         if change:
-            oldest = _chained(session, self.profile, got.b, baseline.name, change, margin)
+            oldest = _chained(
+                session, self.profile, got.b, baseline.name, change, margin, self.labels[1]
+            )
         judged_by = got.plan or self.plan  # the plan the row's rounds were judged by
         where = None
         if beside:

@@ -168,7 +168,9 @@ class LiveStage:
         (:class:`Unavailable` when the build or the host cannot run it)."""
         self.server(profile, configuration, label)
 
-    def greedy(self, profile: Profile, configuration: Configuration, label: str) -> tuple[int, ...]:
+    def greedy(
+        self, profile: Profile, configuration: Configuration, label: str | None
+    ) -> tuple[int, ...]:
         """The tokens the correctness guard's greedy request gets from that server."""
         rec = self.server(profile, configuration, label)
         return greedy_tokens(

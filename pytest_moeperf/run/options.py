@@ -75,6 +75,17 @@ class Options:
     measure_anyway: bool = False
     """Measure a verdict's budget even where it says before measuring that it cannot decide
     (``--moeperf-measure-anyway``: the numbers, for a user who wants them)."""
+    pinned: tuple[int | str, int] | None = None
+    """``--moeperf-pinned``: the build every profile's own build is taken as in this run (a
+    build number or a binary, with its build number); ``None``: the profiles' own."""
+    candidate: tuple[int | str, str] | None = None
+    """``--moeperf-candidate``: the build an upgrade check judges every perf test on beside
+    the pinned one (a build number or a binary), with its label (``b11800``, ``pr-29887``)."""
+    dry_run: bool = False
+    """With :attr:`accept` in an upgrade check: print what accepting would write, write
+    nothing."""
+    upgrade_report: Path | None = None
+    """Where the upgrade check's table goes as markdown (its JSON beside it)."""
     history: bool = True
     """Whether a host not calibrated takes its round spread and process term from its own
     verdicts' process blocks (stored, and this run's earlier ones) once they hold enough

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..config.profiles import Profile, load_profiles
+from ..config.profiles import Profile, load_profiles, upgraded
 from ..errors import BaselineError, ConfigError, StoreError
 from ..fs import write_output
 from ..measure.dependence import Dependence, ProcessEvidence
@@ -38,6 +38,7 @@ from ..verdicts.creep import SessionTerm, session_term
 from ..verdicts.reference import DEFAULT_LABEL, Reference, ReferenceRow
 from ..verdicts.sequential import Plan
 from .options import Options
+from .pin import pin_moves
 from .replayed import StoredHost
 from .source import Host, MeasurementKey, Stage
 
@@ -129,6 +130,11 @@ class PerfSession:
         self.finish_error: str | None = None
         self.history_problems: list[str] = []
         self.report_files: list[Path] = []
+        self.accept_lines: list[str] = []
+        """What an accepting upgrade check changed in the profiles files, as diffs."""
+        self.upgrade: Any = None
+        """The upgrade check's result once the session ended (the plugin's
+        :class:`~pytest_moeperf.report.upgrade.UpgradeCheck`), for the terminal summary."""
 
     def _replay(self, named: Path) -> Replay:
         """The stored run *named*: a results or baseline file, or ``store:KEY`` (a run of the
@@ -143,8 +149,15 @@ class PerfSession:
     @property
     def profiles(self) -> dict[str, Profile]:
         if self._profiles is None:
-            self._profiles = load_profiles(self.options.config_file, self.options.pyproject)
+            loaded = load_profiles(self.options.config_file, self.options.pyproject)
+            self._profiles = upgraded(loaded, self.options.pinned, self.options.candidate)
         return self._profiles
+
+    @property
+    def candidate(self) -> str | None:
+        """The label of the build an upgrade check judges beside the pinned one (``None``:
+        this run checks no upgrade)."""
+        return self.options.candidate[1] if self.options.candidate else None
 
     def profile(self, name: str | None = None) -> Profile:
         name = name or self.options.profile
@@ -286,11 +299,31 @@ class PerfSession:
         )
         return session_term(levels)
 
-    def accept_baselines(self, failed: int = 0) -> list[Path]:
-        """Write this session's measurements as the new baselines of their profiles, on this
-        host: refused, nothing written, when tests failed, the host changed under the run or a
-        measurement was taken on a busy host (:func:`~pytest_moeperf.store.accept.refusals`)."""
-        taken = self.journal.taken
+    def writable_baseline(self, profile: Profile, what: str) -> Path:
+        """*profile*'s baseline file, for *what* (``--moeperf-accept``) to write: never a file
+        a profile reads as its ``reference`` (a record's own numbers, which no command
+        writes); a profile that names none is a :class:`ConfigError` saying how to name one."""
+        path = self.baseline_path(profile)
+        if path is None:
+            raise ConfigError(
+                f"{what}: profile {profile.name!r} ({profile.source}) names no baseline file; "
+                f'add baseline = "baselines/{profile.name}.toml" to it'
+            )
+        for other in self.profiles.values():
+            if other.reference and other.path(other.reference, self.options.rootdir) == path:
+                raise ConfigError(
+                    f"{what}: {path} is profile {other.name!r}'s reference (the record's own "
+                    f"numbers), which no command writes: give profile {profile.name!r} a "
+                    'baseline file of its own (baseline = "baselines/NAME-host.toml")'
+                )
+        return path
+
+    def accept_baselines(self, failed: int = 0, build: str | None = None) -> list[Path]:
+        """Write this session's measurements (those of *build* alone, when given: an upgrade's
+        candidate) as the new baselines of their profiles, on this host: refused, nothing
+        written, when tests failed, the host changed under the run or a measurement was taken
+        on a busy host (:func:`~pytest_moeperf.store.accept.refusals`)."""
+        taken = [m for m in self.journal.taken if build is None or m.build == build]
         refused = refusals(
             failed=failed,
             host_changes=self.source.host_changes,
@@ -305,14 +338,9 @@ class PerfSession:
         for m in taken:
             by_profile.setdefault(m.conditions.profile, []).append(m)
         written = []
+        paths = {n: self.writable_baseline(self.profile(n), "--moeperf-accept") for n in by_profile}
         for name, ms in by_profile.items():
-            profile = self.profile(name)
-            path = self.baseline_path(profile)
-            if path is None:
-                raise ConfigError(
-                    f"profile {name!r} ({profile.source}) names no baseline file; add "
-                    f'baseline = "baselines/{name}.toml" to accept its measurements'
-                )
+            profile, path = self.profile(name), paths[name]
             today = dt.date.today().isoformat()
             fingerprint = self.source.fingerprint(profile)
             kept = accept_measurements(
@@ -345,6 +373,33 @@ class PerfSession:
             )
         self.accepted = written
         return written
+
+    def accept_upgrade(self, outcome: str, dry_run: bool = False) -> list[str]:
+        """Accept an upgrade check whose *outcome* is ``holds`` (``undecided`` too under
+        ``--moeperf-undecided pass``): the candidate's measurements become the baselines of
+        their profiles (:meth:`accept_baselines`), and each of those profiles takes the
+        candidate as its own build in its profiles file, the build it leaves kept in its
+        ``builds`` (:func:`~.pin.pin_moves`). Returns each file's diff; with *dry_run* only
+        that, nothing written. Refused, nothing written, for any other outcome."""
+        assert self.options.candidate is not None
+        label = self.options.candidate[1]
+        if outcome != "holds" and not (outcome == "undecided" and self.options.undecided == "pass"):
+            refuse(
+                "--moeperf-accept",
+                [f"the upgrade check's answer is {outcome}, not holds: the pin stays on the "
+                 "pinned build (its table says which decisions)"],
+            )  # fmt: skip
+        names = dict.fromkeys(m.conditions.profile for m in self.journal.taken if m.build == label)
+        moves = pin_moves(
+            [self.profile(n) for n in names], self.options.candidate, self.options.rootdir
+        )
+        diffs = [m.diff() for m in moves]
+        if dry_run:
+            return diffs
+        self.accept_baselines(build=label)
+        for move in moves:
+            move.write()
+        return diffs
 
     # -- the run record ---------------------------------------------------------------------------
     def checked(self, row: BaselineRow) -> None:

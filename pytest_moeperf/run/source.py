@@ -313,7 +313,9 @@ class Stage(Protocol):
         lacks, before any server starts."""
         ...
 
-    def greedy(self, profile: Profile, configuration: Configuration, label: str) -> tuple[int, ...]:
+    def greedy(
+        self, profile: Profile, configuration: Configuration, label: str | None
+    ) -> tuple[int, ...]:
         """The correctness guard's tokens from that server."""
         ...
 

@@ -41,6 +41,10 @@ not hold, or nothing measured."""
 ChangePointOutcome = Literal["alarm", "quiet"]
 """``moeperf changes``: a change point after the last accepted baseline (alarm), or none."""
 
+UpgradeOutcome = Literal["holds", "worse", "undecided", "nothing-judged"]
+"""An upgrade check (``pytest -m perf --moeperf-candidate N``): every decision of the suite
+holds on the candidate, one changed for the worse, one is undecided on it, or it judged none."""
+
 EXIT_STATUS: dict[str, int] = {
     "passed": 0,
     "holds": 0,
@@ -61,6 +65,18 @@ EXIT_STATUS: dict[str, int] = {
 """A command's exit status by the outcome it reports: 0 what was asked holds, 1 it does not
 (a regression, a failed check, no slowdown where one was to be found), 3 the evidence could not
 decide (2 is a usage or input error, before any outcome)."""
+
+
+UPGRADE_EXIT_STATUS: dict[str, int] = {
+    "holds": 0,
+    "worse": 1,
+    "nothing-judged": 5,
+    "undecided": 6,
+}
+"""The exit status of a pytest session that checked an upgrade, by its outcome: pytest's own
+statuses where they mean the same (0 green, 1 a failure, 5 nothing to judge, as the plugin's
+nothing-judged), and 6, a status pytest never gives, for undecided (3 is pytest's internal
+error, 4 its usage error)."""
 
 
 DECISIONS: tuple[str, ...] = tuple(dict.fromkeys(get_args(ClaimOutcome) + get_args(ChangeOutcome)))

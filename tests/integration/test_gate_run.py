@@ -50,7 +50,8 @@ def test_gate_same_binary_twice_writes_table_markdown_and_json(
     out = capsys.readouterr().out
     data = json.loads((tmp_path / "gate.json").read_text())
     assert rc == data["exit_code"] and rc in (0, 1, 3)
-    assert "configuration  metric  baseline llama-server tok/s" in out
+    # a binary is named by the build its --version prints, never by its file name
+    assert "configuration  metric  baseline b11434 tok/s" in out
     [row] = data["rows"]
     assert row["configuration"] == "default" and row["workload"] == "tg16"
     verdict = row["verdict"]
@@ -67,7 +68,7 @@ def test_gate_same_binary_twice_writes_table_markdown_and_json(
     # the correctness guard: one build twice says the same thing
     [check] = data["outputs"]
     assert check["same"] and len(check["baseline"]) == 32, check
-    assert "output: default: the same 32 greedy tokens on llama-server and llama-server" in out
+    assert "output: default: the same 32 greedy tokens on b11434 and b11434" in out
     # the stored gate judged again from its rounds alone: the same row and exit status
     assert main(["gate", "--profile", "embedded-tiny", "--replay", "gate.json"]) == rc
     table = out.split("\n\n")[1].split("\noutput:")[0].split("\nnote:")[0]
@@ -112,10 +113,10 @@ def test_a_configuration_a_build_cannot_run_is_a_skipped_row(
     data = json.loads((tmp_path / "gate.json").read_text())
     assert rc == data["exit_code"]
     assert data["skipped"] == [
-        {"configuration": "moe-cache", "reason": "build llama-server has no --moe-cache-mib"}
+        {"configuration": "moe-cache", "reason": "build b11434 has no --moe-cache-mib"}
     ]
     assert [r["configuration"] for r in data["rows"]] == ["default"]
-    assert "skipped (build llama-server has no --moe-cache-mib)" in out
+    assert "skipped (build b11434 has no --moe-cache-mib)" in out
 
 
 @contextlib.contextmanager

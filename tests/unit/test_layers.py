@@ -28,7 +28,12 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # servers; the gate, bisect and the sweep; the calibration (A/A gates)
     ("pytest_moeperf.run",),
     ("pytest_moeperf.run.options",),
-    ("pytest_moeperf.run.pool", "pytest_moeperf.run.hostwatch", "pytest_moeperf.run.artifacts"),
+    (
+        "pytest_moeperf.run.pool",
+        "pytest_moeperf.run.hostwatch",
+        "pytest_moeperf.run.artifacts",
+        "pytest_moeperf.run.pin",
+    ),
     ("pytest_moeperf.run.launch", "pytest_moeperf.run.live_stage"),
     ("pytest_moeperf.run.source",),
     ("pytest_moeperf.run.feeds",),

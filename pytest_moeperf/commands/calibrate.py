@@ -66,12 +66,7 @@ def run(args: argparse.Namespace) -> int:
     build = args.build or (str(profile.build) if profile.build is not None else None)
     if build is None:
         raise MoeperfError(f"--build: profile {profile.name!r} names no build; give one")
-    path = session.baseline_path(profile)
-    if not args.no_store and path is None:
-        raise MoeperfError(
-            f"profile {profile.name!r} names no baseline file to store the figures in: "
-            'add baseline = "baselines/NAME.toml" to it, or pass --no-store'
-        )
+    path = None if args.no_store else session.writable_baseline(profile, "moeperf calibrate")
     workloads = [Workload.parse(w) for w in args.workload] or None
     try:
         calibration = run_calibration(

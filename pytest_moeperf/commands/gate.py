@@ -207,6 +207,7 @@ def run(args: argparse.Namespace) -> int:
         return replay(args)
     session, live = live_session(args)
     profile = session.profile()
+    path = session.writable_baseline(profile, "--accept") if args.accept else None
     baseline = side(args.baseline, label=args.baseline_label, option="--baseline")
     candidate = side(args.candidate, args.candidate_cpus, args.candidate_label)
     workloads = [Workload.parse(w) for w in args.workload] or None
@@ -250,9 +251,7 @@ def run(args: argparse.Namespace) -> int:
             host_changes=live.host_changes,
         )
         refuse("--accept", refused)
-        path = session.baseline_path(profile)
-        if path is None:
-            raise MoeperfError(f"--accept: profile {profile.name!r} names no baseline file")
+        assert path is not None
         ms = [dataclasses.replace(r.candidate, build=candidate.name) for r in result.rows]
         today = dt.date.today().isoformat()
         accept_measurements(

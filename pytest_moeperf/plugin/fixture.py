@@ -35,7 +35,7 @@ from ..verdicts.claims import Claim, Operand
 from ..verdicts.creep import SessionTerm
 from ..verdicts.judge import Verdict
 from ..verdicts.sequential import Rule
-from ..verdicts.upgrade import Decision, DecisionKind
+from ..verdicts.upgrade import Decision, DecisionKind, ratio_text
 
 KINDS: dict[str, DecisionKind] = {"claim": "claim", "dead_end": "dead end", "change": "change"}
 """A rule's kind as the upgrade table names its decisions."""
@@ -232,7 +232,7 @@ class MoePerf:
 
     def _decided(self, kind: DecisionKind, asked: str, v: Verdict, record: str = "") -> None:
         """A verdict of this test, as an upgrade check's table pairs it."""
-        figure = f"{v.ratio:.3f} [{v.low:.3f}, {v.high:.3f}]"
+        figure = ratio_text(v)
         self.decisions.append(
             Decision(self.test, asked, kind, v.outcome, figure, record, why=v.reason or "")
         )

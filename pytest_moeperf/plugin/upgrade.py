@@ -18,13 +18,14 @@ from typing import Any
 import pytest
 
 from ..errors import MoeperfError, Unavailable
+from ..llama.build import label_number
 from ..measure.workload import Workload
 from ..report.upgrade import UpgradeCheck
 from ..run.gate import upgrade_row
 from ..run.session import PerfSession
 from ..store.hosts import host_key
 from ..verdicts.gate import GateRow
-from ..verdicts.upgrade import NOT_JUDGED, Decision, standing, upgrade_rows
+from ..verdicts.upgrade import NOT_JUDGED, Decision, ratio_text, standing, upgrade_rows
 from .judged import verdict_property
 from .markers import Declared
 
@@ -132,8 +133,11 @@ class GateItem(pytest.Item):
         profile = perf.profile(plan.profile)
         assert perf.options.candidate is not None
         pinned = perf.options.pinned[0] if perf.options.pinned else profile.build or profile.binary
+        target, label = perf.options.candidate
         words = ["moeperf", "gate", "--profile", plan.profile, "--baseline", str(pinned)]
-        words += ["--candidate", str(perf.options.candidate[0])]
+        words += ["--candidate", str(target)]
+        if isinstance(target, str) and label_number(label) is None:
+            words += ["--candidate-label", label]
         return shlex.join([*words, "-c", plan.configuration, "-w", plan.workload])
 
     def runtest(self) -> None:
@@ -199,7 +203,7 @@ def gate_decision(perf: PerfSession, test: str, row: GateRow, rerun: str) -> Dec
     v = row.verdict
     figure = (
         f"{row.candidate.summary.median:.1f} / {row.baseline.summary.median:.1f} tok/s = "
-        f"{v.ratio:.3f} [{v.low:.3f}, {v.high:.3f}]"
+        f"{ratio_text(v)}"
     )
     record = ""
     ref = perf.reference(perf.profile(row.baseline.conditions.profile))

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
+from .judge import Verdict
 from .outcomes import UpgradeOutcome
 
 DecisionKind = Literal["claim", "dead end", "change", "baseline", "gate", "output", "test"]
@@ -31,6 +32,22 @@ BAD = frozenset({"fails", "failed", "slower", "different-output"})
 test, a slower gate row, a different output."""
 NOT_JUDGED = "not judged"
 """The outcome of a side that did not judge the decision (its test skipped before it did)."""
+
+
+_WIDE = 1000.0
+"""An interval end beyond this (or below its inverse) is shown as beyond it: a verdict whose
+rounds spread that far has no end worth a digit."""
+
+
+def ratio_text(v: Verdict) -> str:
+    """``0.524 [0.501, 0.548]``: a verdict's ratio and interval as the table shows them."""
+
+    def end(x: float) -> str:
+        if x > _WIDE:
+            return f">{_WIDE:g}"
+        return "<0.001" if 0 < x < 1 / _WIDE else f"{x:.3f}"
+
+    return f"{v.ratio:.3f} [{end(v.low)}, {end(v.high)}]"
 
 
 def standing(kind: str, outcome: str) -> str:

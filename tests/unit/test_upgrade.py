@@ -117,8 +117,11 @@ def test_the_side_comes_off_the_test_id():
 
 def test_the_table_reads_as_text_markdown_and_json():
     pinned = [claim("holds"), claim("holds", test="test_dead", kind="dead end")]
-    gate = Decision("moeperf-upgrade::gate[embedded]", "mmap.tg64", "gate", "slower",
-                    "75.0 / 160.0 tok/s = 0.469 [0.45, 0.49]", rerun="moeperf gate ...")  # fmt: skip
+    figure = "75.0 / 160.0 tok/s = 0.469 [0.45, 0.49]"
+    gate = Decision(
+        "moeperf-upgrade::gate[embedded]", "mmap.tg64", "gate", "slower", figure,
+        rerun="moeperf gate ...",
+    )  # fmt: skip
     candidate = [claim("holds"), claim("fails", test="test_dead", kind="dead end"), gate]
     candidate[1] = Decision(**{**candidate[1].__dict__, "rerun": "pytest -m perf x"})
     check = UpgradeCheck("b10423", "b10429", upgrade_rows(pinned, candidate), 600.0)
@@ -294,5 +297,85 @@ def test_a_verbs_profile_and_its_help_follow_the_project(tmp_path, monkeypatch):
     assert "default here: embedded-tiny" in gate.format_help().replace("\n", " ").replace(
         "                        ", ""
     )
-    args = parser.parse_args(["gate", "--profile", "embedded", "--baseline", "1", "--candidate", "2"])
+    args = parser.parse_args(
+        ["gate", "--profile", "embedded", "--baseline", "1", "--candidate", "2"]
+    )
     assert profile_of(args) == "embedded"
+
+
+# -- accept moves the pin -------------------------------------------------------------------------
+PINNED_FILE = """\
+# our host: the pin is what production runs
+[profiles.prod]
+build = 11401  # moved by an accepted upgrade check
+model = "synthetic:tiny"
+baseline = "baselines/prod.toml"
+builds = { b11053 = 11053 }
+
+# the default server
+[profiles.prod.configurations.mmap]
+description = "default load mode"
+"""
+
+
+def test_accept_moves_the_pin_and_keeps_comments_and_the_old_build(tmp_path):
+    from pytest_moeperf.run.pin import pin_moves
+
+    path = tmp_path / "moeperf.toml"
+    path.write_text(PINNED_FILE)
+    profile = load_profiles(path)["prod"]
+    [move] = pin_moves([profile], (11434, "b11434"), tmp_path)
+    assert path.read_text() == PINNED_FILE  # nothing written before it is asked
+    move.write()
+    after = path.read_text()
+    moved = load_profiles(path)["prod"]
+    assert moved.build == 11434 and moved.builds == {"b11053": 11053, "b11401": 11401}
+    for kept in ("# our host: the pin is what production runs", "# moved by an accepted",
+                 "# the default server", 'description = "default load mode"'):  # fmt: skip
+        assert kept in after
+    assert "-build = 11401" in move.diff() and "+build = 11434" in move.diff()
+
+
+def test_a_binary_pin_keeps_the_old_binary_where_it_is(tmp_path, monkeypatch):
+    from pytest_moeperf.run.pin import pin_moves
+
+    old = server(tmp_path / "old-server", 11713)
+    new = server(tmp_path / "new-server", 11800)
+    monkeypatch.setenv("PROD_SERVER", str(old))
+    path = tmp_path / "moeperf.toml"
+    path.write_text(PINNED_FILE.replace("build = 11401", 'build = 11713\nbinary = "$PROD_SERVER"'))
+    [move] = pin_moves([load_profiles(path)["prod"]], (str(new), "b11800"), tmp_path)
+    move.write()
+    moved = load_profiles(path)["prod"]
+    assert moved.build == 11800 and moved.binary == str(new.resolve())
+    assert moved.builds["b11713"] == str(old.resolve())  # not "$PROD_SERVER", repointed later
+
+
+def test_a_pin_that_cannot_move_is_refused_before_anything_is_written(tmp_path):
+    from pytest_moeperf.run.pin import pin_moves
+
+    with pytest.raises(ConfigError, match=r"profile 'embedded' is built in .* copy it into"):
+        pin_moves([load_profiles(None)["embedded"]], (11401, "b11401"), tmp_path)
+    path = tmp_path / "moeperf.toml"
+    path.write_text(PINNED_FILE)
+    with pytest.raises(ConfigError, match=r"label of its own, not its build number"):
+        pin_moves([load_profiles(path)["prod"]], ("/opt/pr/llama-server", "pr-29887"), tmp_path)
+    assert path.read_text() == PINNED_FILE
+
+
+def test_no_command_writes_a_reference_file(tmp_path):
+    from pytest_moeperf.run.options import Options
+    from pytest_moeperf.run.session import PerfSession
+
+    path = tmp_path / "moeperf.toml"
+    path.write_text(
+        PINNED_FILE.replace('baseline = "baselines/prod.toml"', 'baseline = "record.toml"')
+        + '\n[profiles.record]\nbuild = 11401\nmodel = "synthetic:tiny"\n'
+        'reference = "record.toml"\n[profiles.record.configurations.mmap]\n'
+    )
+    profiles = load_profiles(path)
+    session = PerfSession.__new__(PerfSession)  # only what writable_baseline reads
+    session.options = Options(rootdir=tmp_path)
+    session._profiles = profiles
+    with pytest.raises(ConfigError, match=r"record.toml is profile 'record''s reference"):
+        session.writable_baseline(profiles["prod"], "--moeperf-accept")

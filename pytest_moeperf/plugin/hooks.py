@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import signal
 import threading
 from collections.abc import Callable, Generator, Iterator
@@ -45,7 +46,33 @@ JUDGED = pytest.StashKey[Judged]()
 UPGRADES = pytest.StashKey[Upgrades]()
 
 
+PATH_OPTIONS = ("--moeperf-candidate", "--moeperf-pinned", "--llama-server")
+"""Options whose value may be a binary's path."""
+
+
+def _path_taken_for_rootdir(config: pytest.Config) -> str | None:
+    """pytest finds its rootdir before this plugin's options are known, so a path given as a
+    separate word (``--moeperf-candidate /opt/b11800/bin/llama-server``) is read as a test path:
+    the rootdir becomes what it shares with the working directory and the project's ini is
+    not found. Returns the one-line fix when that happened."""
+    args = list(config.invocation_params.args)
+    here = config.invocation_params.dir
+    rootdir = config.rootpath
+    if config.inipath is not None or rootdir == here or rootdir not in here.parents:
+        return None
+    for option, value in itertools.pairwise(args):
+        if option in PATH_OPTIONS:
+            return (
+                f"{option} {value}: pytest took the path for a test path when it looked for its "
+                f"rootdir (found {rootdir}, without the project's ini): write {option}={value}"
+            )
+    return None
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    wrong_root = _path_taken_for_rootdir(config)
+    if wrong_root is not None:
+        raise pytest.UsageError(wrong_root)
     for marker in (
         "perf: a performance test (deselected unless -m selects it)",
         "moeperf(configurations=[...], profile=None): the configurations a perf test measures; "

@@ -69,11 +69,11 @@ def candidate_options(perf: PerfSession) -> list[str]:
     opts = perf.options
     assert opts.candidate is not None
     target, label = opts.candidate
-    words = ["--moeperf-candidate", str(target)]
+    words = [f"--moeperf-candidate={target}"]  # one word: pytest reads a path for its rootdir
     if isinstance(target, str) or label != f"b{target}":
-        words += ["--moeperf-candidate-label", label]
+        words += [f"--moeperf-candidate-label={label}"]
     if opts.pinned is not None:
-        words += ["--moeperf-pinned", str(opts.pinned[0])]
+        words += [f"--moeperf-pinned={opts.pinned[0]}"]
     return words
 
 

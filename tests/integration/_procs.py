@@ -192,3 +192,28 @@ def cgroup_for_throttling(name: str) -> Path | None:
     except OSError:
         return None
     return None
+
+
+@contextlib.contextmanager
+def capped_cgroup(name: str) -> Iterator[Path]:
+    """A cgroup capped to a fifth of a CPU (the test skips where none can be made); whatever
+    still runs in it is killed afterwards and the group removed."""
+    group = cgroup_for_throttling(f"{name}-{os.getpid()}")
+    if group is None:
+        pytest.skip("cgroups cannot be written here: no way to slow a real server")
+    try:
+        yield group
+    finally:
+        for pid in (group / "cgroup.procs").read_text().split():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)
+        with contextlib.suppress(OSError):
+            group.rmdir()
+
+
+def throttled_server(group: Path, server: str, tmp_path: Path) -> str:
+    """A llama-server wrapper that joins *group* before running *server*."""
+    wrapper = tmp_path / "llama-server-throttled"
+    wrapper.write_text(f'#!/bin/sh\necho $$ > {group / "cgroup.procs"}\nexec {server} "$@"\n')
+    wrapper.chmod(0o755)
+    return str(wrapper)

@@ -3,17 +3,13 @@ configuration and workload, and the table, markdown and JSON reports."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import signal
-from collections.abc import Iterator
 from pathlib import Path
 from typing import get_args
 
 import pytest
 from _premise import slower_or_skip
-from _procs import cgroup_for_throttling
+from _procs import capped_cgroup, throttled_server
 
 from pytest_moeperf.commands import main
 from pytest_moeperf.verdicts.outcomes import ChangeOutcome
@@ -119,31 +115,6 @@ def test_a_configuration_a_build_cannot_run_is_a_skipped_row(
     assert "skipped (build b11434 has no --moe-cache-mib)" in out
 
 
-@contextlib.contextmanager
-def _capped_cgroup(name: str) -> Iterator[Path]:
-    """A cgroup capped to a fifth of a CPU (the test skips where none can be made); whatever
-    still runs in it is killed afterwards and the group removed."""
-    group = cgroup_for_throttling(f"{name}-{os.getpid()}")
-    if group is None:
-        pytest.skip("cgroups cannot be written here: no way to slow a real server")
-    try:
-        yield group
-    finally:
-        for pid in (group / "cgroup.procs").read_text().split():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(int(pid), signal.SIGKILL)
-        with contextlib.suppress(OSError):
-            group.rmdir()
-
-
-def _throttled(group: Path, server: str, tmp_path: Path) -> str:
-    """A llama-server wrapper that joins *group* before running *server*."""
-    wrapper = tmp_path / "llama-server-throttled"
-    wrapper.write_text(f'#!/bin/sh\necho $$ > {group / "cgroup.procs"}\nexec {server} "$@"\n')
-    wrapper.chmod(0o755)
-    return str(wrapper)
-
-
 def test_a_throttled_candidate_is_slower_and_exits_1(
     llama_build, tiny_model, tmp_path, capsys, monkeypatch
 ):
@@ -153,11 +124,11 @@ def test_a_throttled_candidate_is_slower_and_exits_1(
     exits 1; undecided, the gate exits 3 and its JSON says not passed."""
     monkeypatch.chdir(tmp_path)
     server = str(llama_build.server)
-    with _capped_cgroup("moeperf-gate-test") as group:
+    with capped_cgroup("moeperf-gate-test") as group:
         rc = main(
             [
                 "gate", "--profile", "embedded-tiny", "--baseline", server,
-                "--candidate", _throttled(group, server, tmp_path), "-c", "default",
+                "--candidate", throttled_server(group, server, tmp_path), "-c", "default",
                 "-w", "pp64", "--budget", "60", "--busy-limit", "1", "--json", "gate.json",
             ]
         )  # fmt: skip
@@ -190,8 +161,8 @@ def test_a_slowed_server_with_an_untouched_bench_is_a_server_layer_change(
     server = str(llama_build.server)
     slowed = tmp_path / "slowed"
     slowed.mkdir()
-    with _capped_cgroup("moeperf-attr-test") as group:
-        Path(_throttled(group, server, tmp_path)).rename(slowed / "llama-server")
+    with capped_cgroup("moeperf-attr-test") as group:
+        Path(throttled_server(group, server, tmp_path)).rename(slowed / "llama-server")
         (slowed / "llama-bench").symlink_to(llama_build.bench)
         rc = main(
             [

@@ -8,7 +8,8 @@ traffic metric (:data:`~pytest_moeperf.measure.workload.TRAFFIC_METRICS`):
 
 * ``prefill`` and ``decode``: tokens summed over time summed, from the server's own
   ``timings`` (the aggregate of ADR-0042's real-traffic table, read the same way
-  ``moeperf logstats`` reads ``print_timing`` lines);
+  ``moeperf logstats`` reads ``print_timing`` lines); ``prefill_N`` the same of the requests
+  with at least N new tokens (the table's ``>= 4,000`` row: ``prefill_4000``);
 * ``throughput``: generated tokens of all requests over the pass's wall time (all slots);
 * ``requests``: answered requests per second of the pass's wall time;
 * ``ttft_pNN``, ``itl_pNN``, ``e2e_pNN``: time to first token, inter-token latency and
@@ -40,7 +41,7 @@ from ..errors import ConfigError, MeasurementError
 from .measurement import Sample
 from .meter import prompt_ids, stream_events, with_bans
 from .mix import Mix, Shape
-from .workload import PERCENTILES, TRAFFIC_LATENCIES, Workload
+from .workload import LONG_PREFILL, PERCENTILES, TRAFFIC_LATENCIES, Workload
 
 CACHED_PREFIX_SEED = 7
 """Seed of the one shared prefix that shapes with ``cached`` tokens start with."""
@@ -179,8 +180,11 @@ class Pass:
         request, or no token gaps for ``itl``)."""
         ok = self.answered
         metric = workload.metric
-        if metric == "prefill":
-            tokens, ms = sum(r.prompt_n for r in ok), sum(r.prompt_ms for r in ok)
+        long = LONG_PREFILL.match(metric)
+        if metric == "prefill" or long:
+            least = int(long[1]) if long else 0
+            mine = [r for r in ok if r.prompt_n >= least]
+            tokens, ms = sum(r.prompt_n for r in mine), sum(r.prompt_ms for r in mine)
         elif metric == "decode":
             tokens, ms = sum(r.predicted_n for r in ok), sum(r.predicted_ms for r in ok)
         elif metric == "throughput":

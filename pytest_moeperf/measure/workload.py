@@ -20,6 +20,17 @@ TRAFFIC_LATENCIES = tuple(f"{what}_p{q}" for what in ("ttft", "itl", "e2e") for 
 """Traffic metrics that are latencies in milliseconds (time to first token, inter-token, end
 to end): lower is better."""
 TRAFFIC_METRICS = (*TRAFFIC_RATES, *TRAFFIC_LATENCIES)
+LONG_PREFILL = re.compile(r"^prefill_([1-9]\d*)$")
+"""``prefill_N``: the prefill rate of the requests with at least N new tokens (ADR-0042's
+``>= 4,000`` row is ``traffic.prefill_4000``), a rate like ``prefill``."""
+
+
+def is_traffic_metric(metric: str) -> bool:
+    """A metric of :data:`TRAFFIC_METRICS`, or ``prefill_N`` (:data:`LONG_PREFILL`)."""
+    return metric in TRAFFIC_METRICS or LONG_PREFILL.match(metric) is not None
+
+
+_METRICS_TEXT = f"{', '.join(TRAFFIC_METRICS)} or prefill_N (requests of >= N new tokens)"
 
 
 @dataclass(frozen=True, order=True)
@@ -35,10 +46,8 @@ class Workload:
 
     def __post_init__(self) -> None:
         if self.kind == "traffic":
-            if self.metric not in TRAFFIC_METRICS or self.tokens or self.depth:
-                raise ConfigError(
-                    f"traffic metric {self.metric!r}: use one of {', '.join(TRAFFIC_METRICS)}"
-                )
+            if not is_traffic_metric(self.metric) or self.tokens or self.depth:
+                raise ConfigError(f"traffic metric {self.metric!r}: use one of {_METRICS_TEXT}")
             return
         if self.kind not in ("pp", "tg"):
             raise ConfigError(
@@ -59,10 +68,10 @@ class Workload:
         """``"pp512"``, ``"tg64"``, ``"tg128 @ d8192"`` (or ``"tg128@d8192"``),
         ``"traffic.prefill"``."""
         if t := _TRAFFIC.match(name):
-            if t.group(1) not in TRAFFIC_METRICS:
+            if not is_traffic_metric(t.group(1)):
                 raise ConfigError(
                     f"workload {name!r}: traffic has no metric {t.group(1)!r}; use one of "
-                    f"{', '.join(TRAFFIC_METRICS)}"
+                    f"{_METRICS_TEXT}"
                 )
             return cls.traffic(t.group(1))
         m = _NAME.match(name)

@@ -18,6 +18,7 @@ from ..measure.workload import Workload
 from ..report.reference import reference_failure
 from ..report.tables import baseline_failure, claim_failure, measured_table
 from ..run.crosscheck import bench_in_rounds
+from ..run.pool import ServerRecord
 from ..run.rounds import (
     Decided,
     cannot_decide,
@@ -110,6 +111,9 @@ class MoePerf:
 
     def server(self, configuration: str, build: str | None = None) -> LlamaServer:
         """The running llama-server of *configuration* (started on first use)."""
+        return self._running(configuration, build).server
+
+    def _running(self, configuration: str, build: str | None) -> ServerRecord:
         servers = self.session.servers
         if servers is None:
             raise ConfigError("replay mode (--moeperf-replay) starts no servers")
@@ -121,7 +125,7 @@ class MoePerf:
             self._unavailable(exc)
         self._used.add((configuration, rec.label))
         self._startup_warnings()
-        return rec.server
+        return rec
 
     def measure(
         self,
@@ -152,6 +156,18 @@ class MoePerf:
         its server as used by this test (for startup warnings)."""
         self.touched = [t for t in self.touched if t.key != m.key] + [m]
         self._used.add((m.configuration, m.build))
+
+    def startup_warnings(self, configuration: str, build: str | None = None) -> frozenset[str]:
+        """The ids of the known performance warnings (``mmap-tensor-overrides``, ...) the
+        server of *configuration* printed at its start (started here if it is not running);
+        a replayed run, which starts no server, skips the test saying so."""
+        if self.session.servers is None:
+            pytest.skip(
+                f"{configuration}: a replayed run starts no server, and the stored numbers keep "
+                "no startup log to read its warnings from"
+            )
+        key = (self.profile.name, configuration, self._running(configuration, build).label)
+        return frozenset(f.id for f in self.session.journal.findings.get(key, []))
 
     def _startup_warnings(self) -> None:
         """Warn (or fail, with ``--moeperf-strict-warnings``) about the performance warnings
@@ -356,6 +372,15 @@ class MoePerf:
         return verdict
 
     # -- baselines -------------------------------------------------------------------------------
+    def _said_once(self, label: str, head: str, detail: str) -> str:
+        """A skip's reason, *head* and *detail*: whole the first time the session says it,
+        *head* alone and whose reason it is after that (``mmap.tg64: ... (the reason given in
+        full for mmap.pp512)``), so that a reason several tests share is read once."""
+        first = self.session.told.setdefault((head.removeprefix(f"{label}: "), detail), label)
+        if first == label:
+            return f"{head}: {detail}"
+        return f"{head} (the reason given in full for {first})"
+
     def check_baseline(self, configuration: str, workload: str | Workload) -> BaselineCheck:
         """Compare the measurement with the profile's stored baseline: pass while the median
         is no worse than baseline x (1 - tolerance). Only this host's numbers apply: the
@@ -379,9 +404,8 @@ class MoePerf:
             session.options.probe_tolerance,
         )
         if host is None:
-            pytest.skip(
-                f"baseline {bf.path} holds no numbers of this host, so none apply: {'; '.join(why)}"
-            )
+            head = f"baseline {bf.path} holds no numbers of this host, so none apply"
+            pytest.skip(self._said_once(f"{configuration}.{m.workload.name}", head, "; ".join(why)))
         # the candidate of an upgrade check is held to the pinned build's baseline
         build = (self.profile.build_label or m.build) if self.side == "candidate" else m.build
         entry = bf.find(build, m.configuration, m.workload.name, host=host.id)
@@ -431,7 +455,8 @@ class MoePerf:
             )
             if checked is None or checked.check.outcome == "undecided":
                 session.source.notice(cannot)  # said, and nothing measured for it
-                pytest.skip(cannot)
+                head, _, detail = cannot.partition(": ")[2].partition(": ")
+                pytest.skip(self._said_once(label, f"{label}: {head}", detail))
         else:
             checked = decide_baseline(
                 session.source,

@@ -372,18 +372,10 @@ def _upgrade_check(session: pytest.Session, perf: PerfSession) -> None:
         write_output(report.with_suffix(".json"), upgrade_json(check), "--moeperf-upgrade-report")
 
 
-def pytest_sessionfinish(session: pytest.Session) -> None:
-    perf = session.config.stash.get(SESSION, None)
-    if perf is None:
-        return
-    _nothing_judged(session, perf)
-    if session.exitstatus != pytest.ExitCode.INTERRUPTED:
-        try:
-            _upgrade_check(session, perf)
-        except OSError as exc:
-            perf.finish_error = str(exc)
-            session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
-    perf.close()
+def _finish_steps(session: pytest.Session, perf: PerfSession) -> list[Callable[[], object]]:
+    """What a session does at its end, in order: the host at the end, the llama-bench
+    cross-check, the results file and store, the accept (an upgrade check's moves the pin),
+    the markdown report."""
     interrupted = session.exitstatus == pytest.ExitCode.INTERRUPTED
     steps: list[Callable[[], object]] = []
     if not interrupted:
@@ -391,19 +383,30 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         if perf.options.bench:
             steps.append(lambda: cross_check(perf))
     steps.append(lambda: setattr(perf, "results_path", perf.write_results()))
-    if perf.options.accept and not interrupted and perf.upgrade is not None:
-        check = perf.upgrade
-        steps.append(
-            lambda: perf.accept_lines.extend(
-                perf.accept_upgrade(check.outcome, perf.options.dry_run)
-            )
-        )
+    check = perf.upgrade
+    if perf.options.accept and not interrupted and check is not None:
+        dry = perf.options.dry_run
+        steps.append(lambda: perf.accept_lines.extend(perf.accept_upgrade(check.outcome, dry)))
     elif perf.options.accept and not interrupted and perf.candidate is None:
         steps.append(lambda: perf.accept_baselines(failed=session.testsfailed))
     if perf.options.report_file is not None:
         steps.append(lambda: write_report(perf))
-    errors = []
-    for step in steps:  # one step's error does not cost the others (a refused accept, a report)
+    return steps
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    perf = session.config.stash.get(SESSION, None)
+    if perf is None:
+        return
+    if session.exitstatus != pytest.ExitCode.INTERRUPTED:
+        try:
+            _upgrade_check(session, perf)
+        except OSError as exc:
+            perf.finish_error = str(exc)
+            session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+    perf.close()
+    errors = [perf.finish_error] if perf.finish_error else []
+    for step in _finish_steps(session, perf):  # one step's error costs no other
         try:
             step()
         except MoeperfError as exc:
@@ -412,10 +415,10 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         except OSError as exc:
             errors.append(str(exc))
             session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+    if perf.upgrade is None and not perf.accepted:  # a run that wrote baselines did something
+        _nothing_judged(session, perf)
     perf.store.close()
-    perf.finish_error = (
-        "; ".join([*errors, *([perf.finish_error] if perf.finish_error else [])]) or None
-    )
+    perf.finish_error = "; ".join(errors) or None
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

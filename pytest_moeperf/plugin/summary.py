@@ -23,6 +23,7 @@ from ..report.tables import (
     host_lines,
     markdown_report,
     roofline_warnings,
+    said_once,
     start_lines,
     startup_lines,
     summary_rows,
@@ -178,7 +179,7 @@ def _measured_blocks(perf: PerfSession, reporter: pytest.TerminalReporter) -> No
         _block(
             reporter,
             "said before deciding (resolution, budgets):",
-            *(f"  {n}" for n in perf.journal.notices),
+            *(f"  {n}" for n in said_once(perf.journal.notices)),
         )
     for ref, ref_rows, ms, workloads in _references(perf):
         _block(reporter, *reference_text(ref, ref_rows, ms, workloads))

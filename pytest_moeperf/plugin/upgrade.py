@@ -25,7 +25,14 @@ from ..run.gate import upgrade_row
 from ..run.session import PerfSession
 from ..store.hosts import host_key
 from ..verdicts.gate import GateRow
-from ..verdicts.upgrade import NOT_JUDGED, Decision, ratio_text, standing, upgrade_rows
+from ..verdicts.upgrade import (
+    NOT_JUDGED,
+    Decision,
+    UpgradeRow,
+    ratio_text,
+    standing,
+    upgrade_rows,
+)
 from .judged import verdict_property
 from .markers import Declared
 
@@ -145,6 +152,16 @@ class GateItem(pytest.Item):
         assert perf.servers is not None and perf.candidate is not None
         profile = perf.profile(plan.profile)
         test = f"{GATE_PREFIX}[{plan.profile}]"
+        measured = {(k[0], k[1]) for k in perf.measurements}
+        if (plan.profile, plan.configuration) not in measured:
+            why = (
+                f"{plan.configuration}: no test measured it (they only started its server), so "
+                "no decision reads its numbers: not gated"
+            )
+            self.decisions.append(
+                Decision(test, f"{plan.configuration}.{plan.workload}", "gate", NOT_JUDGED, why=why)
+            )
+            pytest.skip(why)
         try:
             row, output, notes = upgrade_row(
                 perf,
@@ -290,20 +307,27 @@ class Upgrades:
 
     def check(self) -> UpgradeCheck:
         rows = upgrade_rows(self.sides[PINNED], self.sides[CANDIDATE])
-        neither = [r for r in rows if r.changed == "judged on neither"]
-        kept = [r for r in rows if r.changed != "judged on neither"]
+        neither = [r for r in rows if _judged_by_neither(r)]
+        kept = [r for r in rows if not _judged_by_neither(r)]
         notes = _not_judged_notes(neither)
         return UpgradeCheck(
             self.pinned, self.candidate, kept, time.monotonic() - self.started, notes
         )
 
 
-def _not_judged_notes(rows: Sequence[Any]) -> list[str]:
+def _judged_by_neither(row: UpgradeRow) -> bool:
+    return all(d is None or d.outcome == NOT_JUDGED for d in (row.pinned, row.candidate))
+
+
+def _not_judged_notes(rows: Sequence[UpgradeRow]) -> list[str]:
     """The decisions neither build judged, said once per reason with their tests."""
     by_why: dict[str, list[str]] = {}
     for r in rows:
-        why = (r.pinned.why if r.pinned else "") or "no reason given"
-        by_why.setdefault(why.splitlines()[0], []).append(r.test.rsplit("::", 1)[-1])
+        why = next((d.why for d in (r.pinned, r.candidate) if d and d.why), "no reason given")
+        name = r.test.rsplit("::", 1)[-1]
+        if r.kind == "gate":
+            name = f"{name} {r.asked}"
+        by_why.setdefault(why.splitlines()[0], []).append(name)
     return [
         f"not judged on either build ({len(tests)}: {', '.join(tests)}): {why}"
         for why, tests in by_why.items()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -412,3 +413,22 @@ def markdown_report(
         fields = [[k, str(v)] for k, v in fingerprint.items()]
         section("Host", markdown_table(["field", "value"], fields))
     return "\n".join(parts)
+
+
+_SAID = re.compile(r"^(?P<label>[^\s:]+(?: / [^\s:]+)?): (?P<rest>.+)$", re.S)
+
+
+def said_once(lines: Iterable[str]) -> list[str]:
+    """*lines* (``label: reason``) with a reason several labels share said once, after all
+    their labels (``mmap.pp512, mmap.tg64: baseline check not measured further: ...``), in the
+    order each reason was first said."""
+    by_reason: dict[str, list[str]] = {}
+    for line in lines:
+        m = _SAID.match(line)
+        label, rest = (m["label"], m["rest"]) if m else ("", line)
+        labels = by_reason.setdefault(rest, [])
+        if label and label not in labels:
+            labels.append(label)
+    return [
+        f"{', '.join(labels)}: {rest}" if labels else rest for rest, labels in by_reason.items()
+    ]

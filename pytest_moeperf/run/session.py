@@ -130,6 +130,9 @@ class PerfSession:
         self.finish_error: str | None = None
         self.history_problems: list[str] = []
         self.report_files: list[Path] = []
+        self.told: dict[tuple[str, str], str] = {}
+        """Each skip reason the tests gave (head, detail), and the first test's label that gave
+        it: said whole once."""
         self.accept_lines: list[str] = []
         """What an accepting upgrade check changed in the profiles files, as diffs."""
         self.upgrade: Any = None

@@ -7,6 +7,7 @@ cells, or accepted samples); a bisect's ``--json`` holds the run record of each 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -119,10 +120,13 @@ def _traffic_stand_ins(bf: BaselineFile) -> list[Measurement]:
     each configuration and build (:func:`~pytest_moeperf.verdicts.reference.stand_in`: a
     record's aggregate row is what a pass's metric computes), figures with their spread."""
     traffic = [e for e in bf.entries if e.kind == "traffic"]
+    long = sorted(
+        {m[1] for e in traffic if (m := re.fullmatch(r"prefill-aggregate>=(\d+)", e.workload))}
+    )
     ms = []
     for configuration, build in dict.fromkeys((e.configuration, e.build) for e in traffic):
         own = [e for e in traffic if e.build == build]
-        for rate in ("prefill", "decode"):
+        for rate in ("prefill", "decode", *(f"prefill_{n}" for n in long)):
             w = Workload.traffic(rate)
             e = stand_in(own, configuration, w.name, build)
             if e is None:

@@ -112,6 +112,9 @@ def stand_in(entries: Iterable[E], configuration: str, workload: str, build: str
     of *build* else the newest (:func:`pick_entry`). ``None`` for other workloads or when the
     record has no such row."""
     rate = workload.removeprefix("traffic.")
+    long = re.fullmatch(r"prefill_(\d+)", rate)
+    if long:  # traffic.prefill_4000: the row of exactly that threshold
+        rate = "prefill"
     if rate == workload or rate not in ("prefill", "decode"):
         return None
     rows: list[tuple[int, E]] = []
@@ -119,6 +122,8 @@ def stand_in(entries: Iterable[E], configuration: str, workload: str, build: str
         m = _AGGREGATE.match(e.workload)
         if e.kind == "traffic" and e.configuration == configuration and m and m[1] == rate:
             rows.append((int(m[2] or 0), e))
+    if long:
+        rows = [(t, e) for t, e in rows if t == int(long[1])]
     if not rows:
         return None
     lowest = min(t for t, _ in rows)

@@ -44,6 +44,7 @@ def test_accept_then_check_then_fail_with_the_table(tiny):
     )  # fmt: skip
     accepted_or_skip(result.stdout.str())
     result.stdout.fnmatch_lines(["*accepted as new baselines: *tiny.toml"])
+    assert result.ret == 0  # it measured and wrote baselines: not "nothing judged", exit 5
     text = baseline.read_text()
     assert 'configuration = "default"' in text and 'workload = "pp64"' in text
     assert "[host.fingerprint]" in text and "model_sha256_16mib" in text and "probes" in text

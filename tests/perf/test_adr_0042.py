@@ -45,6 +45,35 @@ def test_gpu_expert_cache_is_slower_than_no_cache(moeperf, cache):
     """Decision 1: --moe-cache-mib is slower than no cache at every size that fits."""
 
 
+@pytest.mark.moeperf(configurations=["cache-2gib", "cache-4gib", "cache-6gib", "mmap"])
+@pytest.mark.parametrize("cache", ["cache-2gib", "cache-4gib", "cache-6gib"])
+def test_the_cache_leaves_prefill_unchanged(moeperf, cache):
+    """Evidence: pp2048 187.5, 189.9 and 189.3 with the cache against 189.0 without: the cache
+    is bypassed for batches above 32 tokens, so prefill neither gains nor loses."""
+    verdict = moeperf.compare(f"{cache}.pp2048", "mmap.pp2048", margin=0.05)
+    assert verdict.outcome == "unchanged", verdict.explain()
+
+
+@pytest.mark.moeperf(
+    configurations=["lm-none-cache-2.5gib-gpu0-near", "lm-none-cache-2.5gib-gpu0-far"]
+)
+def test_the_cards_socket_is_not_why_the_cache_loses(moeperf):
+    """Evidence, the mechanism: moving the process across the socket from the card changed the
+    cached decode by 1 % (13.31 near, 13.47 far): the miss path is slow on its own."""
+    verdict = moeperf.compare(
+        "lm-none-cache-2.5gib-gpu0-far.tg128", "lm-none-cache-2.5gib-gpu0-near.tg128", margin=0.05
+    )
+    assert verdict.outcome == "unchanged", verdict.explain()
+
+
+@pytest.mark.moeperf(configurations=["mmap", "lm-none-node1"])
+def test_mmap_with_tensor_overrides_prints_the_load_mode_hint(moeperf):
+    """Decision 4's clue: the old server printed "tensor overrides to CPU are used with mmap
+    enabled - consider using --load-mode none" at every start; -lm none does not print it."""
+    assert "mmap-tensor-overrides" in moeperf.startup_warnings("mmap")
+    assert "mmap-tensor-overrides" not in moeperf.startup_warnings("lm-none-node1")
+
+
 @pytest.mark.moeperf(configurations=["cache-6gib", "mmap"])
 def test_even_an_80_percent_hit_rate_is_over_30_percent_slower(moeperf):
     """Evidence: 6 GiB split (79-80 % hits) is 36 % slower than no cache in decode; the claim
@@ -73,8 +102,10 @@ def test_new_build_beats_the_old_on_identical_flags(moeperf, metric, at_least):
 
 @pytest.mark.moeperf(configurations=["lm-none-node0", "lm-none-node1"])
 def test_node1_is_not_slower_than_node0_in_decode(moeperf):
-    """Decision 5: pinned to node 1 decode measured 15.7 tok/s, on node 0 11.7."""
+    """Decision 5: pinned to node 1 decode measured 15.7 tok/s, on node 0 11.7: a lead of
+    1.35x. Not slower, and the lead is at least 1.25x (ten points of room for another day)."""
     moeperf.check("lm-none-node1.tg128 >= lm-none-node0.tg128")
+    moeperf.check("lm-none-node1.tg128 >= 1.25 * lm-none-node0.tg128")
 
 
 @pytest.mark.moeperf(configurations=["lm-none-node0", "lm-none-node1"])
@@ -94,3 +125,11 @@ def test_real_traffic_prefill_doubles_with_load_mode_none(moeperf):
     decode no more than 10 % slower."""
     moeperf.check("serve-new.traffic.prefill >= 1.9 * serve-legacy.traffic.prefill")
     moeperf.check("serve-new.traffic.decode >= 0.9 * serve-legacy.traffic.decode")
+
+
+@pytest.mark.moeperf(configurations=["serve-legacy", "serve-new"])
+def test_long_prompts_on_real_traffic_gain_as_much(moeperf):
+    """The real-traffic table's >= 4,000-token row: prefill 113.3 -> 242.0 tok/s (2.14x), the
+    requests the agent's worst turns are made of. Its own ratio reads 2.14 [1.86, 2.45] at 5 %
+    a side; the claim asks at least 1.8x."""
+    moeperf.check("serve-new.traffic.prefill_4000 >= 1.8 * serve-legacy.traffic.prefill_4000")

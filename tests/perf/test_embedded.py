@@ -52,6 +52,14 @@ def test_gpu_expert_cache_stays_a_dead_end(moeperf):
     """Skipped on builds without --moe-cache-mib (b11434), with that reason."""
 
 
+@pytest.mark.moeperf(configurations=["experts-on-cpu", "experts-on-cpu-lm-none"])
+def test_experts_on_the_cpu_with_mmap_print_the_load_mode_hint(moeperf):
+    """ADR-0042 decision 4: the remedy was printed at every start for a month. With the
+    experts kept in system RAM by a tensor override, mmap prints the hint; -lm none does not."""
+    assert "mmap-tensor-overrides" in moeperf.startup_warnings("experts-on-cpu")
+    assert "mmap-tensor-overrides" not in moeperf.startup_warnings("experts-on-cpu-lm-none")
+
+
 @pytest.mark.moeperf(configurations=["mmap"])
 def test_decode_after_a_filled_context_is_slower(moeperf):
     moeperf.check("mmap.tg64@d512 <= 0.95 * mmap.tg64")

@@ -287,3 +287,22 @@ def test_traffic_metrics_need_a_traffic_table(tmp_path):
     )["p"]
     with pytest.raises(ConfigError, match="configuration 'a' has no traffic table"):
         traffic_of(p, p.configurations["a"], tmp_path)
+
+
+def test_long_prefill_counts_only_the_requests_of_at_least_n_new_tokens():
+    """ADR-0042's >= 4,000-token row: ``traffic.prefill_N`` is the aggregate over the requests
+    with at least N new tokens, a rate like ``prefill``."""
+    records = [
+        record(0, ttft=1, e2e=2, itl=[1], pn=4096, pms=16000, gn=8, gms=500),
+        record(1, ttft=1, e2e=2, itl=[1], pn=300, pms=1000, gn=8, gms=500),
+        record(2, ttft=1, e2e=2, itl=[1], pn=5000, pms=24000, gn=8, gms=500),
+    ]
+    p = Pass(records, wall_ms=1000.0, traffic=Traffic(MIX, concurrency=2, requests=3))
+    w = Workload.parse("traffic.prefill_4000")
+    assert w.name == "traffic.prefill_4000" and w.higher_is_better and w.unit == "tok/s"
+    long = p.sample(w)
+    assert (long.tokens, long.ms) == (9096, 40000)
+    assert p.sample(Workload.parse("traffic.prefill_6000")) is None  # no such request
+    for bad in ("traffic.prefill_0", "traffic.prefill_x", "traffic.decode_4000"):
+        with pytest.raises(ConfigError, match="prefill_N"):
+            Workload.parse(bad)

@@ -379,3 +379,14 @@ def test_no_command_writes_a_reference_file(tmp_path):
     session._profiles = profiles
     with pytest.raises(ConfigError, match=r"record.toml is profile 'record''s reference"):
         session.writable_baseline(profiles["prod"], "--moeperf-accept")
+
+
+def test_a_reason_several_tests_share_is_said_once_with_their_names():
+    from pytest_moeperf.report.tables import said_once
+
+    why = "baseline check not measured further: between sessions 20 % (prior bound): ..."
+    lines = [f"mmap.pp512: {why}", "mmap.pp512 / one-core.pp512: budget 180 s", f"mmap.tg64: {why}"]
+    assert said_once(lines) == [
+        f"mmap.pp512, mmap.tg64: {why}",
+        "mmap.pp512 / one-core.pp512: budget 180 s",
+    ]

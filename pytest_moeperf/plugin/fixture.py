@@ -36,7 +36,7 @@ from ..verdicts.claims import Claim, Operand
 from ..verdicts.creep import SessionTerm
 from ..verdicts.judge import Verdict
 from ..verdicts.sequential import Rule
-from ..verdicts.upgrade import Decision, DecisionKind, ratio_text
+from ..verdicts.upgrade import Decision, DecisionKind, verdict_decision
 
 KINDS: dict[str, DecisionKind] = {"claim": "claim", "dead_end": "dead end", "change": "change"}
 """A rule's kind as the upgrade table names its decisions."""
@@ -248,10 +248,7 @@ class MoePerf:
 
     def _decided(self, kind: DecisionKind, asked: str, v: Verdict, record: str = "") -> None:
         """A verdict of this test, as an upgrade check's table pairs it."""
-        figure = ratio_text(v)
-        self.decisions.append(
-            Decision(self.test, asked, kind, v.outcome, figure, record, why=v.reason or "")
-        )
+        self.decisions.append(replace(verdict_decision(self.test, asked, v, record), kind=kind))
 
     def _against_reference(self, verdict: Verdict) -> str:
         """The failure message's part on the reference: *verdict*'s reference line and the

@@ -21,6 +21,7 @@ from ..run.crosscheck import cross_check
 from ..run.opening import perf_session
 from ..run.session import PerfSession
 from ..store.hosts import host_key
+from ..verdicts.upgrade import base_test
 from .fixture import MoePerf
 from .judged import NOTHING_JUDGED, Judged, verdict_property
 from .markers import Declared, check_configurations, read_markers
@@ -29,7 +30,6 @@ from .summary import judged_summary, terminal_summary, write_report
 from .upgrade import (
     GateItem,
     Upgrades,
-    base_test,
     decisions_property,
     parametrize_sides,
     report_decisions,
@@ -298,7 +298,7 @@ def moeperf(request: pytest.FixtureRequest) -> Iterator[MoePerf]:
         pytest.fail(str(exc), pytrace=False)
     side = side_of(request.node)
     nodeid = request.node.nodeid
-    fixture = MoePerf(perf, nodeid, profile, side, base_test(nodeid, side))
+    fixture = MoePerf(perf, nodeid, profile, side, base_test(nodeid, side) if side else nodeid)
     try:
         yield fixture
     except MoeperfError as exc:

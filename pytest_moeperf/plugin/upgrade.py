@@ -51,13 +51,6 @@ def side_of(item: pytest.Item) -> str | None:
     return str(side) if side is not None else None
 
 
-def base_test(nodeid: str, side: str | None) -> str:
-    """*nodeid* without its side: ``t.py::test_x[mmap-pinned]`` -> ``t.py::test_x[mmap]``."""
-    if side is None:
-        return nodeid
-    return nodeid.replace(f"[{side}]", "").replace(f"-{side}]", "]")
-
-
 def parametrize_sides(metafunc: pytest.Metafunc) -> None:
     """Run the perf test *metafunc* defines on both sides of the upgrade check."""
     if SIDE not in metafunc.fixturenames:

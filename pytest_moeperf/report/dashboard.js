@@ -188,14 +188,35 @@
         return "moeperf gate --profile " + p + " --baseline " + (numbers[0] || a.build) +
           " --candidate " + (numbers[1] || b.build) + " -c " + Object.keys(configurations[p]).join(",");
       }).join("\n");
-    var list = document.getElementById("verdicts");
-    list.textContent = "";
-    [a, b].forEach(function (r, i) {
-      (r.verdicts || []).forEach(function (v) {
-        var item = document.createElement("li");
-        item.textContent = (i ? "second: " : "first: ") + v[0] + ": " + v[1];
-        list.appendChild(item);
-      });
+    decisions(a, b);
+  }
+  // The decisions of both runs paired as the upgrade check's table pairs them: by test
+  // (without its side) and what it judged, the n-th with the n-th; what changed is read off
+  // the Python table of standings (store.changed), with its one rule: the same standing and
+  // another outcome word is that move ("unchanged -> slower").
+  function numbered(run) {
+    var seen = {}, out = {};
+    (run.decisions || []).forEach(function (d) {
+      var key = d[0] + "\u0000" + d[1];
+      seen[key] = (seen[key] || 0) + 1;
+      out[key + "\u0000" + seen[key]] = d;
+    });
+    return out;
+  }
+  function decisions(a, b) {
+    var first = numbered(a), second = numbered(b), body = document.querySelector("#decisions tbody");
+    body.textContent = "";
+    var keys = Object.keys(first).concat(Object.keys(second).filter(function (k) { return !(k in first); }));
+    keys.forEach(function (k) {
+      var p = first[k], q = second[k], d = p || q, row = document.createElement("tr");
+      var word = store.changed[(p ? p[5] : "none") + "|" + (q ? q[5] : "none")];
+      if (word === "" && p && q && p[3] !== q[3]) { word = p[3] + " -> " + q[3]; }
+      row.dataset.changed = word;
+      cell(row, d[0].split("::").pop() + ": " + d[1]);
+      cell(row, p ? p[3] + " " + p[4] : "-");
+      cell(row, q ? q[3] + " " + q[4] : "-");
+      cell(row, word || "-");
+      body.appendChild(row);
     });
   }
   compare();

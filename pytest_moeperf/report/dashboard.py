@@ -43,6 +43,13 @@ from ..store.record import parse_date
 from ..store.series import FALLBACK_LOG_SE, Found, Series, median_interval
 from ..verdicts.changes import Z
 from ..verdicts.judge import Verdict
+from ..verdicts.upgrade import (
+    CHANGED_BY_STANDING,
+    SIDES,
+    base_test,
+    standing,
+    verdict_decision,
+)
 from .charts import (
     MOST_COMPACT,
     MOST_POINTS,
@@ -217,10 +224,12 @@ def _compare_page(site: Site, host: str) -> str:
     by_date = {r["date"]: key for key, r in runs.items()}
     for test, _, date, doc in site.verdicts.get(host, []):
         if (key := by_date.get(date)) is not None:
-            v = Verdict.from_dict(doc)
-            runs[key].setdefault("verdicts", []).append([test, v.explain()])
+            runs[key].setdefault("decisions", []).append(_decision(test, doc))
+    for run in runs.values():  # each test's decisions in the order judged (pinned first)
+        run.get("decisions", []).sort(key=lambda d: d[6])
     series = [[s.profile, s.configuration, s.workload] for s in mine]
-    data = json.dumps({"z": Z, "series": series, "runs": runs}, separators=(",", ":"))
+    payload = {"z": Z, "series": series, "runs": runs, "changed": CHANGED_BY_STANDING}
+    data = json.dumps(payload, separators=(",", ":"))
     for mark, escape in (("&", "\\u0026"), ("<", "\\u003c"), (">", "\\u003e")):
         data = data.replace(mark, escape)  # JSON still, and nothing a parser of HTML reads
     body = (
@@ -230,10 +239,23 @@ def _compare_page(site: Site, host: str) -> str:
         "<table id=compare class=reference><thead><tr><th>series</th><th>first</th>"
         "<th>second</th><th>second / first</th><th>95 % interval</th></tr></thead><tbody>"
         "</tbody></table><h2>The gate of their builds on their host</h2><pre id=gate></pre>"
-        "<h2>The verdicts they carry</h2><ul id=verdicts></ul>"
+        "<h2>Their decisions, side by side</h2><p>As an upgrade check's table: each decision "
+        "of the first run beside the same one of the second, and what changed.</p>"
+        "<table id=decisions class=reference><thead><tr><th>decision</th><th>first</th>"
+        "<th>second</th><th>changed</th></tr></thead><tbody></tbody></table>"
         f"<script type=application/json id=compare-data>{data}</script>"
     )
     return _page(f"pytest-moeperf: two runs of {host} compared", body, mine)
+
+
+def _decision(test: str, doc: dict[str, Any]) -> list[Any]:
+    """A stored verdict as the compare page pairs it: [test without its side, what it judged,
+    kind, outcome, figure, standing, order]: the values of the upgrade check's
+    :class:`~pytest_moeperf.verdicts.upgrade.Decision`."""
+    v = Verdict.from_dict(doc)
+    d = verdict_decision(base_test(test), str(doc.get("asked") or v.label), v)
+    order = 1 if test != base_test(test, SIDES[0]) else 0  # a candidate's after the pinned's
+    return [d.test, d.asked, d.kind, d.outcome, d.figure, standing(d.kind, d.outcome), order]
 
 
 def _when(f: Found) -> dt.datetime:

@@ -50,6 +50,27 @@ def ratio_text(v: Verdict) -> str:
     return f"{v.ratio:.3f} [{end(v.low)}, {end(v.high)}]"
 
 
+SIDES = ("pinned", "candidate")
+"""The two sides of an upgrade check, as a test's parameter names them (``test_x[pinned]``)."""
+
+
+def base_test(nodeid: str, side: str | None = None) -> str:
+    """*nodeid* without its side (``t.py::test_x[mmap-pinned]`` -> ``t.py::test_x[mmap]``):
+    of *side*, or of either when none is given."""
+    for name in SIDES if side is None else (side,):
+        nodeid = nodeid.replace(f"[{name}]", "").replace(f"-{name}]", "]")
+    return nodeid
+
+
+def verdict_decision(test: str, asked: str, v: Verdict, record: str = "") -> Decision:
+    """The decision a verdict of *test* is: a claim, a dead end (``<``) or a compared change
+    (``~``), with its ratio and interval."""
+    kind: DecisionKind = (
+        "change" if v.relation == "~" else "dead end" if v.relation == "<" else "claim"
+    )
+    return Decision(test, asked, kind, v.outcome, ratio_text(v), record, why=v.reason or "")
+
+
 def standing(kind: str, outcome: str) -> str:
     """``good``, ``bad``, ``undecided`` or ``none`` (not judged) of one side's *outcome*. A
     change a test compared is neither good nor bad by its word (the test's own assertion says
@@ -127,6 +148,10 @@ _CHANGED: dict[tuple[str, str], str] = {
     ("none", "none"): "judged on neither",
 }
 """What changed, by the two sides' standings (pinned, candidate)."""
+CHANGED_BY_STANDING = {f"{a}|{b}": word for (a, b), word in _CHANGED.items()}
+"""The same, keyed ``"good|bad"``: the table the dashboard's compare page reads what changed
+from, with :func:`changed`'s one rule beside it (the same standing, another outcome word:
+``unchanged -> slower``)."""
 
 _GATE_CHANGED = {
     "good": "",

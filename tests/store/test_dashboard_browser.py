@@ -70,6 +70,7 @@ def test_every_page_draws_the_store_offline_with_its_change_points(
                       "tolerance": 0.05}],
     })  # fmt: skip
     store.add_document("gate", a, {"baseline": "b10428", "candidate": "b10429"})
+    claimed = []  # the runs of one claim: it holds, is undecided, then fails
     for i, (outcome, low) in enumerate([("holds", 2.1), ("undecided", 1.8), ("fails", 1.2)]):
         claim = Verdict(outcome, low + 0.2, low, low + 0.4, 2.0, label="lm-none / mmap")
         record = replace(
@@ -77,6 +78,7 @@ def test_every_page_draws_the_store_offline_with_its_change_points(
             verdicts=[VerdictRecord("test_x.py::test_lm_none_doubles_prefill", claim)],
         )
         store.add_run(record)
+        claimed.append(run_key(record))
     rows = store.series_rows(host=a)
     store.close()
     site = tmp_path / "site"
@@ -226,9 +228,24 @@ def test_every_page_draws_the_store_offline_with_its_change_points(
         "--baseline 10423 --candidate 10433 -c " in gate
         and "moeperf gate --profile embedded" in gate
     )
-    assert (
-        "second: test_x.py::test_lm_none_doubles_prefill" in page.locator("#verdicts").inner_text()
-    )
+    def decisions():
+        return page.locator("#decisions tbody tr").evaluate_all(
+            "rs => rs.map(r => [...r.cells].map(c => c.textContent))"
+        )
+
+    # their decisions side by side, as an upgrade check's table: the first run judged none
+    assert decisions() == [
+        ["test_lm_none_doubles_prefill: lm-none / mmap", "-", "fails 1.400 [1.200, 1.600]",
+         "worse (not judged on the pinned build)"]
+    ]  # fmt: skip
+    page.select_option("#run-a", claimed[0])  # the run where it held
+    assert decisions() == [
+        ["test_lm_none_doubles_prefill: lm-none / mmap", "holds 2.300 [2.100, 2.500]",
+         "fails 1.400 [1.200, 1.600]", "worse"]
+    ]  # fmt: skip
+    page.select_option("#run-b", claimed[1])
+    assert decisions()[0][3] == "undecided on the candidate"
+    page.select_option("#run-b", last)
     page.select_option("#run-a", last)  # the same run on both sides: every ratio 1
     assert (
         page.locator("#compare tbody tr").evaluate_all("rs => rs.map(r => +r.dataset.ratio)")

@@ -11,6 +11,7 @@ import pytest
 
 from pytest_moeperf.verdicts.outcomes import (
     EXIT_STATUS,
+    UPGRADE_EXIT_STATUS,
     BisectOutcome,
     ChangeOutcome,
     ChangePointOutcome,
@@ -19,6 +20,7 @@ from pytest_moeperf.verdicts.outcomes import (
     GateOutcome,
     RaceOutcome,
     StepOutcome,
+    UpgradeOutcome,
     exit_status,
 )
 
@@ -37,10 +39,18 @@ OUTCOMES = tuple(dict.fromkeys(word for kind in KINDS for word in get_args(kind)
 """Every outcome word of every kind."""
 
 
-def documented() -> dict[str, int]:
-    """The outcome table of docs/guide/output.md: ``| `word` | of | status |`` rows."""
-    rows = re.findall(r"^\| `([a-z-]+)` \| [^|]+ \| (\d) \|$", DOC.read_text(), flags=re.M)
+def documented(header: str = "| outcome | of | exit status |") -> dict[str, int]:
+    """The outcome table of docs/guide/output.md under *header*: its ``| `word` | of | status
+    |`` rows."""
+    text = DOC.read_text()
+    table = text[text.index(header) :].split("\n\n", 1)[0]
+    rows = re.findall(r"^\| `([a-z-]+)` \| [^|]+ \| (\d) \|$", table, flags=re.M)
     return {word: int(status) for word, status in rows}
+
+
+def test_the_documented_upgrade_table_is_the_one_an_upgrade_check_exits_by():
+    assert documented("| upgrade outcome | when | exit status |") == UPGRADE_EXIT_STATUS
+    assert set(UPGRADE_EXIT_STATUS) == set(get_args(UpgradeOutcome))
 
 
 def test_the_documented_table_is_the_table_the_commands_exit_by():

@@ -15,7 +15,8 @@ from pytest_moeperf.config.profiles import default_profile, load_profiles, upgra
 from pytest_moeperf.errors import ConfigError, MoeperfError
 from pytest_moeperf.llama.build import version
 from pytest_moeperf.plugin.options import upgrade_options
-from pytest_moeperf.plugin.upgrade import base_test, report_decisions
+from pytest_moeperf.plugin.upgrade import report_decisions
+from pytest_moeperf.verdicts.upgrade import base_test
 from pytest_moeperf.report.upgrade import UpgradeCheck, upgrade_json, upgrade_markdown, upgrade_text
 from pytest_moeperf.run.artifacts import Artifacts
 from pytest_moeperf.verdicts.outcomes import UPGRADE_EXIT_STATUS

@@ -731,7 +731,10 @@ def default_profile(
             where = f"{pyproject} [tool.moeperf] {DEFAULT_PROFILE_KEY}"
     if name is None:
         return BUILTIN_DEFAULT, "the built-in default"
-    known = load_profiles(config_file, pyproject)
+    try:
+        known = load_profiles(config_file, pyproject)
+    except ConfigError:  # the file's own error is told where a test or a verb reads a profile
+        return name, where
     if name not in known:
         raise ConfigError(
             f"{where} = {name!r}: no such profile; known: {', '.join(known)} (name one of "

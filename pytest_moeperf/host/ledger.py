@@ -107,7 +107,7 @@ class Entry:
         return not self.server or alive(self.server, self.server_start)
 
     def describe(self) -> str:
-        server = f"server pid {self.server}" if self.server else "starting"
+        server = f"server pid {self.server}" if self.server else "starting or stopping"
         return f"{self.name} ({server}, of pid {self.owner}): {self.charge.describe()}"
 
     def to_dict(self) -> dict[str, Any]:
@@ -268,6 +268,12 @@ class MemoryLedger:
     def started(self, key: str, server: int) -> None:
         with self.book() as book:
             book.started(key, server)
+
+    def stopping(self, key: str) -> None:
+        """This process stops its server *key*: the entry is held by this process alone until
+        :meth:`release`, not freed the moment the server's pid is gone (its process group, and
+        what the stop writes to its log, may not be done yet)."""
+        self.started(key, 0)
 
     def release(self, key: str) -> None:
         """This process's server *key* stopped (or never started)."""

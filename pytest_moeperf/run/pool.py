@@ -434,6 +434,8 @@ class ServerPool:
             self.unreserve(key)
             return
         was_running = rec.server.is_running()
+        if self.ledger is not None:
+            self.ledger.stopping(_ledger_key(key))
         try:
             rec.server.stop()
         finally:

@@ -224,3 +224,25 @@ def test_claim(moeperf):
     assert len(rows) == 2 and all(r["low"] <= r["server_over_bench"] <= r["high"] for r in rows)
     (claim,) = data["verdicts"]
     assert all(r["rounds"] == claim["rounds"] for r in rows), (rows, claim)  # the same rounds
+
+
+def test_the_projects_default_profile_is_the_one_a_test_without_a_profile_measures(
+    perf_project,
+):
+    """A profiles file's default_profile names the profile of a test whose marker names none
+    (the ini moeperf_profile, unset here, would come first; embedded is the last resort)."""
+    from _profiles import TINY_PROFILE
+
+    project = perf_project(
+        config='default_profile = "tiny"\n' + TINY_PROFILE,
+        tests="""
+import pytest
+
+@pytest.mark.moeperf(configurations=["default"])
+def test_uses_the_default(moeperf):
+    assert moeperf.profile.name == "tiny"
+    assert moeperf.measure("default", "tg4", repetitions=1).values
+""",
+    )
+    result = project.runpytest_subprocess("-m", "perf")
+    result.assert_outcomes(passed=1)

@@ -228,6 +228,7 @@ def test_every_page_draws_the_store_offline_with_its_change_points(
         "--baseline 10423 --candidate 10433 -c " in gate
         and "moeperf gate --profile embedded" in gate
     )
+
     def decisions():
         return page.locator("#decisions tbody tr").evaluate_all(
             "rs => rs.map(r => [...r.cells].map(c => c.textContent))"

@@ -240,6 +240,22 @@ def test_an_entry_whose_server_is_gone_is_pruned_though_its_owner_lives(tmp_path
         assert on_disk(ledger)["entries"] == []
 
 
+def test_a_server_being_stopped_holds_its_entry_until_released(tmp_path: Path) -> None:
+    """Between its server's exit and the release, the entry is still this process's: another
+    worker may not start a server in the gap while the stop is still being finished (its group
+    waited for, its stop line written: CI once saw a second server's start 5 ms before it)."""
+    ledger = MemoryLedger(tmp_path)
+    reserve(ledger, "p|c|b1", "server one", CHARGE)
+    with sleeper() as server:
+        ledger.started("p|c|b1", server.pid)
+        ledger.stopping("p|c|b1")
+        end(server)
+        (held,) = ledger.entries()
+        assert held.live() and held.server == 0 and "stopping" in held.describe()
+    ledger.release("p|c|b1")
+    assert ledger.entries() == []
+
+
 def test_a_reused_pid_counts_as_dead(tmp_path: Path) -> None:
     ledger = MemoryLedger(tmp_path)
     with sleeper() as other:
@@ -409,7 +425,7 @@ def test_entry_and_waiter_round_trip() -> None:
     assert entry.describe() == (
         "name (server pid 56, of pid 12): RAM 8.00 GiB, GPU0 1.00 GiB, GPU1 2.00 GiB"
     )
-    assert "starting" in Entry(1, 0, "k", "k", Charge()).describe()
+    assert "starting or stopping" in Entry(1, 0, "k", "k", Charge()).describe()
 
     waiter = Waiter(12, 34, "name", CHARGE, since=2.5)
     assert Waiter.from_dict(json.loads(json.dumps(waiter.to_dict()))) == waiter

@@ -16,13 +16,13 @@ from pytest_moeperf.errors import ConfigError, MoeperfError
 from pytest_moeperf.llama.build import version
 from pytest_moeperf.plugin.options import upgrade_options
 from pytest_moeperf.plugin.upgrade import report_decisions
-from pytest_moeperf.verdicts.upgrade import base_test
 from pytest_moeperf.report.upgrade import UpgradeCheck, upgrade_json, upgrade_markdown, upgrade_text
 from pytest_moeperf.run.artifacts import Artifacts
 from pytest_moeperf.verdicts.outcomes import UPGRADE_EXIT_STATUS
 from pytest_moeperf.verdicts.upgrade import (
     NOT_JUDGED,
     Decision,
+    base_test,
     changed,
     upgrade_outcome,
     upgrade_rows,
@@ -278,6 +278,15 @@ def test_the_default_profile_follows_the_project(tmp_path, monkeypatch):
     path.write_text(path.read_text().replace('"mine"\n', '"nosuch"\n', 1))
     with pytest.raises(ConfigError, match=r"default_profile = 'nosuch': no such profile"):
         default_profile(None, path, None)
+    # a file with an error elsewhere names its default all the same: the error is told where
+    # a test or verb reads that profile, as without a default (not at pytest's start)
+    path.write_text(
+        path.read_text().replace(
+            "[profiles.mine.configurations.default]",
+            "[profiles.mine.configurations.default]\nflagz = []",
+        )
+    )
+    assert default_profile("mine", path, None)[0] == "mine"
 
 
 def test_a_verbs_profile_and_its_help_follow_the_project(tmp_path, monkeypatch):

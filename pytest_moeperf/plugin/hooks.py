@@ -17,6 +17,7 @@ from ..errors import MoeperfError
 from ..fs import write_output
 from ..llama import orphans
 from ..report.upgrade import upgrade_json, upgrade_markdown, upgrade_text
+from ..run.artifacts import stand_in_checked
 from ..run.crosscheck import cross_check
 from ..run.opening import perf_session
 from ..run.session import PerfSession
@@ -219,6 +220,27 @@ def _unused_profile(items: list[pytest.Item], perf: PerfSession) -> str | None:
     )
 
 
+def _stand_in_error(items: list[pytest.Item], perf: PerfSession) -> str | None:
+    """Why ``--llama-server`` cannot stand in for the build of a profile the collected tests
+    use (its ``--version`` prints another), or ``None``."""
+    if perf.options.llama_server is None or perf.options.replay is not None:
+        return None
+    uses = {}
+    for item in items:
+        try:
+            declared = _declared(item)
+            profile = perf.profile(declared.profile)
+            for name in declared.configurations:
+                uses[(profile.name, name)] = (profile, profile.configuration(name))
+        except MoeperfError:
+            continue  # the item fails at setup with its own line
+    try:
+        stand_in_checked(perf.options, uses.values())
+    except MoeperfError as exc:
+        return str(exc)
+    return None
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """In an upgrade check, every perf test runs on the pinned build and on the candidate."""
@@ -239,12 +261,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def pytest_collection_finish(session: pytest.Session) -> None:
     perf = session.config.stash[SESSION]
     default = perf.options.profile
-    unused = _unused_profile(session.items, perf)
-    if unused is not None and not hasattr(session.config, "workerinput"):
-        raise pytest.UsageError(unused)
+    usage = _unused_profile(session.items, perf) or _stand_in_error(session.items, perf)
+    if usage is not None and not hasattr(session.config, "workerinput"):
+        raise pytest.UsageError(usage)
     for index, item in enumerate(session.items):
-        if unused is not None:  # under xdist a worker's usage error is a crash: fail each test
-            item.stash[MARKER_ERROR] = unused
+        if usage is not None:  # under xdist a worker's usage error is a crash: fail each test
+            item.stash[MARKER_ERROR] = usage
             continue
         item.stash[ITEM_INDEX] = index
         error = _marker_error(item, perf)

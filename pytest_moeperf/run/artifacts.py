@@ -4,7 +4,7 @@ once per session, with what is read from a model file once (its tensor table, it
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from ..config.profiles import Configuration, HostLacks, Profile
@@ -32,9 +32,26 @@ def said_as(build: Build, label: str, where: str) -> Build:
         raise ConfigError(
             f"{where}: {build.server} prints build {build.number} (--version), not {label}: "
             f"point it at llama-server {label}, or judge b{build.number} as a candidate "
-            f"(--moeperf-candidate {build.server})"
+            f"(--moeperf-candidate={build.server})"
         )
     return build
+
+
+def stand_in_checked(options: Options, uses: Iterable[tuple[Profile, Configuration]]) -> None:
+    """``--llama-server`` (or its ini and variable) stands in for the own build of each profile
+    whose configurations in *uses* name no build of their own: its ``--version`` is read once
+    and held to each such build, so a mismatch is one :class:`ConfigError` before any test
+    runs, not one failure a test."""
+    if options.llama_server is None:
+        return
+    path, origin = options.llama_server
+    build: Build | None = None
+    for profile, configuration in uses:
+        own = profile.build_label
+        if own is None or configuration.build is not None or configuration.binary is not None:
+            continue
+        build = build or binary_build(str(path))
+        said_as(build, own, f"{origin} {path} for profile {profile.name!r}")
 
 
 class Artifacts:

@@ -95,3 +95,18 @@ def test_a_binary_path_taken_for_a_test_path_is_told_in_one_line(
     result.stderr.fnmatch_lines(
         [f"*took the path for a test path*write --moeperf-candidate={wrapper}"]
     )
+
+
+def test_a_stand_in_of_another_build_stops_the_run_in_one_line(perf_project, tmp_path):
+    """``--llama-server`` stands in for the profile's own build: one that prints another
+    build in ``--version`` is one usage error before any test runs (it was one failure a test,
+    each repeating the line)."""
+    project = perf_project(config=CONFIG, tests=TESTS)
+    other = tmp_path / "b10429-server"
+    other.write_text('#!/bin/sh\necho "version: 10429 (cd77506ab)" >&2\n')
+    other.chmod(0o755)
+    result = project.runpytest_subprocess("-m", "perf", f"--llama-server={other}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    errors = [line for line in result.stderr.lines if "prints build" in line]
+    assert len(errors) == 1 and "--moeperf-candidate=" in errors[0], result.stderr.str()
+    assert "not b11434" in errors[0]

@@ -194,9 +194,11 @@ class MoePerf:
         return self.measure(configuration, workload).summary.median
 
     # -- claims ----------------------------------------------------------------------------------
-    def _judged(self, c: Claim, rule: Rule, label: str) -> Verdict:
+    def _judged(self, c: Claim, rule: Rule, label: str, asked: str | None = None) -> Verdict:
         """Judge ``left / right`` of *c* by *rule* in the one decision loop: paired rounds until
-        the verdict is final or the budget is spent (stored figures judged once)."""
+        the verdict is final or the budget is spent (stored figures judged once). *asked* names
+        the decision in an upgrade check's table (default *label*: two claims of one test on
+        the same ratio are told apart by their bounds)."""
         session, profile = self.session, self.profile
         if self.side == "candidate" and c.left.build and c.right.build:
             pytest.skip(
@@ -243,7 +245,7 @@ class MoePerf:
             if row.reference_ratio is not None:
                 record = f"{ref.label} {row.reference_ratio:.3f}"
         session.journal.judged(got.record(self.nodeid, label))
-        self._decided(KINDS[rule.kind], label, got.verdict, record)
+        self._decided(KINDS[rule.kind], asked or label, got.verdict, record)
         return got.verdict
 
     def _decided(self, kind: DecisionKind, asked: str, v: Verdict, record: str = "") -> None:
@@ -307,7 +309,7 @@ class MoePerf:
         or undecided when the budget (``--moeperf-budget``, the profile's ``budget``) or the
         round cap (``--moeperf-max-rounds``) is spent."""
         c = claim if isinstance(claim, Claim) else Claim.parse(claim)
-        return self._judged(c, c.rule, f"{c.left} / {c.right}")
+        return self._judged(c, c.rule, f"{c.left} / {c.right}", asked=str(c))
 
     def compare(self, candidate: str, baseline: str, margin: float = MARGIN) -> Verdict:
         """The change from *baseline* to *candidate* (operands such as ``mmap[b11713].tg128``

@@ -148,8 +148,8 @@ class GateItem(pytest.Item):
         measured = {(k[0], k[1]) for k in perf.measurements}
         if (plan.profile, plan.configuration) not in measured:
             why = (
-                f"{plan.configuration}: no test measured it (they only started its server), so "
-                "no decision reads its numbers: not gated"
+                f"{plan.configuration}: no test measured it (its tests were skipped, or only "
+                "started its server), so no decision reads its numbers: not gated"
             )
             self.decisions.append(
                 Decision(test, f"{plan.configuration}.{plan.workload}", "gate", NOT_JUDGED, why=why)

@@ -235,7 +235,11 @@ def gate_items(
             wanted[(profile, name)] = None
     plans = []
     for profile_name, name in wanted:
-        for i, w in enumerate(perf.profile(profile_name).workloads):
+        try:
+            workloads = perf.profile(profile_name).workloads
+        except MoeperfError:
+            continue  # no such profile: its tests fail at their setup with its own line
+        for i, w in enumerate(workloads):
             plans.append((profile_name, name, w.name, i == 0))
     items = []
     for profile_name, name, workload, first in plans:

@@ -110,3 +110,14 @@ def test_a_stand_in_of_another_build_stops_the_run_in_one_line(perf_project, tmp
     errors = [line for line in result.stderr.lines if "prints build" in line]
     assert len(errors) == 1 and "--moeperf-candidate=" in errors[0], result.stderr.str()
     assert "not b11434" in errors[0]
+
+
+def test_a_test_of_an_unknown_profile_fails_at_its_setup_not_the_collection(perf_project):
+    """The gate items are planned from the tests' profiles: one that names no profile of the
+    project fails at its setup with its own line (it was an INTERNALERROR of the collection)."""
+    project = perf_project(config=CONFIG, tests=TESTS.replace('profile="tiny"', 'profile="prod"'))
+    result = project.runpytest_subprocess("-m", "perf", "--moeperf-candidate=10429")
+    out = result.stdout.str() + result.stderr.str()
+    assert "INTERNALERROR" not in out, out
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["*no profile 'prod'*"])

@@ -208,6 +208,19 @@ def moved_pin(
     builds = table.get("builds")
     if builds is None:
         builds = tomlkit.inline_table()
-        table["builds"] = builds
+        _beside_build(table, builds)
     builds[old_label] = old_target
     return tomlkit.dumps(doc)
+
+
+def _beside_build(table: Any, builds: Any) -> None:
+    """A new ``builds`` on the line after ``build``, not after the comments that close the
+    table (they are the next table's). tomlkit has no public insert; where its container's
+    ``_insert_at`` is gone, the key is appended (the same TOML)."""
+    body = getattr(table.value, "body", [])
+    at = next((i for i, (k, _) in enumerate(body) if k is not None and k.key == "build"), None)
+    insert = getattr(table.value, "_insert_at", None)
+    if at is None or insert is None:
+        table["builds"] = builds
+    else:
+        insert(at + 1, "builds", builds)

@@ -345,7 +345,7 @@ class PerfSession:
         for name, ms in by_profile.items():
             profile, path = self.profile(name), paths[name]
             today = dt.date.today().isoformat()
-            fingerprint = self.source.fingerprint(profile)
+            fingerprint = self.source.fingerprint(profile, build)  # the candidate's binary
             kept = accept_measurements(
                 path,
                 name,
@@ -398,6 +398,12 @@ class PerfSession:
         )
         diffs = [m.diff() for m in moves]
         if dry_run:
+            taken = [m for m in self.journal.taken if m.build == label and m.values]
+            for name in names:
+                path = self.writable_baseline(self.profile(name), "--moeperf-accept")
+                ms = [m for m in taken if m.conditions.profile == name]
+                what = ", ".join(f"{m.configuration} {m.workload.name}" for m in ms)
+                diffs.append(f"{path} would take {label}'s {len(ms)} measurement(s): {what}")
             return diffs
         self.accept_baselines(build=label)
         for move in moves:

@@ -346,6 +346,19 @@ def test_accept_moves_the_pin_and_keeps_comments_and_the_old_build(tmp_path):
     assert "-build = 11401" in move.diff() and "+build = 11434" in move.diff()
 
 
+def test_a_first_builds_table_goes_beside_build_not_under_the_next_tables_comment(tmp_path):
+    from pytest_moeperf.run.pin import pin_moves
+
+    path = tmp_path / "moeperf.toml"
+    path.write_text(PINNED_FILE.replace("builds = { b11053 = 11053 }\n", ""))
+    [move] = pin_moves([load_profiles(path)["prod"]], (11434, "b11434"), tmp_path)
+    lines = move.after.splitlines()
+    at = lines.index("build = 11434  # moved by an accepted upgrade check")
+    assert lines[at + 1] == "builds = {b11401 = 11401}", move.after
+    assert lines[lines.index("# the default server") + 1] == "[profiles.prod.configurations.mmap]"
+    assert load_profiles(path)["prod"].builds == {}  # nothing written before it is asked
+
+
 def test_a_binary_pin_keeps_the_old_binary_where_it_is(tmp_path, monkeypatch):
     from pytest_moeperf.run.pin import pin_moves
 

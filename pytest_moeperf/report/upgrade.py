@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..verdicts.outcomes import UPGRADE_EXIT_STATUS
-from ..verdicts.upgrade import Decision, UpgradeRow, upgrade_outcome
+from ..verdicts.upgrade import Decision, UpgradeRow, standing, upgrade_outcome
 from .tables import markdown_table, text_table
 
 _ANSWERS = {
@@ -46,9 +46,14 @@ class UpgradeCheck:
         return [r for r in self.rows if r.finding]
 
     def answer(self) -> str:
-        text = _ANSWERS[self.outcome].format(
-            candidate=self.candidate, pinned=self.pinned, n=len(self.findings)
-        )
+        standings = [
+            standing(r.candidate.kind, r.candidate.outcome) for r in self.findings if r.candidate
+        ]
+        bad, undecided = standings.count("bad"), standings.count("undecided")
+        n = bad if self.outcome == "worse" else undecided
+        text = _ANSWERS[self.outcome].format(candidate=self.candidate, pinned=self.pinned, n=n)
+        if self.outcome == "worse" and undecided:
+            text += f" ({undecided} more left undecided)"
         return f"upgrade {self.pinned} -> {self.candidate}: {self.outcome}: {text}"
 
     def to_dict(self) -> dict[str, Any]:

@@ -139,6 +139,17 @@ def test_the_table_reads_as_text_markdown_and_json():
     assert [Decision.from_dict(r["candidate"]) for r in back["rows"]] == candidate
 
 
+def test_the_answer_counts_what_is_worse_apart_from_what_is_undecided():
+    pinned = [claim("holds"), claim("holds", test="t2"), claim("holds", test="t3")]
+    candidate = [claim("fails"), claim("undecided", test="t2"), claim("undecided", test="t3")]
+    check = UpgradeCheck("b10423", "b10429", upgrade_rows(pinned, candidate))
+    assert check.answer().endswith(
+        "b10429 changes 1 decision(s) for the worse: stay on b10423 (2 more left undecided)"
+    )
+    check = UpgradeCheck("b10423", "b10429", upgrade_rows(pinned, [claim("holds"), *candidate[1:]]))
+    assert "b10429 left 2 decision(s) undecided" in check.answer()
+
+
 # -- builds are what they say ---------------------------------------------------------------------
 @pytest.fixture(autouse=True)
 def _fresh_caches(monkeypatch):

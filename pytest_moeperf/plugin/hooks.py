@@ -47,8 +47,14 @@ JUDGED = pytest.StashKey[Judged]()
 UPGRADES = pytest.StashKey[Upgrades]()
 
 
-PATH_OPTIONS = ("--moeperf-candidate", "--moeperf-pinned", "--llama-server")
-"""Options whose value may be a binary's path."""
+PATH_OPTIONS = (
+    "--moeperf-candidate",
+    "--moeperf-pinned",
+    "--llama-server",
+    "--moeperf-upgrade-report",
+)
+"""Options whose value may be a path (a binary, the report) that pytest, reading it as a separate
+word before the plugin is known, would take for a test path."""
 
 
 def _path_taken_for_rootdir(config: pytest.Config) -> str | None:

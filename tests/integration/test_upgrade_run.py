@@ -116,7 +116,7 @@ def test_a_test_of_an_unknown_profile_fails_at_its_setup_not_the_collection(perf
     """The gate items are planned from the tests' profiles: one that names no profile of the
     project fails at its setup with its own line (it was an INTERNALERROR of the collection)."""
     project = perf_project(config=CONFIG, tests=TESTS.replace('profile="tiny"', 'profile="prod"'))
-    result = project.runpytest_subprocess("-m", "perf", "--moeperf-candidate=10429")
+    result = project.runpytest_subprocess("-m", "perf", "--moeperf-candidate=10999")  # never built
     out = result.stdout.str() + result.stderr.str()
     assert "INTERNALERROR" not in out, out
     assert result.ret == pytest.ExitCode.TESTS_FAILED

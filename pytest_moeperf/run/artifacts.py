@@ -37,21 +37,34 @@ def said_as(build: Build, label: str, where: str) -> Build:
     return build
 
 
-def stand_in_checked(options: Options, uses: Iterable[tuple[Profile, Configuration]]) -> None:
-    """``--llama-server`` (or its ini and variable) stands in for the own build of each profile
-    whose configurations in *uses* name no build of their own: its ``--version`` is read once
-    and held to each such build, so a mismatch is one :class:`ConfigError` before any test
-    runs, not one failure a test."""
-    if options.llama_server is None:
-        return
+def stand_in_for(
+    options: Options,
+    profile: Profile,
+    configuration: Configuration,
+    binary: Callable[[str], Build] = binary_build,
+) -> tuple[str, Build] | None:
+    """The label and build of ``--llama-server`` (or its ini and variable) where it stands in
+    for *profile*'s own build on *configuration* (one that names no build or binary of its
+    own), held to that build by :func:`said_as`; ``None`` where it does not stand in."""
+    if (
+        options.llama_server is None
+        or configuration.build is not None
+        or configuration.binary is not None
+    ):
+        return None
     path, origin = options.llama_server
-    build: Build | None = None
-    for profile, configuration in uses:
-        own = profile.build_label
-        if own is None or configuration.build is not None or configuration.binary is not None:
-            continue
-        build = build or binary_build(str(path))
+    build = binary(str(path))
+    own = profile.build_label
+    if own is not None:
         said_as(build, own, f"{origin} {path} for profile {profile.name!r}")
+    return own or build.label, build
+
+
+def stand_in_checked(options: Options, uses: Iterable[tuple[Profile, Configuration]]) -> None:
+    """:func:`stand_in_for` each of *uses* before any test runs, so that a stand-in of another
+    build is one :class:`ConfigError`, not one failure a test."""
+    for profile, configuration in uses:
+        stand_in_for(options, profile, configuration)
 
 
 class Artifacts:
@@ -88,17 +101,9 @@ class Artifacts:
             build = self.binary(str(profile.path(target, self.options.rootdir)))
             where = f"profile {profile.name!r} ({profile.source}): builds.{label}"
             return label, said_as(build, label, where)
-        if (
-            self.options.llama_server is not None
-            and configuration.build is None
-            and configuration.binary is None
-        ):
-            path, origin = self.options.llama_server
-            build = self.binary(str(path))
-            own = profile.build_label
-            if own is not None:
-                said_as(build, own, f"{origin} {path} for profile {profile.name!r}")
-            return own or build.label, build
+        stood_in = stand_in_for(self.options, profile, configuration, self.binary)
+        if stood_in is not None:
+            return stood_in
         binary = configuration.binary or (None if configuration.build else profile.binary)
         if binary:
             build = self.binary(str(profile.path(binary, self.options.rootdir)))

@@ -326,7 +326,8 @@ class PerfSession:
         candidate) as the new baselines of their profiles, on this host: refused, nothing
         written, when tests failed, the host changed under the run or a measurement was taken
         on a busy host (:func:`~pytest_moeperf.store.accept.refusals`)."""
-        taken = [m for m in self.journal.taken if build is None or m.build == build]
+        by_profile = self._taken_by_profile(build)
+        taken = [m for ms in by_profile.values() for m in ms]
         refused = refusals(
             failed=failed,
             host_changes=self.source.host_changes,
@@ -337,9 +338,6 @@ class PerfSession:
             ],
         )
         refuse("--moeperf-accept", refused)
-        by_profile: dict[str, list[Measurement]] = {}
-        for m in taken:
-            by_profile.setdefault(m.conditions.profile, []).append(m)
         written = []
         paths = {n: self.writable_baseline(self.profile(n), "--moeperf-accept") for n in by_profile}
         for name, ms in by_profile.items():
@@ -377,6 +375,14 @@ class PerfSession:
         self.accepted = written
         return written
 
+    def _taken_by_profile(self, build: str | None) -> dict[str, list[Measurement]]:
+        """This session's measurements (of *build* alone, when given) by profile, in order."""
+        by_profile: dict[str, list[Measurement]] = {}
+        for m in self.journal.taken:
+            if build is None or m.build == build:
+                by_profile.setdefault(m.conditions.profile, []).append(m)
+        return by_profile
+
     def accept_upgrade(self, outcome: str, dry_run: bool = False) -> list[str]:
         """Accept an upgrade check whose *outcome* is ``holds`` (``undecided`` too under
         ``--moeperf-undecided pass``): the candidate's measurements become the baselines of
@@ -392,16 +398,15 @@ class PerfSession:
                 [f"the upgrade check's answer is {outcome}, not holds: the pin stays on the "
                  "pinned build (its table says which decisions)"],
             )  # fmt: skip
-        names = dict.fromkeys(m.conditions.profile for m in self.journal.taken if m.build == label)
+        by_profile = self._taken_by_profile(label)
         moves = pin_moves(
-            [self.profile(n) for n in names], self.options.candidate, self.options.rootdir
+            [self.profile(n) for n in by_profile], self.options.candidate, self.options.rootdir
         )
         diffs = [m.diff() for m in moves]
         if dry_run:
-            taken = [m for m in self.journal.taken if m.build == label and m.values]
-            for name in names:
+            for name, measured in by_profile.items():
                 path = self.writable_baseline(self.profile(name), "--moeperf-accept")
-                ms = [m for m in taken if m.conditions.profile == name]
+                ms = [m for m in measured if m.values]
                 what = ", ".join(f"{m.configuration} {m.workload.name}" for m in ms)
                 diffs.append(f"{path} would take {label}'s {len(ms)} measurement(s): {what}")
             return diffs

@@ -52,11 +52,12 @@ from error_rates import Clock, _measurement, fake_clock
 from pytest_moeperf.config.profiles import Configuration, Pinning, load_profiles
 from pytest_moeperf.measure.dependence import Dependence, ProcessEvidence, rounds_per_process
 from pytest_moeperf.measure.measurement import Measurement
+from pytest_moeperf.measure.round import Round
 from pytest_moeperf.measure.workload import Workload
 from pytest_moeperf.run.feeds import MAX_AUTO_BLOCK, MAX_CALIBRATED_BLOCK
 from pytest_moeperf.run.rounds import decide_pair
 from pytest_moeperf.run.source import PAIRED_METHOD, Feed, Host, Side
-from pytest_moeperf.store.record import SideRounds
+from pytest_moeperf.store.record import VerdictSide
 from pytest_moeperf.store.runstore import HISTORY_VERDICTS
 from pytest_moeperf.verdicts.calibration import history_dependence
 from pytest_moeperf.verdicts.sequential import Coin, Plan, Rule
@@ -88,7 +89,7 @@ class SimFeed(Feed):
     def __init__(self, host: SimHost, truth: float, rng: np.random.Generator, clock: Clock) -> None:
         self.host, self.truth, self.rng, self.clock = host, truth, rng, clock
         self.values: list[list[float]] = [[], []]
-        self.blocks = []
+        self._block: int | None = None
         self.block = 0
         self.process_block = 0
         self.coin = Coin(seed=int(rng.integers(2**32)))
@@ -106,29 +107,30 @@ class SimFeed(Feed):
     def setup_seconds(self) -> float:
         return self.restarted
 
-    def take(self, index: int) -> tuple[float, ...] | None:
+    def take(self, index: int) -> Round | None:
         h = self.host
         block = index // self.block if self.block else 0
-        if not self.blocks or block != self.blocks[-1]:
-            if self.blocks:  # both servers restarted (the first start is not counted)
+        if block != self._block:
+            if self._block is not None:  # both servers restarted (the first start not counted)
                 self.clock.now += h.restart
                 self.restarted += h.restart
             self._offset = float(self.rng.normal(0.0, h.process)) if h.process else 0.0
+        self._block = block
         self.clock.now += h.pace
-        self.first(index)
-        self.blocks.append(block)
+        first = self.coin.first(index)
         a = 100.0
         b = a * math.exp(self.truth + self._offset + float(self.rng.normal(0.0, h.sd)))
+        places = ((len(self.values[0]),), (len(self.values[1]),))
         self.values[0].append(a)
         self.values[1].append(b)
-        return (a, b)
+        return Round((a, b), places, block=block, first=first)
 
     def measurements(self) -> tuple[Measurement, ...]:
         pace = self.host.pace
         return (_measurement("a", self.values[0], pace), _measurement("b", self.values[1], pace))
 
-    def sides(self) -> tuple[SideRounds, ...]:
-        return (SideRounds("sim", "a", "b1", W.name, 0), SideRounds("sim", "b", "b1", W.name, 0))
+    def sides(self) -> tuple[VerdictSide, ...]:
+        return (VerdictSide("sim", "a", "b1", W.name), VerdictSide("sim", "b", "b1", W.name))
 
 
 class SimSource(Host):
@@ -236,7 +238,7 @@ def run_one(
     return Outcome(
         got.verdict.decided,
         got.verdict.outcome,
-        len(got.rounds[0]),
+        len(got.values[0]),
         clock.now - began,
         got.plan.block or 0 if got.plan else 0,
         got.record("sim", v.name).evidence,

@@ -66,6 +66,7 @@ import numpy as np
 from pytest_moeperf.config.profiles import Configuration, Profile
 from pytest_moeperf.defaults import FAMILY_ALPHA, MARGIN
 from pytest_moeperf.measure.measurement import Conditions, Measurement, Sample
+from pytest_moeperf.measure.round import Round
 from pytest_moeperf.measure.workload import Workload
 from pytest_moeperf.run import rounds as rounds_mod
 from pytest_moeperf.run.gate import BuildUnderTest, run_gate
@@ -73,7 +74,7 @@ from pytest_moeperf.run.rounds import decide_pair
 from pytest_moeperf.run.session import Options, PerfSession
 from pytest_moeperf.run.source import PAIRED_METHOD, Feed, Side
 from pytest_moeperf.run.source import Host as RunHost
-from pytest_moeperf.store.record import SideRounds
+from pytest_moeperf.store.record import VerdictSide
 from pytest_moeperf.verdicts.creep import judge_chain, link_spread
 from pytest_moeperf.verdicts.gate import GateRow
 from pytest_moeperf.verdicts.judge import Verdict
@@ -143,21 +144,21 @@ class SimulatedFeed(Feed):
     ) -> None:
         self.host, self.truth, self.rng, self.clock, self.pace = host, truth, rng, clock, pace
         self.values: list[list[float]] = [[], []]
-        self.blocks = []
+        self._block: int | None = None
         self.process_block = host.block
         self.coin = Coin(seed=int(rng.integers(2**32)))
         self.method = f"{PAIRED_METHOD} in process blocks of {host.block}"
         self._drift = 0.0
         self._offset = 0.0
 
-    def take(self, index: int) -> tuple[float, ...] | None:
+    def take(self, index: int) -> Round | None:
         self.clock.now += self.pace
-        self.first(index)
+        first = self.coin.first(index)
         h = self.host
         block = index // h.block if h.block else 0
-        if not self.blocks or block != self.blocks[-1]:
+        if block != self._block:
             self._offset = float(self.rng.normal(0.0, h.process)) if h.process else 0.0
-        self.blocks.append(block)
+        self._block = block
         shock = float(self.rng.normal(0.0, h.sd))
         if index == 0 or not h.lag1:
             self._drift = shock
@@ -165,9 +166,10 @@ class SimulatedFeed(Feed):
             self._drift = h.lag1 * self._drift + math.sqrt(1 - h.lag1**2) * shock
         a = 100.0
         b = a * math.exp(self.truth + self._offset + self._drift)
+        places = ((len(self.values[0]),), (len(self.values[1]),))
         self.values[0].append(a)
         self.values[1].append(b)
-        return (a, b)
+        return Round((a, b), places, block=block, first=first)
 
     def measurements(self) -> tuple[Measurement, ...]:
         return (
@@ -175,10 +177,10 @@ class SimulatedFeed(Feed):
             _measurement("b", self.values[1], self.pace),
         )
 
-    def sides(self) -> tuple[SideRounds, ...]:
+    def sides(self) -> tuple[VerdictSide, ...]:
         return (
-            SideRounds("sim", "c", "baseline", W.name, 0),
-            SideRounds("sim", "c", "candidate", W.name, 0),
+            VerdictSide("sim", "c", "baseline", W.name),
+            VerdictSide("sim", "c", "candidate", W.name),
         )
 
 

@@ -293,7 +293,7 @@ class MoePerf:
     ) -> None:
         """Each side's server/bench ratio over the rounds, with its interval."""
         plan = got.plan or self.session.plan(self.profile)
-        for side, m, rounds, values in zip(sides, (got.a, got.b), got.rounds, bench, strict=True):
+        for side, m, rounds, values in zip(sides, (got.a, got.b), got.values, bench, strict=True):
             label = f"{side.configuration.name}.{side.workload.compact} ({m.build})"
             ratio = server_over_bench(
                 rounds, values, margin=MARGIN, plan=plan, label=f"{label} server / llama-bench",

@@ -25,11 +25,12 @@ from ..defaults import PROCESS_TERM, ROUND_SPREAD
 from ..errors import MoeperfError
 from ..measure.dependence import rounds_per_process
 from ..measure.measurement import Measurement
+from ..measure.round import Round
 from ..measure.workload import Workload
-from ..store.record import SideRounds
+from ..store.record import VerdictSide
 from ..verdicts.sequential import Coin
 from .live_stage import LiveStage
-from .source import BLOCK_SAMPLES, PAIRED_METHOD, RESTART_METHOD, Feed, Side, side_rounds
+from .source import BLOCK_SAMPLES, PAIRED_METHOD, RESTART_METHOD, Feed, Side, side_of
 
 MAX_AUTO_BLOCK = 5
 """The longest automatic process block on a host not calibrated: its verdict's blocks are its
@@ -75,8 +76,6 @@ class LivePairing(Feed):
         self._got = [self._take(a, 1), self._take(b, 1)]
         if self._got[0].key == self._got[1].key:
             raise MoeperfError(f"{label}: both sides are the same measurement; name two")
-        self.start = (len(self._got[0].samples), len(self._got[1].samples))
-        """Each side's first sample of this verdict's rounds (the earlier ones not paired)."""
         taken = list(zip(self._sides, self._got, strict=True))
         self._keys = [(profile.name, s.configuration.name, m.build) for s, m in taken]
         builds = [(s.configuration, m.build) for s, m in taken]
@@ -87,18 +86,12 @@ class LivePairing(Feed):
         self._fixed = block is not None
         self.block = 0 if self.restarts else (block if block is not None else self._auto_block())
         """Rounds a process pair serves before both are restarted (0: never)."""
-        self.blocks: list[int] = []
-        self.coin = Coin()
+        self.coin: Coin = Coin()
         self._described()
         self._pair = 0
         """The process block the running pair of servers serves."""
-        self._aside = 0
-        """Rounds set aside so far (their samples stay in the measurements)."""
-        self._busy: tuple[float, float] = (0.0, 0.0)
-        """The last round's (seconds of other work, seconds measured) over both sides."""
-        self._kept_busy = [0.0, 0.0]
-        self._idles: list[float] = []
-        """Each round's idle share of its servers' CPUs (where watched)."""
+        self._began = False
+        """Whether a round was taken (the blocks are then fixed)."""
 
     def _described(self) -> None:
         self.process_block = 1 if self.restarts else self.block  # across restarts: every round
@@ -107,7 +100,7 @@ class LivePairing(Feed):
             self.method = f"{PAIRED_METHOD} in process blocks of {self.block}"
 
     def size_blocks(self, round_spread: float, process: float, *, calibrated: bool) -> None:
-        if self._fixed or self.restarts or self.blocks:
+        if self._fixed or self.restarts or self._began:
             return
         self.block = self._auto_block(round_spread, process, calibrated=calibrated)
         self._described()
@@ -134,55 +127,44 @@ class LivePairing(Feed):
     def _take(self, side: Side, n: int) -> Measurement:
         return self.measure(self.profile, side.configuration, side.workload, n, side.build)
 
-    def take(self, index: int) -> tuple[float, ...] | None:
+    def take(self, index: int) -> Round:
+        self._began = True
         block = index // self.block if self.block else 0
         if self.block and block != self._pair:  # a fresh process pair
             for side in self._sides:
                 self.stage.launcher.restart(self.profile, side.configuration, side.build)
             self._pair = block
-        # across restarts every round is a fresh pair: a block of its own
-        self.blocks.append(index if self.restarts else block)
+        first = self.coin.first(index)
         values = [0.0, 0.0]
+        samples: list[tuple[int, ...]] = [(), ()]
         busy = measured = idle = 0.0
-        for i in (0, 1) if self.first(index) == "a" else (1, 0):
+        for i in (0, 1) if first == "a" else (1, 0):
             side = self._sides[i]
-            before = self._got[i].conditions
+            before = self._got[i]
+            per_round = 1
             if self.restarts:  # a block: a fresh, warmed-up process and its median
                 self.stage.launcher.restart(self.profile, side.configuration, side.build)
-                self._got[i] = self._take(side, len(self._got[i].samples) + BLOCK_SAMPLES)
-                values[i] = statistics.median(self._got[i].values[-BLOCK_SAMPLES:])
-            else:
-                self._got[i] = self._take(side, self.start[i] + index + self._aside + 1)
-                values[i] = self._got[i].values[-1]
-            after = self._got[i].conditions
-            busy += after.busy_s - before.busy_s
-            idle += after.idle_s - before.idle_s
-            measured += after.measured_s - before.measured_s
-        self._busy = (busy, measured)
-        self._idles.append(idle / measured if measured >= WATCHED_ROUND else 0.0)
-        return (values[0], values[1])
-
-    def disturbed(self, index: int) -> str | None:
-        busy, measured = self._busy
-        limit = self.stage.options.busy_limit
+                per_round = BLOCK_SAMPLES
+            self._got[i] = self._take(side, len(before.samples) + per_round)
+            samples[i] = tuple(range(len(before.samples), len(self._got[i].samples)))
+            values[i] = statistics.median(self._got[i].values[j] for j in samples[i])
+            after, was = self._got[i].conditions, before.conditions
+            busy += after.busy_s - was.busy_s
+            idle += after.idle_s - was.idle_s
+            measured += after.measured_s - was.measured_s
         share = busy / measured if measured > 0 else 0.0
-        if share > limit:
-            return f"host {100 * share:.0f} % busy with other work"
-        self._kept_busy[0] += busy
-        self._kept_busy[1] += measured
-        return None
-
-    def idle(self, index: int) -> float:
-        return self._idles[index]
-
-    def set_aside(self, index: int) -> None:
-        self.blocks.pop()
-        self._idles.pop()
-        self._aside += 1
-
-    def busy_share(self) -> float | None:
-        busy, measured = self._kept_busy
-        return busy / measured if measured > 0 else 0.0
+        limit = self.stage.options.busy_limit
+        return Round(
+            values=(values[0], values[1]),
+            samples=(samples[0], samples[1]),
+            # across restarts every round is a fresh pair: a block of its own
+            block=index if self.restarts else block,
+            first=first,
+            seconds=measured,
+            busy=busy,
+            idle=idle / measured if measured >= WATCHED_ROUND else 0.0,
+            marked=f"host {100 * share:.0f} % busy with other work" if share > limit else None,
+        )
 
     def measurements(self) -> tuple[Measurement, ...]:
         return tuple(self._got)
@@ -190,12 +172,8 @@ class LivePairing(Feed):
     def setup_seconds(self) -> float:
         return self.stage.journal.setup_seconds
 
-    def sides(self) -> tuple[SideRounds, ...]:
-        per_round = BLOCK_SAMPLES if self.restarts else 1
-        return tuple(
-            side_rounds(self.profile, m, first, per_round)
-            for m, first in zip(self._got, self.start, strict=True)
-        )
+    def sides(self) -> tuple[VerdictSide, ...]:
+        return tuple(side_of(self.profile, m) for m in self._got)
 
     def holding(self) -> contextlib.AbstractContextManager[None]:
         return self.stage.pool.using([] if self.restarts else self._keys)
@@ -219,10 +197,10 @@ class LiveSeries(Feed):
         self._m = measure(profile, configuration, workload, None, None)
         self.ready = len(self._m.samples)
 
-    def take(self, index: int) -> tuple[float, ...] | None:
+    def take(self, index: int) -> Round:
         if index >= len(self._m.samples):
             self._m = self.measure(self.profile, self.configuration, self.workload, index + 1, None)
-        return (self._m.values[index],)
+        return Round((self._m.values[index],), ((index,),))
 
     def measurements(self) -> tuple[Measurement, ...]:
         return (self._m,)
@@ -230,5 +208,5 @@ class LiveSeries(Feed):
     def setup_seconds(self) -> float:
         return self.stage.journal.setup_seconds
 
-    def sides(self) -> tuple[SideRounds, ...]:
-        return (side_rounds(self.profile, self._m, 0),)
+    def sides(self) -> tuple[VerdictSide, ...]:
+        return (side_of(self.profile, self._m),)

@@ -170,7 +170,7 @@ def _paired_change(got: Decided, against: str) -> PairedChange:
     """The row's paired change: the trimmed mean of the rounds its last look judged and its
     standard error and degrees of freedom with the rounds' dependence (process blocks, the
     host's calibration, drift), as its verdict's interval has them."""
-    a, b = got.rounds
+    a, b = got.values
     plan = got.plan or Plan(block=block_length(got.blocks))
     n = max(2, plan.judged(len(a)))
     iv = paired_interval(
@@ -425,7 +425,7 @@ class _Gating:
         if got.resolution:  # said before the row measured; kept with the gate
             notes.append(got.resolution)
         session.journal.judged(got.record(f"gate {name}.{w.name}", label))
-        change = _paired_change(got, baseline.name) if len(got.rounds[0]) >= 2 else None
+        change = _paired_change(got, baseline.name) if len(got.values[0]) >= 2 else None
         oldest = None
         if change:
             oldest = _chained(
@@ -435,9 +435,9 @@ class _Gating:
         where = None
         if beside:
             where = attribute(
-                got.rounds, bench, margin=margin, plan=judged_by, label=label, blocks=got.blocks
+                got.values, bench, margin=margin, plan=judged_by, label=label, blocks=got.blocks
             )
-        d = [math.log(y / x) for x, y in zip(*got.rounds, strict=True)]
+        d = [math.log(y / x) for x, y in zip(*got.values, strict=True)]
         p_slower, p_faster = judged_by.margin_p(d, margin, got.blocks)
         return GateRow(
             name,

@@ -1,7 +1,7 @@
 """The replayed source: stored numbers judged without starting a server.
 
 It reads a results file a run wrote (raw samples, the conditions they were taken in, and each
-verdict's rounds: which samples, and blocks of a fresh process across restarts) or a baseline
+verdict's rounds as they were taken: their samples, process blocks, those set aside) or a baseline
 file (a decision record's table cells as figures with a spread, or accepted samples). A
 verdict's feed gives the rounds that were measured for it, so that a replayed verdict is the
 verdict that was measured; a file without them (results format 1, baseline files) pairs every
@@ -19,9 +19,10 @@ from ..defaults import PRIOR_PROCESS_TERM
 from ..errors import ResultsError
 from ..measure.dependence import Dependence
 from ..measure.measurement import Measurement
+from ..measure.round import judged
 from ..measure.workload import Workload
 from ..store.journal import MeasurementKey
-from ..store.record import matching, rounds_of
+from ..store.record import matching
 from ..store.replay import Replay
 from ..verdicts.sequential import Plan
 from .source import (
@@ -31,7 +32,8 @@ from .source import (
     Side,
     StoredFeed,
     block_length,
-    side_rounds,
+    paired_in_order,
+    side_of,
 )
 
 
@@ -98,28 +100,29 @@ class StoredHost(Host):
             feed.unpaired = (ma.operand, mb.operand)
             return feed
         keys = [(profile.name, m.configuration, m.build, m.workload.name) for m in (ma, mb)]
+        sides = (side_of(profile, ma), side_of(profile, mb))
         found = matching(self._unused, label, relation, keys)
-        if found is None:  # every stored sample of both sides, in order
-            n = min(len(ma.samples), len(mb.samples))
-            sides = (side_rounds(profile, ma, 0), side_rounds(profile, mb, 0))
-            return StoredFeed((ma, mb), (ma.values[:n], mb.values[:n]), sides)
+        if found is None or not self._unused[found].rounds:  # every stored sample, in order
+            return StoredFeed((ma, mb), paired_in_order((ma.values, mb.values)), sides)
         record = self._unused.pop(found)
         assert record.sides is not None
-        count = None if record.verdict.rounds is None else record.verdict.rounds + len(record.aside)
-        values = [  # every round taken, then those set aside left out
-            record.kept(rounds_of(m, s, count)) for m, s in zip((ma, mb), record.sides, strict=True)
-        ]
-        method = record.taken or PAIRED_METHOD
-        plan = None if record.plan is None else stored_plan(record.plan)
-        if plan is not None and "block" not in (record.plan or {}):  # kept before blocks were
-            plan = replace(plan, block=block_length(record.blocks))
+        stored = record.plan
+        plan = None if stored is None else stored_plan(stored)
+        if plan is not None and "block" not in (stored or {}):  # kept before blocks were
+            plan = replace(plan, block=block_length([r.block for r in judged(record.rounds)]))
         return StoredFeed(
-            (ma, mb), values, record.sides, method, record.moved, plan, record.blocks, record.busy
+            (ma, mb),
+            record.rounds,
+            record.sides,
+            record.taken or PAIRED_METHOD,
+            record.moved,
+            plan,
+            record.busy,
         )
 
     def series(self, profile: Profile, configuration: Configuration, workload: Workload) -> Feed:
         m = self.measure(profile, configuration, workload)
-        return StoredFeed((m,), (m.values,), (side_rounds(profile, m, 0),))
+        return StoredFeed((m,), paired_in_order((m.values,)), (side_of(profile, m),))
 
     def fingerprint(self, profile: Profile, label: str | None = None) -> dict[str, Any]:
         return dict(self.replay.journal.measured_on)

@@ -23,7 +23,8 @@ from ..config.profiles import Profile
 from ..defaults import BUDGET, MARGIN, MIN_SESSIONS, SESSION_GAP, SESSION_PRIOR_BOUND
 from ..measure.dependence import ProcessEvidence
 from ..measure.measurement import Measurement
-from ..store.record import SideRounds, VerdictRecord
+from ..measure.round import Round, busy_share, judged
+from ..store.record import VerdictRecord, VerdictSide
 from ..verdicts.baseline_check import BaselineCheck, overridden
 from ..verdicts.creep import SessionTerm
 from ..verdicts.judge import Verdict, busy_reason, judge_rounds, judge_unpaired
@@ -36,7 +37,7 @@ AfterRound = Callable[[int, str, bool], None]
 whether the round restarted servers)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Decided:
     """A paired verdict and what it rests on."""
 
@@ -44,37 +45,56 @@ class Decided:
     """Undecided where a busy host, or one that moved, kept its numbers from deciding."""
     a: Measurement
     b: Measurement
-    sides: tuple[SideRounds, ...]
-    """Where each side's rounds lie in its measurement's samples."""
+    sides: tuple[VerdictSide, ...]
+    """The measurement each side's rounds are of."""
     seconds: float
-    rounds: tuple[tuple[float, ...], tuple[float, ...]] = ((), ())
-    """Each side's value in each round (a block's median across restarts)."""
+    rounds: tuple[Round, ...] = ()
+    """Every round taken, in order, those set aside and measured again among them (with why):
+    the interval is of the others."""
     moved: tuple[str, ...] = ()
     """How the host moved under the rounds (one line per probe figure; ``()``: it stayed)."""
     plan: Plan | None = None
     """The plan the rounds were judged by (``None``: stored figures, judged once)."""
     coin: Coin | None = None
     """The coin that chose each round's order (``None``: the rounds were not measured now)."""
-    blocks: tuple[int, ...] = ()
-    """The process block of each round (empty: one process pair)."""
     taken: str = ""
     """How the rounds were taken (the feed's method)."""
     resolution: str = ""
     """What the verdict said it could resolve before it measured (a calibrated host; empty
     otherwise)."""
-    aside: tuple[tuple[int, str], ...] = ()
-    """The rounds set aside and measured again (their place among every round taken, and
-    why); the interval is of the rest."""
     busy: float | None = None
-    """The share of the kept rounds' time other work took on the servers' CPUs (``None``:
+    """The share of the judged rounds' time other work took on the servers' CPUs (``None``:
     not kept apart from the measurements')."""
+    stored_busy: float | None = None
+    """That share as a stored verdict recorded it apart from its rounds (format 2)."""
+
+    @property
+    def judged(self) -> tuple[Round, ...]:
+        """The rounds judged, in order."""
+        return tuple(judged(self.rounds))
+
+    @property
+    def values(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """Each side's value in each judged round (a block's median across restarts)."""
+        kept = self.judged
+        return (tuple(r.values[0] for r in kept), tuple(r.values[1] for r in kept))
+
+    @property
+    def blocks(self) -> tuple[int, ...]:
+        """The process block of each judged round."""
+        return tuple(r.block for r in self.judged)
+
+    @property
+    def aside(self) -> tuple[tuple[int, str], ...]:
+        """The rounds set aside: each one's place among every round taken, and why."""
+        return tuple((i, r.aside) for i, r in enumerate(self.rounds) if r.aside is not None)
 
     def record(self, test: str, asked: str) -> VerdictRecord:
         """The verdict as the run record keeps it, with all a replay needs to judge its
-        rounds again: where they lie, the looks, the coin, the process blocks."""
-        # where the two sides' rounds lie (None: judged unpaired, on stored figures)
+        rounds again: the rounds as they were taken, the looks, the coin."""
+        # the two sides (None: judged unpaired, on stored figures)
         pair = (self.sides[0], self.sides[1]) if len(self.sides) == 2 else None
-        a, b = self.rounds
+        a, b = self.values
         measured = self.coin is not None and len(a) >= 3  # rounds of this run's own
         evidence = (
             ProcessEvidence.of([math.log(y / x) for x, y in zip(a, b, strict=True)], self.blocks)
@@ -82,18 +102,17 @@ class Decided:
             else None
         )
         return VerdictRecord(
-            test,
-            self.verdict,
-            pair,
-            asked,
-            self.moved,
-            self.plan.to_dict() if self.plan else None,
-            {"seed": self.coin.seed, "orders": list(self.coin.orders)} if self.coin else None,
-            self.blocks,
-            self.taken,
-            evidence,
-            self.aside,
-            self.busy,
+            test=test,
+            verdict=self.verdict,
+            sides=pair,
+            asked=asked,
+            rounds=self.rounds if pair is not None else (),
+            moved=self.moved,
+            plan=self.plan.to_dict() if self.plan else None,
+            coin={"seed": self.coin.seed, "orders": list(self.coin.orders)} if self.coin else None,
+            taken=self.taken,
+            evidence=evidence,
+            busy=self.stored_busy,
         )
 
 
@@ -174,22 +193,26 @@ class Ran(Generic[R]):
     """What :func:`until_decided` ends with."""
 
     result: R
-    rounds: list[tuple[float, ...]]
+    rounds: tuple[Round, ...]
+    """Every round taken, in order, those set aside marked so (with why)."""
     seconds: float
     """Seconds spent measuring (server starts and builds not counted)."""
     plan: Plan
     """The plan the rounds were judged by: its looks end where the budget could reach."""
-    aside: tuple[tuple[int, str], ...] = ()
-    """The rounds set aside, measured again: each one's place among every round taken (kept
-    and set aside, in order) and why the host's watch marked it."""
-    kept: tuple[int, ...] = ()
-    """The rounds judged: their indices among the rounds the feed gave (those set aside at
-    once not among them)."""
+
+    @property
+    def judged(self) -> list[Round]:
+        return judged(self.rounds)
+
+
+Judge = Callable[[list[Round], bool, Plan], tuple[R, bool]]
+"""Judges the rounds of a look (those not set aside), given whether no more can be had and the
+plan's looks: the result, and whether it is final."""
 
 
 def until_decided(
     feed: Feed,
-    judge: Callable[[list[tuple[float, ...]], list[int], bool, Plan], tuple[R, bool]],
+    judge: Judge[R],
     plan: Plan,
     budget: float | None,
     *,
@@ -198,75 +221,166 @@ def until_decided(
     notice: Callable[[str], None] | None = None,
     auto_rounds: int | None = None,
 ) -> Ran[R]:
-    """Take *feed*'s rounds and *judge* them at the looks of *plan* (rounds the feed holds
-    already all at the first look) until *judge* says final, giving it whether no more rounds
-    can be had (the budget of *budget* seconds of measuring is spent, or the feed has no more)
-    and the plan: after the first look's rounds its looks are cut at the rounds the budget can
-    reach at the pace measured so far (a stored feed brings the plan it was judged by); when
-    the budget runs out before the plan's last look, the rounds taken are judged at a last
-    look of their own, the plan's looks ending there (so the level is calibrated for the looks
-    the verdict took, and :attr:`Ran.plan` says which). Time the source spends starting servers
-    or building is not measuring and is not counted.
+    """Take *feed*'s rounds (:class:`_Taking`) and *judge* them at the looks of *plan*
+    (:class:`_Looks`: rounds the feed holds already all at the first look) until *judge* says
+    final, giving it whether no more rounds can be had (the budget of *budget* seconds of
+    measuring is spent, or the feed has no more) and the plan: after the first look's rounds
+    its looks are cut at the rounds the budget can reach at the pace measured so far (a stored
+    feed brings the plan it was judged by); when the budget runs out before the plan's last
+    look, the rounds taken are judged at a last look of their own, the plan's looks ending
+    there (so the level is calibrated for the looks the verdict took, and :attr:`Ran.plan`
+    says which). Time the source spends starting servers or building is not measuring and is
+    not counted.
 
     After the first round measured now, its pace sets a budget of ``None`` (automatic: see
     :func:`auto_budget`, *auto_rounds* of them), and *notice* hears at once when the budget
     reaches no look of the plan's main schedule (:func:`reach_notice`), instead of the verdict
     spending it to end undecided without a word."""
-    looks_given = feed.plan is not None  # the feed brings the looks its rounds were judged at
-    plan = feed.plan or plan
-    reach_fixed = looks_given
-    began, setup = time.monotonic(), feed.setup_seconds()
-    limit = math.inf if budget is None else budget
-    paced = False  # the pace is of rounds measured now: beyond those the feed holds
-
-    def measuring() -> float:
-        return time.monotonic() - began - (feed.setup_seconds() - setup)
-
-    taken = _Taken(feed)
-    target = max(plan.looks[0], feed.ready)
+    looks = _Looks(feed, plan, budget, label, auto_rounds)
+    taking = _Taking(feed, looks, after_round, notice)
+    target = looks.plan.looks[0]
     with feed.holding():
         while True:
-            exhausted = False
-            while len(taken.kept()) < target:
-                index = len(taken.rounds)
-                got = feed.take(index)
-                if got is None:
-                    exhausted = True
-                    break
-                # a round the host's watch marked (busy beyond the limit) is set aside and
-                # measured again, while the budget lasts and as many rounds as the plan holds
-                # have not been set aside (beyond that the host is busy, not disturbed: the
-                # rounds are kept and the verdict's busy override reads them): the rule is
-                # fixed before any outcome
-                may = measuring() <= limit and len(taken.busy) < plan.max_rounds
-                if not taken.add(got, may):
-                    continue
-                if after_round is not None and index >= feed.ready:
-                    after_round(index, feed.first(index), feed.restarts)
-                if not paced and index >= feed.ready:
-                    paced = True
-                    pace = measuring() / (index + 1 - feed.ready)
-                    limit, said = _paced(label, pace, plan, budget, auto_rounds, looks_given)
-                    for line in said:
-                        if notice is not None:
-                            notice(line)
-                if index + 1 >= MIN_ROUNDS and measuring() > limit:
-                    break
-            kept = taken.kept()
-            measured = len(taken.rounds) - feed.ready
-            if not reach_fixed and measured > 0:
-                pace = measuring() / measured
-                left = max(limit - measuring(), 0.0)  # the budget runs out in the round after
-                plan = plan.within(len(kept) + math.floor(REACH_ALLOWANCE * left / pace) + 1)
-                reach_fixed = True
-            spent = exhausted or not feed.more(len(taken.rounds)) or measuring() > limit
-            if spent and not looks_given:  # the last look is the rounds there are, a look
-                plan = plan.within(len(kept))  # of the plan's own (a given plan is one)
-            rounds = [taken.rounds[i] for i in kept]
-            result, final = judge(rounds, kept, spent, plan)
+            exhausted = taking.until(target)
+            kept = taking.judged()
+            spent = looks.at_look(len(kept), taking.measured, exhausted or not feed.more())
+            result, final = judge(kept, spent, looks.plan)
             if final:
-                return Ran(result, rounds, measuring(), plan, taken.aside(), tuple(kept))
-            target = plan.next_look(len(kept))
+                return Ran(result, taking.marked(), looks.measuring(), looks.plan)
+            target = looks.plan.next_look(len(kept))
+
+
+class _Looks:
+    """The look schedule of one verdict and the budget it is cut at: seconds measuring
+    (server starts and builds not counted), the budget once the first round's pace is known,
+    the plan cut where the budget reaches after the first look, and at the last look the
+    rounds there are."""
+
+    def __init__(
+        self, feed: Feed, plan: Plan, budget: float | None, label: str, auto_rounds: int | None
+    ) -> None:
+        self.feed, self.budget, self.label, self.auto_rounds = feed, budget, label, auto_rounds
+        self.given = feed.plan is not None
+        """Whether the feed brings the looks its rounds were judged at (a stored verdict)."""
+        self.plan = feed.plan or plan
+        self._cut = self.given
+        self.limit = math.inf if budget is None else budget
+        self.paced = False
+        """Whether the pace is known: of a round measured now, beyond those the feed holds."""
+        self._began, self._setup = time.monotonic(), feed.setup_seconds()
+
+    def measuring(self) -> float:
+        return time.monotonic() - self._began - (self.feed.setup_seconds() - self._setup)
+
+    def over(self) -> bool:
+        return self.measuring() > self.limit
+
+    def pace_of_first(self) -> list[str]:
+        """The budget set by the pace of the first round measured now; what to say of it."""
+        self.paced = True
+        pace = self.measuring()
+        self.limit, said = _paced(
+            self.label, pace, self.plan, self.budget, self.auto_rounds, self.given
+        )
+        return said
+
+    def at_look(self, judged: int, measured: int, exhausted: bool) -> bool:
+        """At a look of *judged* rounds, *measured* of them measured now: the plan cut where
+        the budget reaches (after the first look), and at the last (the budget spent, or
+        *exhausted*) the rounds there are; whether it is the last."""
+        if not self._cut and measured > 0:
+            pace = self.measuring() / measured
+            left = max(self.limit - self.measuring(), 0.0)  # runs out in the round after
+            self.plan = self.plan.within(judged + math.floor(REACH_ALLOWANCE * left / pace) + 1)
+            self._cut = True
+        spent = exhausted or self.over()
+        if spent and not self.given:  # the last look is the rounds there are, a look of the
+            self.plan = self.plan.within(judged)  # plan's own (a given plan is one)
+        return spent
+
+
+class _Taking:
+    """The rounds a verdict took from its feed, in order. A round measured now that the
+    host's watch marked busy is set aside at once and measured again, while the budget lasts
+    and as many as the plan holds have not been set aside (beyond that the host is busy, not
+    disturbed: the rounds are kept and the verdict's busy override reads them); among the rest,
+    those whose servers' CPUs sat idle beyond the verdict's own median are marked again at
+    every look over all rounds so far, by the same rule. The rules are fixed before any
+    outcome; rounds the feed held already come with their own marks."""
+
+    def __init__(
+        self,
+        feed: Feed,
+        looks: _Looks,
+        after_round: AfterRound | None,
+        notice: Callable[[str], None] | None,
+    ) -> None:
+        self.feed, self.looks, self.after_round, self.notice = feed, looks, after_round, notice
+        self.rounds: list[Round] = []
+        self.index = 0
+        """The index of the next round asked (a round set aside is asked again)."""
+        self.measured = 0
+        """Rounds measured now and not set aside at once."""
+
+    def until(self, target: int) -> bool:
+        """Take rounds until the feed's own are all taken and *target* are kept, or the budget
+        runs out (after two); whether the feed ran out of rounds."""
+        while len(self.rounds) < self.feed.ready or len(self.judged()) < target:
+            got = self.feed.take(self.index)
+            if got is None:
+                return True
+            now = len(self.rounds) >= self.feed.ready  # measured now, not held already
+            self.rounds.append(self._set_aside(got) if now else got)
+            if self.rounds[-1].aside is not None:
+                continue
+            self.index += 1
+            if now:
+                self.measured += 1
+                self._measured(got)
+            if self.index >= MIN_ROUNDS and self.looks.over():
+                return False
+        return False
+
+    def _set_aside(self, got: Round) -> Round:
+        busy = sum(1 for r in self.rounds if r.aside is not None)
+        may = not self.looks.over() and busy < self.looks.plan.max_rounds
+        return replace(got, aside=got.marked) if got.marked is not None and may else got
+
+    def _measured(self, got: Round) -> None:
+        if self.after_round is not None:
+            self.after_round(self.index - 1, got.first, self.feed.restarts)
+        if not self.looks.paced:
+            for line in self.looks.pace_of_first():
+                if self.notice is not None:
+                    self.notice(line)
+
+    def _idle(self) -> dict[int, str]:
+        """Place among :attr:`rounds` -> why, of the rounds measured now marked idle."""
+        now = [
+            (i, r.idle)
+            for i, r in enumerate(self.rounds)
+            if i >= self.feed.ready and r.aside is None
+        ]
+        if len(now) < MIN_ROUNDS:
+            return {}
+        median = statistics.median(x for _, x in now)
+        return {
+            i: f"servers' CPUs {100 * x:.0f} % idle (the verdict's median {100 * median:.0f} "
+            "%): a server stopped or throttled"
+            for i, x in now
+            if x > median + IDLE_JUMP
+        }
+
+    def judged(self) -> list[Round]:
+        """The rounds judged at this look, in order."""
+        return judged(self.marked())
+
+    def marked(self) -> tuple[Round, ...]:
+        """Every round taken, those marked idle at this look set aside with why."""
+        idle = self._idle()
+        return tuple(
+            replace(r, aside=idle[i]) if i in idle else r for i, r in enumerate(self.rounds)
+        )
 
 
 IDLE_JUMP = 0.10
@@ -274,61 +388,6 @@ IDLE_JUMP = 0.10
 their threads cover them) must lie for the watch to mark it: a server stopped or throttled for
 part of a round (a co-tenant's cgroup cap, a SIGSTOP) leaves its CPUs idle that the rounds
 around it keep busy (an idle share of 1-5 % is this project's VMs' own)."""
-
-
-class _Taken:
-    """The rounds a verdict took, in order: those the watch marked busy as they were taken
-    (set aside at once and measured again), and among the rest those whose servers' CPUs sat
-    idle beyond the verdict's own median (marked again at every look over all rounds so far,
-    by the same rule): the rounds judged are the others."""
-
-    def __init__(self, feed: Feed) -> None:
-        self.feed = feed
-        self.rounds: list[tuple[float, ...]] = []
-        self.order: list[int | None] = []
-        """Each round taken, in order: its index among :attr:`rounds`, or ``None`` set aside."""
-        self.busy: dict[int, str] = {}
-        """Place among every round taken -> why, of the rounds set aside as they were taken."""
-
-    def add(self, got: tuple[float, ...], may_set_aside: bool) -> bool:
-        """Keep *got* (the round just taken), or set it aside when the watch marked it busy
-        and *may_set_aside*; whether it was kept."""
-        why = self.feed.disturbed(len(self.rounds))
-        if why is not None and may_set_aside:
-            self.feed.set_aside(len(self.rounds))
-            self.busy[len(self.order)] = why
-            self.order.append(None)
-            return False
-        self.order.append(len(self.rounds))
-        self.rounds.append(got)
-        return True
-
-    def _idle(self) -> dict[int, str]:
-        """Index among :attr:`rounds` -> why, of the rounds marked idle."""
-        idles = [self.feed.idle(i) for i in range(len(self.rounds))]
-        if len(idles) < MIN_ROUNDS:
-            return {}
-        median = statistics.median(idles)
-        return {
-            i: f"servers' CPUs {100 * x:.0f} % idle (the verdict's median {100 * median:.0f} "
-            "%): a server stopped or throttled"
-            for i, x in enumerate(idles)
-            if x > median + IDLE_JUMP
-        }
-
-    def kept(self) -> list[int]:
-        """The rounds judged: indices among :attr:`rounds`."""
-        idle = self._idle()
-        return [i for i in range(len(self.rounds)) if i not in idle]
-
-    def aside(self) -> tuple[tuple[int, str], ...]:
-        """Every round set aside or marked: its place among every round taken, and why."""
-        idle = self._idle()
-        out = dict(self.busy)
-        for place, i in enumerate(self.order):
-            if i is not None and i in idle:
-                out[place] = idle[i]
-        return tuple(sorted(out.items()))
 
 
 def _paced(
@@ -359,19 +418,20 @@ def _overrides(
     measurements: Sequence[Measurement],
     busy_limit: float,
     host_decides: bool,
+    busy: float | None = None,
 ) -> tuple[str | None, tuple[str, ...]]:
-    """Why these measurements must not decide (a busy host, or with *host_decides* a host
-    that changed under them; ``None`` when they may), and how the host moved (the feed's own
-    account of a stored verdict's rounds, else the source's)."""
+    """Why these measurements must not decide (a busy host: the judged rounds' *busy* share
+    where it is known, else the measurements'; or with *host_decides* a host that changed
+    under them; ``None`` when they may), and how the host moved (the feed's own account of a
+    stored verdict's rounds, else the source's)."""
     if feed is not None and feed.moved is not None:
         moved = feed.moved
     else:
         moved = tuple(source.host_moved(measurements))
-    kept = feed.busy_share() if feed is not None else None
-    if kept is None:
+    if busy is None:
         reasons = [busy_reason(measurements, busy_limit)]
     else:  # the rounds set aside are not in it: what was judged was this busy
-        reasons = [f"host {100 * kept:.0f} % busy with other work" if kept > busy_limit else None]
+        reasons = [f"host {100 * busy:.0f} % busy with other work" if busy > busy_limit else None]
     if host_decides and moved:
         reasons.append(f"host changed under the run: {'; '.join(moved)}")
     return "; ".join(r for r in reasons if r) or None, moved
@@ -400,15 +460,12 @@ def decide_pair(
     feed = source.pair(profile, a, b, label=label, relation=relation)
     feed.size_blocks(*plan.block_terms(), calibrated=plan.dependence.calibrated)
     plan = replace(plan, block=feed.process_block)  # the looks keep to its process blocks
-    began = time.monotonic()
     said = ""
     if feed.unpaired is not None:
         pa, pb = feed.unpaired
         verdict = judge_unpaired(rule, pb, pa, label=label)
-        rounds: list[tuple[float, ...]] = []
+        rounds: tuple[Round, ...] = ()
         seconds = 0.0
-        aside: tuple[tuple[int, str], ...] = ()
-        judged_blocks: tuple[int, ...] = ()
     else:
         resolution = plan.resolution()
         auto_rounds = None
@@ -417,22 +474,9 @@ def decide_pair(
             auto_rounds = resolution.rounds_for(margin)
             said = resolution.describe(label, margin, budget)
             source.notice(said)
-
-        def judge(
-            taken: list[tuple[float, ...]], kept: list[int], spent: bool, looks: Plan
-        ) -> tuple[Verdict, bool]:
-            va, vb = [r[0] for r in taken], [r[1] for r in taken]
-            blocks = [feed.blocks[i] for i in kept] if feed.blocks else None
-            v, more = judge_rounds(
-                rule, va, vb, looks, spent=spent, label=label, blocks=blocks, taken=feed.method
-            )
-            if on_look is not None:
-                on_look(v, time.monotonic() - began)
-            return v, more == 0
-
         ran = until_decided(
             feed,
-            judge,
+            _pair_judge(rule, label, feed.method, on_look),
             plan,
             budget,
             after_round=after_round,
@@ -441,34 +485,57 @@ def decide_pair(
             auto_rounds=auto_rounds,
         )
         verdict, rounds, seconds, plan = ran.result, ran.rounds, ran.seconds, ran.plan
-        aside = ran.aside
-        judged_blocks = tuple(feed.blocks[i] for i in ran.kept) if feed.blocks else ()
-        if aside:
-            whys = sorted({why for _, why in aside})
-            source.notice(
-                f"{label}: {len(aside)} round(s) set aside and measured again, the host's "
-                f"watch having marked them ({'; '.join(whys[:3])}): the verdict is of the "
-                f"{len(rounds)} others"
-            )
+        _tell_aside(source, label, rounds)
     ma, mb = feed.measurements()
-    reason, moved = _overrides(source, feed, [ma, mb], busy_limit, host_decides)
-    per_side = (tuple(r[0] for r in rounds), tuple(r[1] for r in rounds))
+    busy = feed.kept_busy if feed.kept_busy is not None else busy_share(rounds)
+    reason, moved = _overrides(source, feed, [ma, mb], busy_limit, host_decides, busy)
     return Decided(
-        overridden(verdict, reason),
-        ma,
-        mb,
-        feed.sides(),
-        seconds,
-        per_side,
-        moved,
-        plan,
-        feed.coin,
-        judged_blocks,
-        feed.method,
-        said,
-        aside,
-        feed.busy_share(),
+        verdict=overridden(verdict, reason),
+        a=ma,
+        b=mb,
+        sides=feed.sides(),
+        seconds=seconds,
+        rounds=rounds,
+        moved=moved,
+        plan=plan,
+        coin=feed.coin,
+        taken=feed.method,
+        resolution=said,
+        busy=busy,
+        stored_busy=feed.kept_busy,
     )
+
+
+def _pair_judge(
+    rule: Rule, label: str, method: str, on_look: Callable[[Verdict, float], None] | None
+) -> Judge[Verdict]:
+    """The judge of a paired verdict's looks: *rule* on the rounds' values in their process
+    blocks; *on_look* hears each look's verdict and the seconds since the first."""
+    began = time.monotonic()
+
+    def judge(taken: list[Round], spent: bool, looks: Plan) -> tuple[Verdict, bool]:
+        va, vb = [r.values[0] for r in taken], [r.values[1] for r in taken]
+        blocks = [r.block for r in taken]
+        v, more = judge_rounds(
+            rule, va, vb, looks, spent=spent, label=label, blocks=blocks, taken=method
+        )
+        if on_look is not None:
+            on_look(v, time.monotonic() - began)
+        return v, more == 0
+
+    return judge
+
+
+def _tell_aside(source: Host, label: str, rounds: Sequence[Round]) -> None:
+    """Say which rounds the host's watch set aside (nothing when none was)."""
+    aside = [r.aside for r in rounds if r.aside is not None]
+    if aside:
+        whys = sorted(set(aside))
+        source.notice(
+            f"{label}: {len(aside)} round(s) set aside and measured again, the host's "
+            f"watch having marked them ({'; '.join(whys[:3])}): the verdict is of the "
+            f"{len(rounds) - len(aside)} others"
+        )
 
 
 def decide_baseline(
@@ -486,18 +553,18 @@ def decide_baseline(
     is undecided; undecided on a busy host or one that changed under the measurement."""
     feed = source.series(profile, side.configuration, side.workload)
 
-    def judge(
-        taken: list[tuple[float, ...]], kept: list[int], spent: bool, looks: Plan
-    ) -> tuple[BaselineCheck, bool]:
-        check = judge_values([r[0] for r in taken], 1 - looks.nominal_alpha())
+    def judge(taken: list[Round], spent: bool, looks: Plan) -> tuple[BaselineCheck, bool]:
+        check = judge_values([r.values[0] for r in taken], 1 - looks.nominal_alpha())
         done = check.outcome != "undecided" or spent or len(taken) >= looks.max_rounds
         return check, done
 
     label = f"{side.configuration.name}.{side.workload.name}"
     plan = replace(plan, early=False)  # one measurement's samples: the main schedule's looks
-    check = until_decided(feed, judge, plan, budget, label=label, notice=source.notice).result
+    ran = until_decided(feed, judge, plan, budget, label=label, notice=source.notice)
     (m,) = feed.measurements()
-    reason, _moved = _overrides(source, feed, [m], busy_limit, True)
+    busy = feed.kept_busy if feed.kept_busy is not None else busy_share(ran.rounds)
+    reason, _moved = _overrides(source, feed, [m], busy_limit, True, busy)
+    check = ran.result
     return Checked(overridden(check, reason), m)
 
 

@@ -7,8 +7,9 @@ measurements and *feeds* and never asks which kind it is; the loop and the sweep
 ``measure``, ``pair``, ``series``, ``host_moved`` and ``notice``
 (``tests/unit/test_layers.py`` holds them to these):
 
-- a :class:`Feed` is one verdict's rounds as the source gives them, a round being one value of
-  each side (two sides paired back to back, or one side checked against a stored baseline).
+- a :class:`Feed` is one verdict's rounds as the source gives them, each a
+  :class:`~pytest_moeperf.measure.round.Round`: one value of each side (two sides paired back
+  to back, or one side checked against a stored baseline) and the samples it rests on.
   A live feed measures each round when asked; a stored feed gives the rounds that were
   measured (a verdict's blocks across restarts as the medians they were) and then no more.
   Rounds a feed holds already (:attr:`Feed.ready`) are judged together at the first look.
@@ -32,11 +33,12 @@ from ..config.profiles import Configuration, Profile
 from ..host.probe import Probe
 from ..llama.model_bytes import DecodeBytes
 from ..measure.measurement import Measurement
+from ..measure.round import Round
 from ..measure.stats import Figure
 from ..measure.traffic import TrafficRun
 from ..measure.workload import Workload
 from ..store.journal import Journal, MeasurementKey
-from ..store.record import SideRounds
+from ..store.record import VerdictSide
 from ..verdicts.sequential import Coin, Plan
 from .pool import ServerKey, ServerRecord
 
@@ -59,7 +61,8 @@ class Feed(ABC):
     """The rounds of one verdict: each a value of every side, measured now or stored."""
 
     ready: int = 0
-    """Rounds the source holds already: judged together at the first look."""
+    """Rounds the source holds already (those set aside among them): all taken before the
+    first look, which judges them together."""
     restarts: bool = False
     """Whether each round restarts the sides' servers (they do not fit in memory together)."""
     method: str = PAIRED_METHOD
@@ -70,13 +73,15 @@ class Feed(ABC):
     moved: tuple[str, ...] | None = None
     """How the host moved under these rounds when the feed knows it (a stored verdict's
     record); ``None``: the source is asked."""
+    kept_busy: float | None = None
+    """The share of the judged rounds' time other work took on the servers' CPUs where the
+    feed knows it apart from its rounds (a stored verdict of format 2); ``None``: the rounds
+    say it, or nothing does."""
     plan: Plan | None = None
     """The plan a stored verdict was judged by; ``None``: the verdict's own, cut at the rounds
     its budget can reach."""
     coin: Coin | None = None
     """The coin that orders rounds measured now (``None``: the rounds are stored)."""
-    blocks: list[int] = []  # noqa: RUF012 (replaced, never changed in place, on instances)
-    """The process block of each round taken (empty: one process pair for all)."""
     process_block: int | None = None
     """Rounds a pair of server processes serves before both are restarted (1: every round a
     fresh pair; 0: one pair for all): the length the looks of a host not calibrated keep to.
@@ -89,43 +94,18 @@ class Feed(ABC):
         them."""
         return
 
-    def disturbed(self, index: int) -> str | None:
-        """Why round *index*, just taken, is to be set aside: the host's own watch saw it
-        disturbed (other work or steal on the servers' CPUs beyond the busy limit while it was
-        measured); ``None`` when it was not, or the feed cannot tell (stored rounds)."""
-        return None
-
-    def idle(self, index: int) -> float:
-        """The share of round *index*'s measuring its servers' CPUs sat idle although their
-        threads cover them (0: not watched, or stored rounds)."""
-        return 0.0
-
-    def set_aside(self, index: int) -> None:
-        """Leave out round *index*, just taken: the next round measured is *index* again, on
-        the same pair of processes."""
-        raise NotImplementedError(f"{type(self).__name__} sets no round aside")
-
-    def busy_share(self) -> float | None:
-        """The share of the kept rounds' time other work took on the servers' CPUs (``None``:
-        not kept apart from the measurements')."""
-        return None
-
-    def first(self, index: int) -> str:
-        """The side that went first in round *index* (``"a"`` or ``"b"``)."""
-        return self.coin.first(index) if self.coin is not None else "a"
-
     def setup_seconds(self) -> float:
         """Seconds the source has spent so far starting servers and building (not measuring:
         a verdict's budget does not count them)."""
         return 0.0
 
     @abstractmethod
-    def take(self, index: int) -> tuple[float, ...] | None:
-        """Round *index* (0-based, asked in order): one value per side; ``None`` when the
-        source has no more rounds to give."""
+    def take(self, index: int) -> Round | None:
+        """Round *index* (0-based, asked in order; a round set aside is asked again by its
+        index, on the same process pair): ``None`` when the source has no more to give."""
 
-    def more(self, index: int) -> bool:
-        """Whether round *index* can still be had (a live feed can always measure one more)."""
+    def more(self) -> bool:
+        """Whether another round can still be had (a live feed can always measure one more)."""
         return True
 
     @abstractmethod
@@ -133,8 +113,8 @@ class Feed(ABC):
         """Each side's measurement as it stands, every sample (earlier ones too)."""
 
     @abstractmethod
-    def sides(self) -> tuple[SideRounds, ...]:
-        """Where each side's rounds lie in its measurement's samples (for the run record)."""
+    def sides(self) -> tuple[VerdictSide, ...]:
+        """The measurement each side's samples are of (for the run record)."""
 
     def holding(self) -> contextlib.AbstractContextManager[None]:
         """A block in which the sides' servers stay alive (none is stopped to make room)."""
@@ -142,44 +122,54 @@ class Feed(ABC):
 
 
 class StoredFeed(Feed):
-    """Rounds that were measured before: per side, one value a round; no more after them."""
+    """Rounds that were measured before, as they were taken (those set aside among them):
+    no more after them."""
 
     def __init__(
         self,
         measurements: Sequence[Measurement],
-        values: Sequence[Sequence[float]],
-        sides: Sequence[SideRounds],
+        rounds: Sequence[Round],
+        sides: Sequence[VerdictSide],
         method: str = PAIRED_METHOD,
         moved: Sequence[str] | None = None,
         plan: Plan | None = None,
-        blocks: Sequence[int] = (),
         busy: float | None = None,
     ) -> None:
         self._measurements = tuple(measurements)
-        self._busy = busy
+        self.kept_busy = busy
         self.moved = None if moved is None else tuple(moved)
-        self.blocks = list(blocks)
-        self.process_block = block_length(self.blocks) if plan is None else plan.block
+        self._rounds = list(rounds)
+        self._next = 0
+        judged = [r.block for r in self._rounds if r.aside is None]
+        self.process_block = block_length(judged) if plan is None else plan.block
         self.plan = plan
-        self._values = [list(v) for v in values]
         self._sides = tuple(sides)
-        self.ready = min((len(v) for v in self._values), default=0)
+        self.ready = len(self._rounds)
         self.method = method
 
-    def busy_share(self) -> float | None:
-        return self._busy
+    def take(self, index: int) -> Round | None:
+        if self._next >= len(self._rounds):
+            return None
+        self._next += 1
+        return self._rounds[self._next - 1]
 
-    def take(self, index: int) -> tuple[float, ...] | None:
-        return tuple(v[index] for v in self._values) if index < self.ready else None
-
-    def more(self, index: int) -> bool:
-        return index < self.ready
+    def more(self) -> bool:
+        return self._next < len(self._rounds)
 
     def measurements(self) -> tuple[Measurement, ...]:
         return self._measurements
 
-    def sides(self) -> tuple[SideRounds, ...]:
+    def sides(self) -> tuple[VerdictSide, ...]:
         return self._sides
+
+
+def paired_in_order(values: Sequence[Sequence[float]]) -> list[Round]:
+    """Rounds of each side's samples in order, the *i*-th of each the *i*-th round (stored
+    samples kept without their rounds: a baseline file, results of format 1)."""
+    n = min((len(v) for v in values), default=0)
+    return [
+        Round(tuple(v[i] for v in values), tuple((i,) for _ in values), block=0) for i in range(n)
+    ]
 
 
 def block_length(blocks: Sequence[int]) -> int | None:
@@ -194,9 +184,9 @@ def block_length(blocks: Sequence[int]) -> int | None:
     return None
 
 
-def side_rounds(profile: Profile, m: Measurement, first: int, per_round: int = 1) -> SideRounds:
-    """Where the rounds of *m* (of *profile*) lie: from sample *first*, *per_round* a round."""
-    return SideRounds(profile.name, m.configuration, m.build, m.workload.name, first, per_round)
+def side_of(profile: Profile, m: Measurement) -> VerdictSide:
+    """The side of a verdict whose rounds are of *m* (of *profile*)."""
+    return VerdictSide(profile.name, m.configuration, m.build, m.workload.name)
 
 
 class Host(ABC):

@@ -3,8 +3,8 @@ of a perf session and read back by replay, the history plot and the exports.
 
 This module owns the file's schema and its one version number. A record holds the host's
 fingerprints and probes, every measurement with the conditions it was taken in, every verdict
-with where its rounds lie in the measurements' samples (so that a replayed verdict is judged on
-the rounds that were measured, a verdict across restarts on its blocks), the baseline checks,
+with its rounds as they were taken (so that a replayed verdict is judged on the rounds that
+were measured, a verdict across restarts on its blocks), the baseline checks,
 the traffic passes and the servers' load times.
 """
 
@@ -25,15 +25,18 @@ from ..fs import load_json
 from ..llama.bench import BenchResult
 from ..measure.dependence import ProcessEvidence
 from ..measure.measurement import Measurement, optional
+from ..measure.round import Round
 from ..measure.workload import Workload
 from ..verdicts.baseline_check import BaselineCheck
 from ..verdicts.judge import Verdict
 
-RESULTS_VERSION = 2
+RESULTS_VERSION = 3
 """The version of the results file this module writes (``moeperf_results``)."""
-READABLE_VERSIONS = (1, 2)
+READABLE_VERSIONS = (1, 2, 3)
 """Versions it reads: 1 named the measurement conditions ``extra``, a verdict's label ``claim``,
-and kept no rounds.
+and kept no rounds; 2 said where a verdict's rounds lie in its sides' samples (each side's
+first sample and samples a round, the judged rounds' process blocks, the places of the rounds
+set aside) where 3 keeps every round as it was taken (:class:`~pytest_moeperf.measure.round.Round`).
 
 The version changes when a field is renamed, moved or read differently, not when an optional
 field is added that older files lack and older readers ignore: version 2 files written before
@@ -80,17 +83,13 @@ def _upgraded(data: dict[str, Any]) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class SideRounds:
-    """Where one side's rounds of a verdict lie in its measurement: from sample *first* on,
-    *per_round* samples a round (a restart block's samples, whose median is the round's
-    value; 1 when both sides' servers ran side by side)."""
+class VerdictSide:
+    """One side of a paired verdict: the measurement its rounds' samples are of."""
 
     profile: str
     configuration: str
     build: str
     workload: str
-    first: int
-    per_round: int = 1
 
     @property
     def key(self) -> tuple[str, str, str, str]:
@@ -100,31 +99,27 @@ class SideRounds:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> SideRounds:
-        first, per_round = int(d["first"]), int(d.get("per_round", 1))
-        if first < 0 or per_round < 1:
-            raise ValueError(f"side {dict(d)!r}: first must be >= 0 and per_round >= 1")
-        return cls(
-            str(d["profile"]),
-            str(d["configuration"]),
-            str(d["build"]),
-            str(d["workload"]),
-            first,
-            per_round,
-        )
+    def from_dict(cls, d: Mapping[str, Any]) -> VerdictSide:
+        # a side of format 2 also says where its rounds lie (first, per_round): read into
+        # the verdict's rounds when its record is (_format_2_rounds)
+        return cls(str(d["profile"]), str(d["configuration"]), str(d["build"]), str(d["workload"]))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class VerdictRecord:
-    """A verdict of a test, and where its paired rounds lie (``None``: judged unpaired, on
-    stored figures). The ratio is ``b / a`` of :attr:`sides` ``(a, b)``."""
+    """A verdict of a test, and the rounds it was judged on as they were taken (``sides``
+    ``None``: judged unpaired, on stored figures). The ratio is ``b / a`` of :attr:`sides`
+    ``(a, b)``."""
 
     test: str
     verdict: Verdict
-    sides: tuple[SideRounds, SideRounds] | None = None
+    sides: tuple[VerdictSide, VerdictSide] | None = None
     asked: str = ""
     """What was judged (``lm-none.pp512 / mmap.pp512``), before a reason such as a busy host
     was added to the verdict's label."""
+    rounds: tuple[Round, ...] = ()
+    """Every round taken, in order, those set aside among them with why (empty: judged
+    unpaired, or a record whose rounds could not be read back)."""
     moved: tuple[str, ...] | None = None
     """How the host had moved under the rounds when they were judged (``None``: not known,
     a results file of format 1)."""
@@ -132,74 +127,126 @@ class VerdictRecord:
     """The look schedule the rounds were judged by (its looks cut where the budget reached)."""
     coin: dict[str, Any] | None = None
     """The seed of the coin that ordered the rounds, and each round's order (``ab``/``ba``)."""
-    blocks: tuple[int, ...] = ()
-    """The process block of each round (empty: one process pair for all)."""
     taken: str = ""
     """How the rounds were taken (``paired rounds in process blocks of 5``)."""
     evidence: ProcessEvidence | None = None
     """What the rounds showed of the host's round spread and process term (its history, which
     later verdicts on this host pool as a calibration's)."""
-    aside: tuple[tuple[int, str], ...] = ()
-    """The rounds set aside and measured again: each one's place among every round taken (kept
-    and set aside, in order) and why the host's watch marked it; the verdict is of the rest."""
     busy: float | None = None
-    """The share of the kept rounds' time that other work took on the servers' CPUs, the
-    figure the busy limit was held to (``None``: not kept apart, a record from before set-aside
-    rounds; a replay then reads its measurements' own figure)."""
+    """The share of the judged rounds' time that other work took on the servers' CPUs, as
+    recorded where the rounds do not say it themselves (a record of format 2; ``None``: the
+    rounds' own figure, or a record from before set-aside rounds, whose replay reads its
+    measurements' own figure)."""
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"test": self.test, **self.verdict.to_dict()}
         if self.sides is not None:
             out["sides"] = [s.to_dict() for s in self.sides]
             out["asked"] = self.asked
+        if self.rounds:
+            out[ROUNDS_KEY] = [r.to_dict() for r in self.rounds]
         if self.moved is not None:
             out["host_moved"] = list(self.moved)
         if self.plan is not None:
             out["plan"] = dict(self.plan)
         if self.coin is not None:
             out["coin"] = dict(self.coin)
-        if self.blocks:
-            out["blocks"] = list(self.blocks)
         if self.taken:
             out["taken"] = self.taken
         if self.evidence is not None:
             out["evidence"] = self.evidence.to_dict()
-        if self.aside:
-            out["set_aside"] = [{"round": i, "why": why} for i, why in self.aside]
         if self.busy is not None:
             out["kept_busy"] = self.busy
         return out
-
-    def kept(self, values: Sequence[float]) -> list[float]:
-        """*values* of every round taken (kept and set aside, in order), the set-aside ones
-        left out: the rounds the verdict was judged on."""
-        left_out = {i for i, _ in self.aside}
-        return [v for i, v in enumerate(values) if i not in left_out]
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> VerdictRecord:
         sides = d.get("sides")
         pair = None
         if sides is not None:
-            a, b = (SideRounds.from_dict(s) for s in sides)
+            a, b = (VerdictSide.from_dict(s) for s in sides)
             pair = (a, b)
         verdict = Verdict.from_dict(d)
         moved, plan, coin = d.get("host_moved"), d.get("plan"), d.get("coin")
         evidence = d.get("evidence")
         return cls(
-            str(d.get("test", "")),
-            verdict,
-            pair,
-            str(d.get("asked", verdict.label)),
-            None if moved is None else tuple(str(line) for line in moved),
-            None if plan is None else {str(k): optional(float)(x) for k, x in dict(plan).items()},
-            None if coin is None else dict(coin),
-            tuple(int(b) for b in d.get("blocks") or ()),
-            str(d.get("taken", "")),
-            None if evidence is None else ProcessEvidence.from_dict(evidence),
-            tuple((int(x["round"]), str(x["why"])) for x in d.get("set_aside") or ()),
-            None if d.get("kept_busy") is None else float(d["kept_busy"]),
+            test=str(d.get("test", "")),
+            verdict=verdict,
+            sides=pair,
+            asked=str(d.get("asked", verdict.label)),
+            rounds=tuple(Round.from_dict(r) for r in d.get(ROUNDS_KEY) or ()),
+            moved=None if moved is None else tuple(str(line) for line in moved),
+            plan=None if plan is None else {str(k): optional(float)(x) for k, x in plan.items()},
+            coin=None if coin is None else dict(coin),
+            taken=str(d.get("taken", "")),
+            evidence=None if evidence is None else ProcessEvidence.from_dict(evidence),
+            busy=None if d.get("kept_busy") is None else float(d["kept_busy"]),
         )
+
+
+ROUNDS_KEY = "rounds_taken"
+"""A verdict's rounds in the results file (``rounds`` is the verdict's count of them)."""
+
+
+def _format_2_rounds(
+    d: Mapping[str, Any], measurements: Mapping[tuple[str, str, str, str], Measurement]
+) -> list[dict[str, Any]]:
+    """The rounds of a verdict of format 2, which said where its rounds lie instead (each
+    side's first sample and samples a round, the judged rounds' process blocks, the places of
+    those set aside among every round taken): every round taken, in order, as format 3 keeps
+    it. A round set aside was measured again on the process pair of the round after it.
+    Empty when its sides' measurements are not in the record."""
+    sides = _format_2_sides(d.get("sides") or (), measurements)
+    if sides is None:
+        return []
+    aside = {int(x["round"]): str(x["why"]) for x in d.get("set_aside") or ()}
+    count = None if d.get("rounds") is None else int(d["rounds"]) + len(aside)
+    blocks = [int(b) for b in d.get("blocks") or ()] or [0]
+    orders = [str(o) for o in (d.get("coin") or {}).get("orders") or ()]
+    out: list[dict[str, Any]] = []
+    judged = 0
+    while count is None or len(out) < count:
+        got = _format_2_round(len(out), sides)
+        if got is None:
+            break
+        got["block"] = blocks[min(judged, len(blocks) - 1)]
+        got["first"] = orders[judged][0] if judged < len(orders) else "a"
+        if len(out) in aside:
+            got["aside"] = aside[len(out)]
+        else:
+            judged += 1
+        out.append(got)
+    return out
+
+
+def _format_2_sides(
+    stored: Sequence[Mapping[str, Any]],
+    measurements: Mapping[tuple[str, str, str, str], Measurement],
+) -> list[tuple[Measurement, int, int]] | None:
+    """Each side of format 2: its measurement, first sample and samples a round (``None``:
+    not two sides whose measurements the record holds)."""
+    out = []
+    for s in stored:
+        m = measurements.get(VerdictSide.from_dict(s).key)
+        first, per = int(s["first"]), int(s.get("per_round", 1))
+        if first < 0 or per < 1:
+            raise ValueError(f"side {dict(s)!r}: first must be >= 0 and per_round >= 1")
+        if m is not None:
+            out.append((m, first, per))
+    return out if len(out) == len(stored) == 2 else None
+
+
+def _format_2_round(k: int, sides: Sequence[tuple[Measurement, int, int]]) -> dict[str, Any] | None:
+    """Round *k* of these format-2 sides, its values the medians of its samples (``None``:
+    beyond the samples stored)."""
+    samples = [list(range(first + k * per, first + (k + 1) * per)) for _, first, per in sides]
+    if any(s[-1] >= len(m.values) for s, (m, _, _) in zip(samples, sides, strict=True)):
+        return None
+    values = [
+        statistics.median(m.values[i] for i in s)
+        for s, (m, _, _) in zip(samples, sides, strict=True)
+    ]
+    return {"values": values, "samples": samples}
 
 
 @dataclass(frozen=True)
@@ -296,6 +343,15 @@ class RunRecord:
     """Seconds the run spent on builds, models and server starts, outside every budget."""
     date: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%S%z"))
     plugin_version: str = __version__
+    written: dict[str, Any] | None = field(default=None, compare=False, repr=False)
+    """The document as an older format wrote it (``None``: this format's, or built now): what
+    the run's key was taken of when it was stored, so that the same run read back from its
+    file is the run the store holds."""
+
+    @property
+    def document(self) -> dict[str, Any]:
+        """The document the run was written as: :attr:`written`, or this format's."""
+        return self.written if self.written is not None else self.to_dict()
 
     def to_dict(self) -> dict[str, Any]:
         """The results file's document."""
@@ -337,6 +393,7 @@ class RunRecord:
         problem = version_problem(data)
         if problem is not None:
             raise ValueError(problem)
+        written = data if data["moeperf_results"] < RESULTS_VERSION else None
         data = _upgraded(data)
         stored = data.get("measurements")
         if not isinstance(stored, list):
@@ -350,6 +407,15 @@ class RunRecord:
                 raise ValueError(f"measurement {i} unreadable ({what})") from None
         mappings = {k: dict(data.get(k) or {}) for k in _MAPPINGS}
         lists = {k: list(data.get(k) or []) for k in _LISTS}
+        if data["moeperf_results"] < 3:  # rounds said by where they lie: read as taken
+            by_key = {
+                (m.conditions.profile or "", m.configuration, m.build, m.workload.name): m
+                for m in measurements
+            }
+            lists["verdicts"] = [
+                {**d, ROUNDS_KEY: _format_2_rounds(d, by_key)} if isinstance(d, dict) else d
+                for d in lists["verdicts"]
+            ]
         try:
             return cls(
                 **mappings,
@@ -363,6 +429,7 @@ class RunRecord:
                 setup_seconds=float(data.get("setup_seconds") or 0.0),
                 date=str(data.get("date", "")),
                 plugin_version=str(data.get("plugin_version", "")),
+                written=written,
             )
         except KeyError as exc:
             raise ValueError(f"missing {exc}") from None
@@ -378,22 +445,6 @@ def read_record(path: Path, what: str = "results file") -> RunRecord:
         return RunRecord.from_dict(data)
     except ValueError as exc:
         raise ResultsError(f"{what} {path}: {exc}") from None
-
-
-def rounds_of(
-    measurement: Measurement, side: SideRounds | None, count: int | None = None
-) -> list[float]:
-    """The per-round values of *measurement* as *side* took them (every sample from the
-    first, each its own round, when *side* is ``None``): a block's median per round."""
-    values = measurement.values
-    if side is None:
-        return list(values[:count] if count is not None else values)
-    out: list[float] = []
-    start = side.first
-    while start + side.per_round <= len(values) and (count is None or len(out) < count):
-        out.append(statistics.median(values[start : start + side.per_round]))
-        start += side.per_round
-    return out
 
 
 def matching(

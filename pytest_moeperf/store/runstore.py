@@ -48,9 +48,10 @@ BATCH = 200
 
 
 def run_key(record: RunRecord) -> str:
-    """A run's key: the SHA-256 of its record's document (raw timings never repeat, so two
-    runs never share one; the same run written live and imported from its file does)."""
-    text = json.dumps(record.to_dict(), sort_keys=True, separators=(",", ":"))
+    """A run's key: the SHA-256 of its record's document as it was written (raw timings never
+    repeat, so two runs never share one; the same run written live and imported from its
+    file does, of whichever format)."""
+    text = json.dumps(record.document, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()
 
 

@@ -16,12 +16,13 @@ import pytest
 from pytest_moeperf.config.profiles import Configuration, HostLacks, Profile
 from pytest_moeperf.errors import Unavailable
 from pytest_moeperf.measure.measurement import Conditions, Measurement, Sample
+from pytest_moeperf.measure.round import Round
 from pytest_moeperf.measure.workload import Workload
 from pytest_moeperf.run import rounds as rounds_mod
 from pytest_moeperf.run.session import Options, PerfSession
 from pytest_moeperf.run.source import PAIRED_METHOD, Feed, Side
 from pytest_moeperf.run.source import Host as RunHost
-from pytest_moeperf.store.record import SideRounds
+from pytest_moeperf.store.record import VerdictSide
 from pytest_moeperf.verdicts.sequential import Coin
 
 PACE = 2.5
@@ -86,21 +87,22 @@ class FakeFeed(Feed):
         self.keys = list(keys) or [("p", "mmap", f"s{i}", "pp512") for i in range(2)]
         """(profile, configuration, build, workload) of each side."""
         self.values: list[list[float]] = [[], []]
-        self.blocks = []
+        self._block: int | None = None
         self.process_block = BLOCK
         self.coin = Coin(seed=rng.randrange(2**32))
         self.method = f"{PAIRED_METHOD} in process blocks of {BLOCK}"
         self._offsets = (0.0, 0.0)
 
-    def take(self, index: int) -> tuple[float, ...] | None:
+    def take(self, index: int) -> Round | None:
         self.clock.now += PACE
         block = index // BLOCK
-        if not self.blocks or block != self.blocks[-1]:
+        if block != self._block:
             self._offsets = (
                 self.rng.gauss(0.0, self.host.process),
                 self.rng.gauss(0.0, self.host.process),
             )
-        self.blocks.append(block)
+        self._block = block
+        places = ((len(self.values[0]),), (len(self.values[1]),))
         got = []
         for i, speed in enumerate(self.speeds):
             noise = self._offsets[i] + self.rng.gauss(0.0, self.host.sd)
@@ -108,7 +110,7 @@ class FakeFeed(Feed):
             # the value as a stored sample gives it back, so a replay judges the same rounds
             got.append(Sample(tokens, 1000.0 * tokens / (speed * math.exp(noise))).tok_per_s)
             self.values[i].append(got[-1])
-        return tuple(got)
+        return Round(tuple(got), places, block=block, first=self.coin.first(index))
 
     def measurements(self) -> tuple[Measurement, ...]:
         got = tuple(_measurement(k, v) for k, v in zip(self.keys, self.values, strict=True))
@@ -116,8 +118,8 @@ class FakeFeed(Feed):
             self.taken.update(zip(self.keys, got, strict=True))
         return got
 
-    def sides(self) -> tuple[SideRounds, ...]:
-        return tuple(SideRounds(*k, 0) for k in self.keys)
+    def sides(self) -> tuple[VerdictSide, ...]:
+        return tuple(VerdictSide(*k) for k in self.keys)
 
 
 def _measurement(key: tuple[str, str, str, str], values: Sequence[float]) -> Measurement:

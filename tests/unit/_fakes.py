@@ -11,9 +11,10 @@ from typing import Any
 
 from pytest_moeperf.config.profiles import Configuration, Pinning
 from pytest_moeperf.measure.measurement import Conditions, Measurement, Sample
+from pytest_moeperf.measure.round import Round
 from pytest_moeperf.measure.workload import Workload
-from pytest_moeperf.run.source import Feed, Side
-from pytest_moeperf.store.record import SideRounds
+from pytest_moeperf.run.source import Feed, Side, StoredFeed
+from pytest_moeperf.store.record import VerdictSide
 
 W = Workload.parse("pp512")
 
@@ -50,28 +51,27 @@ class FakeFeed(Feed):
     process_block = 1
 
     def __init__(self, ratio: float, clock: Clock, *, step: float = 1.0, seed: int = 1) -> None:
-        self.blocks = []
         self.ratio = ratio
         self.clock = clock
         self.step = step
         self.rng = random.Random(seed)
         self.values: list[list[float]] = [[], []]
 
-    def take(self, index: int) -> tuple[float, ...] | None:
+    def take(self, index: int) -> Round | None:
         self.clock.now += self.step
         host = 500.0 * (1 + 0.3 * self.rng.random())  # a phase both sides of a round share
         a = host * (1 + self.rng.gauss(0, 0.02))
         b = host * self.ratio * (1 + self.rng.gauss(0, 0.02))
-        self.blocks.append(index)
+        places = ((len(self.values[0]),), (len(self.values[1]),))
         self.values[0].append(a)
         self.values[1].append(b)
-        return (a, b)
+        return Round((a, b), places, block=index)
 
     def measurements(self) -> tuple[Measurement, ...]:
         return (measurement("a", self.values[0]), measurement("b", self.values[1]))
 
-    def sides(self) -> tuple[SideRounds, ...]:
-        return (SideRounds("p", "a", "b1", "pp512", 0), SideRounds("p", "b", "b1", "pp512", 0))
+    def sides(self) -> tuple[VerdictSide, ...]:
+        return (VerdictSide("p", "a", "b1", "pp512"), VerdictSide("p", "b", "b1", "pp512"))
 
 
 @dataclass
@@ -95,3 +95,21 @@ class FakeSource:
 
     def host_moved(self, measurements: Iterable[Measurement], *, force: bool = False) -> list[str]:
         return list(self.moved)
+
+
+def stored_feed(
+    measurements: Sequence[Measurement],
+    values: Sequence[Sequence[float]],
+    sides: Sequence[VerdictSide] = (),
+    *,
+    blocks: Iterable[int] = (),
+    **kw: Any,
+) -> StoredFeed:
+    """A stored feed of rounds of these per-side *values* (the *i*-th of each the *i*-th
+    round, each its sample *i*), in these process *blocks* (default: one pair)."""
+    labels = list(blocks)
+    rounds = [
+        Round(tuple(v[i] for v in values), tuple((i,) for _ in values), labels[i] if labels else 0)
+        for i in range(min((len(v) for v in values), default=0))
+    ]
+    return StoredFeed(measurements, rounds, sides, **kw)

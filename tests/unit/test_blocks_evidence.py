@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -17,12 +19,13 @@ from pytest_moeperf.measure.dependence import (
     block_excess,
     robust_rows,
 )
+from pytest_moeperf.measure.round import Round
 from pytest_moeperf.measure.student import t_sf
 from pytest_moeperf.run import rounds as rounds_mod
 from pytest_moeperf.run.replayed import stored_plan
 from pytest_moeperf.run.rounds import decide_pair, until_decided
 from pytest_moeperf.run.source import Feed, Side, StoredFeed, block_length
-from pytest_moeperf.store.record import SideRounds, VerdictRecord
+from pytest_moeperf.store.record import ROUNDS_KEY, VerdictRecord, VerdictSide
 from pytest_moeperf.verdicts.calibration import noise_figure
 from pytest_moeperf.verdicts.judge import ONE_PAIR
 from pytest_moeperf.verdicts.levels import Design, per_look_alpha
@@ -44,28 +47,30 @@ class BlockFeed(Feed):
         self.clock, self.ratio, self.sd, self.process = clock, ratio, sd, process
         self.process_block, self.step, self.slow, self.after = block, step, slow, after
         self.rng = random.Random(seed)
-        self.blocks: list[int] = []
         self.values: list[list[float]] = [[], []]
         self._offset = 0.0
+        self._block: int | None = None
 
-    def take(self, index: int) -> tuple[float, ...] | None:
+    def take(self, index: int) -> Round | None:
         late = self.slow is not None and index >= self.after
-        self.clock.now += self.slow if late and self.slow is not None else self.step
+        step = self.slow if late and self.slow is not None else self.step
+        self.clock.now += step
         block = index // self.process_block if self.process_block else 0
-        if not self.blocks or block != self.blocks[-1]:
+        if block != self._block:
             self._offset = self.rng.gauss(0.0, self.process)
-        self.blocks.append(block)
+        self._block = block
         a = 500.0
         b = a * self.ratio * math.exp(self._offset + self.rng.gauss(0.0, self.sd))
+        places = ((len(self.values[0]),), (len(self.values[1]),))
         self.values[0].append(a)
         self.values[1].append(b)
-        return (a, b)
+        return Round((a, b), places, block=block, seconds=step)
 
     def measurements(self) -> tuple:
         return (measurement("a", self.values[0]), measurement("b", self.values[1]))
 
-    def sides(self) -> tuple[SideRounds, ...]:
-        return (SideRounds("p", "a", "b1", "pp512", 0), SideRounds("p", "b", "b1", "pp512", 0))
+    def sides(self) -> tuple[VerdictSide, ...]:
+        return (VerdictSide("p", "a", "b1", "pp512"), VerdictSide("p", "b", "b1", "pp512"))
 
 
 @pytest.fixture
@@ -116,18 +121,18 @@ def test_one_pair_on_a_host_not_calibrated_decides_only_a_large_change(clock):
     (the first early look) while a 3 % one spends the budget undecided; a stored plan of before
     early looks says one pair decides nothing, and why."""
     big = _decide(BlockFeed(clock, ratio=0.5, block=0), Rule("change"), Plan())
-    assert big.verdict.outcome == "slower" and len(big.rounds[0]) == 4
+    assert big.verdict.outcome == "slower" and len(big.values[0]) == 4
     small = _decide(BlockFeed(clock, ratio=0.97, block=0), Rule("change"), Plan(), budget=30.0)
     assert small.verdict.outcome == "undecided" and small.verdict.reason is None
     assert small.verdict.high / small.verdict.low > math.exp(2 * 2.5 * 0.05)  # the bound's width
     old = Plan(early=False)
     one = _decide(BlockFeed(clock, ratio=0.5, block=0), Rule("change"), old)
     assert one.verdict.outcome == "undecided" and one.verdict.reason == ONE_PAIR
-    assert len(one.rounds[0]) == old.first_look and one.verdict.mde is None
+    assert len(one.values[0]) == old.first_look and one.verdict.mde is None
     assert "process term cannot be estimated" in one.verdict.explain()
     calibrated = Plan(dependence=CALIBRATED)
     sure = _decide(BlockFeed(clock, ratio=0.5, block=0), Rule("change"), calibrated)
-    assert sure.verdict.outcome == "slower" and len(sure.rounds[0]) == 4
+    assert sure.verdict.outcome == "slower" and len(sure.values[0]) == 4
 
 
 def test_a_louder_host_widens_its_own_interval():
@@ -169,13 +174,13 @@ def test_the_budgets_last_look_is_a_look_of_the_plan(clock):
     for the looks taken (a larger one than the schedule to the old end had)."""
     seen: list[tuple[int, bool]] = []
 
-    def judge(rounds, kept, spent, plan):
+    def judge(rounds, spent, plan):
         seen.append((len(rounds), spent))
         return plan, spent
 
     feed = BlockFeed(clock, step=1.0, slow=2.0, after=6, block=1)
     ran = until_decided(feed, judge, Plan(first_look=6, block=1), 60.0)
-    n = len(ran.rounds)
+    n = len(ran.judged)
     assert seen[-1] == (n, True) and ran.plan.looks[-1] == n
     assert n not in Plan(first_look=6, block=1).within(6 + 54 + 1).looks  # not on the schedule
     before = Plan(first_look=6, block=1).within(61)
@@ -243,22 +248,16 @@ class BusyFirstFeed(BlockFeed):
         super().__init__(clock, **kw)
         self.busy, self.marks, self.taken = busy, marks, 0
 
-    def take(self, index: int) -> tuple[float, ...] | None:
+    def take(self, index: int) -> Round | None:
         got = super().take(index)
         assert got is not None
         self.taken += 1
         if self.taken <= self.busy:
             self.values[1][-1] *= 1 - 0.6 * self.rng.random()
-            return (got[0], self.values[1][-1])
+            why = "host 45 % busy with other work" if self.marks else None
+            busy = 0.45 * got.seconds
+            return replace(got, values=(got.values[0], self.values[1][-1]), busy=busy, marked=why)
         return got
-
-    def disturbed(self, index: int) -> str | None:
-        return "host 45 % busy with other work" if self.marks and self.taken <= self.busy else None
-
-    def set_aside(self, index: int) -> None:
-        self.blocks.pop()
-        for side in self.values:
-            side.pop()
 
 
 def test_disturbed_rounds_are_set_aside_and_measured_again(clock):
@@ -276,9 +275,14 @@ def test_disturbed_rounds_are_set_aside_and_measured_again(clock):
     assert kept.verdict.outcome == quiet.verdict.outcome == "holds"
     assert [i for i, _ in kept.aside] == list(range(10))
     assert {why for _, why in kept.aside} == {"host 45 % busy with other work"}
-    record = kept.record("t", "b / a")
-    assert record.to_dict()["set_aside"][0] == {"round": 0, "why": "host 45 % busy with other work"}
-    assert record.kept(list(range(12))) == [10, 11]
+    record = kept.record("t", "b / a").to_dict()
+    assert record[ROUNDS_KEY][0]["aside"] == "host 45 % busy with other work"
+    assert [r.get("aside") for r in record[ROUNDS_KEY][9:11]] == [
+        record[ROUNDS_KEY][0]["aside"],
+        None,
+    ]
+    # the samples of a round set aside stay in the measurement: the next round is of the next
+    assert record[ROUNDS_KEY][10]["samples"] == [[10], [10]]
     # the rest decide as a quiet host's rounds do; taken in, the disturbed ones cost rounds
     assert kept.verdict.rounds == quiet.verdict.rounds
     assert math.log(kept.verdict.high / kept.verdict.low) <= 1.2 * math.log(
@@ -312,9 +316,6 @@ class BusyThenQuietFeed(BusyFirstFeed):
             measurement("b", self.values[1], busy=0.45),
         )
 
-    def busy_share(self) -> float | None:
-        return 0.0
-
 
 def test_a_replay_holds_the_busy_limit_to_the_kept_rounds_as_the_run_did(clock):
     """A verdict whose busy rounds were set aside was judged on quiet rounds; its stored record
@@ -326,20 +327,19 @@ def test_a_replay_holds_the_busy_limit_to_the_kept_rounds_as_the_run_did(clock):
         BusyThenQuietFeed(clock, busy=10, ratio=0.53, sd=0.03, block=5), rule, Plan(),
         busy_limit=0.25,
     )  # fmt: skip
-    assert live.verdict.outcome == "holds" and len(live.aside) == 10
+    assert live.verdict.outcome == "holds" and len(live.aside) == 10 and live.busy == 0.0
     stored = VerdictRecord.from_dict(live.record("t", "b / a").to_dict())
-    assert stored.busy == 0.0
+    assert stored.busy is None and stored.rounds == live.rounds  # the rounds say it
 
-    def replay(busy: float | None):
-        values = [list(side) for side in live.rounds]
+    def replay(rounds: Sequence[Round], busy: float | None = None):
         plan = stored_plan(stored.plan or {})
-        feed = StoredFeed(
-            (live.a, live.b), values, live.sides, plan=plan, blocks=stored.blocks, busy=busy
-        )
+        feed = StoredFeed((live.a, live.b), rounds, live.sides, plan=plan, busy=busy)
         return _decide(feed, rule, plan, busy_limit=0.25).verdict
 
-    assert replay(stored.busy).to_dict() == live.verdict.to_dict()
-    assert "busy" in (replay(None).label or "")  # what the replay said before it was kept
+    assert replay(stored.rounds).to_dict() == live.verdict.to_dict()
+    unwatched = [replace(r, seconds=0.0, busy=0.0) for r in stored.rounds]  # format 2's rounds
+    assert replay(unwatched, busy=0.0).to_dict() == live.verdict.to_dict()  # its kept_busy
+    assert "busy" in (replay(unwatched).label or "")  # what the replay said before it was kept
 
 
 class StoppedFirstFeed(BlockFeed):
@@ -347,16 +347,13 @@ class StoppedFirstFeed(BlockFeed):
     duty, or a cgroup cap, on side b's server only): side b reads 15 % slow and its CPUs sat
     idle 18 % of each round where the other pairs' sat idle 3 %."""
 
-    def take(self, index: int) -> tuple[float, ...] | None:
+    def take(self, index: int) -> Round | None:
         got = super().take(index)
         assert got is not None
-        if self.blocks[-1] == 0:
+        if got.block == 0:
             self.values[1][-1] *= 0.85
-            return (got[0], self.values[1][-1])
-        return got
-
-    def idle(self, index: int) -> float:
-        return 0.18 if self.blocks[index] == 0 else 0.03
+            return replace(got, values=(got.values[0], self.values[1][-1]), idle=0.18)
+        return replace(got, idle=0.03)
 
 
 def test_a_process_pair_stopped_for_its_block_is_marked_once_the_others_show_it(clock):

@@ -24,7 +24,7 @@ from pytest_moeperf.host.process import running
 from pytest_moeperf.measure.measurement import Conditions, Measurement, Sample
 from pytest_moeperf.measure.workload import Workload
 from pytest_moeperf.report.tables import gpu_telemetry_lines, markdown_report
-from pytest_moeperf.store.record import RunRecord
+from pytest_moeperf.store.record import RESULTS_VERSION, RunRecord
 
 # `nvidia-smi dmon -s umt -d 1 -i 0,1` of a 535-or-later driver: the u group has jpg and ofa,
 # the m group ccpm; dmon repeats the two header lines every screenful; "-" is a figure the GPU
@@ -214,7 +214,7 @@ def test_the_run_record_keeps_the_telemetry_in_the_measurements_conditions():
 def test_a_results_file_without_telemetry_still_reads_and_a_cpu_run_writes_none():
     doc = _record(Conditions(profile="embedded")).to_dict()
     assert "gpu_telemetry" not in doc["measurements"][0]["conditions"]
-    assert doc["moeperf_results"] == 2  # an optional field older files lack: no new version
+    assert doc["moeperf_results"] == RESULTS_VERSION  # an optional field: no new version
     (m,) = RunRecord.from_dict(doc).measurements
     assert m.conditions.gpu_telemetry is None
 

@@ -16,7 +16,7 @@ from pytest_moeperf.measure.measurement import Conditions, Measurement, Sample
 from pytest_moeperf.measure.workload import Workload
 from pytest_moeperf.run.replayed import StoredHost
 from pytest_moeperf.store.journal import Journal
-from pytest_moeperf.store.record import CheckRecord, RunRecord, SideRounds, VerdictRecord
+from pytest_moeperf.store.record import CheckRecord, RunRecord, VerdictRecord, VerdictSide
 from pytest_moeperf.store.replay import Replay
 from pytest_moeperf.verdicts.baseline_check import BaselineCheck
 from pytest_moeperf.verdicts.judge import Verdict
@@ -54,8 +54,12 @@ def _journal() -> Journal:
     j.reprobed("0-1", 1234.5, _probe(14.0))
     j.host_changed("memory bandwidth on CPUs 0-1: 20 -> 15")
     j.host_changed("memory bandwidth on CPUs 0-1: 20 -> 14")
-    sides = (SideRounds("p", "mmap", "b1", "pp512", 0), SideRounds("p", "lm", "b1", "pp512", 0))
-    j.judged(VerdictRecord("t::claim", _verdict(), sides, asked="lm.pp512 / mmap.pp512"))
+    sides = (VerdictSide("p", "mmap", "b1", "pp512"), VerdictSide("p", "lm", "b1", "pp512"))
+    j.judged(
+        VerdictRecord(
+            test="t::claim", verdict=_verdict(), sides=sides, asked="lm.pp512 / mmap.pp512"
+        )
+    )
     check = BaselineCheck("passed", 100.5, 100.0, 0.05, low=0.97, high=1.04)
     j.checked(CheckRecord("t::baseline", ("p", "mmap", "b1", "pp512"), check))
     bench = BenchResult(W, (99.0, 98.0), 98.5, 0.5, command=("llama-bench",))

@@ -10,13 +10,14 @@ import pytest
 
 from pytest_moeperf.llama.bench import BenchResult
 from pytest_moeperf.measure.measurement import Conditions, Measurement, Sample
+from pytest_moeperf.measure.round import Round
 from pytest_moeperf.measure.workload import Workload
 from pytest_moeperf.store.record import (
     BenchRound,
     CheckRecord,
     RunRecord,
-    SideRounds,
     VerdictRecord,
+    VerdictSide,
     bench_entry,
 )
 from pytest_moeperf.verdicts.baseline_check import BaselineCheck
@@ -45,7 +46,7 @@ def _record() -> RunRecord:
     samples = (Sample(512, 1000.0), Sample(512, 990.0))
     m = Measurement("mmap", "b1", W, samples, Conditions(profile="p"))
     check = BaselineCheck("undecided", 995.0, 1000.0, 0.05, low=0.9, high=1.1, reason="host busy")
-    sides = (SideRounds("p", "mmap", "b1", "pp512", 0), SideRounds("p", "lm", "b1", "pp512", 0))
+    sides = (VerdictSide("p", "mmap", "b1", "pp512"), VerdictSide("p", "lm", "b1", "pp512"))
     return RunRecord(
         fingerprint={"cpu_model": "x", "cpus": 2},
         fingerprints={"p": {"cpu_model": "x", "cpus": 2, "model": "m.gguf"}},
@@ -55,15 +56,18 @@ def _record() -> RunRecord:
         measurements=[m],
         verdicts=[
             VerdictRecord(
-                "t::a",
-                _verdict(),
-                sides,
-                "lm.pp512 / mmap.pp512",
-                (),
-                {"first_look": 6.0},
-                {"seed": 3, "order": ["ab", "ba"]},
-                (0, 0, 1),
-                "paired rounds",
+                test="t::a",
+                verdict=_verdict(),
+                sides=sides,
+                asked="lm.pp512 / mmap.pp512",
+                rounds=(
+                    Round((1000.0, 990.0), ((0,), (0,)), block=0, seconds=2.0, busy=0.1),
+                    Round((990.0, 980.0), ((1,), (1,)), block=0, first="b", aside="busy"),
+                ),
+                moved=(),
+                plan={"first_look": 6.0},
+                coin={"seed": 3, "order": ["ab", "ba"]},
+                taken="paired rounds",
             )
         ],
         bench_rounds=[BenchRound("t::a", "mmap.pp512 (b1)", _verdict("unchanged", "~"))],

@@ -4,25 +4,28 @@ stored figures, and a replayed verdict judged on the rounds that were measured."
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import statistics
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import pytest
-from _fakes import Clock, FakeFeed, FakeSource, Profile, W, config, measurement
+from _fakes import Clock, FakeFeed, FakeSource, Profile, W, config, measurement, stored_feed
 
 from pytest_moeperf.config.profiles import Configuration
 from pytest_moeperf.measure.measurement import Measurement
+from pytest_moeperf.measure.round import Round
 from pytest_moeperf.measure.stats import Figure
 from pytest_moeperf.run import rounds as rounds_mod
 from pytest_moeperf.run.feeds import LivePairing
 from pytest_moeperf.run.rounds import decide_baseline, decide_pair, until_decided
 from pytest_moeperf.run.source import BLOCK_SAMPLES, RESTART_METHOD, Feed, Side, StoredFeed
-from pytest_moeperf.store.record import RunRecord, SideRounds, VerdictRecord, rounds_of
+from pytest_moeperf.store.record import ROUNDS_KEY, RunRecord, VerdictSide
 from pytest_moeperf.verdicts.baseline_check import judge_baseline
 from pytest_moeperf.verdicts.sequential import Coin, Plan, Rule
 
@@ -67,7 +70,7 @@ def test_looks_come_on_the_plans_schedule_until_decided(clock):
     plan = Plan(first_look=6, max_rounds=200)
     assert got.verdict.outcome == "unchanged"
     assert got.looks == list(plan.looks[: len(got.looks)])  # every look on the schedule
-    assert got.verdict.rounds == got.looks[-1] == len(got.rounds[0])
+    assert got.verdict.rounds == got.looks[-1] == len(got.values[0])
     assert got.verdict.method.startswith("paired rounds")
 
 
@@ -81,8 +84,8 @@ def test_the_budget_ends_the_rounds_undecided(clock):
     within one round of being spent, and the verdict says so."""
     got = decide(FakeSource(FakeFeed(0.95, clock)), Rule("change", margin=0.05), budget=40.0)
     assert got.verdict.outcome in ("undecided", "slower", "small-slower")
-    assert 40 <= len(got.rounds[0]) <= 41
-    assert got.seconds == pytest.approx(len(got.rounds[0]), abs=1)
+    assert 40 <= len(got.values[0]) <= 41
+    assert got.seconds == pytest.approx(len(got.values[0]), abs=1)
 
 
 def test_a_budget_short_of_the_main_schedule_is_said_after_the_first_round(clock):
@@ -92,7 +95,7 @@ def test_a_budget_short_of_the_main_schedule_is_said_after_the_first_round(clock
     names the budget that would reach it, before it spends its 180 s."""
     source = FakeSource(FakeFeed(0.97, clock, step=40.0))
     got = decide(source, Rule("change", margin=0.05), budget=180.0)
-    assert got.verdict.outcome == "undecided" and len(got.rounds[0]) <= 6
+    assert got.verdict.outcome == "undecided" and len(got.values[0]) <= 6
     [line] = source.notices
     assert line.startswith("b.pp512 / a.pp512: a round takes 40.0 s, so the budget of 180 s")
     assert "reaches about 5 rounds, short of the main schedule's first look (6 rounds)" in line
@@ -114,10 +117,9 @@ class OnePairFeed(FakeFeed):
 
     process_block = 0
 
-    def take(self, index: int) -> tuple[float, ...] | None:
+    def take(self, index: int) -> Round | None:
         got = super().take(index)
-        self.blocks[-1] = 0
-        return got
+        return None if got is None else replace(got, block=0)
 
 
 def test_one_process_pair_says_no_budget_reaches_a_main_look(clock):
@@ -137,10 +139,9 @@ class BlockyFeed(FakeFeed):
 
     process_block = 5
 
-    def take(self, index: int) -> tuple[float, ...] | None:
+    def take(self, index: int) -> Round | None:
         got = super().take(index)
-        self.blocks[-1] = index // 5
-        return got
+        return None if got is None else replace(got, block=index // 5)
 
 
 def test_an_automatic_budget_is_set_by_the_first_rounds_pace(clock):
@@ -152,14 +153,14 @@ def test_an_automatic_budget_is_set_by_the_first_rounds_pace(clock):
         "b.pp512 / a.pp512: a round takes 10.0 s: an automatic budget of 400 s "
         "(40 rounds, at most 1800 s)"
     ]
-    assert 18 < len(got.rounds[0]) <= 41  # past the 180 s a fixed default would stop at
+    assert 18 < len(got.values[0]) <= 41  # past the 180 s a fixed default would stop at
     assert rounds_mod.auto_budget(0.5) == 180.0 and rounds_mod.auto_budget(100.0) == 1800.0
 
 
 def test_the_round_cap_ends_the_rounds(clock):
     plan = Plan(first_look=6, max_rounds=12)
     got = decide(FakeSource(FakeFeed(0.95, clock)), Rule("change"), plan=plan)
-    assert len(got.rounds[0]) == 12
+    assert len(got.values[0]) == 12
 
 
 def test_a_busy_host_never_decides(clock):
@@ -189,7 +190,7 @@ def test_stored_figures_are_judged_once_unpaired(clock):
     )
     got = decide(FakeSource(feed), Rule("claim", threshold=1.9, relation=">="))
     assert got.verdict.outcome == "holds" and got.verdict.rounds is None
-    assert got.verdict.ratio == pytest.approx(2.0) and got.rounds == ((), ())
+    assert got.verdict.ratio == pytest.approx(2.0) and got.values == ((), ())
 
 
 def test_rounds_held_already_are_judged_together_at_the_first_look(clock):
@@ -197,7 +198,7 @@ def test_rounds_held_already_are_judged_together_at_the_first_look(clock):
     rng = random.Random(3)
     a = [500 * (1 + 0.02 * rng.gauss(0, 1)) for _ in range(30)]
     b = [v * 0.8 for v in a]
-    feed = StoredFeed((measurement("a", a), measurement("b", b)), [a, b], [], blocks=range(30))
+    feed = stored_feed((measurement("a", a), measurement("b", b)), [a, b], blocks=range(30))
     got = decide(FakeSource(feed), Rule("change"))
     assert got.looks == [30] and got.verdict.outcome == "slower"
     assert clock.now == 1000.0  # nothing was measured
@@ -212,10 +213,9 @@ def test_after_round_runs_only_for_rounds_measured_now(clock):
     )
     # a feed without a coin: a first; decided at the early look (4 rounds)
     assert seen == [(i, "a", False) for i in range(len(seen))] and len(seen) == 4
-    stored = StoredFeed(
+    stored = stored_feed(
         (measurement("a", [1.0] * 8), measurement("b", [1.0] * 8)),
         [[500.0] * 8, [400.0] * 8],
-        [],
         blocks=range(8),
     )
     seen.clear()
@@ -232,21 +232,21 @@ def test_a_baseline_check_takes_more_samples_while_undecided(clock):
     class Series(Feed):
         ready = 3
 
-        def take(self, index: int) -> tuple[float, ...] | None:
+        def take(self, index: int) -> Round | None:
             clock.now += 1
-            return (values[index],)
+            return Round((values[index],), ((index,),))
 
         def measurements(self) -> tuple[Measurement, ...]:
             return (measurement("a", values[: self.taken]),)
 
-        def sides(self) -> tuple[SideRounds, ...]:
+        def sides(self) -> tuple[VerdictSide, ...]:
             return ()
 
     series = Series()
     series.taken = 0  # type: ignore[attr-defined]
     orig = series.take
 
-    def take(index: int) -> tuple[float, ...] | None:
+    def take(index: int) -> Round | None:
         series.taken = index + 1  # type: ignore[attr-defined]
         return orig(index)
 
@@ -284,6 +284,7 @@ class StubLive:
         self.restarts: list[str] = []
         self.counts: dict[str, int] = {}
         self.stage = self.launcher = self.pool = self
+        self.options = SimpleNamespace(busy_limit=0.25)
 
     def measure(
         self, profile: Any, configuration: Configuration, workload: Any, n: int, build: Any
@@ -311,13 +312,14 @@ def test_live_rounds_follow_the_coin():
         live.measure, live, Profile(), Side(config("a"), W), Side(config("b"), W), "b / a"
     )  # type: ignore[arg-type]
     assert live.calls == ["a", "b"]  # both servers started, one sample each, not paired
-    for i in range(8):
-        pairing.take(i)
+    got = [pairing.take(i) for i in range(8)]
     assert pairing.coin is not None and len(pairing.coin.orders) == 8
     expected = [side for order in pairing.coin.orders for side in order]
     assert live.calls[2:] == expected  # each round in the order its coin threw
-    assert pairing.start == (1, 1) and not pairing.restarts
-    assert [s.first for s in pairing.sides()] == [1, 1]
+    assert [r.first for r in got] == [order[0] for order in pairing.coin.orders]
+    # each round names its samples: from the second of each side (the first not paired)
+    assert [r.samples for r in got] == [((i,), (i,)) for i in range(1, 9)]
+    assert not pairing.restarts and [r.block for r in got] == [i // pairing.block for i in range(8)]
 
 
 def test_sides_that_do_not_fit_together_are_measured_across_restarts():
@@ -331,16 +333,17 @@ def test_sides_that_do_not_fit_together_are_measured_across_restarts():
     assert live.restarts == ["a", "b", "b", "a"]  # a fresh process per block
     assert live.calls[2:] == ["a"] * 3 + ["b"] * 3 + ["b"] * 3 + ["a"] * 3
     # the block's median: samples 1..3 of a are 101, 102, 103
-    assert got[0] == pytest.approx((102.0, 102.0))
-    assert [s.per_round for s in pairing.sides()] == [BLOCK_SAMPLES] * 2
+    assert got[0].values == pytest.approx((102.0, 102.0))
+    assert got[0].samples == ((1, 2, 3), (1, 2, 3)) and got[1].samples == ((4, 5, 6),) * 2
+    assert [r.block for r in got] == [0, 1] and [r.first for r in got] == ["a", "b"]
 
 
 # -- the run record: a replayed verdict is the one that was measured -----------------------------
 
 
-def test_a_replayed_verdict_is_judged_on_the_rounds_that_were_measured(clock):
-    """A verdict measured across restarts, after samples an earlier test took: the record
-    keeps where its rounds lie, and the stored feed gives exactly those rounds back."""
+def _across_restarts() -> tuple[Measurement, Measurement, list[Round]]:
+    """Two sides measured across restarts after samples an earlier test took: 8 rounds of a
+    block of samples a side, the rounds as the live feed takes them."""
     rng = random.Random(11)
     earlier = [480.0, 520.0, 300.0]  # taken by an earlier test, never paired
     blocks_a, blocks_b = [], []
@@ -350,56 +353,77 @@ def test_a_replayed_verdict_is_judged_on_the_rounds_that_were_measured(clock):
         blocks_b += [0.9 * host * (1 + 0.03 * rng.gauss(0, 1)) for _ in range(BLOCK_SAMPLES)]
     ma = measurement("a", earlier + blocks_a)
     mb = measurement("b", earlier + blocks_b)
-    sides = (
-        SideRounds("p", "a", "b1", "pp512", 3, BLOCK_SAMPLES),
-        SideRounds("p", "b", "b1", "pp512", 3, BLOCK_SAMPLES),
-    )
-    va, vb = rounds_of(ma, sides[0]), rounds_of(mb, sides[1])
-    assert va[0] == statistics.median(blocks_a[:3]) and len(va) == 8
+    rounds = []
+    for k in range(8):  # across restarts every round is a fresh pair: a block of its own
+        places = tuple(range(3 + 3 * k, 6 + 3 * k))
+        values = tuple(statistics.median(m.values[i] for i in places) for m in (ma, mb))
+        rounds.append(Round(values, (places, places), block=k, first="ab"[k % 2]))
+    return ma, mb, rounds
 
-    across = list(range(8))  # across restarts every round is a fresh pair: a block of its own
-    live = decide(
-        FakeSource(StoredFeed((ma, mb), [va, vb], sides, RESTART_METHOD, blocks=across)),
-        Rule("change"),
-    )
-    assert live.taken == RESTART_METHOD
+
+SIDES = (VerdictSide("p", "a", "b1", "pp512"), VerdictSide("p", "b", "b1", "pp512"))
+
+
+def test_a_replayed_verdict_is_judged_on_the_rounds_that_were_measured(clock):
+    """A verdict measured across restarts, after samples an earlier test took: the record
+    keeps its rounds as they were taken, and the stored feed gives exactly those back."""
+    ma, mb, rounds = _across_restarts()
+    live = decide(FakeSource(StoredFeed((ma, mb), rounds, SIDES, RESTART_METHOD)), Rule("change"))
+    assert live.taken == RESTART_METHOD and live.rounds == tuple(rounds)
     record = RunRecord(
         fingerprint={},
         measurements=[ma, mb],
-        verdicts=[
-            VerdictRecord(
-                "t", live.verdict, sides, "b.pp512 / a.pp512", taken=live.taken, blocks=live.blocks
-            )
-        ],
+        verdicts=[live.got.record("t", "b.pp512 / a.pp512")],
     )
-    back = RunRecord.from_dict(record.to_dict())
+    back = RunRecord.from_dict(json.loads(record.json_text()))
     (stored,) = back.verdicts
-    assert stored.sides == sides and stored.verdict == replace(live.verdict)
-    count = stored.verdict.rounds
-    values = [rounds_of(m, s, count) for m, s in zip(back.measurements, stored.sides, strict=True)]
+    assert stored.sides == SIDES and stored.verdict == replace(live.verdict)
+    assert stored.rounds == tuple(rounds)
     replayed = decide(
-        FakeSource(
-            StoredFeed(back.measurements, values, stored.sides, stored.taken, blocks=stored.blocks)
-        ),
+        FakeSource(StoredFeed(back.measurements, stored.rounds, stored.sides, stored.taken)),
         Rule("change"),
     )
     assert replayed.verdict == live.verdict
     # paired naively from the first sample, the same file reads another verdict
     n = len(ma.values)
     naive = decide(
-        FakeSource(StoredFeed((ma, mb), [ma.values[:n], mb.values[:n]], (), blocks=range(n))),
+        FakeSource(stored_feed((ma, mb), [ma.values[:n], mb.values[:n]], blocks=range(n))),
         Rule("change"),
     )
     assert (naive.verdict.ratio, naive.verdict.low) != (live.verdict.ratio, live.verdict.low)
 
 
+def test_a_verdict_of_format_2_reads_as_the_rounds_it_was_judged_on(clock):
+    """Format 2 said where a verdict's rounds lie (each side's first sample and samples a
+    round, the judged rounds' blocks, the places of those set aside): read back, they are the
+    rounds as format 3 keeps them, the set-aside one among them, and judge as they did."""
+    ma, mb, rounds = _across_restarts()
+    aside = "host 40 % busy with other work"
+    taken = [replace(rounds[0], aside=aside), *rounds[1:]]  # the first measured again
+    live = decide(FakeSource(StoredFeed((ma, mb), taken, SIDES, RESTART_METHOD)), Rule("change"))
+    doc = RunRecord(fingerprint={}, measurements=[ma, mb]).to_dict()
+    old = live.got.record("t", "b.pp512 / a.pp512").to_dict()
+    del old[ROUNDS_KEY]
+    old["sides"] = [{**s.to_dict(), "first": 3, "per_round": BLOCK_SAMPLES} for s in SIDES]
+    old["blocks"] = [r.block for r in taken[1:]]
+    old["set_aside"] = [{"round": 0, "why": aside}]
+    doc.update(moeperf_results=2, verdicts=[old])
+    (stored,) = RunRecord.from_dict(doc).verdicts
+    assert [r.samples for r in stored.rounds] == [r.samples for r in taken]
+    assert [r.values for r in stored.rounds] == [r.values for r in taken]
+    assert [r.aside for r in stored.rounds] == [aside] + [None] * 7
+    assert [r.block for r in stored.rounds] == [1, 1, 2, 3, 4, 5, 6, 7]  # on the next pair
+    replayed = decide(
+        FakeSource(StoredFeed((ma, mb), stored.rounds, SIDES, stored.taken)), Rule("change")
+    )
+    assert replayed.verdict == live.verdict and replayed.aside == ((0, aside),)
+
+
 def test_until_decided_gives_the_judge_whether_more_can_be_had(clock):
-    feed = StoredFeed((), [[1.0, 2.0, 3.0]], [])
+    feed = stored_feed((), [[1.0, 2.0, 3.0]])
     seen: list[tuple[int, bool]] = []
 
-    def judge(
-        rounds: list[tuple[float, ...]], kept: list[int], spent: bool, plan: Plan
-    ) -> tuple[Any, bool]:
+    def judge(rounds: list[Round], spent: bool, plan: Plan) -> tuple[Any, bool]:
         seen.append((len(rounds), spent))
         return None, spent
 
@@ -415,10 +439,10 @@ def test_a_stored_verdict_keeps_the_host_moves_it_saw_not_those_of_the_whole_run
     ms = (measurement("a", a), measurement("b", b))
     late = ["memory bandwidth on CPUs 0-1: 17 -> 14 GB/s (-18 %)"]
     rule = Rule("claim", threshold=0.7, relation="<=")
-    feed = StoredFeed(ms, [a, b], (), moved=(), blocks=range(10))
+    feed = stored_feed(ms, [a, b], moved=(), blocks=range(10))
     before = decide(FakeSource(feed, late), rule)
     assert before.verdict.outcome == "holds" and before.moved == ()
-    unknown = decide(FakeSource(StoredFeed(ms, [a, b], (), blocks=range(10)), late), rule)
+    unknown = decide(FakeSource(stored_feed(ms, [a, b], blocks=range(10)), late), rule)
     assert unknown.verdict.outcome == "undecided" and unknown.moved == tuple(late)
 
 
@@ -430,10 +454,9 @@ def test_process_blocks_restart_both_servers_and_their_spread_widens_the_interva
     live = StubLive(fit=True)
     side_a, side_b = Side(config("a"), W), Side(config("b"), W)
     pairing = LivePairing(live.measure, live, Profile(), side_a, side_b, "b / a", block=3)  # type: ignore[arg-type]
-    for i in range(7):
-        pairing.take(i)
+    got = [pairing.take(i) for i in range(7)]
     assert live.restarts == ["a", "b", "a", "b"]  # before rounds 3 and 6: fresh pairs
-    assert pairing.blocks == [0, 0, 0, 1, 1, 1, 2]
+    assert [r.block for r in got] == [0, 0, 0, 1, 1, 1, 2]
     assert "process blocks of 3" in pairing.method
     # blocks that differ by more than their rounds do widen the interval
     rng = random.Random(2)

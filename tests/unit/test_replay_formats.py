@@ -1,0 +1,127 @@
+"""A results file of format 2, written by a real run on the embedded default (a claim on two
+builds and a gate row, 16 rounds set aside by the host's watch among them), reads as the
+rounds its verdicts were judged on, and each replays through the loop as it was recorded;
+written again as format 3, it replays the same."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from pytest_moeperf.config.profiles import Configuration, Pinning
+from pytest_moeperf.measure.workload import Workload
+from pytest_moeperf.run.replayed import StoredHost
+from pytest_moeperf.run.rounds import decide_pair
+from pytest_moeperf.run.source import Side
+from pytest_moeperf.store.database import store_url
+from pytest_moeperf.store.journal import Journal
+from pytest_moeperf.store.record import ROUNDS_KEY, RunRecord, VerdictRecord, read_record
+from pytest_moeperf.store.replay import Replay
+from pytest_moeperf.store.runstore import open_store, run_key
+from pytest_moeperf.verdicts.sequential import Plan, Rule
+
+FORMAT_2 = Path(__file__).parent / "data" / "results-format-2-set-aside.json"
+
+
+@dataclass
+class StoredProfile:
+    """What a stored host asks of a profile: its name and configurations."""
+
+    name: str
+    names: set[str]
+    build_label: str | None = None
+    source: str = "the stored run"
+    configurations: dict[str, Configuration] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.configurations = {
+            c: Configuration(name=c, profile=self.name, flags=(), pinning=Pinning())
+            for c in self.names
+        }
+
+
+def _rule(v: VerdictRecord) -> Rule:
+    verdict = v.verdict
+    if verdict.relation == "~":
+        return Rule("change", margin=verdict.margin or 0.05)
+    if verdict.relation == "<":
+        return Rule("dead_end", margin=verdict.margin or 0.05)
+    return Rule("claim", threshold=verdict.threshold or 1.0, relation=verdict.relation)  # type: ignore[arg-type]
+
+
+def _replayed(record: RunRecord, path: Path) -> list[tuple[VerdictRecord, object]]:
+    """Each paired verdict of *record* judged again on a stored host of it alone."""
+    names: dict[str, set[str]] = {}
+    for m in record.measurements:
+        names.setdefault(m.conditions.profile or "", set()).add(m.configuration)
+    profiles = {p: StoredProfile(p, c) for p, c in names.items()}
+    out = []
+    for v in record.verdicts:
+        assert v.sides is not None
+        journal = Journal.of_record(record)
+        journal.verdicts = [v]
+        host = StoredHost(Replay(path, journal), profiles)  # type: ignore[arg-type]
+        profile = profiles[v.sides[0].profile]
+        a, b = (
+            Side(profile.configurations[s.configuration], Workload.parse(s.workload), s.build)
+            for s in v.sides
+        )
+        got = decide_pair(
+            host, profile, _rule(v), a, b, label=v.asked, plan=Plan(), budget=1e9,  # type: ignore[arg-type]
+            busy_limit=0.25, host_decides=not v.test.startswith("gate"),
+        )  # fmt: skip
+        out.append((v, got))
+    return out
+
+
+def test_a_results_file_of_format_2_replays_as_it_was_judged():
+    doc = json.loads(FORMAT_2.read_text())
+    assert doc["moeperf_results"] == 2
+    record = read_record(FORMAT_2)
+    aside = 0
+    for v, got in _replayed(record, FORMAT_2):
+        stored = next(d for d in doc["verdicts"] if d["test"] == v.test)
+        places = {x["round"] for x in stored.get("set_aside", [])}
+        # every round taken, those set aside where the file placed them
+        assert [i for i, r in enumerate(v.rounds) if r.aside is not None] == sorted(places)
+        assert len(v.rounds) == stored["rounds"] + len(places)
+        aside += len(places)
+        assert got.verdict == v.verdict, v.test  # type: ignore[attr-defined]
+        assert got.aside == tuple((i, r.aside) for i, r in enumerate(v.rounds) if r.aside)  # type: ignore[attr-defined]
+    assert aside == 16 and len(record.verdicts) == 3
+
+
+def test_written_again_as_format_3_it_replays_the_same(tmp_path):
+    again = tmp_path / "results-3.json"
+    again.write_text(read_record(FORMAT_2).json_text())
+    doc = json.loads(again.read_text())
+    assert doc["moeperf_results"] == 3 and all(ROUNDS_KEY in v for v in doc["verdicts"])
+    assert not any("set_aside" in v or "blocks" in v for v in doc["verdicts"])
+    before = [got.verdict for _, got in _replayed(read_record(FORMAT_2), FORMAT_2)]  # type: ignore[attr-defined]
+    after = [got.verdict for _, got in _replayed(read_record(again), again)]  # type: ignore[attr-defined]
+    assert after == before
+
+
+def test_a_round_naming_no_sample_value_is_an_error_naming_it(tmp_path):
+    doc = json.loads(read_record(FORMAT_2).json_text())
+    doc["verdicts"][0][ROUNDS_KEY][0]["first"] = "c"
+    with pytest.raises(ValueError, match="first 'a' or 'b'"):
+        RunRecord.from_dict(doc)
+
+
+def test_a_run_of_format_2_keeps_the_key_it_was_stored_under(tmp_path):
+    """The store keys a run by its document as written: the same run imported from its file of
+    format 2 is the run a store of that version holds, not a second one."""
+    doc = json.loads(FORMAT_2.read_text())
+    text = json.dumps(doc, sort_keys=True, separators=(",", ":"))
+    record = read_record(FORMAT_2)
+    assert run_key(record) == hashlib.sha256(text.encode()).hexdigest()
+    store = open_store(store_url(str(tmp_path / "runs.sqlite"), tmp_path))
+    try:
+        assert store.add_run(record) and not store.add_run(read_record(FORMAT_2))
+    finally:
+        store.close()

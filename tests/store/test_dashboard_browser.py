@@ -75,7 +75,7 @@ def test_every_page_draws_the_store_offline_with_its_change_points(
         claim = Verdict(outcome, low + 0.2, low, low + 0.4, 2.0, label="lm-none / mmap")
         record = replace(
             run_record(host="gpu-01", build="b10433", day=27, seed=50 + i, speed=0.7),
-            verdicts=[VerdictRecord("test_x.py::test_lm_none_doubles_prefill", claim)],
+            verdicts=[VerdictRecord(test="test_x.py::test_lm_none_doubles_prefill", verdict=claim)],
         )
         store.add_run(record)
         claimed.append(run_key(record))

@@ -21,7 +21,6 @@ from ..run.gate import CANDIDATE, BuildUnderTest, StoredStage, run_gate
 from ..run.replayed import StoredHost
 from ..run.session import PerfSession
 from ..store.accept import accept_measurements, refusals, refuse
-from ..store.replay import Replay
 from ..store.stored import gate_json_text, read_gate
 from ..verdicts.gate import UNDECIDED_POLICIES
 from .common import (
@@ -176,7 +175,7 @@ def replay(args: argparse.Namespace) -> int:
     stored = read_gate(path)
     options = run_options(args)
     profiles = load_profiles(options.config_file, options.pyproject)
-    source = StoredHost(Replay.of_record(path, stored.record, "--replay"), profiles)
+    source = StoredHost(stored.record, profiles, path=path, option="--replay")
     session = PerfSession(options, progress=say, source=source, profiles=profiles)
     configurations = list(dict.fromkeys(c for c, _ in stored.rows))
     workloads = [Workload.parse(w) for w in dict.fromkeys(w for _, w in stored.rows)]

@@ -32,7 +32,6 @@ from ..config.profiles import Profile, load_profiles
 from ..defaults import MARGIN
 from ..errors import MoeperfError, ResultsError
 from ..measure.workload import Workload
-from ..store.replay import Replay
 from ..store.stored import StoredBisect, records_list, records_of
 from ..verdicts.bisect import (
     BisectResult,
@@ -169,7 +168,7 @@ def replay_bisect(
                 "before they were kept): remove that state under .moeperf/bisect and run the "
                 "bisect again with --json to have one that replays"
             )
-        source = StoredHost(Replay.of_record(stored.path, record, "--replay"), profiles)
+        source = StoredHost(record, profiles, path=stored.path, option="--replay")
         session = PerfSession(options, source=source, profiles=profiles)
         stage = StoredStage(0.0, (0.0, 0.0, 0.0))  # a bisect's gates skip nothing
         got = _compare(

@@ -12,18 +12,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from ..config.profiles import Configuration, Profile
-from ..defaults import PRIOR_PROCESS_TERM
 from ..errors import ResultsError
-from ..measure.dependence import Dependence
 from ..measure.measurement import Measurement
 from ..measure.round import judged
 from ..measure.workload import Workload
 from ..store.journal import MeasurementKey
-from ..store.record import matching
-from ..store.replay import Replay
+from ..store.record import RunRecord, matching
+from ..store.replay import find_stored, read_stored
 from ..verdicts.sequential import Plan
 from .source import (
     PAIRED_METHOD,
@@ -37,47 +36,39 @@ from .source import (
 )
 
 
-def stored_plan(stored: Mapping[str, float | None]) -> Plan:
-    """The look schedule a stored verdict was judged by (a record of before the process
-    term's evidence was stored is judged as on a host not calibrated: its blocks decide)."""
-
-    def number(key: str, default: float | None = None) -> float:
-        value = stored.get(key) if default is not None else stored[key]
-        return default if value is None else float(value)  # type: ignore[return-value]
-
-    block = stored.get("block")
-    return Plan(
-        first_look=int(number("first_look")),
-        max_rounds=int(number("max_rounds")),
-        growth=number("growth"),
-        alpha=number("alpha"),
-        trim=number("trim"),
-        dependence=Dependence(
-            number("process", 0.0),
-            number("lag1", 0.0),
-            number("process_df", 0.0),
-            number("round_spread", 0.0),
-        ),
-        block=None if block is None else int(block),
-        early=stored.get("prior_process") is not None,  # a plan of before early looks: none
-        prior_process=number("prior_process", PRIOR_PROCESS_TERM),
-        first_early=int(number("first_early", 2.0)),  # before 2026-12-06: looked after 2 rounds
-    )
-
-
 class StoredHost(Host):
-    """A stored host: measurements and rounds read back from a stored run's journal (a
-    results file, the store, a baseline file). What it gives the run is read, not taken:
-    :attr:`measurements` are its own, and the run's journal gets no measurement of it."""
+    """A stored host: the measurements and rounds of a stored run's record (a results file,
+    the store, a baseline file), read where it keeps them. What it gives the run is read, not
+    taken: :attr:`measurements` are its own, and the run's journal gets no measurement of it."""
 
-    def __init__(self, replay: Replay, profiles: Mapping[str, Profile]) -> None:
+    def __init__(
+        self,
+        record: RunRecord,
+        profiles: Mapping[str, Profile],
+        *,
+        path: Path,
+        option: str = "--moeperf-replay",
+        profile: str | None = None,
+    ) -> None:
         super().__init__()
-        self.replay = replay
+        self.record = record
+        self.path, self.option = path, option
+        """Where the run was read from, and the option that named it (for messages)."""
+        self.profile = profile
+        """The profile a baseline file belongs to (``None``: results files name it per row)."""
         self.given: dict[MeasurementKey, Measurement] = {}
         """Each stored measurement the run was given, by (profile, configuration, build,
         workload)."""
-        self._unused = list(replay.journal.verdicts)
-        check_configurations(replay, profiles)
+        self._unused = list(record.verdicts)
+        check_configurations(self, profiles)
+
+    @classmethod
+    def read(
+        cls, path: Path, profiles: Mapping[str, Profile], option: str = "--moeperf-replay"
+    ) -> StoredHost:
+        """The stored run of a results file (JSON) or a baseline file (TOML)."""
+        record, profile = read_stored(path, option)
+        return cls(record, profiles, path=path, option=option, profile=profile)
 
     @property
     def measurements(self) -> dict[MeasurementKey, Measurement]:
@@ -87,7 +78,10 @@ class StoredHost(Host):
         self, profile: Profile, configuration: Configuration, workload: Workload,
         repetitions: int | None = None, build: str | None = None,
     ) -> Measurement:  # fmt: skip
-        m = self.replay.find(profile.name, configuration.name, workload, build, profile.build_label)
+        m = find_stored(
+            self.record.measurements, self.path, profile.name, configuration.name, workload,
+            build, profile.build_label,
+        )  # fmt: skip
         self.given[(profile.name, m.configuration, m.build, workload.name)] = m
         return m
 
@@ -107,7 +101,7 @@ class StoredHost(Host):
         record = self._unused.pop(found)
         assert record.sides is not None
         stored = record.plan
-        plan = None if stored is None else stored_plan(stored)
+        plan = None if stored is None else Plan.from_dict(stored)
         if plan is not None and "block" not in (stored or {}):  # kept before blocks were
             plan = replace(plan, block=block_length([r.block for r in judged(record.rounds)]))
         return StoredFeed(
@@ -125,31 +119,31 @@ class StoredHost(Host):
         return StoredFeed((m,), paired_in_order((m.values,)), (side_of(profile, m),))
 
     def fingerprint(self, profile: Profile, label: str | None = None) -> dict[str, Any]:
-        return dict(self.replay.journal.measured_on)
+        return self.record.host_fingerprint
 
     @property
     def measured_on(self) -> dict[str, Any]:
-        return dict(self.replay.journal.measured_on)
+        return self.record.host_fingerprint
 
     @property
     def host_changes(self) -> list[str]:
-        return self.replay.journal.host_changes
+        return list(self.record.host_changes)
 
     def host_moved(self, measurements: Iterable[Measurement], *, force: bool = False) -> list[str]:
-        return self.replay.journal.host_changes
+        return list(self.record.host_changes)
 
 
-def check_configurations(replay: Replay, profiles: Mapping[str, Profile]) -> None:
+def check_configurations(stored: StoredHost, profiles: Mapping[str, Profile]) -> None:
     """Every stored measurement names a profile and configuration this session knows: an
     entry of another configuration would be ignored silently, so it is an error naming it."""
-    for m in replay.journal.measurements.values():
-        name = m.conditions.profile or replay.profile
+    for m in stored.record.measurements:
+        name = m.conditions.profile or stored.profile
         if name is None:
             continue
         profile = profiles.get(name)
-        where = f"{replay.option} {replay.path}: {m.configuration} {m.workload} ({m.build})"
+        where = f"{stored.option} {stored.path}: {m.configuration} {m.workload} ({m.build})"
         if profile is None:
-            config = "--moeperf-config" if replay.option.startswith("--moeperf") else "--config"
+            config = "--moeperf-config" if stored.option.startswith("--moeperf") else "--config"
             raise ResultsError(
                 f"{where} is of profile {name!r}, which no configuration file here defines; "
                 f"replay it with the moeperf config that ran it ({config})"

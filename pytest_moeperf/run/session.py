@@ -28,7 +28,6 @@ from ..store.history import write_history
 from ..store.hosts import BaselineHost, canonical_workload, host_key
 from ..store.journal import Journal
 from ..store.record import CheckRecord, RunRecord, VerdictRecord
-from ..store.replay import Replay
 from ..store.runstore import RunStore, run_key
 from ..store.sessions import session_levels
 from ..store.transfer import StoreHandle
@@ -105,7 +104,7 @@ class PerfSession:
         if source is None:
             if options.replay is None:
                 raise ValueError("a live session is opened by run.opening.perf_session")
-            source = StoredHost(self._replay(options.replay), self.profiles)
+            source = self._replay(options.replay)
         self.source: Host = source
         """The host samples come from: live servers, or a stored run."""
         self.journal: Journal = source.journal
@@ -139,14 +138,14 @@ class PerfSession:
         """The upgrade check's result once the session ended (the plugin's
         :class:`~pytest_moeperf.report.upgrade.UpgradeCheck`), for the terminal summary."""
 
-    def _replay(self, named: Path) -> Replay:
+    def _replay(self, named: Path) -> StoredHost:
         """The stored run *named*: a results or baseline file, or ``store:KEY`` (a run of the
         store, by the first digits of its key)."""
         text = str(named)
         if not text.startswith(STORE_RUN):
-            return Replay.load(named)
+            return StoredHost.read(named, self.profiles)
         run = self.store.open().run(text.removeprefix(STORE_RUN))
-        return Replay.of_record(Path(STORE_RUN + run.key[:12]), run.record)
+        return StoredHost(run.record, self.profiles, path=Path(STORE_RUN + run.key[:12]))
 
     # -- declarations ---------------------------------------------------------------------------
     @property

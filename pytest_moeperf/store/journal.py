@@ -2,8 +2,8 @@
 fingerprint, probes, how it moved, servers' starts, traffic, each measurement as it grows), the
 decision loop (what a verdict learned before spending its budget) and the fixture, gate and
 cross-check (verdicts, baseline checks, llama-bench's rounds and numbers). Frozen, it is the run
-record the store and the results file keep (:meth:`Journal.freeze`); read back from either
-(:meth:`Journal.of_record`), it is what a stored host replays.
+record the store and the results file keep (:meth:`Journal.freeze`); read back from either, that
+record is what a stored host replays (:class:`~pytest_moeperf.run.replayed.StoredHost`).
 
 Nothing else holds these facts: a report, the store and an accept read them here, so that what a
 run says of itself is what it recorded, in the order it happened.
@@ -69,8 +69,6 @@ class Journal:
         memory landed when that was a warning."""
         self.setup_seconds = 0.0
         """Seconds spent on builds, models and server starts: outside every verdict's budget."""
-        self._stored: RunRecord | None = None
-        """The record this journal was read back from (:meth:`of_record`): what it freezes to."""
 
     # -- the host -----------------------------------------------------------------------------
     def hosted(self, fingerprint: dict[str, Any]) -> None:
@@ -99,8 +97,6 @@ class Journal:
     @property
     def measured_on(self) -> dict[str, Any]:
         """The fingerprint the run's numbers are judged on: the host's, with the run's probes."""
-        if self._stored is not None:
-            return self._stored.host_fingerprint
         fp = dict(self.host)
         if self.probes and "probes" not in fp:
             fp["probes"] = {k: p.to_dict() for k, p in sorted(self.probes.items())}
@@ -174,10 +170,7 @@ class Journal:
         return {name: self.traffic[k].to_dict() for k, name in server_names(keys).items()}
 
     def freeze(self) -> RunRecord:
-        """The run record of what was appended so far (the results file's document); of a run
-        read back, the record it was read from."""
-        if self._stored is not None:
-            return self._stored
+        """The run record of what was appended so far (the results file's document)."""
         probes = {k: p.to_dict() for k, p in sorted(self.probes.items())}
         profiles = sorted({m.conditions.profile for m in self.measurements.values()} - {""})
         return RunRecord(
@@ -202,27 +195,3 @@ class Journal:
             startup_findings=self.startup_findings(),
             setup_seconds=round(self.setup_seconds, 3),
         )
-
-    @classmethod
-    def of_record(cls, record: RunRecord) -> Journal:
-        """A stored run read back (from the store or its results file): its host, probes and
-        how it moved, its measurements and verdicts, as they were appended."""
-        journal = cls()
-        journal.hosted(record.fingerprint)
-        journal.fingerprints = {p: dict(fp) for p, fp in record.fingerprints.items()}
-        for cpus, stored in record.probes.items():
-            try:
-                journal.probed(cpus, Probe.from_dict(stored))
-            except (ValueError, TypeError):
-                continue  # a probe of an older record this version cannot read: not judged on
-        for line in record.host_changes:
-            journal.host_changed(line)
-        for m in record.measurements:
-            journal.measured((m.conditions.profile, m.configuration, m.build, m.workload.name), m)
-        journal.verdicts = list(record.verdicts)
-        journal.checks = list(record.baseline_checks)
-        journal.bench_rounds = list(record.bench_rounds)
-        journal.notices = list(record.notices)
-        journal.setup_seconds = record.setup_seconds
-        journal._stored = record
-        return journal

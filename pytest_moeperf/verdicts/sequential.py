@@ -35,7 +35,7 @@ from __future__ import annotations
 import functools
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -310,6 +310,35 @@ class Plan:
             "prior_process": self.prior_process if self.early else None,
             "first_early": self.first_early if self.early else None,
         }
+
+    @classmethod
+    def from_dict(cls, stored: Mapping[str, float | None]) -> Plan:
+        """The look schedule a stored verdict was judged by (:meth:`to_dict`'s); a record of
+        before the process term's evidence was stored is judged as on a host not calibrated
+        (its blocks decide), one of before early looks with none."""
+
+        def number(key: str, default: float | None = None) -> float:
+            value = stored.get(key) if default is not None else stored[key]
+            return default if value is None else float(value)  # type: ignore[return-value]
+
+        block = stored.get("block")
+        return cls(
+            first_look=int(number("first_look")),
+            max_rounds=int(number("max_rounds")),
+            growth=number("growth"),
+            alpha=number("alpha"),
+            trim=number("trim"),
+            dependence=Dependence(
+                number("process", 0.0),
+                number("lag1", 0.0),
+                number("process_df", 0.0),
+                number("round_spread", 0.0),
+            ),
+            block=None if block is None else int(block),
+            early=stored.get("prior_process") is not None,  # before early looks: none
+            prior_process=number("prior_process", PRIOR_PROCESS_TERM),
+            first_early=int(number("first_early", 2.0)),  # before 2026-12-06: after 2 rounds
+        )
 
 
 @dataclass(frozen=True)

@@ -342,10 +342,9 @@ def test_a_replayed_runs_verdicts_are_of_the_host_that_measured_it(tmp_path):
     host's (not this one's, and not an empty fingerprint's)."""
     from pytest_moeperf.config.profiles import builtin_profiles
     from pytest_moeperf.run.replayed import StoredHost
-    from pytest_moeperf.store.replay import Replay
 
     record = run_record(host="gpu-07")
-    source = StoredHost(Replay.of_record(tmp_path / "r.json", record), builtin_profiles())
+    source = StoredHost(record, builtin_profiles(), path=tmp_path / "r.json")
     assert source.host == {}  # not this host's
     assert host_key(source.measured_on) == host_key(record.fingerprint)
     assert source.measured_on["hostname"] == "gpu-07"

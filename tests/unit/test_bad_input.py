@@ -32,7 +32,7 @@ from pytest_moeperf.plugin.markers import (
 )
 from pytest_moeperf.run.opening import perf_session
 from pytest_moeperf.run.session import Options, PerfSession
-from pytest_moeperf.store.replay import Replay
+from pytest_moeperf.store.replay import read_stored
 
 # --- the gate's arguments, all checked before any build or server work ---------------------------
 
@@ -268,7 +268,7 @@ def test_results_files_with_impossible_samples(tmp_path, samples, line):
     data = {"moeperf_results": 1, "measurements": [{**MEASUREMENT, "samples": samples}]}
     path.write_text(json.dumps(data))
     with pytest.raises(Exception) as e:
-        Replay.load(path)
+        read_stored(path)
     message = str(e.value)
     assert message.startswith(
         f"--moeperf-replay {path}: measurement 1 unreadable (measurement 'mmap' 'pp512' on 'b1': "

@@ -22,7 +22,6 @@ from pytest_moeperf.measure.dependence import (
 from pytest_moeperf.measure.round import Round
 from pytest_moeperf.measure.student import t_sf
 from pytest_moeperf.run import rounds as rounds_mod
-from pytest_moeperf.run.replayed import stored_plan
 from pytest_moeperf.run.rounds import decide_pair, until_decided
 from pytest_moeperf.run.source import Feed, Side, StoredFeed, block_length
 from pytest_moeperf.store.record import ROUNDS_KEY, VerdictRecord, VerdictSide
@@ -332,7 +331,7 @@ def test_a_replay_holds_the_busy_limit_to_the_kept_rounds_as_the_run_did(clock):
     assert stored.busy is None and stored.rounds == live.rounds  # the rounds say it
 
     def replay(rounds: Sequence[Round], busy: float | None = None):
-        plan = stored_plan(stored.plan or {})
+        plan = Plan.from_dict(stored.plan or {})
         feed = StoredFeed((live.a, live.b), rounds, live.sides, plan=plan, busy=busy)
         return _decide(feed, rule, plan, busy_limit=0.25).verdict
 
@@ -376,11 +375,11 @@ def test_a_stored_plan_keeps_the_early_looks_it_was_judged_by():
     ``first_early`` stored) is judged again with the look after 2 rounds; a record of now, at 4
     rounds first."""
     now = Plan(block=5).within(73)
-    again = stored_plan(now.to_dict())
+    again = Plan.from_dict(now.to_dict())
     assert again == now and again.early_looks == (4, 5, 10)
     before = {k: v for k, v in now.to_dict().items() if k != "first_early"}
-    assert stored_plan(before).early_looks == (2, 4, 5, 10)
-    unlooked = stored_plan({**before, "prior_process": None})  # before the early looks: none
+    assert Plan.from_dict(before).early_looks == (2, 4, 5, 10)
+    unlooked = Plan.from_dict({**before, "prior_process": None})  # before the early looks: none
     assert unlooked.early_looks == () and unlooked.looks[0] == 15
     with pytest.raises(ValueError, match="first early look after 1 rounds"):
         Plan(first_early=1)

@@ -21,7 +21,6 @@ from pytest_moeperf.run.bisect import run_bisect
 from pytest_moeperf.run.gate import BuildUnderTest, StoredStage, run_gate
 from pytest_moeperf.run.replayed import StoredHost
 from pytest_moeperf.run.session import PerfSession
-from pytest_moeperf.store.replay import Replay
 from pytest_moeperf.store.stored import bisect_json, gate_json_text, read_gate
 
 
@@ -152,7 +151,7 @@ def test_a_stored_gate_replays_to_the_same_rows_and_verdicts(tmp_path, clock, ca
     path.write_text(gate_json_text(measured, session.journal.freeze()))
     stored = read_gate(path)
     assert stored.rows == (("mmap", "pp512"), ("lm-none", "pp512"))
-    source = StoredHost(Replay.of_record(path, stored.record, "--replay"), session.profiles)
+    source = StoredHost(stored.record, session.profiles, path=path, option="--replay")
     replayed = PerfSession(session.options, source=source)
     again = run_gate(
         replayed,

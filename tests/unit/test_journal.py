@@ -17,7 +17,6 @@ from pytest_moeperf.measure.workload import Workload
 from pytest_moeperf.run.replayed import StoredHost
 from pytest_moeperf.store.journal import Journal
 from pytest_moeperf.store.record import CheckRecord, RunRecord, VerdictRecord, VerdictSide
-from pytest_moeperf.store.replay import Replay
 from pytest_moeperf.verdicts.baseline_check import BaselineCheck
 from pytest_moeperf.verdicts.judge import Verdict
 
@@ -98,32 +97,29 @@ def test_a_gate_forgets_its_sides_before_they_name_other_builds():
     assert len(j.measurements) == 2 and len(j.taken) == 2
 
 
-def test_a_stored_run_reads_back_into_a_frozen_journal(tmp_path: Path):
+def test_a_stored_run_reads_back_into_a_stored_host(tmp_path: Path):
     record = _journal().freeze()
     path = tmp_path / "results.json"
     path.write_text(record.json_text())
-    replay = Replay.load(path)
-    stored = replay.journal
-    assert stored.freeze().to_dict() == RunRecord.from_dict(record.to_dict()).to_dict()
-    assert stored.measured_on == record.host_fingerprint
-    assert stored.host_changes == record.host_changes
-    assert [m.configuration for m in replay.journal.measurements.values()] == ["mmap", "lm"]
-    assert [v.test for v in replay.journal.verdicts] == ["t::claim"]
-    # the stored host judges on it; what it gives the run is read, not taken: the run's own
-    # journal holds no measurement, and a replay writes no run
+    # the stored host judges on the record as read; what it gives the run is read, not taken:
+    # the run's own journal holds no measurement, and a replay writes no run
     toml = tmp_path / "moeperf.toml"
     toml.write_text(
         '[profiles.p]\nmodel = "m.gguf"\nworkloads = ["pp512"]\n'
         "[profiles.p.configurations.mmap]\n[profiles.p.configurations.lm]\n"
     )
     profiles = load_profiles(toml, None)
-    host = StoredHost(replay, profiles)
+    host = StoredHost.read(path, profiles)
+    assert host.record.to_dict() == RunRecord.from_dict(record.to_dict()).to_dict()
+    assert host.measured_on == record.host_fingerprint == _journal().measured_on
+    assert host.host_changes == record.host_changes
+    assert [m.configuration for m in host.record.measurements] == ["mmap", "lm"]
+    assert [v.test for v in host.record.verdicts] == ["t::claim"]
     p = profiles["p"]
     m = host.measure(p, p.configurations["lm"], W)
     assert m.values == record.measurements[1].values
     assert list(host.measurements) == [("p", "lm", "b1", "pp512")]
-    assert host.journal.taken == [] and host.journal is not stored
-    assert host.host_changes == record.host_changes and host.measured_on == stored.measured_on
+    assert host.journal.taken == []
 
 
 def test_the_record_keeps_startup_warnings_setup_time_and_notices():
@@ -146,5 +142,3 @@ def test_the_record_keeps_startup_warnings_setup_time_and_notices():
     ]
     journal.found(("embedded", "mmap", "b11434"), [], start=True)  # a restart without warnings
     assert journal.freeze().startup_findings == {}
-    back = Journal.of_record(record)
-    assert (back.setup_seconds, back.notices) == (12.75, record.notices)

@@ -26,7 +26,7 @@ from pytest_moeperf.report.reference import (
 from pytest_moeperf.report.tables import text_table
 from pytest_moeperf.run.session import Options, PerfSession
 from pytest_moeperf.store.baselines import BaselineEntry, load_baselines
-from pytest_moeperf.store.replay import Replay
+from pytest_moeperf.store.replay import find_stored, read_stored
 from pytest_moeperf.verdicts.claims import Claim
 from pytest_moeperf.verdicts.reference import (
     Reference,
@@ -86,11 +86,15 @@ def test_a_records_aggregate_traffic_row_stands_for_the_profiles_traffic_metric(
     assert decode is not None and (decode.value, decode.build) == (14.6, "b11713")
     assert pick_figure(ADR.entries, "serve-new", "traffic.ttft_p99", "b11713") is None
     assert pick_figure(ADR.entries, "mmap", "traffic.prefill", "b11713") is None
-    replay = Replay.load(ADR_FILE)
-    new = replay.find("adr-0042", "serve-new", Workload.traffic("prefill"), None)
+    stored, _profile = read_stored(ADR_FILE)
+    new = find_stored(
+        stored.measurements, ADR_FILE, "adr-0042", "serve-new", Workload.traffic("prefill"), None
+    )
     assert new.figure == Figure(218.5, 0.05) and new.build == "b11713"
     assert "stands for traffic.prefill" in new.conditions.source
-    old = replay.find("adr-0042", "serve-legacy", Workload.traffic("decode"), None)
+    old = find_stored(
+        stored.measurements, ADR_FILE, "adr-0042", "serve-legacy", Workload.traffic("decode"), None
+    )
     assert old.figure == Figure(13.64, 0.05) and old.build == "b11053"
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
@@ -18,9 +18,7 @@ from pytest_moeperf.run.replayed import StoredHost
 from pytest_moeperf.run.rounds import decide_pair
 from pytest_moeperf.run.source import Side
 from pytest_moeperf.store.database import store_url
-from pytest_moeperf.store.journal import Journal
 from pytest_moeperf.store.record import ROUNDS_KEY, RunRecord, VerdictRecord, read_record
-from pytest_moeperf.store.replay import Replay
 from pytest_moeperf.store.runstore import open_store, run_key
 from pytest_moeperf.verdicts.sequential import Plan, Rule
 
@@ -62,9 +60,8 @@ def _replayed(record: RunRecord, path: Path) -> list[tuple[VerdictRecord, object
     out = []
     for v in record.verdicts:
         assert v.sides is not None
-        journal = Journal.of_record(record)
-        journal.verdicts = [v]
-        host = StoredHost(Replay(path, journal), profiles)  # type: ignore[arg-type]
+        alone = replace(record, verdicts=[v])
+        host = StoredHost(alone, profiles, path=path)  # type: ignore[arg-type]
         profile = profiles[v.sides[0].profile]
         a, b = (
             Side(profile.configurations[s.configuration], Workload.parse(s.workload), s.build)

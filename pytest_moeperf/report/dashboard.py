@@ -40,7 +40,7 @@ from ..fs import atomic_write_text
 from ..llama.build import label_number
 from ..measure.workload import Workload
 from ..store.record import parse_date
-from ..store.series import FALLBACK_LOG_SE, Found, Series, median_interval
+from ..store.series import Found, Series, median_interval, run_log_se
 from ..verdicts.changes import Z
 from ..verdicts.judge import Verdict
 from ..verdicts.upgrade import (
@@ -129,7 +129,8 @@ def series_data(s: Series) -> str:
 
 DATA_FIELDS = ("run", "date", "build", "median", "low", "high", "log_se", "probe", "unit")
 """A series' downloads, one row a run: its median with its 95 % interval (as the chart draws
-it), the median's log SE, the host's probe figure, and the metric's unit."""
+it), the median's log SE (:func:`~pytest_moeperf.store.series.run_log_se`: a run of one
+sample has the fallback's), the host's probe figure, and the metric's unit."""
 
 
 def download_rows(s: Series) -> list[dict[str, Any]]:
@@ -138,7 +139,7 @@ def download_rows(s: Series) -> list[dict[str, Any]]:
     rows = []
     for r in s.rows:
         low, high = median_interval(r)
-        values = (r.run, r.date, r.build, r.median, low, high, r.log_se, r.probe, unit)
+        values = (r.run, r.date, r.build, r.median, low, high, run_log_se(r), r.probe, unit)
         rows.append(dict(zip(DATA_FIELDS, values, strict=True)))
     return rows
 
@@ -220,7 +221,7 @@ def _compare_page(site: Site, host: str) -> str:
     for i, s in enumerate(mine):
         for r in s.rows:
             run = runs.setdefault(r.run, {"date": r.date, "build": r.build, "host": r.host})
-            run.setdefault("values", []).append([i, r.median, r.log_se or FALLBACK_LOG_SE])
+            run.setdefault("values", []).append([i, r.median, run_log_se(r)])
     by_date = {r["date"]: key for key, r in runs.items()}
     for test, _, date, doc in site.verdicts.get(host, []):
         if (key := by_date.get(date)) is not None:

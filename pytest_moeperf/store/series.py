@@ -15,7 +15,8 @@ from .record import parse_date
 from .runstore import RunStore, SeriesRow
 
 FALLBACK_LOG_SE = 0.05
-"""A run's median's log SE where it kept fewer than two samples (it cannot say its own)."""
+"""A run's median's log SE where it kept fewer than two samples (it cannot say its own): the
+one rule for such a run wherever its median is judged or drawn (:func:`run_log_se`)."""
 MARK_STATES = {"ack": "acknowledged", "invalid": "invalid", "fixed": "fixed"}
 """How a change point may be triaged (the command's word: the state it is kept as)."""
 MARK_KIND = "change-mark"
@@ -54,22 +55,21 @@ class Series:
 
     def points(self) -> list[Point]:
         return [
-            Point(
-                r.median,
-                r.log_se if r.log_se is not None else FALLBACK_LOG_SE,
-                r.build,
-                r.date,
-                r.probe,
-                r.run,
-            )
-            for r in self.rows
+            Point(r.median, run_log_se(r), r.build, r.date, r.probe, r.run) for r in self.rows
         ]
 
 
+def run_log_se(r: SeriesRow) -> float:
+    """The log SE of a run's median: its own, or :data:`FALLBACK_LOG_SE` where it kept fewer
+    than two samples; what its change points, its ratio to another run, its chart's interval
+    and its downloads all read."""
+    return r.log_se if r.log_se is not None else FALLBACK_LOG_SE
+
+
 def median_interval(r: SeriesRow) -> tuple[float, float]:
-    """The 95 % interval of a run's median from its own log SE (none: the median alone), as
-    the dashboard draws it and its downloads hold it."""
-    half = Z * (r.log_se or 0.0)
+    """The 95 % interval of a run's median (:func:`run_log_se`), as the dashboard draws it
+    and its downloads hold it."""
+    half = Z * run_log_se(r)
     return r.median * math.exp(-half), r.median * math.exp(half)
 
 
@@ -264,7 +264,7 @@ def run_ratios(rows: Iterable[SeriesRow], a: str, b: str) -> list[RunRatio]:
         if first not in pair or second not in pair:
             continue
         ra, rb = pair[first], pair[second]
-        se = math.hypot(ra.log_se or FALLBACK_LOG_SE, rb.log_se or FALLBACK_LOG_SE)
+        se = math.hypot(run_log_se(ra), run_log_se(rb))
         ratio = rb.median / ra.median
         low, high = ratio * math.exp(-Z * se), ratio * math.exp(Z * se)
         out.append(RunRatio(*key, ra.median, rb.median, ratio, low, high))

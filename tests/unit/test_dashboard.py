@@ -4,6 +4,7 @@ change point's line between the builds it lies between."""
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import replace
 
@@ -16,9 +17,16 @@ from pytest_moeperf.report.charts import (
     nice_ticks,
     series_chart,
 )
-from pytest_moeperf.report.dashboard import Site, drawn_runs, host_page, write_site
+from pytest_moeperf.report.dashboard import Site, download_rows, drawn_runs, host_page, write_site
 from pytest_moeperf.store.runstore import SeriesRow
-from pytest_moeperf.store.series import Series, find_changes
+from pytest_moeperf.store.series import (
+    FALLBACK_LOG_SE,
+    Series,
+    find_changes,
+    median_interval,
+    run_ratios,
+)
+from pytest_moeperf.verdicts.changes import Z
 
 
 def _series(runs: int, per_build: int, step_build: int = 10_000_000) -> Series:
@@ -163,3 +171,20 @@ def test_a_point_opens_its_runs_record_where_the_site_holds_it_else_its_runs_com
     assert (tmp_path / "runs" / "k3.json").read_text() == '{"key": "k3"}'
     opens = re.findall(r'data-record="([^"]*)"', (tmp_path / host_page("h/2")).read_text())
     assert len(opens) == 200 and opens[0] == "compare-h-2.html?a=long0&amp;b=long4"
+
+
+def test_a_run_of_one_sample_has_one_interval_everywhere():
+    """A run that kept one sample cannot say its median's spread: its chart's whisker, its
+    downloads, its ratio to another run and the change points all read the same fallback
+    (the chart once drew it as a point without an interval, the rest as 5 %)."""
+    s = _series(2, 1)
+    s.rows[1] = replace(s.rows[1], log_se=None)
+    one = drawn_points(s, 300)[1]
+    low, high = median_interval(s.rows[1])
+    assert (one.low, one.high) == (low, high) and high / low == pytest.approx(
+        math.exp(2 * Z * FALLBACK_LOG_SE)
+    )
+    assert download_rows(s)[1]["log_se"] == FALLBACK_LOG_SE == s.points()[1].log_se
+    (ratio,) = run_ratios(s.rows, "k0", "k1")
+    se = math.hypot(0.01, FALLBACK_LOG_SE)
+    assert ratio.high / ratio.low == pytest.approx(math.exp(2 * Z * se))

@@ -22,6 +22,11 @@ MOST_POINTS = 300
 """Runs a host page's chart draws one by one; a longer series is drawn a build a point."""
 MOST_COMPACT = 60
 """The same for the side-by-side charts of the index."""
+HEADROOM = 0.05
+"""The share of a chart's height left free above its highest whisker and below its lowest, so
+that every interval ends inside the frame where it can be seen to end (a flat series whose
+intervals are wider than its medians' range drew every whisker from frame edge to frame edge,
+as if clipped)."""
 LOG_RANGE = 10.0
 """A chart whose top is this many times its bottom (or more) is drawn on a log scale: a series
 that fell from 600 to 15 tok/s still shows its noise at either end."""
@@ -82,10 +87,13 @@ class Scale:
         return self.bottom > 0 and self.top >= LOG_RANGE * self.bottom
 
     def share(self, v: float) -> float:
-        """Where *v* stands, from 0 at the bottom to 1 at the top."""
+        """Where *v* stands, from 0 at the frame's bottom to 1 at its top: *bottom* and *top*
+        :data:`HEADROOM` inside it."""
         if self.log:
-            return math.log(v / self.bottom) / math.log(self.top / self.bottom)
-        return (v - self.bottom) / ((self.top - self.bottom) or self.top or 1.0)
+            raw = math.log(v / self.bottom) / math.log(self.top / self.bottom)
+        else:
+            raw = (v - self.bottom) / ((self.top - self.bottom) or self.top or 1.0)
+        return HEADROOM + (1 - 2 * HEADROOM) * raw
 
     def ticks(self) -> list[float]:
         return log_ticks(self.bottom, self.top) if self.log else nice_ticks(self.bottom, self.top)

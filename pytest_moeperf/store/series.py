@@ -54,9 +54,7 @@ class Series:
         return (self.profile, self.configuration, self.workload)
 
     def points(self) -> list[Point]:
-        return [
-            Point(r.median, run_log_se(r), r.build, r.date, r.probe, r.run) for r in self.rows
-        ]
+        return [Point(r.median, run_log_se(r), r.build, r.date, r.probe, r.run) for r in self.rows]
 
 
 def run_log_se(r: SeriesRow) -> float:

@@ -188,3 +188,20 @@ def test_a_run_of_one_sample_has_one_interval_everywhere():
     (ratio,) = run_ratios(s.rows, "k0", "k1")
     se = math.hypot(0.01, FALLBACK_LOG_SE)
     assert ratio.high / ratio.low == pytest.approx(math.exp(2 * Z * se))
+
+
+def test_every_whisker_ends_inside_the_frame():
+    """A flat series whose intervals are wider than its medians' range: the scale holds each
+    interval with room beyond it, so no whisker runs from frame edge to frame edge."""
+    s = _series(30, 3)
+    s.rows[:] = [replace(r, log_se=0.03) for r in s.rows]
+    svg = series_chart(s, [])
+    ends = [
+        float(v)
+        for line in re.findall(r"<line class=interval [^>]*>", svg)
+        for v in re.findall(r'y[12]="([\d.]+)"', line)
+    ]
+    height = float(re.search(r'height="(\d+)"', svg).group(1))  # type: ignore[union-attr]
+    top, bottom = 36 / 2, height - 36 / 2  # the frame inside its padding
+    assert len(ends) == 60
+    assert top + 3 < min(ends) and max(ends) < bottom - 3

@@ -15,7 +15,7 @@ from ..defaults import check_margin
 from ..errors import MoeperfError
 from ..report.changes import changes_text
 from ..store.series import MARK_STATES, RunRatio, mark_change, run_ratios, since, store_changes
-from ..verdicts.outcomes import exit_status
+from ..verdicts.outcomes import ChangePointOutcome, exit_status
 from .common import add_margin, add_store_arguments, opened_store
 
 
@@ -82,7 +82,8 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps([f.to_dict() for f in newest], indent=1))
     else:
         print(changes_text(store.name, all_series, found))
-    return exit_status("alarm" if any(f.untriaged for f in found) else "quiet")
+    outcome: ChangePointOutcome = "alarm" if any(f.untriaged for f in found) else "quiet"
+    return exit_status(outcome)
 
 
 def _compare(ratios: list[RunRatio], as_json: bool) -> int:

@@ -13,6 +13,8 @@ or by an import of its results file, is kept once.
 
 from __future__ import annotations
 
+import importlib.util
+
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -153,11 +155,16 @@ def store_url(text: str, results_dir: Path) -> URL:
             f"store {text!r}: not a database URL; name sqlite:///PATH or postgresql://USER@HOST/DB"
         ) from None
     if url.drivername in ("postgresql", "postgres"):
-        return url.set(drivername="postgresql+psycopg")
+        url = url.set(drivername="postgresql+psycopg")
     if url.drivername not in ("sqlite", "sqlite+pysqlite", "postgresql+psycopg"):
         raise StoreError(
             f"store {shown(url)}: {url.drivername} is not a store pytest-moeperf keeps; name "
             "sqlite:///PATH or postgresql://USER@HOST/DB"
+        )
+    if url.drivername == "postgresql+psycopg" and importlib.util.find_spec("psycopg") is None:
+        raise StoreError(
+            f"store {shown(url)}: a PostgreSQL store needs psycopg 3, which is not installed "
+            "here; pip install 'pytest-moeperf[postgres]'"
         )
     return url
 

@@ -290,6 +290,22 @@ def test_a_bad_url_is_one_line(tmp_path):
         store_url("://", tmp_path)
 
 
+def test_a_postgresql_store_without_psycopg_says_which_extra_installs_it(tmp_path, monkeypatch):
+    """psycopg is an extra (``[postgres]``): an install without it names it, before anything
+    runs, instead of SQLAlchemy's ModuleNotFoundError at the first connection."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "psycopg" else real(name, *a)
+    )
+    with pytest.raises(StoreError) as info:
+        store_url("postgresql://moeperf@db/moeperf", tmp_path)
+    line = str(info.value)
+    assert "\n" not in line and "pip install 'pytest-moeperf[postgres]'" in line
+    assert store_url("sqlite:///x.sqlite", tmp_path).drivername == "sqlite"  # needs none
+
+
 def test_the_store_is_named_by_option_then_variable_then_profiles_file(tmp_path):
     config = tmp_path / "moeperf.toml"
     config.write_text('store = "sqlite:///from-file.sqlite"\n[profiles]\n')

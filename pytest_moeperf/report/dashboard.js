@@ -179,14 +179,17 @@
       body.appendChild(row);
       (configurations[series[0]] = configurations[series[0]] || {})[series[1]] = true;
     });
+    // each word as Python's shlex.quote wrote it into the page (store.quoted): a name with a
+    // space or a quote is one word to the shell; a list of them is quoted a name at a time
+    function q(word) { return store.quoted[word]; }
     var gate = document.getElementById("gate"), numbers = [a.build, b.build].map(function (x) {
       var m = /^b(\d+)$/.exec(x);
-      return m ? m[1] : null;
+      return m ? m[1] : x;
     });
     gate.textContent = a.build === b.build ? "one build (" + a.build + "): nothing to gate"
       : Object.keys(configurations).map(function (p) {
-        return "moeperf gate --profile " + p + " --baseline " + (numbers[0] || a.build) +
-          " --candidate " + (numbers[1] || b.build) + " -c " + Object.keys(configurations[p]).join(",");
+        return "moeperf gate --profile " + q(p) + " --baseline " + q(numbers[0]) +
+          " --candidate " + q(numbers[1]) + " -c " + Object.keys(configurations[p]).map(q).join(",");
       }).join("\n");
     decisions(a, b);
   }

@@ -29,6 +29,7 @@ import html
 import io
 import json
 import re
+import shlex
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -229,7 +230,13 @@ def _compare_page(site: Site, host: str) -> str:
     for run in runs.values():  # each test's decisions in the order judged (pinned first)
         run.get("decisions", []).sort(key=lambda d: d[6])
     series = [[s.profile, s.configuration, s.workload] for s in mine]
-    payload = {"z": Z, "series": series, "runs": runs, "changed": CHANGED_BY_STANDING}
+    words = {w for s in mine for w in (s.profile, s.configuration)} | {
+        w for run in runs.values() for w in (run["build"], str(label_number(run["build"]) or ""))
+    }
+    quoted = {w: shlex.quote(w) for w in sorted(words - {""})}  # the gate's words, as a shell
+    payload = {  # reads them: the page joins them, it never quotes (one rule, Python's)
+        "z": Z, "series": series, "runs": runs, "changed": CHANGED_BY_STANDING, "quoted": quoted,
+    }  # fmt: skip
     data = json.dumps(payload, separators=(",", ":"))
     for mark, escape in (("&", "\\u0026"), ("<", "\\u003c"), (">", "\\u003e")):
         data = data.replace(mark, escape)  # JSON still, and nothing a parser of HTML reads

@@ -14,7 +14,6 @@ or by an import of its results file, is kept once.
 from __future__ import annotations
 
 import importlib.util
-
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -223,10 +224,9 @@ def test_every_page_draws_the_store_offline_with_its_change_points(
     for name, ratio, low, high in shown:
         c = expected[name]
         assert (ratio, low, high) == pytest.approx((c["ratio"], c["low"], c["high"]), rel=1e-9)
-    gate = page.locator("#gate").inner_text()
+    gate = page.locator("#gate").inner_text()  # each word as Python's shlex quoted it
     assert (
-        "--baseline 10423 --candidate 10433 -c " in gate
-        and "moeperf gate --profile embedded" in gate
+        gate == "moeperf gate --profile embedded --baseline 10423 --candidate 10433 -c lm-none,mmap"
     )
 
     def decisions():
@@ -312,3 +312,26 @@ def test_every_stored_string_is_text_on_the_pages_and_runs_nothing(
     section = page.locator("section.series", has_text=f"mmap{HOSTILE} tg64")
     assert section.locator("h3").inner_text().endswith(f"mmap{HOSTILE} tg64")  # the name, as text
     assert f"acknowledged: {HOSTILE}" in section.locator("ul.changes").inner_text()
+
+
+def test_the_compare_pages_gate_is_one_word_a_name_for_the_shell(browser, tmp_path):
+    """A configuration named with a space and a quote, and a build that is a binary's path:
+    the gate command the page shows is the one Python's shlex would write, word for word."""
+    from pytest_moeperf.report.dashboard import Site, write_site
+    from pytest_moeperf.store.runstore import SeriesRow
+    from pytest_moeperf.store.series import Series
+
+    s = Series("h/1", "embedded", "cache 6'gib", "tg64")
+    for i, build in enumerate(["b10423", "/opt/llama cpp/llama-server"]):
+        s.rows.append(
+            SeriesRow("h/1", "embedded", s.configuration, "tg64", build, 100.0 + i, 0.01, None,
+                      float(i), f"2026-11-0{i + 1}", f"k{i}")
+        )  # fmt: skip
+    write_site(Site("test", [s], []), tmp_path)
+    (page_file,) = tmp_path.glob("compare-*.html")
+    page = browser.new_page()
+    page.goto(page_file.as_uri() + "?a=k0&b=k1")
+    page.wait_for_load_state("load")
+    words = ["moeperf", "gate", "--profile", "embedded", "--baseline", "10423", "--candidate"]
+    words += ["/opt/llama cpp/llama-server", "-c", "cache 6'gib"]
+    assert page.locator("#gate").inner_text() == shlex.join(words)

@@ -4,8 +4,10 @@ change point's line between the builds it lies between."""
 
 from __future__ import annotations
 
+import json
 import math
 import re
+import shlex
 from dataclasses import replace
 
 import pytest
@@ -205,3 +207,20 @@ def test_every_whisker_ends_inside_the_frame():
     top, bottom = 36 / 2, height - 36 / 2  # the frame inside its padding
     assert len(ends) == 60
     assert top + 3 < min(ends) and max(ends) < bottom - 3
+
+
+def test_the_compare_pages_gate_words_are_quoted_as_a_shell_reads_them(tmp_path):
+    """The page joins the gate command from words Python's shlex quoted into it: a
+    configuration named with a space and a quote, or a build that is a binary's path, is one
+    word to the shell (the page's script once joined them bare)."""
+    s = _series(4, 2)
+    s.configuration = "cache 6'gib"
+    s.rows[:] = [replace(r, configuration=s.configuration) for r in s.rows]
+    s.rows[-1] = replace(s.rows[-1], build="/opt/llama cpp/llama-server")
+    write_site(Site("test", [s], []), tmp_path)
+    (page,) = tmp_path.glob("compare-*.html")
+    text = page.read_text()
+    data = json.loads(text.split("id=compare-data>", 1)[1].split("</script>", 1)[0])
+    assert data["quoted"]["cache 6'gib"] == shlex.quote("cache 6'gib") == "'cache 6'\"'\"'gib'"
+    assert data["quoted"]["/opt/llama cpp/llama-server"] == "'/opt/llama cpp/llama-server'"
+    assert data["quoted"]["10423"] == "10423" and data["quoted"]["embedded"] == "embedded"

@@ -10,11 +10,11 @@ import time
 from pathlib import Path
 
 from ..config.profiles import load_profiles
+from ..config.reference import profile_reference
 from ..defaults import check_margin
 from ..errors import MoeperfError
 from ..report.dashboard import Site, Table, drawn_runs, write_site
 from ..report.reference import configuration_rows, reference_title
-from ..run.session import profile_reference
 from ..store.runstore import RunStore
 from ..store.series import store_changes
 from .common import add_margin, add_store_arguments, config_file, opened_store, say

@@ -16,6 +16,7 @@ from typing import Any
 
 from .. import __version__
 from ..config.profiles import Profile, load_profiles, upgraded
+from ..config.reference import profile_reference
 from ..errors import BaselineError, ConfigError, StoreError
 from ..fs import write_output
 from ..measure.dependence import Dependence, ProcessEvidence
@@ -34,39 +35,12 @@ from ..store.transfer import StoreHandle
 from ..verdicts.baseline_check import BaselineRow
 from ..verdicts.calibration import NoiseFigure, history_dependence
 from ..verdicts.creep import SessionTerm, session_term
-from ..verdicts.reference import DEFAULT_LABEL, Reference, ReferenceRow
+from ..verdicts.reference import Reference, ReferenceRow
 from ..verdicts.sequential import Plan
 from .options import Options
 from .pin import pin_moves
 from .replayed import StoredHost
 from .source import Host, MeasurementKey, Stage
-
-
-def profile_reference(profile: Profile, rootdir: Path) -> Reference | None:
-    """*profile*'s recorded reference (its ``reference`` baseline file), or ``None`` when it
-    names none; a missing or invalid file is a :class:`ConfigError` naming the profile's key and
-    the file."""
-    if profile.reference is None:
-        return None
-    key = f"{profile.source}: profile {profile.name!r}: reference = {profile.reference!r}"
-    path = profile.path(profile.reference, rootdir)
-    if not path.is_file():
-        raise ConfigError(
-            f"{key}: no such baseline file {path}; point it at a baseline file "
-            "(baselines/*.toml) or remove the key"
-        )
-    try:
-        bf = load_baselines(path)
-    except BaselineError as exc:
-        raise ConfigError(f"{key}: {exc}") from None
-    return Reference(
-        label=profile.reference_label or DEFAULT_LABEL,
-        path=profile.reference,
-        entries=bf.entries,
-        hosts=tuple(h.id for h in bf.hosts),
-        profile=profile.name,
-    )
-
 
 STORE_RUN = "store:"
 """``--moeperf-replay store:KEY`` replays a run of the store (the first digits of its key)."""

@@ -14,13 +14,13 @@ from ..llama.bench import run_bench
 from ..measure.measurement import Measurement
 from .pool import ServerKey
 from .session import PerfSession
-from .source import Side, Stage
+from .source import Benches, Side
 
 BENCH_HEADERS = ["configuration", "workload", "server tok/s", "bench tok/s", "gap (%)", "build"]
 
 
 def bench_in_rounds(
-    source: Stage, profile: Profile, a: Side, b: Side
+    source: Benches, profile: Profile, a: Side, b: Side
 ) -> tuple[Callable[[int, str, bool], None], tuple[list[float], list[float]]]:
     """An ``after_round`` for the rounds loop that runs one llama-bench repetition of each
     side (same build, model, flags, pinning and workload as its server) in the round's order,

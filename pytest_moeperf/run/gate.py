@@ -17,16 +17,13 @@ import math
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 from ..config.profiles import Configuration, HostLacks, Pinning, Profile, host_owns
 from ..defaults import FAMILY_ALPHA, FIRST_LOOK, MARGIN, MAX_ROUNDS, MIN_REL_SPREAD
 from ..errors import ConfigError, Unavailable
-from ..llama.model_bytes import DecodeBytes
 from ..measure.measurement import Measurement
 from ..measure.output import OutputCheck
 from ..measure.stats import paired_interval
-from ..measure.traffic import TrafficRun
 from ..measure.workload import Workload
 from ..report.tables import start_lines
 from ..store.accepted import accepted_chain, host_for, repeated_links
@@ -36,7 +33,6 @@ from ..verdicts.gate import GateResult, GateRow, holm
 from ..verdicts.judge import Verdict
 from ..verdicts.sequential import Plan, Rule
 from .crosscheck import bench_in_rounds
-from .pool import ServerRecord
 from .rounds import Decided, decide_pair
 from .session import PerfSession
 from .source import Host, Side, Stage, block_length
@@ -88,24 +84,6 @@ class StoredStage:
         label: str | None = None,
     ) -> float:  # fmt: skip
         raise ConfigError("a stored gate keeps no llama-bench rounds: replay it without")
-
-    @property
-    def servers(self) -> dict[tuple[str, str, str], ServerRecord]:
-        return {}  # a stored gate starts none
-
-    def server(
-        self, profile: Profile, configuration: Configuration, label: str | None = None
-    ) -> ServerRecord:
-        raise Unavailable(f"{configuration.name}: a stored gate starts no server")
-
-    def close(self) -> None:
-        pass
-
-    def traffic_of(self, profile: Profile, configuration: Configuration) -> TrafficRun:
-        raise Unavailable(f"{configuration.name}: a stored gate sends no traffic")
-
-    def model_of(self, profile: Profile) -> tuple[Path, DecodeBytes | None]:
-        raise Unavailable(f"profile {profile.name!r}: a stored gate reads no model")
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,7 @@ from ..verdicts.sequential import Plan
 from .options import Options
 from .pin import pin_moves
 from .replayed import StoredHost
-from .source import Host, MeasurementKey, Stage
+from .source import Host, MeasurementKey, Servers
 
 STORE_RUN = "store:"
 """``--moeperf-replay store:KEY`` replays a run of the store (the first digits of its key)."""
@@ -55,7 +55,7 @@ class PerfSession:
         report: Callable[[str], None] | None = None,
         progress: Callable[[str], None] | None = None,
         source: Host | None = None,
-        servers: Stage | None = None,
+        servers: Servers | None = None,
         profiles: dict[str, Profile] | None = None,
     ) -> None:
         self.options = options
@@ -84,7 +84,7 @@ class PerfSession:
         self.journal: Journal = source.journal
         """What happens in this run, appended as it happens by the host, the loop and the
         tests (:mod:`pytest_moeperf.store.journal`); frozen, the run record."""
-        self.servers: Stage | None = servers
+        self.servers: Servers | None = servers
         """The servers this session starts (``None``: a replayed run starts none)."""
         self.last_use: dict[tuple[str, str], int] = {}
         self.baseline_rows: list[BaselineRow] = []

@@ -261,46 +261,50 @@ class Host(ABC):
         return self.journal.host_changes
 
 
-class Stage(Protocol):
-    """A host's servers and what is asked of them beside its measurements: the live stage's
-    (:mod:`pytest_moeperf.run.live_stage`), or a stored gate's, which starts none and answers
-    what it kept. The session holds it as its servers, the gate checks configurations, starts,
-    stops and forgets servers and reads the correctness guard's tokens, the host's load and
-    llama-bench's repetitions, and the sweeps read each server's traffic and the model."""
-
-    @property
-    def servers(self) -> dict[ServerKey, ServerRecord]:
-        """The running servers, by (profile, configuration, build label)."""
-        ...
-
-    def server(
-        self, profile: Profile, configuration: Configuration, label: str | None = None
-    ) -> ServerRecord:
-        """The running server of (profile, configuration, build), started if needed."""
-        ...
-
-    def start(self, profile: Profile, configuration: Configuration, label: str | None) -> None:
-        """The server of (profile, configuration, build *label*) running, or
-        :class:`~pytest_moeperf.errors.Unavailable`."""
-        ...
+class Benches(Protocol):
+    """What llama-bench beside a verdict's rounds asks of the host's servers."""
 
     def stop_servers(self, keep: Callable[[ServerKey], bool] | None = None) -> None:
         """Stop every running server except those *keep* selects."""
         ...
 
-    def forget(self, profile: str, labels: Sequence[str]) -> None:
-        """Drop the measurements and servers of these build labels (an earlier gate's)."""
+    def bench_sample(
+        self, profile: Profile, configuration: Configuration, workload: Workload,
+        label: str | None = None,
+    ) -> float:  # fmt: skip
+        """One llama-bench repetition of *workload* as (profile, configuration, build) runs
+        it, tok/s: the compute without the server around it (its servers stopped first)."""
         ...
 
-    def close(self) -> None:
-        """Stop everything this run started."""
-        ...
+
+class Checks(Protocol):
+    """What every measuring command asks first: what this host or a build lacks."""
 
     def check(
         self, profile: Profile, configurations: Sequence[Configuration], labels: Sequence[str]
     ) -> None:
         """:class:`~pytest_moeperf.config.profiles.HostLacks` naming what this host or a build
         lacks, before any server starts."""
+        ...
+
+    def stop_servers(self, keep: Callable[[ServerKey], bool] | None = None) -> None:
+        """Stop every running server except those *keep* selects."""
+        ...
+
+
+class Stage(Benches, Checks, Protocol):
+    """What a gate (and so bisect, tune and calibrate) asks of its host beside the rounds: the
+    live stage's (:mod:`pytest_moeperf.run.live_stage`), or a stored gate's, which starts none
+    and answers what it kept: checks configurations, starts, stops and forgets servers, reads
+    the correctness guard's tokens, the host's load and llama-bench's repetitions."""
+
+    def start(self, profile: Profile, configuration: Configuration, label: str | None) -> None:
+        """The server of (profile, configuration, build *label*) running, or
+        :class:`~pytest_moeperf.errors.Unavailable`."""
+        ...
+
+    def forget(self, profile: str, labels: Sequence[str]) -> None:
+        """Drop the measurements and servers of these build labels (an earlier gate's)."""
         ...
 
     def greedy(
@@ -313,13 +317,10 @@ class Stage(Protocol):
         """The share of the CPUs other work took over *seconds*, and the load averages."""
         ...
 
-    def bench_sample(
-        self, profile: Profile, configuration: Configuration, workload: Workload,
-        label: str | None = None,
-    ) -> float:  # fmt: skip
-        """One llama-bench repetition of *workload* as (profile, configuration, build) runs
-        it, tok/s: the compute without the server around it (its servers stopped first)."""
-        ...
+
+class SweepStage(Checks, Protocol):
+    """What the sweeps read of the host's servers beside their measurements: each server's
+    traffic and the model."""
 
     def traffic_of(self, profile: Profile, configuration: Configuration) -> TrafficRun:
         """The traffic sent to that configuration's server."""
@@ -327,4 +328,25 @@ class Stage(Protocol):
 
     def model_of(self, profile: Profile) -> tuple[Path, DecodeBytes | None]:
         """The profile's model file and the bytes a decode step reads of it."""
+        ...
+
+
+class Servers(Stage, SweepStage, Protocol):
+    """A live session's servers (its live stage): a gate's and a sweep's stage, and beside
+    that the fixture's server, the cross-check's view of every running one, and their stop at
+    the session's end."""
+
+    @property
+    def servers(self) -> dict[ServerKey, ServerRecord]:
+        """The running servers, by (profile, configuration, build label)."""
+        ...
+
+    def server(
+        self, profile: Profile, configuration: Configuration, label: str | None = None
+    ) -> ServerRecord:
+        """The running server of (profile, configuration, build), started if needed."""
+        ...
+
+    def close(self) -> None:
+        """Stop everything this run started."""
         ...

@@ -25,7 +25,7 @@ from ..measure.measurement import Measurement
 from ..measure.workload import Workload
 from ..report.sweep import NcmoeSweepResult, SweepResult
 from ..store.sweeps import NcmoePoint, SweepPoint
-from .source import Host, Stage
+from .source import Host, SweepStage
 
 METRICS = ("throughput", "decode", "prefill", "requests")
 
@@ -55,7 +55,7 @@ def at_slots(configuration: Configuration, slots: int) -> Configuration:
 
 def run_sweep(
     source: Host,
-    stage: Stage,
+    stage: SweepStage,
     profile: Profile,
     configuration: Configuration,
     slots: Sequence[int],
@@ -159,7 +159,7 @@ def at_ncmoe(configuration: Configuration, n: int) -> Configuration:
 
 def run_ncmoe_sweep(
     source: Host,
-    stage: Stage,
+    stage: SweepStage,
     profile: Profile,
     configuration: Configuration,
     values: Sequence[int] | None,

@@ -245,11 +245,33 @@ def series_chart(
     frame = Scale(*(scale or chart_range(points, steps)))
     x, y = _frame(w, h, frame, len(points))
     unit = "% of its median" if relative else Workload.parse(s.workload).unit
+    out = _point_marks(points, x, y, h, (unit, s.host), link)
+    out += _change_lines(points, found, x, h)
+    out += _baseline_lines(points, steps, x, y, unit)
+    out += _record_marks(points, marks, x, w)
+    return _svg(w, h, frame, out, points[0].build, points[-1].build, unit)
+
+
+Axis = Callable[[int], float]
+Level = Callable[[float], float]
+
+
+def _point_marks(
+    points: Sequence[Drawn],
+    x: Axis,
+    y: Level,
+    h: int,
+    told: tuple[str, str],
+    link: Callable[[Drawn], str] | None,
+) -> list[str]:
+    """Each point with its interval and its tip (*told*: its unit and host), and a tick where
+    each build begins."""
+    unit, host = told
     out = []
     for i, p in enumerate(points):
         num = label_number(p.build)
         number = "" if num is None else str(num)
-        tip = f"{p.median:.4g} {unit} [{p.low:.4g}, {p.high:.4g}] · {p.label} · {s.host}" + (
+        tip = f"{p.median:.4g} {unit} [{p.low:.4g}, {p.high:.4g}] · {p.label} · {host}" + (
             f" · run {p.run[:12]}" if p.run else ""
         )
         slotted = f'data-slot="{i}" data-number="{number}"'
@@ -265,6 +287,12 @@ def series_chart(
             f'cy="{y(p.median):.1f}" r=2.5 data-build="{html.escape(p.build)}" '
             f'data-tip="{html.escape(tip)}"{opens}><title>{html.escape(tip)}</title></circle>'
         )
+    return out
+
+
+def _change_lines(points: Sequence[Drawn], found: Sequence[Found], x: Axis, h: int) -> list[str]:
+    """Each change point, a line between the points it lies between."""
+    out = []
     for f in found:
         after = _slot(points, f.change.index)
         if not after:  # at or before the first point drawn
@@ -276,6 +304,15 @@ def series_chart(
             f'y2="{h - PAD / 2:.1f}"><title>'
             f"{html.escape(f.change.describe())}</title></line>"
         )
+    return out
+
+
+def _baseline_lines(
+    points: Sequence[Drawn], steps: Sequence[Step], x: Axis, y: Level, unit: str
+) -> list[str]:
+    """Each accepted baseline (and the limit its checks pass down to), a step from its run on
+    to the next one's."""
+    out = []
     for k, st in enumerate(steps):
         start = _slot(points, st.first)
         if start is None:
@@ -292,6 +329,12 @@ def series_chart(
                 f'y1="{y(value):.1f}" y2="{y(value):.1f}"><title>{html.escape(said)}'
                 "</title></line>"
             )
+    return out
+
+
+def _record_marks(points: Sequence[Drawn], marks: Sequence[Mark], x: Axis, w: int) -> list[str]:
+    """Each record, a mark above the run after it that links to it."""
+    out = []
     for m in marks:
         at = _slot(points, m.first)
         cx = x(at) if at is not None else w - PAD / 2
@@ -301,7 +344,7 @@ def series_chart(
             f'<path d="M{cx - 4:.1f},2 '
             f'L{cx + 4:.1f},2 L{cx:.1f},9 Z"><title>{html.escape(m.kind)}</title></path></a>'
         )
-    return _svg(w, h, frame, out, points[0].build, points[-1].build, unit)
+    return out
 
 
 def claim_chart(verdicts: Sequence[tuple[str, Verdict]]) -> str:

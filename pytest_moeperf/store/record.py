@@ -395,27 +395,11 @@ class RunRecord:
             raise ValueError(problem)
         written = data if data["moeperf_results"] < RESULTS_VERSION else None
         data = _upgraded(data)
-        stored = data.get("measurements")
-        if not isinstance(stored, list):
-            raise ValueError("no measurements list")
-        measurements = []
-        for i, m in enumerate(stored, start=1):
-            try:
-                measurements.append(Measurement.from_dict(m))
-            except (ValueError, TypeError, KeyError) as exc:
-                what = f"missing {exc}" if isinstance(exc, KeyError) else str(exc)
-                raise ValueError(f"measurement {i} unreadable ({what})") from None
+        measurements = _measurements(data.get("measurements"))
         mappings = {k: dict(data.get(k) or {}) for k in _MAPPINGS}
         lists = {k: list(data.get(k) or []) for k in _LISTS}
         if data["moeperf_results"] < 3:  # rounds said by where they lie: read as taken
-            by_key = {
-                (m.conditions.profile or "", m.configuration, m.build, m.workload.name): m
-                for m in measurements
-            }
-            lists["verdicts"] = [
-                {**d, ROUNDS_KEY: _format_2_rounds(d, by_key)} if isinstance(d, dict) else d
-                for d in lists["verdicts"]
-            ]
+            lists["verdicts"] = _rounds_as_taken(lists["verdicts"], measurements)
         try:
             return cls(
                 **mappings,
@@ -435,6 +419,32 @@ class RunRecord:
             raise ValueError(f"missing {exc}") from None
         except (TypeError, AttributeError) as exc:
             raise ValueError(str(exc)) from None
+
+
+def _measurements(stored: Any) -> list[Measurement]:
+    """A document's measurements; ``ValueError`` names the first that cannot be read."""
+    if not isinstance(stored, list):
+        raise ValueError("no measurements list")
+    out = []
+    for i, m in enumerate(stored, start=1):
+        try:
+            out.append(Measurement.from_dict(m))
+        except (ValueError, TypeError, KeyError) as exc:
+            what = f"missing {exc}" if isinstance(exc, KeyError) else str(exc)
+            raise ValueError(f"measurement {i} unreadable ({what})") from None
+    return out
+
+
+def _rounds_as_taken(verdicts: list[Any], measurements: Sequence[Measurement]) -> list[Any]:
+    """The verdicts of a document of format 2 with their rounds as format 3 keeps them."""
+    by_key = {
+        (m.conditions.profile or "", m.configuration, m.build, m.workload.name): m
+        for m in measurements
+    }
+    return [
+        {**d, ROUNDS_KEY: _format_2_rounds(d, by_key)} if isinstance(d, dict) else d
+        for d in verdicts
+    ]
 
 
 def read_record(path: Path, what: str = "results file") -> RunRecord:

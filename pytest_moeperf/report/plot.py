@@ -485,6 +485,37 @@ REFERENCE_PLOT_CAPTION = (
 )
 
 
+def _reference_bar(ax: Any, x: int, f: ReferenceFigure | None) -> float:
+    """The reference's number at *x* (hatched, grey; its build named where it is another's);
+    the height it reaches (0: none)."""
+    if f is None:
+        return 0.0
+    ax.bar(x - 0.2, f.value, width=0.38, color="0.85", edgecolor="0.35", hatch="//")
+    note = "" if f.matched else f"\n({f.build})"
+    _label(ax, rate_text(f.value) + note, (x - 0.2, f.value), 3, fontsize=8, color="0.3")
+    return f.value
+
+
+def _here_bar(ax: Any, x: int, m: Measurement | None) -> float:
+    """This host's median at *x*, with its min-max range where it has samples; the height it
+    reaches (0: none)."""
+    if m is None:
+        return 0.0
+    s, c = m.summary, _COLOURS[x % len(_COLOURS)]
+    ax.bar(x + 0.2, s.median, width=0.38, color=c, alpha=0.5, edgecolor=c)
+    if m.samples:
+        ax.errorbar(
+            x + 0.2,
+            s.median,
+            yerr=[[s.median - s.min], [s.max - s.median]],
+            fmt="none",
+            ecolor="0.2",
+            capsize=4,
+        )
+    _label(ax, rate_text(s.median), (x + 0.2, s.max), 3, fontsize=8, fontweight="bold")
+    return s.max
+
+
 def reference_figure(
     ref: Reference, measurements: Iterable[Measurement], workloads: Iterable[Workload] = ()
 ) -> Figure:
@@ -523,28 +554,7 @@ def reference_figure(
             labels.append(f"{config}\n{build}" if multi_build else config)
             f = pick_figure(ref.entries, config, workload.name, build)
             m = by_key.get((config, build, workload.name))
-            c = _COLOURS[x % len(_COLOURS)]
-            if f is not None:
-                ax.bar(x - 0.2, f.value, width=0.38, color="0.85", edgecolor="0.35", hatch="//")
-                note = "" if f.matched else f"\n({f.build})"
-                _label(
-                    ax, rate_text(f.value) + note, (x - 0.2, f.value), 3, fontsize=8, color="0.3"
-                )
-                top = max(top, f.value)
-            if m is not None:
-                s = m.summary
-                ax.bar(x + 0.2, s.median, width=0.38, color=c, alpha=0.5, edgecolor=c)
-                if m.samples:
-                    ax.errorbar(
-                        x + 0.2,
-                        s.median,
-                        yerr=[[s.median - s.min], [s.max - s.median]],
-                        fmt="none",
-                        ecolor="0.2",
-                        capsize=4,
-                    )
-                _label(ax, rate_text(s.median), (x + 0.2, s.max), 3, fontsize=8, fontweight="bold")
-                top = max(top, s.max)
+            top = max(top, _reference_bar(ax, x, f), _here_bar(ax, x, m))
         slanted = max((len(line) for lb in labels for line in lb.split("\n")), default=0) > 12
         _bar_axes(
             ax,

@@ -135,8 +135,21 @@ def bench_args(
     if repetitions < 1:
         raise BenchError(f"llama-bench: repetitions must be >= 1, got {repetitions}")
 
+    t = _translated([str(a) for a in server_flags])
+    common: list[str] = []
+    for bench_flag, value in t.settings.items():
+        common += [bench_flag, value]
+    common += _override_args(t.overrides)
+    common += ["-r", str(repetitions), "-o", "json"]
+    runs = [
+        [*_depth_run(workloads, depth), *common] for depth in sorted({w.depth for w in workloads})
+    ]
+    return BenchArgs(runs=runs, dropped=t.dropped, unknown=t.unknown)
+
+
+def _translated(args: Sequence[str]) -> _Translation:
+    """The server's flags *args* read one by one into llama-bench's (:func:`bench_args`)."""
     t = _Translation()
-    args = [str(a) for a in server_flags]
     i = 0
     while i < len(args):
         flag = args[i]
@@ -159,29 +172,22 @@ def bench_args(
             i += 1
         t.unknown.append(spelled)
     t.threads_for_batches()
+    return t
 
-    common: list[str] = []
-    for bench_flag, value in t.settings.items():
-        common += [bench_flag, value]
-    common += _override_args(t.overrides)
-    common += ["-r", str(repetitions), "-o", "json"]
 
-    runs: list[list[str]] = []
-    for depth in sorted({w.depth for w in workloads}):
-        pp = dict.fromkeys(w.tokens for w in workloads if w.depth == depth and w.is_prefill)
-        tg = dict.fromkeys(w.tokens for w in workloads if w.depth == depth and not w.is_prefill)
-        runs.append(
-            [
-                "-p",
-                ",".join(map(str, pp)) or "0",
-                "-n",
-                ",".join(map(str, tg)) or "0",
-                "-d",
-                str(depth),
-                *common,
-            ]
-        )
-    return BenchArgs(runs=runs, dropped=t.dropped, unknown=t.unknown)
+def _depth_run(workloads: Sequence[Workload], depth: int) -> list[str]:
+    """llama-bench's sizes of the *workloads* at context *depth*: every prefill size and every
+    decode size in one run (0 for none of a kind)."""
+    pp = dict.fromkeys(w.tokens for w in workloads if w.depth == depth and w.is_prefill)
+    tg = dict.fromkeys(w.tokens for w in workloads if w.depth == depth and not w.is_prefill)
+    return [
+        "-p",
+        ",".join(map(str, pp)) or "0",
+        "-n",
+        ",".join(map(str, tg)) or "0",
+        "-d",
+        str(depth),
+    ]
 
 
 @dataclass

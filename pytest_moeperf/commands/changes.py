@@ -14,8 +14,9 @@ import json
 from ..defaults import check_margin
 from ..errors import MoeperfError
 from ..report.changes import changes_text
-from ..store.series import MARK_STATES, RunRatio, mark_change, run_ratios, since, store_changes
+from ..store.series import mark_change, since, store_changes
 from ..verdicts.outcomes import ChangePointOutcome, exit_status
+from ..verdicts.series import MARK_STATES, RunRatio, run_ratios
 from .common import add_margin, add_store_arguments, opened_store
 
 

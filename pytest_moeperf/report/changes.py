@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..store.series import Found, Series
+from ..verdicts.series import Found, Series
 
 
 def changes_text(store: str, series: Sequence[Series], found: Sequence[Found]) -> str:

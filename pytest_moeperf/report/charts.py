@@ -14,8 +14,8 @@ from dataclasses import dataclass, replace
 
 from ..llama.build import label_number
 from ..measure.workload import Workload
-from ..store.series import Found, Series, median_interval
 from ..verdicts.judge import Verdict
+from ..verdicts.series import Found, Series, median_interval
 
 WIDTH, HEIGHT, PAD = 640, 200, 36
 MOST_POINTS = 300

@@ -41,9 +41,9 @@ from ..fs import atomic_write_text
 from ..llama.build import label_number
 from ..measure.workload import Workload
 from ..store.record import parse_date
-from ..store.series import Found, Series, median_interval, run_log_se
 from ..verdicts.changes import Z
 from ..verdicts.judge import Verdict
+from ..verdicts.series import Found, Series, median_interval, run_log_se
 from ..verdicts.upgrade import (
     CHANGED_BY_STANDING,
     SIDES,
@@ -130,7 +130,7 @@ def series_data(s: Series) -> str:
 
 DATA_FIELDS = ("run", "date", "build", "median", "low", "high", "log_se", "probe", "unit")
 """A series' downloads, one row a run: its median with its 95 % interval (as the chart draws
-it), the median's log SE (:func:`~pytest_moeperf.store.series.run_log_se`: a run of one
+it), the median's log SE (:func:`~pytest_moeperf.verdicts.series.run_log_se`: a run of one
 sample has the fallback's), the host's probe figure, and the metric's unit."""
 
 

@@ -25,6 +25,7 @@ from sqlalchemy.engine import URL, Connection
 from ..errors import StoreError
 from ..measure.measurement import Measurement
 from ..measure.stats import MEDIAN_SE
+from ..verdicts.series import SeriesRow
 from .database import (
     Database,
     documents,
@@ -72,23 +73,6 @@ class SessionPoint:
     median: float
     written: float = 0.0
     """When the run was written (seconds since the epoch)."""
-
-
-@dataclass(frozen=True)
-class SeriesRow:
-    """One run's point of a series, as the store keeps it."""
-
-    host: str
-    profile: str
-    configuration: str
-    workload: str
-    build: str
-    median: float
-    log_se: float | None
-    probe: float | None
-    written: float
-    date: str
-    run: str
 
 
 @dataclass(frozen=True)

@@ -318,8 +318,7 @@ def test_the_compare_pages_gate_is_one_word_a_name_for_the_shell(browser, tmp_pa
     """A configuration named with a space and a quote, and a build that is a binary's path:
     the gate command the page shows is the one Python's shlex would write, word for word."""
     from pytest_moeperf.report.dashboard import Site, write_site
-    from pytest_moeperf.store.runstore import SeriesRow
-    from pytest_moeperf.store.series import Series
+    from pytest_moeperf.verdicts.series import Series, SeriesRow
 
     s = Series("h/1", "embedded", "cache 6'gib", "tg64")
     for i, build in enumerate(["b10423", "/opt/llama cpp/llama-server"]):

@@ -20,15 +20,15 @@ from pytest_moeperf.report.charts import (
     series_chart,
 )
 from pytest_moeperf.report.dashboard import Site, download_rows, drawn_runs, host_page, write_site
-from pytest_moeperf.store.runstore import SeriesRow
-from pytest_moeperf.store.series import (
+from pytest_moeperf.verdicts.changes import Z
+from pytest_moeperf.verdicts.series import (
     FALLBACK_LOG_SE,
     Series,
+    SeriesRow,
     find_changes,
     median_interval,
     run_ratios,
 )
-from pytest_moeperf.verdicts.changes import Z
 
 
 def _series(runs: int, per_build: int, step_build: int = 10_000_000) -> Series:

@@ -6,73 +6,35 @@ written again as format 3, it replays the same."""
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
-from dataclasses import dataclass, field, replace
+import sys
+from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import pytest
 
-from pytest_moeperf.config.profiles import Configuration, Pinning
-from pytest_moeperf.measure.workload import Workload
-from pytest_moeperf.run.replayed import StoredHost
-from pytest_moeperf.run.rounds import decide_pair
-from pytest_moeperf.run.source import Side
 from pytest_moeperf.store.database import store_url
 from pytest_moeperf.store.record import ROUNDS_KEY, RunRecord, VerdictRecord, read_record
 from pytest_moeperf.store.runstore import open_store, run_key
-from pytest_moeperf.verdicts.sequential import Plan, Rule
 
 FORMAT_2 = Path(__file__).parent / "data" / "results-format-2-set-aside.json"
 
 
-@dataclass
-class StoredProfile:
-    """What a stored host asks of a profile: its name and configurations."""
-
-    name: str
-    names: set[str]
-    build_label: str | None = None
-    source: str = "the stored run"
-    configurations: dict[str, Configuration] = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.configurations = {
-            c: Configuration(name=c, profile=self.name, flags=(), pinning=Pinning())
-            for c in self.names
-        }
+def _load_script() -> ModuleType:
+    """benchmarks/replay_results.py, which judges a results file's verdicts again."""
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "replay_results.py"
+    spec = importlib.util.spec_from_file_location("replay_results", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
 
 
-def _rule(v: VerdictRecord) -> Rule:
-    verdict = v.verdict
-    if verdict.relation == "~":
-        return Rule("change", margin=verdict.margin or 0.05)
-    if verdict.relation == "<":
-        return Rule("dead_end", margin=verdict.margin or 0.05)
-    return Rule("claim", threshold=verdict.threshold or 1.0, relation=verdict.relation)  # type: ignore[arg-type]
-
-
-def _replayed(record: RunRecord, path: Path) -> list[tuple[VerdictRecord, object]]:
-    """Each paired verdict of *record* judged again on a stored host of it alone."""
-    names: dict[str, set[str]] = {}
-    for m in record.measurements:
-        names.setdefault(m.conditions.profile or "", set()).add(m.configuration)
-    profiles = {p: StoredProfile(p, c) for p, c in names.items()}
-    out = []
-    for v in record.verdicts:
-        assert v.sides is not None
-        alone = replace(record, verdicts=[v])
-        host = StoredHost(alone, profiles, path=path)  # type: ignore[arg-type]
-        profile = profiles[v.sides[0].profile]
-        a, b = (
-            Side(profile.configurations[s.configuration], Workload.parse(s.workload), s.build)
-            for s in v.sides
-        )
-        got = decide_pair(
-            host, profile, _rule(v), a, b, label=v.asked, plan=Plan(), budget=1e9,  # type: ignore[arg-type]
-            busy_limit=0.25, host_decides=not v.test.startswith("gate"),
-        )  # fmt: skip
-        out.append((v, got))
-    return out
+_replayed: Callable[[RunRecord, Path], list[tuple[VerdictRecord, Any]]] = _load_script().replayed
 
 
 def test_a_results_file_of_format_2_replays_as_it_was_judged():

@@ -377,7 +377,8 @@ class RunRecord:
         }
 
     def json_text(self) -> str:
-        return json.dumps(self.to_dict(), indent=1) + "\n"
+        """The results file's text: the document as the run was written (:attr:`document`)."""
+        return json.dumps(self.document, indent=1) + "\n"
 
     @property
     def host_fingerprint(self) -> dict[str, Any]:

@@ -112,7 +112,7 @@ class RunStore:
                     date=record.date,
                     plugin_version=record.plugin_version,
                     fingerprint=json.dumps(record.fingerprint, sort_keys=True),
-                    record=packed(record.to_dict()),
+                    record=packed(record.document),  # as written: its key's
                 )
                 .returning(runs.c.id)
             ).scalar_one_or_none()

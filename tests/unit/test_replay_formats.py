@@ -19,6 +19,7 @@ import pytest
 from pytest_moeperf.store.database import store_url
 from pytest_moeperf.store.record import ROUNDS_KEY, RunRecord, VerdictRecord, read_record
 from pytest_moeperf.store.runstore import open_store, run_key
+from pytest_moeperf.store.transfer import export_folder
 
 FORMAT_2 = Path(__file__).parent / "data" / "results-format-2-set-aside.json"
 
@@ -56,7 +57,7 @@ def test_a_results_file_of_format_2_replays_as_it_was_judged():
 
 def test_written_again_as_format_3_it_replays_the_same(tmp_path):
     again = tmp_path / "results-3.json"
-    again.write_text(read_record(FORMAT_2).json_text())
+    again.write_text(json.dumps(read_record(FORMAT_2).to_dict()))
     doc = json.loads(again.read_text())
     assert doc["moeperf_results"] == 3 and all(ROUNDS_KEY in v for v in doc["verdicts"])
     assert not any("set_aside" in v or "blocks" in v for v in doc["verdicts"])
@@ -66,7 +67,7 @@ def test_written_again_as_format_3_it_replays_the_same(tmp_path):
 
 
 def test_a_round_naming_no_sample_value_is_an_error_naming_it(tmp_path):
-    doc = json.loads(read_record(FORMAT_2).json_text())
+    doc = read_record(FORMAT_2).to_dict()
     doc["verdicts"][0][ROUNDS_KEY][0]["first"] = "c"
     with pytest.raises(ValueError, match="first 'a' or 'b'"):
         RunRecord.from_dict(doc)
@@ -82,5 +83,22 @@ def test_a_run_of_format_2_keeps_the_key_it_was_stored_under(tmp_path):
     store = open_store(store_url(str(tmp_path / "runs.sqlite"), tmp_path))
     try:
         assert store.add_run(record) and not store.add_run(read_record(FORMAT_2))
+    finally:
+        store.close()
+
+
+def test_a_run_of_format_2_goes_through_the_store_as_it_was_written(tmp_path):
+    """Imported, stored and exported, a run of format 2 is its file as it was written: the
+    export holds its document and its key, and a second export keeps the file (a store that
+    kept the run as format 3 under its format-2 key wrote it again on every export)."""
+    store = open_store(store_url(str(tmp_path / "runs.sqlite"), tmp_path))
+    try:
+        assert store.add_run(read_record(FORMAT_2))
+        first = export_folder(store, tmp_path / "out")
+        (exported,) = (tmp_path / "out").glob("results-*.json")
+        assert json.loads(exported.read_text()) == json.loads(FORMAT_2.read_text())
+        again = export_folder(store, tmp_path / "out")
+        assert (first.added, again.added, again.kept) == (1, 0, 1)
+        assert run_key(read_record(exported)) == run_key(read_record(FORMAT_2))
     finally:
         store.close()

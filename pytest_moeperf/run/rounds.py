@@ -62,11 +62,15 @@ class Decided:
     resolution: str = ""
     """What the verdict said it could resolve before it measured (a calibrated host; empty
     otherwise)."""
-    busy: float | None = None
-    """The share of the judged rounds' time other work took on the servers' CPUs (``None``:
-    not kept apart from the measurements')."""
     stored_busy: float | None = None
-    """That share as a stored verdict recorded it apart from its rounds (format 2)."""
+    """The judged rounds' busy share as a stored verdict recorded it apart from its rounds
+    (format 2; ``None``: the rounds say it)."""
+
+    @property
+    def busy(self) -> float | None:
+        """The share of the judged rounds' time other work took on the servers' CPUs (``None``:
+        not kept apart from the measurements')."""
+        return self.stored_busy if self.stored_busy is not None else busy_share(self.rounds)
 
     @property
     def judged(self) -> tuple[Round, ...]:
@@ -418,16 +422,18 @@ def _overrides(
     measurements: Sequence[Measurement],
     busy_limit: float,
     host_decides: bool,
-    busy: float | None = None,
+    rounds: Sequence[Round] = (),
 ) -> tuple[str | None, tuple[str, ...]]:
-    """Why these measurements must not decide (a busy host: the judged rounds' *busy* share
-    where it is known, else the measurements'; or with *host_decides* a host that changed
-    under them; ``None`` when they may), and how the host moved (the feed's own account of a
-    stored verdict's rounds, else the source's)."""
+    """Why these measurements must not decide (a busy host: the busy share of the judged
+    *rounds* where it is known, the feed's record of it, else the measurements'; or with
+    *host_decides* a host that changed under them; ``None`` when they may), and how the host
+    moved (the feed's own account of a stored verdict's rounds, else the source's)."""
     if feed is not None and feed.moved is not None:
         moved = feed.moved
     else:
         moved = tuple(source.host_moved(measurements))
+    kept = None if feed is None else feed.kept_busy
+    busy = kept if kept is not None else busy_share(rounds)
     if busy is None:
         reasons = [busy_reason(measurements, busy_limit)]
     else:  # the rounds set aside are not in it: what was judged was this busy
@@ -487,8 +493,7 @@ def decide_pair(
         verdict, rounds, seconds, plan = ran.result, ran.rounds, ran.seconds, ran.plan
         _tell_aside(source, label, rounds)
     ma, mb = feed.measurements()
-    busy = feed.kept_busy if feed.kept_busy is not None else busy_share(rounds)
-    reason, moved = _overrides(source, feed, [ma, mb], busy_limit, host_decides, busy)
+    reason, moved = _overrides(source, feed, [ma, mb], busy_limit, host_decides, rounds)
     return Decided(
         verdict=overridden(verdict, reason),
         a=ma,
@@ -501,7 +506,6 @@ def decide_pair(
         coin=feed.coin,
         taken=feed.method,
         resolution=said,
-        busy=busy,
         stored_busy=feed.kept_busy,
     )
 
@@ -562,8 +566,7 @@ def decide_baseline(
     plan = replace(plan, early=False)  # one measurement's samples: the main schedule's looks
     ran = until_decided(feed, judge, plan, budget, label=label, notice=source.notice)
     (m,) = feed.measurements()
-    busy = feed.kept_busy if feed.kept_busy is not None else busy_share(ran.rounds)
-    reason, _moved = _overrides(source, feed, [m], busy_limit, True, busy)
+    reason, _moved = _overrides(source, feed, [m], busy_limit, True, ran.rounds)
     check = ran.result
     return Checked(overridden(check, reason), m)
 

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pytest_moeperf.config.profiles import Configuration, Pinning
 from pytest_moeperf.measure.measurement import Conditions, Measurement, Sample
 from pytest_moeperf.measure.round import Round
 from pytest_moeperf.measure.workload import Workload
-from pytest_moeperf.run.source import Feed, Side, StoredFeed
+from pytest_moeperf.run.source import Feed, Side, StoredFeed, paired_in_order
 from pytest_moeperf.store.record import VerdictSide
 
 W = Workload.parse("pp512")
@@ -107,9 +107,11 @@ def stored_feed(
 ) -> StoredFeed:
     """A stored feed of rounds of these per-side *values* (the *i*-th of each the *i*-th
     round, each its sample *i*), in these process *blocks* (default: one pair)."""
-    labels = list(blocks)
-    rounds = [
-        Round(tuple(v[i] for v in values), tuple((i,) for _ in values), labels[i] if labels else 0)
-        for i in range(min((len(v) for v in values), default=0))
-    ]
-    return StoredFeed(measurements, rounds, sides, **kw)
+    rounds = paired_in_order(values)
+    labels = list(blocks) or [0] * len(rounds)
+    return StoredFeed(
+        measurements,
+        [replace(r, block=b) for r, b in zip(rounds, labels, strict=False)],
+        sides,
+        **kw,
+    )

@@ -21,26 +21,12 @@ decided slower (at the budget's last look, which the p-values skipped); chains o
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
-from types import ModuleType
 
 import pytest
+from _scripts import load_script
 
-
-def _load_script() -> ModuleType:
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "error_rates.py"
-    spec = importlib.util.spec_from_file_location("error_rates", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-sim = _load_script()
+sim = load_script("error_rates")
 Host = sim.Host
 
 LOUD_20 = Host(0.05, process=0.03, block=20)

@@ -6,15 +6,13 @@ written again as format 3, it replays the same."""
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
-import sys
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
+from _scripts import load_script
 
 from pytest_moeperf.store.database import store_url
 from pytest_moeperf.store.record import ROUNDS_KEY, RunRecord, VerdictRecord, read_record
@@ -24,18 +22,9 @@ from pytest_moeperf.store.transfer import export_folder
 FORMAT_2 = Path(__file__).parent / "data" / "results-format-2-set-aside.json"
 
 
-def _load_script() -> ModuleType:
-    """benchmarks/replay_results.py, which judges a results file's verdicts again."""
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "replay_results.py"
-    spec = importlib.util.spec_from_file_location("replay_results", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-_replayed: Callable[[RunRecord, Path], list[tuple[VerdictRecord, Any]]] = _load_script().replayed
+_replayed: Callable[[RunRecord, Path], list[tuple[VerdictRecord, Any]]] = load_script(
+    "replay_results"
+).replayed
 
 
 def test_a_results_file_of_format_2_replays_as_it_was_judged():

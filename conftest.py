@@ -22,7 +22,7 @@ pytest_plugins = ["pytester"]
 # SQLAlchemy then fails to recognise as the driver's (a down store became a traceback).
 # It is the [postgres] extra (and in [test]): the README's main job installs neither.
 try:
-    import psycopg  # noqa: E402, F401
+    import psycopg  # noqa: F401
 except ImportError:  # pragma: no cover
     pass
 

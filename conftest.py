@@ -6,7 +6,7 @@ import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -37,6 +37,12 @@ else:
     settings.load_profile("moeperf")
 
 BUILD = 11434
+CHROMIUM = "/usr/bin/chromium"
+"""Debian's Chromium, which the dashboard's browser tests drive headless (CI installs it)."""
+CHROMIUM_FLAGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]  # fmt: skip
 
 
 @pytest.fixture(scope="session")
@@ -103,6 +109,23 @@ def _drop_database(engine: Engine, name: str) -> None:
             {"name": name},
         )
         conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}"'))
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Any]:
+    """Chromium, headless, driven by Playwright (one a test process: each test opens pages of
+    its own); skips naming what is missing."""
+    sync = pytest.importorskip(
+        "playwright.sync_api", reason="no playwright (pip install playwright)"
+    )
+    if not Path(CHROMIUM).is_file():
+        pytest.skip(f"no {CHROMIUM} (Debian's chromium; CI installs it)")
+    with sync.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
+        try:
+            yield b
+        finally:
+            b.close()
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:

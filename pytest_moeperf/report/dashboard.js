@@ -1,9 +1,10 @@
-// pytest-moeperf dashboard: narrows the series by text, zooms every chart to a build range
-// (the runs outside it left out, those in it spread over the width; an empty range is all of
-// them again), and shows a point's value, interval, build, date, host and run when it is
-// pointed at; a click or a tap pins it, with a link to what the point stands for (its run's
-// record, or a build's runs compared) until a click elsewhere or Escape. Everything it needs
-// is in the page; it asks nothing of the network.
+// pytest-moeperf dashboard: draws every chart from the data the page holds (the one place
+// their geometry is: the scale, its ticks, where each point stands), narrows the series by
+// text, zooms every chart to a build range (the runs outside it left out, those in it spread
+// over the width; an empty range is all of them again), and shows a point's value, interval,
+// build, date, host and run when it is pointed at; a click or a tap pins it, with a link to
+// what the point stands for (its run's record, or a build's runs compared) until a click
+// elsewhere or Escape. Everything it needs is in the page; it asks nothing of the network.
 (function () {
   "use strict";
   var text = document.getElementById("text");
@@ -14,61 +15,185 @@
   tip.hidden = true;
   document.body.appendChild(tip);
 
+  // ---- the charts: each <script class=chart-data> (report/charts.py) drawn as SVG in its place
+  var SVG = "http://www.w3.org/2000/svg";
+  var PAD = 36;
+  var HEADROOM = 0.05;  // the share of the frame left free beyond the highest and lowest value
+  var LOG_RANGE = 10;  // a span whose top is 10x its bottom or more is drawn on a log scale
+
+  // At most `most` round values (1, 2 or 5 times a power of ten apart) within [bottom, top].
+  function niceTicks(bottom, top, most) {
+    most = most || 5;
+    var span = top - bottom;
+    if (!(span > 0) || !isFinite(span)) { return isFinite(bottom) ? [bottom] : []; }
+    var raw = span / Math.max(most - 1, 1), power = Math.pow(10, Math.floor(Math.log10(raw)));
+    var step = [1, 2, 5, 10].map(function (m) { return m * power; })
+      .filter(function (v) { return v >= raw; })[0];
+    var first = Math.ceil(bottom / step) * step, out = [];
+    for (var k = 0; k <= Math.floor((top - first) / step + 1e-9); k++) {
+      out.push(+(first + k * step).toFixed(12));
+    }
+    return out;
+  }
+  // 1, 2 and 5 times a power of ten within [bottom, top] (both above 0), or only the powers
+  // of ten where those would be more than `most`: a log scale's gridlines.
+  function logTicks(bottom, top, most) {
+    most = most || 7;
+    var low = Math.floor(Math.log10(bottom)), high = Math.ceil(Math.log10(top)), ticks = [];
+    [[1, 2, 5], [1]].some(function (mantissas) {
+      ticks = [];
+      for (var e = low; e <= high; e++) {
+        mantissas.forEach(function (m) {
+          var v = +(m + "e" + e);
+          if (bottom <= v && v <= top) { ticks.push(v); }
+        });
+      }
+      return ticks.length <= most;
+    });
+    return ticks;
+  }
+  // A chart's y-scale over its span: where a value stands, from 0 at the frame's bottom to 1
+  // at its top, the span HEADROOM inside it.
+  function scaleOf(span) {
+    var bottom = span[0], top = span[1], log = bottom > 0 && top >= LOG_RANGE * bottom;
+    return {
+      log: log,
+      ticks: function () { return log ? logTicks(bottom, top) : niceTicks(bottom, top); },
+      share: function (v) {
+        var raw = log ? Math.log(v / bottom) / Math.log(top / bottom)
+          : (v - bottom) / ((top - bottom) || top || 1);
+        return HEADROOM + (1 - 2 * HEADROOM) * raw;
+      }
+    };
+  }
+  // A number as Python's format(v, ".6g") writes it: a scale's labels.
+  function g6(v) {
+    if (v === 0) { return "0"; }
+    var e = Math.floor(Math.log10(Math.abs(+v.toPrecision(6))));
+    if (e < -4 || e >= 6) {
+      var m = v.toExponential(5).split("e"), n = parseInt(m[1], 10);
+      return String(+m[0]) + "e" + (n < 0 ? "-" : "+") + (Math.abs(n) < 10 ? "0" : "") + Math.abs(n);
+    }
+    return String(+v.toPrecision(6));
+  }
+  function element(tag, attrs, parent, title) {
+    var el = document.createElementNS(SVG, tag);
+    Object.keys(attrs).forEach(function (k) { el.setAttribute(k, attrs[k]); });
+    if (title !== undefined) {
+      var t = document.createElementNS(SVG, "title");
+      t.textContent = title;
+      el.appendChild(t);
+    }
+    if (parent) { parent.appendChild(el); }
+    return el;
+  }
+  function round1(v) { return Math.round(v * 10) / 10; }
+
+  // The frame: gridlines at the scale's ticks with their labels and the unit above them, and
+  // the first and last label along the bottom. Returns the svg and its y(value).
+  function frame(chart, scale) {
+    var w = chart.width, h = chart.height;
+    var svg = element("svg", {
+      "class": "chart" + (scale.log ? " log" : ""), width: w, height: h,
+      viewBox: "0 0 " + w + " " + h, role: "img"
+    });
+    function y(v) { return round1(h - PAD / 2 - (h - PAD) * scale.share(v)); }
+    var said = scale.log ? chart.unit + ", log scale" : chart.unit;
+    if (said) { element("text", {x: 2, y: 9, "class": "axis unit"}, svg).textContent = said; }
+    scale.ticks().forEach(function (v) {
+      element("line", {"class": "grid", x1: PAD, x2: w - 4, y1: y(v), y2: y(v)}, svg);
+      var label = element("text", {x: PAD - 3, y: round1(y(v) + 3), "class": "axis", "text-anchor": "end"}, svg);
+      label.textContent = g6(v);
+    });
+    element("text", {x: PAD, y: h - 2, "class": "axis first"}, svg);
+    element("text", {x: w - PAD, y: h - 2, "class": "axis last", "text-anchor": "end"}, svg);
+    return {svg: svg, y: y};
+  }
+  function label(svg, first, last) {
+    svg.querySelector("text.first").textContent = first;
+    svg.querySelector("text.last").textContent = last;
+  }
+
+  // A series chart with its points in the build range [lo, hi] (null: open) laid out over the
+  // width, the others drawn but left out (class zoomed-out).
+  function drawSeries(chart, lo, hi) {
+    var f = frame(chart, scaleOf(chart.span)), svg = f.svg, y = f.y, w = chart.width, h = chart.height;
+    var kept = [], rank = {};
+    chart.points.forEach(function (p, i) {
+      var n = p.number;
+      if (n === null || !((lo !== null && n < lo) || (hi !== null && n > hi))) {
+        rank[i] = kept.length;
+        kept.push(i);
+      }
+    });
+    function x(i) { return round1(PAD + (w - 2 * PAD) * (rank[i] + 0.5) / kept.length); }
+    function out(el, shown) { if (!shown) { el.setAttribute("class", el.getAttribute("class") + " zoomed-out"); } }
+    function inside(a, b) { return kept.filter(function (i) { return i >= a && i <= b; }); }
+    chart.points.forEach(function (p, i) {
+      var shown = i in rank, at = shown ? x(i) : 0, slot = {"data-slot": i, "data-number": p.number === null ? "" : p.number};
+      if (i === 0 || chart.points[i - 1].build !== p.build) {  // a tick where a build begins
+        out(element("line", Object.assign({"class": "tick", x1: at, x2: at, y1: h - 16, y2: h - 11}, slot), svg), shown);
+      }
+      out(element("line", Object.assign({"class": "interval", x1: at, x2: at, y1: y(p.low), y2: y(p.high)}, slot), svg), shown);
+      var attrs = Object.assign({"class": "point", cx: at, cy: y(p.median), r: 2.5, "data-build": p.build, "data-tip": p.tip}, slot);
+      if (p.record !== undefined) { attrs["data-record"] = p.record; }
+      out(element("circle", attrs, svg, p.tip), shown);
+    });
+    chart.changes.forEach(function (c) {
+      var shown = c.from in rank && c.to in rank, at = shown ? round1((x(c.from) + x(c.to)) / 2) : 0;
+      out(element("line", {
+        "class": "changepoint" + (c.host ? " host" : ""), "data-from": c.from, "data-to": c.to,
+        x1: at, x2: at, y1: 4, y2: h - PAD / 2
+      }, svg, c.title), shown);
+    });
+    chart.steps.forEach(function (st) {
+      var within = inside(st.from, st.to), shown = within.length > 0;
+      out(element("line", {
+        "class": st.kind, "data-from": st.from, "data-to": st.to,
+        x1: shown ? round1(x(within[0]) - 3) : 0, x2: shown ? round1(x(within[within.length - 1]) + 3) : 0,
+        y1: y(st.value), y2: y(st.value)
+      }, svg, st.title), shown);
+    });
+    chart.marks.forEach(function (m) {  // a record's mark: above the first kept run at or after it
+      var next = kept.filter(function (i) { return i >= m.slot; });
+      var at = next.length ? x(next[0]) : w - PAD / 2;
+      var link = element("a", {"class": "record", href: m.link, "data-slot": m.slot}, svg);
+      element("path", {d: "M" + (at - 4) + ",2 L" + (at + 4) + ",2 L" + at + ",9 Z"}, link, m.kind);
+      out(link, kept.length > 0);
+    });
+    if (kept.length) { label(svg, chart.points[kept[0]].build, chart.points[kept[kept.length - 1]].build); }
+    return svg;
+  }
+  // A claim's chart: each verdict's ratio and interval, its bound a dashed line.
+  function drawClaim(chart) {
+    var f = frame(chart, scaleOf(chart.span)), svg = f.svg, y = f.y, w = chart.width, n = chart.verdicts.length;
+    function x(i) { return round1(PAD + (w - 2 * PAD) * (i + 0.5) / n); }
+    var b = y(chart.bound.value);
+    element("line", {"class": "bound", x1: PAD, x2: w - PAD, y1: b, y2: b}, svg, chart.bound.title);
+    chart.verdicts.forEach(function (v, i) {
+      element("line", {"class": "interval", x1: x(i), x2: x(i), y1: y(v.low), y2: y(v.high)}, svg);
+      element("circle", {"class": "verdict " + v.outcome, cx: x(i), cy: y(v.ratio), r: 3}, svg, v.title);
+    });
+    label(svg, chart.first, chart.last);
+    return svg;
+  }
+  var charts = [];
+  document.querySelectorAll("script.chart-data").forEach(function (holder) {
+    charts.push({holder: holder, chart: JSON.parse(holder.textContent), svg: null});
+  });
+  function draw(lo, hi) {
+    charts.forEach(function (c) {
+      var svg = c.chart.kind === "claim" ? drawClaim(c.chart) : drawSeries(c.chart, lo, hi);
+      if (c.svg) { c.svg.replaceWith(svg); } else { c.holder.parentNode.insertBefore(svg, c.holder); }
+      c.svg = svg;
+    });
+  }
+  window.moeperfCharts = {niceTicks: niceTicks, logTicks: logTicks, g6: g6};
+
+  // ---- the filter, the build range and the tip
   function number(input) {
     var m = /^b?(\d+)$/.exec(input.value.trim());
     return m ? parseInt(m[1], 10) : null;
-  }
-  function slot(el, name) { return parseInt(el.getAttribute(name || "data-slot"), 10); }
-
-  // One chart at the build range [lo, hi]: which of its slots (runs, or builds in a long
-  // series) are kept, and where each kept one now stands.
-  function zoom(svg, lo, hi) {
-    var width = svg.viewBox.baseVal.width, pad = parseFloat(svg.getAttribute("data-pad"));
-    var kept = [], rank = {};
-    svg.querySelectorAll("circle.point").forEach(function (p) {
-      var n = parseInt(p.getAttribute("data-number"), 10);
-      var out = !isNaN(n) && ((lo !== null && n < lo) || (hi !== null && n > hi));
-      if (!out) { rank[slot(p)] = kept.length; kept.push(p); }
-    });
-    function x(s) { return pad + (width - 2 * pad) * (rank[s] + 0.5) / kept.length; }
-    function place(el, at) {
-      var shown = at !== null && kept.length > 0;
-      el.classList.toggle("zoomed-out", !shown);
-      return shown;
-    }
-    svg.querySelectorAll("[data-slot]").forEach(function (el) {
-      var s = slot(el);
-      if (el.tagName === "a") {  // a record's mark: above the first kept run at or after it
-        var next = Object.keys(rank).map(Number).filter(function (k) { return k >= s; });
-        var at = next.length ? x(Math.min.apply(null, next)) : width - pad / 2;
-        if (place(el, at)) {
-          el.firstElementChild.setAttribute("d", "M" + (at - 4) + ",2 L" + (at + 4) + ",2 L" + at + ",9 Z");
-        }
-        return;
-      }
-      if (place(el, s in rank ? x(s) : null)) {
-        var attrs = el.tagName === "circle" ? ["cx"] : ["x1", "x2"];
-        attrs.forEach(function (a) { el.setAttribute(a, x(s)); });
-      }
-    });
-    svg.querySelectorAll("[data-from]").forEach(function (el) {
-      var a = slot(el, "data-from"), b = slot(el, "data-to");
-      var inside = Object.keys(rank).map(Number).filter(function (k) { return k >= a && k <= b; });
-      var changepoint = el.classList.contains("changepoint");
-      var shown = changepoint ? (a in rank && b in rank) : inside.length > 0;
-      if (!place(el, shown ? 0 : null)) { return; }
-      if (changepoint) {
-        var mid = (x(a) + x(b)) / 2;
-        el.setAttribute("x1", mid); el.setAttribute("x2", mid);
-      } else {
-        el.setAttribute("x1", x(Math.min.apply(null, inside)) - 3);
-        el.setAttribute("x2", x(Math.max.apply(null, inside)) + 3);
-      }
-    });
-    if (kept.length) {
-      svg.querySelector("text.first").textContent = kept[0].getAttribute("data-build");
-      svg.querySelector("text.last").textContent = kept[kept.length - 1].getAttribute("data-build");
-    }
   }
 
   function apply() {
@@ -79,9 +204,7 @@
       var shown = words.every(function (w) { return name.indexOf(w) >= 0; });
       section.classList.toggle("hidden", !shown);
     });
-    document.querySelectorAll("svg.chart").forEach(function (svg) {
-      if (svg.querySelector("circle.point")) { zoom(svg, lo, hi); }
-    });
+    draw(lo, hi);
   }
 
   var pinned = false;

@@ -1,6 +1,6 @@
 """The dashboard: static pages of every host's series over builds, drawn from the store's rows
-(SVG written here, no script from anywhere else: the pages open from disk, with no server and
-no network).
+(each chart's data written here as JSON, drawn as SVG by the page's own script, ``dashboard.js``:
+the pages open from disk, with no server and no network).
 
 - ``index.html``: the hosts, and every (profile, configuration, workload) with each host's
   series side by side, so that one host's drift and every host's regression look different;
@@ -57,9 +57,11 @@ from .charts import (
     Drawn,
     Mark,
     Step,
+    chart_element,
     chart_range,
     claim_chart,
     drawn_points,
+    json_script,
     series_chart,
 )
 
@@ -237,9 +239,6 @@ def _compare_page(site: Site, host: str) -> str:
     payload = {  # reads them: the page joins them, it never quotes (one rule, Python's)
         "z": Z, "series": series, "runs": runs, "changed": CHANGED_BY_STANDING, "quoted": quoted,
     }  # fmt: skip
-    data = json.dumps(payload, separators=(",", ":"))
-    for mark, escape in (("&", "\\u0026"), ("<", "\\u003c"), (">", "\\u003e")):
-        data = data.replace(mark, escape)  # JSON still, and nothing a parser of HTML reads
     body = (
         f'<p><a href="index.html">all hosts</a> · <a href="{host_page(host)}">'
         f"{html.escape(host)}</a></p><form id=pick><label>run <select id=run-a>"
@@ -251,7 +250,7 @@ def _compare_page(site: Site, host: str) -> str:
         "of the first run beside the same one of the second, and what changed.</p>"
         "<table id=decisions class=reference><thead><tr><th>decision</th><th>first</th>"
         "<th>second</th><th>changed</th></tr></thead><tbody></tbody></table>"
-        f"<script type=application/json id=compare-data>{data}</script>"
+        + json_script(payload, id="compare-data")
     )
     return _page(f"pytest-moeperf: two runs of {host} compared", body, mine)
 
@@ -347,12 +346,8 @@ def _side_by_side(site: Site, side: Sequence[Series], *, relative: bool) -> str:
     return "".join(
         f'<figure><figcaption><a href="{host_page(s.host)}#{series_anchor(s)}">'
         f"{html.escape(s.host)}</a></figcaption>"
-        + series_chart(
-            s,
-            _changes(site, s),
-            compact=True,
-            scale=scale,
-            relative=relative,
+        + chart_element(
+            series_chart(s, _changes(site, s), compact=True, scale=scale, relative=relative)
         )
         + "</figure>"
         for s in side
@@ -383,13 +378,8 @@ def _host(site: Site, host: str) -> str:
     for s in mine:
         found = _changes(site, s)
         items = "".join(_change_item(f) for f in found) or "<li>no change point</li>"
-        chart = series_chart(
-            s,
-            found,
-            steps=_steps(s, records),
-            marks=_marks(s, host, records),
-            link=_opens(site, s),
-        )
+        steps, marks, opens = _steps(s, records), _marks(s, host, records), _opens(site, s)
+        chart = chart_element(series_chart(s, found, steps=steps, marks=marks, link=opens))
         parts.append(
             f'<section class=series id="{series_anchor(s)}" data-name="{html.escape(s.name)}">'
             f'<h3><a href="#{series_anchor(s)}">{html.escape(s.name)}</a></h3>'
@@ -460,7 +450,7 @@ def _claims(rows: Sequence[VerdictRow]) -> list[str]:
         parts.append(
             f'<section class="series claim" id="{slug(test)}" data-name="{html.escape(test)}">'
             f'<h3><a href="#{slug(test)}">{html.escape(test)}</a></h3>'
-            f"{claim_chart(judged)}<p>{counts}</p></section>"
+            f"{chart_element(claim_chart(judged))}<p>{counts}</p></section>"
         )
     return parts
 

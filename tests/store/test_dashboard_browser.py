@@ -25,11 +25,6 @@ from pytest_moeperf.store.record import VerdictRecord
 from pytest_moeperf.store.runstore import open_store, run_key
 from pytest_moeperf.verdicts.judge import Verdict
 
-CHROMIUM = "/usr/bin/chromium"
-FLAGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-]  # fmt: skip
 RUNS, PER_BUILD = 40, 4
 
 
@@ -38,21 +33,6 @@ def _fill(store, host: str, slowed: bool) -> None:
         build = f"b{10423 + i // PER_BUILD}"
         speed = 0.7 if slowed and int(build[1:]) >= 10429 else 1.0
         store.add_run(run_record(host=host, build=build, day=1 + i // 2, seed=i, speed=speed))
-
-
-@pytest.fixture
-def browser():
-    sync = pytest.importorskip(
-        "playwright.sync_api", reason="no playwright (pip install playwright)"
-    )
-    if not Path(CHROMIUM).is_file():
-        pytest.skip(f"no {CHROMIUM} (Debian's chromium; CI installs it)")
-    with sync.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-        try:
-            yield b
-        finally:
-            b.close()
 
 
 def test_every_page_draws_the_store_offline_with_its_change_points(

@@ -1,6 +1,8 @@
-"""The dashboard's charts over long series: each run a point while they are few, each build
-one point (its runs' median and range) beyond, the newest builds in a compact chart, and a
-change point's line between the builds it lies between."""
+"""The dashboard's charts as data, over long series: each run a point while they are few, each
+build one point (its runs' median and range) beyond, the newest builds in a compact chart, a
+change point between the builds it lies between, a baseline's step with its limit, what a point
+opens. Where the page's script lays them out is tested in a real browser
+(tests/integration/test_charts_browser.py)."""
 
 from __future__ import annotations
 
@@ -12,13 +14,7 @@ from dataclasses import replace
 
 import pytest
 
-from pytest_moeperf.report.charts import (
-    MOST_COMPACT,
-    drawn_points,
-    log_ticks,
-    nice_ticks,
-    series_chart,
-)
+from pytest_moeperf.report.charts import MOST_COMPACT, drawn_points, series_chart
 from pytest_moeperf.report.dashboard import Site, download_rows, drawn_runs, host_page, write_site
 from pytest_moeperf.verdicts.changes import Z
 from pytest_moeperf.verdicts.series import (
@@ -61,11 +57,11 @@ def test_a_change_point_is_drawn_between_its_builds_in_a_long_series():
     s = _series(1000, 5, step_build=10600)
     (found,) = find_changes([s], {}, 0.05)
     assert (found.change.before, found.change.after) == ("b10599", "b10600")
-    svg = series_chart(s, [found])
-    circles = [float(x) for x in re.findall(r'circle class=point [^>]*?cx="([0-9.]+)"', svg)]
-    (line,) = [float(x) for x in re.findall(r'class="changepoint" [^>]*?x1="([0-9.]+)"', svg)]
-    assert circles[176] < line < circles[177]  # b10599 is the 177th build drawn
-    assert svg.count("<circle") == 200
+    chart = series_chart(s, [found])
+    (change,) = chart["changes"]
+    assert (change["from"], change["to"]) == (176, 177)  # b10599 is the 177th build drawn
+    assert [chart["points"][i]["build"] for i in (176, 177)] == ["b10599", "b10600"]
+    assert len(chart["points"]) == 200 and "between b10599 and b10600" in change["title"]
 
 
 def test_the_build_filter_hints_at_the_builds_the_store_holds(tmp_path):
@@ -84,50 +80,10 @@ def test_the_build_filter_hints_at_the_builds_the_store_holds(tmp_path):
     assert hints((tmp_path / host_page("h/2")).read_text()) == ["", ""]
 
 
-@pytest.mark.parametrize(
-    "bottom, top, ticks",
-    [(27.3, 41.2, [30, 35, 40]), (0.0, 1.0, [0, 0.5, 1.0]),
-     (412.0, 1187.0, [600, 800, 1000]), (5.0, 5.0, [5.0])],
-)  # fmt: skip
-def test_a_chart_scale_is_round_values_within_its_range(bottom, top, ticks):
-    got = nice_ticks(bottom, top)
-    assert got == pytest.approx(ticks) and all(bottom <= v <= top for v in got)
-
-
-def _spanning(values: list[float]) -> Series:
-    s = Series("h/1", "embedded", "mmap", "tg64")
-    for i, v in enumerate(values):
-        s.rows.append(
-            SeriesRow("h/1", "embedded", "mmap", "tg64", f"b{10423 + i}", v, 0.001, None,
-                      float(i), f"day {i}", f"k{i}")
-        )  # fmt: skip
-    return s
-
-
-def _cy(svg: str) -> list[float]:
-    return [float(y) for y in re.findall(r'circle class=point [^>]*?cy="([0-9.]+)"', svg)]
-
-
-def test_a_wide_range_is_drawn_on_a_log_scale_a_narrow_one_linear():
-    wide = series_chart(_spanning([10.0, 100.0, 1000.0]), [])
-    assert '<svg class="chart log"' in wide and "tok/s, log scale" in wide
-    low, mid, high = _cy(wide)
-    assert mid == pytest.approx((low + high) / 2, abs=0.2)  # 100 halfway from 10 to 1000
-    labels = re.findall(r"text-anchor=end>([0-9.e+]+)</text>", wide)
-    assert labels == ["10", "20", "50", "100", "200", "500", "1000"]
-    narrow = series_chart(_spanning([100.0, 500.0, 900.0]), [])  # 9x: still linear
-    assert '<svg class="chart"' in narrow and "log scale" not in narrow
-    low, mid, high = _cy(narrow)
-    assert mid == pytest.approx((low + high) / 2, abs=0.2)
-
-
-@pytest.mark.parametrize(
-    "bottom, top, ticks",
-    [(3.2, 41.0, [5, 10, 20]), (0.8, 12000.0, [1, 10, 100, 1000, 10000]), (15.0, 620.0,
-     [20, 50, 100, 200, 500])],
-)  # fmt: skip
-def test_a_log_scale_is_round_values_within_its_range(bottom, top, ticks):
-    assert log_ticks(bottom, top) == pytest.approx(ticks)
+def charts_of(page: str) -> list[dict]:
+    """The charts a page holds, as its script reads them."""
+    found = re.findall(r"<script type=application/json class=chart-data>(.*?)</script>", page)
+    return [json.loads(text) for text in found]
 
 
 def _accepted(tolerance: object, workload: str = "tg64") -> Site:
@@ -150,14 +106,17 @@ def test_an_accepted_baseline_is_drawn_with_the_limit_its_checks_pass_down_to(
     tmp_path, workload, tolerance, limit
 ):
     write_site(_accepted(tolerance, workload), tmp_path)
-    page = (tmp_path / host_page("h/1")).read_text()
-    (title,) = re.findall(r"<line class=limit [^>]*><title>([^<]*)</title>", page)
-    assert title.startswith(f"limit {limit:g} ") and "accepted 2026-11-03" in title
-    ys = dict(re.findall(r"<line class=(baseline|limit) [^>]*?y1=\"([0-9.]+)\"", page))
-    assert (float(ys["limit"]) > float(ys["baseline"])) == (limit < 100.0)  # below: slower
+    (chart,) = charts_of((tmp_path / host_page("h/1")).read_text())
+    baseline, limit_step = chart["steps"]
+    assert (baseline["kind"], baseline["value"], limit_step["kind"]) == ("baseline", 100.0, "limit")
+    assert limit_step["value"] == pytest.approx(limit)  # below the baseline where higher is better
+    assert limit_step["title"].startswith(f"limit {limit:g} ")
+    assert "accepted 2026-11-03" in limit_step["title"]
+    assert (baseline["from"], baseline["to"]) == (limit_step["from"], limit_step["to"]) == (4, 11)
+    assert chart["span"][0] <= min(limit, 100.0) and chart["span"][1] >= max(limit, 100.0)
     write_site(_accepted(None, workload), tmp_path)  # an accept kept without its tolerance
-    page = (tmp_path / host_page("h/1")).read_text()
-    assert "<line class=baseline " in page and "<line class=limit " not in page
+    (chart,) = charts_of((tmp_path / host_page("h/1")).read_text())
+    assert [st["kind"] for st in chart["steps"]] == ["baseline"]
 
 
 def test_a_point_opens_its_runs_record_where_the_site_holds_it_else_its_runs_compared(tmp_path):
@@ -168,11 +127,12 @@ def test_a_point_opens_its_runs_record_where_the_site_holds_it_else_its_runs_com
     assert drawn_runs(site.series) == {f"k{i}" for i in range(12)}  # the long one: builds
     site.runs = {key: f'{{"key": "{key}"}}' for key in drawn_runs(site.series)}
     write_site(site, tmp_path)
-    opens = re.findall(r'data-record="([^"]*)"', (tmp_path / host_page("h/1")).read_text())
-    assert opens == [f"runs/k{i}.json" for i in range(12)]
+    (chart,) = charts_of((tmp_path / host_page("h/1")).read_text())
+    assert [p["record"] for p in chart["points"]] == [f"runs/k{i}.json" for i in range(12)]
     assert (tmp_path / "runs" / "k3.json").read_text() == '{"key": "k3"}'
-    opens = re.findall(r'data-record="([^"]*)"', (tmp_path / host_page("h/2")).read_text())
-    assert len(opens) == 200 and opens[0] == "compare-h-2.html?a=long0&amp;b=long4"
+    (chart,) = charts_of((tmp_path / host_page("h/2")).read_text())
+    opens = [p["record"] for p in chart["points"]]
+    assert len(opens) == 200 and opens[0] == "compare-h-2.html?a=long0&b=long4"
 
 
 def test_a_run_of_one_sample_has_one_interval_everywhere():
@@ -192,23 +152,6 @@ def test_a_run_of_one_sample_has_one_interval_everywhere():
     assert ratio.high / ratio.low == pytest.approx(math.exp(2 * Z * se))
 
 
-def test_every_whisker_ends_inside_the_frame():
-    """A flat series whose intervals are wider than its medians' range: the scale holds each
-    interval with room beyond it, so no whisker runs from frame edge to frame edge."""
-    s = _series(30, 3)
-    s.rows[:] = [replace(r, log_se=0.03) for r in s.rows]
-    svg = series_chart(s, [])
-    ends = [
-        float(v)
-        for line in re.findall(r"<line class=interval [^>]*>", svg)
-        for v in re.findall(r'y[12]="([\d.]+)"', line)
-    ]
-    height = float(re.search(r'height="(\d+)"', svg).group(1))  # type: ignore[union-attr]
-    top, bottom = 36 / 2, height - 36 / 2  # the frame inside its padding
-    assert len(ends) == 60
-    assert top + 3 < min(ends) and max(ends) < bottom - 3
-
-
 def test_the_compare_pages_gate_words_are_quoted_as_a_shell_reads_them(tmp_path):
     """The page joins the gate command from words Python's shlex quoted into it: a
     configuration named with a space and a quote, or a build that is a binary's path, is one
@@ -224,3 +167,19 @@ def test_the_compare_pages_gate_words_are_quoted_as_a_shell_reads_them(tmp_path)
     assert data["quoted"]["cache 6'gib"] == shlex.quote("cache 6'gib") == "'cache 6'\"'\"'gib'"
     assert data["quoted"]["/opt/llama cpp/llama-server"] == "'/opt/llama cpp/llama-server'"
     assert data["quoted"]["10423"] == "10423" and data["quoted"]["embedded"] == "embedded"
+
+
+def test_a_chart_s_data_holds_any_name_as_text_of_its_json(tmp_path):
+    """A stored name with markup in it reaches the page inside a chart's JSON, escaped so that
+    no parser of HTML ends the script early, and comes back whole to the page's script."""
+    host = "h/1 </script><b>&"
+    s = _series(3, 1)
+    s.host = host
+    s.rows[:] = [replace(r, host=host) for r in s.rows]
+    write_site(Site("test", [s], []), tmp_path)
+    page = (tmp_path / host_page(host)).read_text()
+    assert "</script><b>" not in page
+    (chart,) = charts_of(page)
+    assert [p["tip"].endswith(f" · {host} · run k{i}") for i, p in enumerate(chart["points"])] == [
+        True
+    ] * 3

@@ -4,12 +4,11 @@ its accepted baselines as steps with the limit their checks pass down to, and th
 records as marks that open them; a claim's ratio over runs against its bound), the span its
 y-scale must hold, and every text it shows. The page's script (``dashboard.js``) is the one
 place that lays them out: the scale and its ticks, where each point stands, and the zoom to a
-build range, which lays the kept points out again. A chart goes to the page as JSON
-(:func:`chart_element`)."""
+build range, which lays the kept points out again. A chart goes to the page as JSON (the
+``chart`` macro of ``report/templates/macros.html``)."""
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -225,19 +224,3 @@ def claim_chart(verdicts: Sequence[tuple[str, Verdict]]) -> Chart:
 def _verdict(date: str, v: Verdict) -> dict[str, Any]:
     title = f"{date}: {v.outcome} {v.ratio:.3g} [{v.low:.3g}, {v.high:.3g}]"
     return {"outcome": v.outcome, "ratio": v.ratio, "low": v.low, "high": v.high, "title": title}
-
-
-def json_script(payload: Any, **attrs: str) -> str:
-    """*payload* as a ``<script type=application/json>`` element of the page with *attrs*:
-    JSON still, with nothing in it that a parser of HTML reads (``&``, ``<``, ``>`` escaped
-    as JSON escapes)."""
-    data = json.dumps(payload, separators=(",", ":"))
-    for mark, escape in (("&", "\\u0026"), ("<", "\\u003c"), (">", "\\u003e")):
-        data = data.replace(mark, escape)
-    said = "".join(f" {k.rstrip('_')}={v}" for k, v in attrs.items())
-    return f"<script type=application/json{said}>{data}</script>"
-
-
-def chart_element(chart: Chart) -> str:
-    """A chart in the page: its data, which the page's script draws in its place."""
-    return json_script(chart, class_="chart-data")

@@ -1,6 +1,7 @@
 """The dashboard: static pages of every host's series over builds, drawn from the store's rows
-(each chart's data written here as JSON, drawn as SVG by the page's own script, ``dashboard.js``:
-the pages open from disk, with no server and no network).
+(page shells from the Jinja2 templates of ``report/templates``, every value escaped; each chart's
+data written into its page as JSON, drawn as SVG by the page's own script, ``dashboard.js``: the
+pages open from disk, with no server and no network).
 
 - ``index.html``: the hosts, and every (profile, configuration, workload) with each host's
   series side by side, so that one host's drift and every host's regression look different;
@@ -25,7 +26,6 @@ import bisect
 import csv
 import datetime as dt
 import hashlib
-import html
 import io
 import json
 import re
@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
+
+import jinja2
 
 from ..fs import atomic_write_text
 from ..llama.build import label_number
@@ -57,11 +59,9 @@ from .charts import (
     Drawn,
     Mark,
     Step,
-    chart_element,
     chart_range,
     claim_chart,
     drawn_points,
-    json_script,
     series_chart,
 )
 
@@ -192,18 +192,20 @@ def _write(path: Path, text: str) -> Path:
     return path
 
 
-def _page(title: str, body: str, series: Sequence[Series]) -> str:
-    first, last = _build_range(series)
-    return (
-        "<!doctype html>\n<html lang=en><head><meta charset=utf-8>"
-        f"<title>{html.escape(title)}</title>"
-        '<link rel=stylesheet href="dashboard.css"></head><body>\n'
-        f"<h1>{html.escape(title)}</h1>\n"
-        '<form id=filter><label>filter <input id=text type=search placeholder="host, '
-        'configuration, workload"></label> <label>builds <input id=from size=8 '
-        f'placeholder="{first}"> to <input id=to size=8 placeholder="{last}"></label></form>\n'
-        f"{body}\n<script src=dashboard.js></script></body></html>\n"
-    )
+_PAGES = jinja2.Environment(
+    loader=jinja2.PackageLoader("pytest_moeperf.report", "templates"),
+    autoescape=True,  # every stored string a page shows is text, escaped where it is written
+    undefined=jinja2.StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+    keep_trailing_newline=True,
+)
+"""The page shells (``report/templates``): HTML and the Atom feed, every value escaped."""
+
+
+def _render(template: str, title: str, drawn: Sequence[Series], **context: Any) -> str:
+    """The page *template* titled *title*, its build filter hinting at the builds of *drawn*."""
+    return _PAGES.get_template(template).render(title=title, builds=_build_range(drawn), **context)
 
 
 def _build_range(series: Sequence[Series]) -> tuple[str, str]:
@@ -239,20 +241,10 @@ def _compare_page(site: Site, host: str) -> str:
     payload = {  # reads them: the page joins them, it never quotes (one rule, Python's)
         "z": Z, "series": series, "runs": runs, "changed": CHANGED_BY_STANDING, "quoted": quoted,
     }  # fmt: skip
-    body = (
-        f'<p><a href="index.html">all hosts</a> · <a href="{host_page(host)}">'
-        f"{html.escape(host)}</a></p><form id=pick><label>run <select id=run-a>"
-        "</select></label> against <label>run <select id=run-b></select></label></form>"
-        "<table id=compare class=reference><thead><tr><th>series</th><th>first</th>"
-        "<th>second</th><th>second / first</th><th>95 % interval</th></tr></thead><tbody>"
-        "</tbody></table><h2>The gate of their builds on their host</h2><pre id=gate></pre>"
-        "<h2>Their decisions, side by side</h2><p>As an upgrade check's table: each decision "
-        "of the first run beside the same one of the second, and what changed.</p>"
-        "<table id=decisions class=reference><thead><tr><th>decision</th><th>first</th>"
-        "<th>second</th><th>changed</th></tr></thead><tbody></tbody></table>"
-        + json_script(payload, id="compare-data")
+    title = f"pytest-moeperf: two runs of {host} compared"
+    return _render(
+        "compare.html", title, mine, host=host, host_page=host_page(host), payload=payload
     )
-    return _page(f"pytest-moeperf: two runs of {host} compared", body, mine)
 
 
 def _decision(test: str, doc: dict[str, Any]) -> list[Any]:
@@ -269,89 +261,75 @@ def _when(f: Found) -> dt.datetime:
     return parse_date(f.change.date) or dt.datetime.min.replace(tzinfo=dt.UTC)
 
 
+def _series_href(s: Series) -> str:
+    return f"{host_page(s.host)}#{series_anchor(s)}"
+
+
 def _told_page(site: Site, told: Sequence[Found]) -> str:
     """``changes.html``: the untriaged change points of every host, newest first."""
-    items = "".join(
-        f'<li><a href="{host_page(f.series.host)}#{series_anchor(f.series)}">'
-        f"{html.escape(f.series.name)}</a>: {_change_item(f).removeprefix('<li class=change>')}"
-        for f in told
-    )
-    body = (
-        '<p><a href="index.html">all hosts</a> · <a href="changes.atom">Atom feed</a> · '
-        f'<a href="changes.json">JSON</a></p><p>{len(told)} change point(s) after the last '
-        "accepted baseline that no one has triaged (<code>moeperf changes ack|invalid|fixed "
-        f"ID</code>), newest first</p><ul class=changes>{items}</ul>"
-    )
-    return _page("pytest-moeperf: untriaged change points", body, site.series)
+    items = [{"found": f, "href": _series_href(f.series)} for f in told]
+    title = "pytest-moeperf: untriaged change points"
+    return _render("changes.html", title, site.series, told=items)
 
 
 def _atom(site: Site, told: Sequence[Found]) -> str:
     """``changes.atom``: the untriaged change points as an Atom feed, newest first."""
-
-    def text(value: str) -> str:
-        return html.escape(value, quote=False)
-
     stamp = (_when(told[0]) if told else dt.datetime.now(dt.UTC)).isoformat()
-    entries = "".join(
-        f"<entry><id>urn:pytest-moeperf:change:{f.id}</id>"
-        f"<title>{text(f'{f.series.name}: {f.change.describe()}')}</title>"
-        f"<updated>{_when(f).isoformat()}</updated>"
-        f'<link href="{html.escape(host_page(f.series.host))}#{series_anchor(f.series)}"/>'
-        f'<content type="text">{text(f.bisect or "no bisect: within one build")}</content>'
-        "</entry>"
+    entries = [
+        {
+            "id": f.id,
+            "title": f"{f.series.name}: {f.change.describe()}",
+            "updated": _when(f).isoformat(),
+            "href": _series_href(f.series),
+            "content": f.bisect or "no bisect: within one build",
+        }
         for f in told
-    )
+    ]
     store = hashlib.sha256(site.store.encode()).hexdigest()[:16]
-    return (
-        '<?xml version="1.0" encoding="utf-8"?>\n<feed xmlns="http://www.w3.org/2005/Atom">'
-        f"<title>pytest-moeperf: untriaged change points</title>"
-        f"<id>urn:pytest-moeperf:changes:{store}</id><updated>{stamp}</updated>"
-        f"<author><name>pytest-moeperf</name></author>{entries}</feed>\n"
-    )
+    return _PAGES.get_template("changes.atom").render(store=store, updated=stamp, entries=entries)
 
 
 def _index(site: Site, hosts: Sequence[str]) -> str:
-    told = sum(1 for f in site.found if f.untriaged)
-    parts = [f"<p>store {html.escape(site.store)}: {len(site.series)} series of "
-             f"{len(hosts)} host(s), {len(site.found)} change point(s), "
-             f'<a href="changes.html">{told} not triaged</a></p><ul>']  # fmt: skip
-    for host in hosts:
-        n = sum(1 for s in site.series if s.host == host)
-        parts.append(f'<li><a href="{host_page(host)}">{html.escape(host)}</a>: {n} series</li>')
-    parts.append(
-        "</ul><h2>Across hosts</h2><p><label><input type=checkbox id=relative> each host as a "
-        "per cent of its own median</label> (else every host's chart of a series on one "
-        "scale, so that one host's drift and every host's regression look different)</p>"
-    )
+    sections = []
     for key in sorted({s.key for s in site.series}):
         side = [s for s in site.series if s.key == key]
-        views = "".join(
-            f"<div class='row {view}'>{_side_by_side(site, side, relative=view == 'relative')}"
-            "</div>"
-            for view in ("absolute", "relative")
+        views = [(view, _side_by_side(site, side, relative=view == "relative"))
+                 for view in ("absolute", "relative")]  # fmt: skip
+        sections.append(
+            {"name": " ".join(key), "hosts": " ".join(s.host for s in side), "views": views}
         )
-        parts.append(
-            f'<section class="series across" data-name="{html.escape(" ".join(key))} '
-            f'{html.escape(" ".join(s.host for s in side))}"><h3>{html.escape(" ".join(key))}'
-            f"</h3>{views}</section>"
-        )
-    return _page("pytest-moeperf: every host's series", "\n".join(parts), site.series)
+    listed = [
+        {"name": h, "page": host_page(h), "series": sum(1 for s in site.series if s.host == h)}
+        for h in hosts
+    ]
+    return _render(
+        "index.html",
+        "pytest-moeperf: every host's series",
+        site.series,
+        store=site.store,
+        series_count=len(site.series),
+        hosts=listed,
+        found_count=len(site.found),
+        told=sum(1 for f in site.found if f.untriaged),
+        sections=sections,
+    )
 
 
-def _side_by_side(site: Site, side: Sequence[Series], *, relative: bool) -> str:
+def _side_by_side(site: Site, side: Sequence[Series], *, relative: bool) -> list[dict[str, Any]]:
     """The hosts' charts of one series on one scale: their values, or each a per cent of its
     own median."""
     spans = [chart_range(drawn_points(s, MOST_COMPACT, relative=relative)) for s in side]
     scale = (min(b for b, _ in spans), max(t for _, t in spans))
-    return "".join(
-        f'<figure><figcaption><a href="{host_page(s.host)}#{series_anchor(s)}">'
-        f"{html.escape(s.host)}</a></figcaption>"
-        + chart_element(
-            series_chart(s, _changes(site, s), compact=True, scale=scale, relative=relative)
-        )
-        + "</figure>"
+    return [
+        {
+            "host": s.host,
+            "href": _series_href(s),
+            "chart": series_chart(
+                s, _changes(site, s), compact=True, scale=scale, relative=relative
+            ),
+        }
         for s in side
-    )
+    ]
 
 
 def _opens(site: Site, s: Series) -> Callable[[Drawn], str]:
@@ -373,33 +351,34 @@ def _changes(site: Site, s: Series) -> list[Found]:
 
 def _host(site: Site, host: str) -> str:
     records = site.records.get(host, [])
-    parts = ['<p><a href="index.html">all hosts</a></p>']
     mine = [s for s in site.series if s.host == host]
+    sections = []
     for s in mine:
         found = _changes(site, s)
-        items = "".join(_change_item(f) for f in found) or "<li>no change point</li>"
         steps, marks, opens = _steps(s, records), _marks(s, host, records), _opens(site, s)
-        chart = chart_element(series_chart(s, found, steps=steps, marks=marks, link=opens))
-        parts.append(
-            f'<section class=series id="{series_anchor(s)}" data-name="{html.escape(s.name)}">'
-            f'<h3><a href="#{series_anchor(s)}">{html.escape(s.name)}</a></h3>'
-            f'{chart}<p class=downloads><a href="{series_data(s)}.csv" download>CSV</a> '
-            f'<a href="{series_data(s)}.json" download>JSON</a> · <a class=compare '
-            f'href="{compare_page(s.host)}?a={s.rows[0].run[:12]}&amp;b={s.rows[-1].run[:12]}">'
-            "compare its first and newest run</a></p>"
-            f"<ul class=changes>{items}</ul></section>"
+        sections.append(
+            {
+                "anchor": series_anchor(s),
+                "name": s.name,
+                "chart": series_chart(s, found, steps=steps, marks=marks, link=opens),
+                "data": series_data(s),
+                "compare": f"{compare_page(s.host)}?a={s.rows[0].run[:12]}&b={s.rows[-1].run[:12]}",
+                "found": found,
+            }
         )
-    parts.extend(_claims(site.verdicts.get(host, [])))
-    for table in site.references.get(host, []):
-        parts.append(f"<h2 class=reference>{html.escape(table.title)}</h2>{_table(table)}")
-    if records:
-        parts.append("<h2>Records</h2><ul class=records>")
-        for i, (kind, _, body) in enumerate(records):
-            link = record_link(host, i, kind)
-            about = html.escape(_about(body))
-            parts.append(f'<li><a href="{link}">{kind} {i + 1}</a> {about}</li>')
-        parts.append("</ul>")
-    return _page(f"pytest-moeperf: {host}", "\n".join(parts), mine)
+    listed = [
+        {"link": record_link(host, i, kind), "kind": kind, "about": _about(body)}
+        for i, (kind, _, body) in enumerate(records)
+    ]
+    return _render(
+        "host.html",
+        f"pytest-moeperf: {host}",
+        mine,
+        series=sections,
+        claims=_claims(site.verdicts.get(host, [])),
+        references=site.references.get(host, []),
+        records=listed,
+    )
 
 
 def _steps(s: Series, records: Sequence[Record]) -> list[Step]:
@@ -434,7 +413,7 @@ def _marks(s: Series, host: str, records: Sequence[Record]) -> list[Mark]:
     ]
 
 
-def _claims(rows: Sequence[VerdictRow]) -> list[str]:
+def _claims(rows: Sequence[VerdictRow]) -> list[dict[str, Any]]:
     """Each claim's section: its verdicts' ratios over runs against the bound."""
     by_test: dict[str, list[tuple[str, Verdict]]] = {}
     for test, _, date, d in rows:
@@ -442,25 +421,17 @@ def _claims(rows: Sequence[VerdictRow]) -> list[str]:
             by_test.setdefault(test, []).append((date, Verdict.from_dict(d)))
         except (KeyError, TypeError, ValueError):
             continue  # a verdict stored without a ratio: nothing to draw
-    parts = ["<h2>Claims</h2>"] if by_test else []
-    for test, judged in by_test.items():
-        counts = ", ".join(
-            f"{n} {o}" for o, n in sorted(Counter(v.outcome for _, v in judged).items())
-        )
-        parts.append(
-            f'<section class="series claim" id="{slug(test)}" data-name="{html.escape(test)}">'
-            f'<h3><a href="#{slug(test)}">{html.escape(test)}</a></h3>'
-            f"{chart_element(claim_chart(judged))}<p>{counts}</p></section>"
-        )
-    return parts
-
-
-def _table(t: Table) -> str:
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in t.headers)
-    body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in t.rows
-    )
-    return f"<table class=reference><tr>{head}</tr>{body}</table>"
+    return [
+        {
+            "test": test,
+            "anchor": slug(test),
+            "chart": claim_chart(judged),
+            "counts": ", ".join(
+                f"{n} {o}" for o, n in sorted(Counter(v.outcome for _, v in judged).items())
+            ),
+        }
+        for test, judged in by_test.items()
+    ]
 
 
 def _about(body: dict[str, Any]) -> str:
@@ -468,15 +439,3 @@ def _about(body: dict[str, Any]) -> str:
         if key in body:
             return f"{key} {body[key]}"
     return ""
-
-
-def _change_item(f: Found) -> str:
-    text = f"<code>{f.id}</code> " + html.escape(f.change.describe())
-    if f.mark is not None:
-        text += f" <span class=mark>{html.escape(f.mark.describe())}</span>"
-    elif f.untriaged:
-        text += " <span class=mark>not triaged</span>"
-    if f.also:
-        text += " &mdash; also on " + html.escape(", ".join(f.also))
-    bisect_line = f"<pre class=bisect>{html.escape(f.bisect)}</pre>" if f.bisect else ""
-    return f"<li class=change>{text}{bisect_line}</li>"

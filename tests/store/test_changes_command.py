@@ -158,7 +158,7 @@ def test_the_dashboard_is_served_on_loopback_only(store_at, tmp_path):
         address = line.split("serving ")[1].split()[0]
         assert address.startswith("http://127.0.0.1:")
         page = httpx.get(address + "index.html", timeout=30)
-        assert page.status_code == 200 and "every host&#x27;s series" in page.text
+        assert page.status_code == 200 and "every host&#39;s series" in page.text
     finally:
         serving.send_signal(signal.SIGINT)
         assert serving.wait(timeout=30) == 0

@@ -5,7 +5,9 @@ before anything is measured; a bad one is a usage error of one line."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -409,6 +411,14 @@ def _options(config: pytest.Config) -> Options:
         measure_anyway=bool(get("moeperf_measure_anyway")),
         history=not get("moeperf_no_history"),
     )
+    _upgrade(opts, get)
+    _check_outputs(opts)
+    _check_values(opts)
+    return opts
+
+
+def _upgrade(opts: Options, get: Callable[[str], Any]) -> None:
+    """The upgrade check's options into *opts*, and what they exclude."""
     opts.candidate, opts.pinned = upgrade_options(
         get("moeperf_candidate"), get("moeperf_candidate_label"), get("moeperf_pinned")
     )
@@ -435,11 +445,19 @@ def _options(config: pytest.Config) -> Options:
         )
     if opts.accept and opts.replay:
         raise SettingError("--moeperf-accept takes measured results, not --moeperf-replay")
+
+
+def _check_outputs(opts: Options) -> None:
+    """The files the run will write, checked before anything is measured."""
     if opts.report_file is not None:  # checked before anything is measured: never a PNG alone
         check_output(opts.report_file, "--moeperf-report")
         check_output(report_png(opts.report_file), "--moeperf-report (its PNG)")
     if opts.results_file is not None:
         check_output(opts.results_file, "--moeperf-results")
+
+
+def _check_values(opts: Options) -> None:
+    """Each option's value in its range; one line naming the option where it is not."""
     if opts.repetitions is not None:
         check_rounds(opts.repetitions, "--moeperf-repetitions", at_least=1, what="repetitions")
     check_rounds(
@@ -461,4 +479,3 @@ def _options(config: pytest.Config) -> Options:
     check_reprobe(opts.reprobe_seconds, "--moeperf-reprobe-seconds")
     check_busy_limit(opts.busy_limit, "--moeperf-busy-limit")
     check_numa_min_share(opts.numa_min_share, "--moeperf-numa-min-share")
-    return opts

@@ -103,26 +103,16 @@ def summary_rows(measurements: Iterable[Measurement]) -> tuple[list[str], list[l
     rows = []
     for (profile, config, build), by_w in groups.items():
         name = f"{profile}/{config}" if len(profiles) > 1 else config
-        cells = [name]
-        spreads = []
-        limits = []
+        cells, spreads, limits = [name], [], []
         for w in workloads:
             here = by_w.get(w.name)
             if here is None:
                 cells.append("-")
                 continue
-            s, limit = here.summary, here.conditions.roofline
-            if limit is not None and limit.limit_tok_s:
-                best = bandwidth.get(limit.bandwidth_source, limit.bandwidth_gbs)
-                ceiling = limit.limit_tok_s * best / limit.bandwidth_gbs
-                share = s.median / ceiling
-                seen = " (seen)" if best > limit.bandwidth_gbs else ""
-                limits.append(f"{w.name} {100 * share:.0f}% of {ceiling:.0f}{seen}")
-            cells.append(f"{s.median:.1f}")
-            if here.figure is not None and not here.samples:
-                spreads.append(f"{w.kind} ±{100 * here.figure.rel_spread:.1f}% (stored)")
-            else:
-                spreads.append(f"{w.kind} {100 * s.cv:.1f}%")
+            cells.append(f"{here.summary.median:.1f}")
+            spreads.append(_spread(here))
+            if (limit := _bandwidth_limit(here, bandwidth)) is not None:
+                limits.append(limit)
         rows.append(
             [
                 *cells,
@@ -132,6 +122,25 @@ def summary_rows(measurements: Iterable[Measurement]) -> tuple[list[str], list[l
             ]
         )
     return headers, rows
+
+
+def _spread(m: Measurement) -> str:
+    """A measurement's spread as the summary says it: its samples' CV, or a stored figure's."""
+    if m.figure is not None and not m.samples:
+        return f"{m.workload.kind} ±{100 * m.figure.rel_spread:.1f}% (stored)"
+    return f"{m.workload.kind} {100 * m.summary.cv:.1f}%"
+
+
+def _bandwidth_limit(m: Measurement, bandwidth: Mapping[str, float]) -> str | None:
+    """A decode's share of its memory-bandwidth ceiling (the best bandwidth seen of its source
+    raising it), ``None`` without a roofline."""
+    limit = m.conditions.roofline
+    if limit is None or not limit.limit_tok_s:
+        return None
+    best = bandwidth.get(limit.bandwidth_source, limit.bandwidth_gbs)
+    ceiling = limit.limit_tok_s * best / limit.bandwidth_gbs
+    seen = " (seen)" if best > limit.bandwidth_gbs else ""
+    return f"{m.workload.name} {100 * m.summary.median / ceiling:.0f}% of {ceiling:.0f}{seen}"
 
 
 TRAFFIC_HEADERS = [

@@ -342,36 +342,14 @@ class ServerPool:
         processes' (a waiter that would fit now, but not beside this one, goes first); until
         then stop this pool's idle servers, then wait."""
         assert self.ledger is not None
-        mine = [charge_of(need, gpus)]
+        mine = charge_of(need, gpus)
         deadline = time.monotonic() + MEMORY_WAIT
         waited = False
         try:
             while True:
-                own = [
-                    charge_of(r.footprint, r.gpus)
-                    for k, r in self.alive().items()
-                    if k != key and r.footprint is not None
-                ]
-                with self.ledger.book() as book:
-                    others = self.counted(book.others())
-                    everyone = [*others, *(e.charge for e in book.mine())]
-                    since = min((w.since for w in book.waiters if w.owner == book.me), default=inf)
-                    # one that waited longer and fits now, but not beside this one, goes first
-                    ahead = [
-                        w
-                        for w in book.waiting_others()
-                        if w.since < since
-                        and self.fits([], [*everyone, w.charge])
-                        and not self.fits([], [*everyone, w.charge, *mine])
-                    ]
-                    if not ahead and self.fits([], [*others, *own, *mine]):
-                        book.put(_ledger_key(key), name, mine[0])
-                        book.unwait()
-                        return
-                    if not waited:
-                        book.wait(name, mine[0])
-                    blocking = [f"{w.name} of pid {w.owner}, waiting longer" for w in ahead]
-                    blocking += [e.describe() for e in book.others()]
+                blocking = self._booked(key, mine, name, waited=waited)
+                if blocking is None:
+                    return
                 if not waited:
                     waited = True
                     if self._stop_idle(why=f"{name} waits for memory other processes hold"):
@@ -392,6 +370,36 @@ class ServerPool:
             if waited:
                 with self.ledger.book() as book:
                     book.unwait()
+
+    def _booked(self, key: ServerKey, mine: Charge, name: str, *, waited: bool) -> list[str] | None:
+        """One look at the ledger: *mine* booked where it fits beside this pool's servers and
+        the other processes' and no one waiting longer would fit now but not beside it
+        (``None``); else what holds the memory, *mine* among the waiters from the first look."""
+        assert self.ledger is not None
+        own = [
+            charge_of(r.footprint, r.gpus)
+            for k, r in self.alive().items()
+            if k != key and r.footprint is not None
+        ]
+        with self.ledger.book() as book:
+            others = self.counted(book.others())
+            everyone = [*others, *(e.charge for e in book.mine())]
+            since = min((w.since for w in book.waiters if w.owner == book.me), default=inf)
+            ahead = [
+                w
+                for w in book.waiting_others()
+                if w.since < since
+                and self.fits([], [*everyone, w.charge])
+                and not self.fits([], [*everyone, w.charge, mine])
+            ]
+            if not ahead and self.fits([], [*others, *own, mine]):
+                book.put(_ledger_key(key), name, mine)
+                book.unwait()
+                return None
+            if not waited:
+                book.wait(name, mine)
+            blocking = [f"{w.name} of pid {w.owner}, waiting longer" for w in ahead]
+            return blocking + [e.describe() for e in book.others()]
 
     def unreserve(self, key: ServerKey) -> None:
         """Take back the ledger entry of a server that did not start."""

@@ -196,46 +196,58 @@ def build_llama(
             ccache_dir=builds.parent / "ccache",
         )
         started = time.monotonic()
-        try:
-            work.mkdir(parents=True)
-            build_dir = work / "build"
-            tree = download_source(job)
-            configure(job, tree, build_dir)
-            compile_targets(job, build_dir)
-            staged = _stage_entry(job, build_dir, cpu, time.monotonic() - started)
-            if entry.exists():  # an incomplete entry (damaged by hand): replace it
-                shutil.rmtree(entry)
-            os.rename(staged, entry)
-        except OSError as e:
-            _keep_log(job, failed_log)
-            if e.errno == errno.ENOSPC:
-                raise _disk_full(job) from e
-            raise BuildError(f"building llama.cpp b{n} in {work} failed: {e}") from e
-        except _NotPublished:
-            raise
-        except BuildError as e:
-            if _keep_log(job, failed_log):
-                first, sep, rest = str(e).partition("\n")
-                note = f" (full log: {failed_log})"
-                first = f"{first[:-1]}{note}:" if first.endswith(":") else first + note
-                raise BuildError(f"{first}{sep}{rest}") from None
-            raise
-        except BaseException:
-            _keep_log(job, failed_log)
-            raise
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
-        with contextlib.suppress(OSError):
-            failed_log.unlink()
+        _compile_entry(job, entry, cpu, failed_log)
     built = _entry_build(entry, n)
-    cached = ""
+    seconds = _format_seconds(time.monotonic() - started)
+    say(f"built b{n} in {seconds}{_ccache_note(entry)}: {built.server}")
+    return built
+
+
+def _compile_entry(job: BuildJob, entry: Path, cpu: str, failed_log: Path) -> None:
+    """Download, configure and compile *job* in its work dir and move the finished binaries to
+    *entry*; a failure keeps its log as *failed_log* and names it (a full disk says so)."""
+    n, work, started = job.number, job.work, time.monotonic()
+    try:
+        work.mkdir(parents=True)
+        build_dir = work / "build"
+        tree = download_source(job)
+        configure(job, tree, build_dir)
+        compile_targets(job, build_dir)
+        staged = _stage_entry(job, build_dir, cpu, time.monotonic() - started)
+        if entry.exists():  # an incomplete entry (damaged by hand): replace it
+            shutil.rmtree(entry)
+        os.rename(staged, entry)
+    except OSError as e:
+        _keep_log(job, failed_log)
+        if e.errno == errno.ENOSPC:
+            raise _disk_full(job) from e
+        raise BuildError(f"building llama.cpp b{n} in {work} failed: {e}") from e
+    except _NotPublished:
+        raise
+    except BuildError as e:
+        if _keep_log(job, failed_log):
+            first, sep, rest = str(e).partition("\n")
+            note = f" (full log: {failed_log})"
+            first = f"{first[:-1]}{note}:" if first.endswith(":") else first + note
+            raise BuildError(f"{first}{sep}{rest}") from None
+        raise
+    except BaseException:
+        _keep_log(job, failed_log)
+        raise
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        failed_log.unlink()
+
+
+def _ccache_note(entry: Path) -> str:
+    """How many of the entry's compiles ccache served (``""``: no figures)."""
     with contextlib.suppress(OSError, ValueError):
         stats = json.loads((entry / "build.json").read_text()).get("ccache_stats") or {}
         if stats:
             hits = stats.get("direct_hits", 0) + stats.get("preprocessed_hits", 0)
-            cached = f" (ccache: {hits} of {hits + stats.get('misses', 0)} compiles cached)"
-    say(f"built b{n} in {_format_seconds(time.monotonic() - started)}{cached}: {built.server}")
-    return built
+            return f" (ccache: {hits} of {hits + stats.get('misses', 0)} compiles cached)"
+    return ""
 
 
 def _keep_log(job: BuildJob, failed_log: Path) -> bool:

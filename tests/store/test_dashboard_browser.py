@@ -273,7 +273,8 @@ def test_every_stored_string_is_text_on_the_pages_and_runs_nothing(
     assert moeperf(["dashboard", "--output", str(site), "--store", url]) == 0  # rebuilt
     text = "".join(p.read_text() for p in site.rglob("*") if p.suffix in (".html", ".svg"))
     assert "<script>alert" not in text and "</script>&" not in text  # as text only
-    assert "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;&amp;&#39;" in text  # as MarkupSafe escapes
+    # as MarkupSafe escapes it
+    assert "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;&amp;&#39;" in text
 
     page = browser.new_page()
     dialogs: list[str] = []

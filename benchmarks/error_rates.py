@@ -272,7 +272,7 @@ class Bench:
             results_dir=self.directory,
             history=False,
         )
-        self.session = PerfSession(options, source=self.source)
+        self.session = PerfSession(options, source=self.source, stage=self.stage)  # type: ignore[arg-type]
         self.profile = self.session.profile("sim")
 
     def gate(self, host: Host, truth: float, seed: int) -> list[GateRow]:
@@ -281,7 +281,6 @@ class Bench:
         with fake_clock(self.clock):
             result = run_gate(
                 self.session,
-                self.stage,  # type: ignore[arg-type]
                 self.profile,
                 BuildUnderTest(1),
                 BuildUnderTest(2),
@@ -510,7 +509,6 @@ def calibrate(bench: Bench, host: Host, gates: int = 4, seed: int = 9_000_000) -
     with fake_clock(bench.clock):
         got = run_calibration(
             bench.session,
-            bench.stage,  # type: ignore[arg-type]
             bench.profile,
             BuildUnderTest(1),
             configurations=["c0"],
@@ -522,7 +520,7 @@ def calibrate(bench: Bench, host: Host, gates: int = 4, seed: int = 9_000_000) -
         bench.source.fingerprint(bench.profile),
         got.figures(),
     )
-    bench.session = PerfSession(bench.session.options, source=bench.source)
+    bench.session = PerfSession(bench.session.options, source=bench.source, stage=bench.stage)  # type: ignore[arg-type]
     bench.profile = bench.session.profile("sim")
 
 

@@ -95,12 +95,12 @@ def one_race(host: Host, scenario: str, seed: int, folder: Path) -> str:
         toml.write_text('[profiles.p]\nmodel = "m.gguf"\n[profiles.p.configurations.c]\n')
     with fake_clock() as clock:
         source = SimRace(host, SCENARIOS[scenario], seed, clock)
-        session = PerfSession(Options(profile="p", config_file=toml, rootdir=folder), source=source)
+        options = Options(profile="p", config_file=toml, rootdir=folder)
+        session = PerfSession(options, source=source, stage=NoStage())  # type: ignore[arg-type]
         profile = session.profile("p")
         base: Configuration = profile.configuration("c")
         race = Race(
             session,
-            NoStage(),  # type: ignore[arg-type]
             profile,
             base,
             (Knob.parse("-t=1,2"),),

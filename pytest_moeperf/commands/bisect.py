@@ -113,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
     if args.replay is not None:
         return replay(args)
     metric = Workload.parse(args.metric).require_rate("bisect") if args.metric else None
-    session, live = common.live_session(args)
+    session, _ = common.live_session(args)
     profile = session.profile()
     names = common.configurations(args, profile) or [next(iter(profile.configurations))]
     if metric is None:
@@ -124,7 +124,6 @@ def run(args: argparse.Namespace) -> int:
     try:
         result = run_bisect(
             session,
-            live.stage,
             profile,
             builds,
             configurations=names,

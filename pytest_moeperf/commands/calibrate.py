@@ -71,7 +71,6 @@ def run(args: argparse.Namespace) -> int:
     try:
         calibration = run_calibration(
             session,
-            live.stage,
             profile,
             side(build),
             configurations=names,

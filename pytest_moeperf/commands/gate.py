@@ -176,12 +176,12 @@ def replay(args: argparse.Namespace) -> int:
     options = run_options(args)
     profiles = load_profiles(options.config_file, options.pyproject)
     source = StoredHost(stored.record, profiles, path=path, option="--replay")
-    session = PerfSession(options, progress=say, source=source, profiles=profiles)
+    stage = StoredStage(stored.busy, stored.loadavg, stored.skipped)
+    session = PerfSession(options, progress=say, source=source, profiles=profiles, stage=stage)
     configurations = list(dict.fromkeys(c for c, _ in stored.rows))
     workloads = [Workload.parse(w) for w in dict.fromkeys(w for _, w in stored.rows)]
     result = run_gate(
         session,
-        StoredStage(stored.busy, stored.loadavg, stored.skipped),
         session.profile(),
         BuildUnderTest(stored.baseline),
         BuildUnderTest(stored.candidate),
@@ -213,7 +213,6 @@ def run(args: argparse.Namespace) -> int:
     try:
         result = run_gate(
             session,
-            live.stage,
             profile,
             baseline,
             candidate,

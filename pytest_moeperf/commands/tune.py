@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     knobs = tuple(Knob.parse(k) for k in args.knob)
     if not knobs:
         raise MoeperfError("tune: give the knobs to try, e.g. --knob=-t=1,2 --knob=-ub=64,512")
-    session, live = common.live_session(args)
+    session, _ = common.live_session(args)
     profile = session.profile()
     names = common.configurations(args, profile) or [next(iter(profile.configurations))]
     if len(names) != 1:
@@ -106,7 +106,6 @@ def run(args: argparse.Namespace) -> int:
     }
     race = Race(
         session,
-        live.stage,
         profile,
         base,
         knobs,

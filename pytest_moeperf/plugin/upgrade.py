@@ -158,7 +158,6 @@ class GateItem(pytest.Item):
         try:
             row, output, notes = upgrade_row(
                 perf,
-                perf.servers,
                 profile,
                 plan.configuration,
                 Workload.parse(plan.workload),

@@ -44,7 +44,6 @@ from .gate import BuildUnderTest, StoredStage, run_gate
 from .options import Options
 from .replayed import StoredHost
 from .session import PerfSession
-from .source import Stage
 
 STATE_SCHEMA = 2
 """The version of a bisect's state file (2: verdicts as the results file stores them; the
@@ -93,7 +92,6 @@ the gate's run record (as the results file holds it)."""
 
 def _compare(
     session: PerfSession,
-    stage: Stage,
     profile: Profile,
     baseline: BuildUnderTest,
     candidate: BuildUnderTest,
@@ -104,7 +102,7 @@ def _compare(
 ) -> tuple[Comparison, ...]:
     """The gate of *candidate* against *baseline* on *metric*: each configuration's verdict."""
     result = run_gate(
-        session, stage, profile, baseline, candidate,
+        session, profile, baseline, candidate,
         configurations=configurations,
         workloads=[metric],
         margin=margin,
@@ -119,7 +117,6 @@ def _compare(
 
 def run_bisect(
     session: PerfSession,
-    stage: Stage,
     profile: Profile,
     builds: Sequence[BuildUnderTest],
     *,
@@ -137,7 +134,7 @@ def run_bisect(
     def gate(baseline: BuildUnderTest, candidate: BuildUnderTest) -> Gated:
         before = len(session.journal.verdicts)
         got = _compare(
-            session, stage, profile, baseline, candidate, configurations, metric, margin, budget
+            session, profile, baseline, candidate, configurations, metric, margin, budget
         )
         # the gate forgot the previous gate's sides: the session holds this gate's alone
         record = replace(session.journal.freeze(), verdicts=session.journal.verdicts[before:])
@@ -169,10 +166,10 @@ def replay_bisect(
                 "bisect again with --json to have one that replays"
             )
         source = StoredHost(record, profiles, path=stored.path, option="--replay")
-        session = PerfSession(options, source=source, profiles=profiles)
         stage = StoredStage(0.0, (0.0, 0.0, 0.0))  # a bisect's gates skip nothing
+        session = PerfSession(options, source=source, profiles=profiles, stage=stage)
         got = _compare(
-            session, stage, session.profile(), baseline, candidate,
+            session, session.profile(), baseline, candidate,
             stored.configurations, metric, stored.margin,
         )  # fmt: skip
         return got, record.to_dict()

@@ -20,7 +20,6 @@ from ..verdicts.calibration import NoiseFigure, noise_figure
 from ..verdicts.gate import GateResult, GateRow
 from .gate import BuildUnderTest, run_gate
 from .session import PerfSession
-from .source import Stage
 
 GATES = 4
 """A/A gates ``moeperf calibrate`` runs by default."""
@@ -55,7 +54,6 @@ class Calibration:
 
 def run_calibration(
     session: PerfSession,
-    stage: Stage,
     profile: Profile,
     build: BuildUnderTest,
     *,
@@ -80,7 +78,6 @@ def run_calibration(
         for i in range(gates):
             result = run_gate(
                 session,
-                stage,
                 profile,
                 build,
                 build,

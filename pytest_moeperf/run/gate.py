@@ -161,9 +161,15 @@ def _paired_change(got: Decided, against: str) -> PairedChange:
     return PairedChange(against, math.log(iv.ratio), iv.se, iv.rounds, iv.df)
 
 
+def _stage(session: PerfSession) -> Stage:
+    """The session's stage, which a gate needs (a session of replayed tests has none)."""
+    if session.stage is None:
+        raise ValueError("a gate runs in a session with a stage: live servers or a stored gate's")
+    return session.stage
+
+
 def run_gate(
     session: PerfSession,
-    stage: Stage,
     profile: Profile,
     baseline: BuildUnderTest,
     candidate: BuildUnderTest,
@@ -188,7 +194,9 @@ def run_gate(
     *check_output* is false, each configuration's correctness guard runs first: a different
     output fails the gate unless *allow_different*. With *attribute_bench*, each round also
     runs llama-bench of both builds (same model, flags, pinning), and each row says whether its
-    change is in the server layer or in the compute."""
+    change is in the server layer or in the compute. The host beside the rounds is the
+    session's stage (its servers, or a stored gate's)."""
+    stage = _stage(session)
     gated = replace(
         profile, builds={BASELINE: baseline.target, CANDIDATE: candidate.target}, build=None
     )
@@ -269,7 +277,6 @@ def run_gate(
 
 def upgrade_row(
     session: PerfSession,
-    stage: Stage,
     profile: Profile,
     name: str,
     w: Workload,
@@ -286,6 +293,7 @@ def upgrade_row(
     over the check's *family* rows). With *check_output*, both builds' greedy output first.
     Returns the row, the output check and what the row said before it measured; a
     configuration a build or the host cannot run is :class:`Unavailable`."""
+    stage = _stage(session)
     pinned = profile.build_label or "pinned"
     config = profile.configuration(name)
     sides = ((BASELINE, config), (CANDIDATE, config))

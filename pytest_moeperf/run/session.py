@@ -40,7 +40,7 @@ from ..verdicts.sequential import Plan
 from .options import Options
 from .pin import pin_moves
 from .replayed import StoredHost
-from .source import Host, MeasurementKey, Servers
+from .source import Host, MeasurementKey, Servers, Stage
 
 STORE_RUN = "store:"
 """``--moeperf-replay store:KEY`` replays a run of the store (the first digits of its key)."""
@@ -57,6 +57,7 @@ class PerfSession:
         source: Host | None = None,
         servers: Servers | None = None,
         profiles: dict[str, Profile] | None = None,
+        stage: Stage | None = None,
     ) -> None:
         self.options = options
         self.report = report or (lambda line: None)
@@ -86,6 +87,10 @@ class PerfSession:
         tests (:mod:`pytest_moeperf.store.journal`); frozen, the run record."""
         self.servers: Servers | None = servers
         """The servers this session starts (``None``: a replayed run starts none)."""
+        self.stage: Stage | None = servers if servers is not None else stage
+        """What a gate (bisect, tune, calibrate, the upgrade check) asks of the host beside
+        its rounds: the live servers, or a stored gate's ``StoredStage`` (``None``: a
+        replayed run of tests, which gates nothing)."""
         self.last_use: dict[tuple[str, str], int] = {}
         self.baseline_rows: list[BaselineRow] = []
         """Each baseline check with its measurement, for the report (the journal keeps the

@@ -213,7 +213,6 @@ class Race:
     """What every duel of one race is measured with."""
 
     session: PerfSession
-    stage: Stage
     profile: Profile
     base: Configuration
     knobs: tuple[Knob, ...]
@@ -224,6 +223,13 @@ class Race:
     say: Callable[[str], None]
     seen: dict[str, Candidate] = field(default_factory=dict)
     """Every candidate the race named, by name."""
+
+    @property
+    def stage(self) -> Stage:
+        """The session's servers, which the duels start and stop."""
+        if self.session.stage is None:
+            raise ValueError("a race runs in a session with a stage: live servers")
+        return self.session.stage
 
     def duel(self, leader: Candidate, challenger: Candidate, *, confirm: bool = False) -> Duel:
         """*challenger* against *leader* in paired rounds (from the state file when measured

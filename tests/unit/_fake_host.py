@@ -215,9 +215,11 @@ def fake_session(
     *,
     keys: str = "",
     configuration_keys: str = "",
+    stage: Any = None,
 ) -> tuple[PerfSession, Profile]:
     """A session of profile ``p`` (its *configurations*, workload pp512, and the TOML lines
-    *keys* and, in each configuration, *configuration_keys*) on *source*."""
+    *keys* and, in each configuration, *configuration_keys*) on *source*, its stage *stage*
+    (default a :class:`FakeStage`)."""
     toml = tmp_path / "moeperf.toml"
     toml.write_text(
         f'[profiles.p]\nmodel = "m.gguf"\nworkloads = ["pp512"]\nbudget = 180\n{keys}\n'
@@ -226,5 +228,5 @@ def fake_session(
         )
     )
     options = Options(profile="p", config_file=toml, rootdir=tmp_path, results_dir=tmp_path)
-    session = PerfSession(options, source=source)
+    session = PerfSession(options, source=source, stage=stage or FakeStage())
     return session, session.profile("p")

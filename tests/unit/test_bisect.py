@@ -63,7 +63,7 @@ class FakeGates:
         self.noisy = noisy
         self.calls: list[tuple[str, str]] = []
 
-    def __call__(self, session, live, profile, baseline, candidate, **kw) -> GateResult:
+    def __call__(self, session, profile, baseline, candidate, **kw) -> GateResult:
         self.calls.append((baseline.name, candidate.name))
         a, b = (self.speeds[int(x.name[1:])] for x in (baseline, candidate))
         ratio = b / a
@@ -95,7 +95,6 @@ def _run(tmp_path: Path, fake: FakeGates, monkeypatch, n: int):
     builds = [BuildUnderTest(i) for i in range(n)]  # named b0, b1, ...
     return run_bisect(
         _Session(),  # type: ignore[arg-type]
-        None,  # type: ignore[arg-type]
         _Profile(),  # type: ignore[arg-type]
         builds,
         configurations=["mmap"],
@@ -144,7 +143,6 @@ def test_no_slowdown_between_good_and_bad_stops(tmp_path, monkeypatch):
 def test_needs_two_distinct_builds(tmp_path):
     with pytest.raises(MoeperfError, match="a good and a bad"):
         run_bisect(
-            None,  # type: ignore[arg-type]
             None,  # type: ignore[arg-type]
             _Profile(),  # type: ignore[arg-type]
             [BuildUnderTest(1)],

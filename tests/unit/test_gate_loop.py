@@ -26,10 +26,8 @@ from pytest_moeperf.store.stored import bisect_json, gate_json_text, read_gate
 
 def _gate(tmp_path, clock, speeds, stage=None, configurations=("mmap",), **kw):
     source = FakeSource(builds(speeds, **kw.pop("host", {})), clock)
-    session, profile = fake_session(tmp_path, source, configurations)
-    result = run_gate(
-        session, stage or FakeStage(), profile, BuildUnderTest(0), BuildUnderTest(1), **kw
-    )
+    session, profile = fake_session(tmp_path, source, configurations, stage=stage)
+    result = run_gate(session, profile, BuildUnderTest(0), BuildUnderTest(1), **kw)
     return result, source
 
 
@@ -104,7 +102,6 @@ def _bisect(tmp_path, clock, speeds, state_dir=None):
     said: list[str] = []
     result = run_bisect(
         session,
-        FakeStage(),
         profile,
         [BuildUnderTest(i) for i in range(len(speeds))],
         configurations=["mmap"],
@@ -143,19 +140,19 @@ def test_a_stored_gate_replays_to_the_same_rows_and_verdicts(tmp_path, clock, ca
     stored rounds again through the same loop gives every row's verdict, interval, rounds and
     Holm p-values as the gate measured them, and the same exit status."""
     source = FakeSource(builds({0: 100.0, 1: 91.0}), clock)
-    session, profile = fake_session(tmp_path, source, ("mmap", "gone", "lm-none"))
-    measured = run_gate(
-        session, FakeStage(unavailable=["gone"]), profile, BuildUnderTest(0), BuildUnderTest(1)
+    session, profile = fake_session(
+        tmp_path, source, ("mmap", "gone", "lm-none"), stage=FakeStage(unavailable=["gone"])
     )
+    measured = run_gate(session, profile, BuildUnderTest(0), BuildUnderTest(1))
     path = tmp_path / "gate.json"
     path.write_text(gate_json_text(measured, session.journal.freeze()))
     stored = read_gate(path)
     assert stored.rows == (("mmap", "pp512"), ("lm-none", "pp512"))
     source = StoredHost(stored.record, session.profiles, path=path, option="--replay")
-    replayed = PerfSession(session.options, source=source)
+    stage = StoredStage(stored.busy, stored.loadavg, stored.skipped)
+    replayed = PerfSession(session.options, source=source, stage=stage)
     again = run_gate(
         replayed,
-        StoredStage(stored.busy, stored.loadavg, stored.skipped),
         replayed.profile("p"),
         BuildUnderTest(stored.baseline),
         BuildUnderTest(stored.candidate),

@@ -80,10 +80,9 @@ def _calibrate(
     **kw: Any,
 ) -> tuple[Calibration, MetricNoise]:
     source = MetricNoise(noise, clock, seed)
-    session, profile = fake_session(tmp_path, source)
+    session, profile = fake_session(tmp_path, source, stage=stage)
     calibration = run_calibration(
         session,
-        stage or FakeStage(),
         profile,
         BuildUnderTest(0),
         configurations=["mmap"],

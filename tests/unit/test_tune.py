@@ -46,12 +46,11 @@ def _speed(profile, side: Side) -> float:
 def _race(tmp_path, clock, knobs, stage=None, say=None, seed=1, **toml):
     host = Host(_speed, lambda p, s: s.configuration.name, sd=0.03, process=0.005)
     source = FakeSource(host, clock, seed=seed)
-    session, profile = fake_session(tmp_path, source, **toml)
+    session, profile = fake_session(tmp_path, source, stage=stage, **toml)
     parsed = tuple(Knob.parse(k) for k in knobs)
     lines: list[str] = []
     race = Race(
         session,
-        stage or FakeStage(),
         profile,
         profile.configuration("mmap"),
         parsed,

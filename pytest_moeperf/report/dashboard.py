@@ -113,6 +113,11 @@ def compare_page(host: str) -> str:
     return f"compare-{slug(host)}.html"
 
 
+def compare_link(host: str, first: str, last: str) -> str:
+    """The compare page of *host* with runs *first* and *last* picked."""
+    return f"{compare_page(host)}?a={first[:12]}&b={last[:12]}"
+
+
 def record_link(host: str, index: int, kind: str) -> str:
     return f"records/{slug(host)}-{index}-{kind}.json"
 
@@ -339,8 +344,7 @@ def _opens(site: Site, s: Series) -> Callable[[Drawn], str]:
     def link(p: Drawn) -> str:
         if p.run in site.runs:
             return run_link(p.run)
-        first, last = s.rows[p.first].run, s.rows[p.last].run
-        return f"{compare_page(s.host)}?a={first[:12]}&b={last[:12]}"
+        return compare_link(s.host, s.rows[p.first].run, s.rows[p.last].run)
 
     return link
 
@@ -362,7 +366,7 @@ def _host(site: Site, host: str) -> str:
                 "name": s.name,
                 "chart": series_chart(s, found, steps=steps, marks=marks, link=opens),
                 "data": series_data(s),
-                "compare": f"{compare_page(s.host)}?a={s.rows[0].run[:12]}&b={s.rows[-1].run[:12]}",
+                "compare": compare_link(s.host, s.rows[0].run, s.rows[-1].run),
                 "found": found,
             }
         )

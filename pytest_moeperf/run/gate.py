@@ -161,13 +161,6 @@ def _paired_change(got: Decided, against: str) -> PairedChange:
     return PairedChange(against, math.log(iv.ratio), iv.se, iv.rounds, iv.df)
 
 
-def _stage(session: PerfSession) -> Stage:
-    """The session's stage, which a gate needs (a session of replayed tests has none)."""
-    if session.stage is None:
-        raise ValueError("a gate runs in a session with a stage: live servers or a stored gate's")
-    return session.stage
-
-
 def run_gate(
     session: PerfSession,
     profile: Profile,
@@ -196,7 +189,7 @@ def run_gate(
     runs llama-bench of both builds (same model, flags, pinning), and each row says whether its
     change is in the server layer or in the compute. The host beside the rounds is the
     session's stage (its servers, or a stored gate's)."""
-    stage = _stage(session)
+    stage = session.stage_for("a gate")
     gated = replace(
         profile, builds={BASELINE: baseline.target, CANDIDATE: candidate.target}, build=None
     )
@@ -293,7 +286,7 @@ def upgrade_row(
     over the check's *family* rows). With *check_output*, both builds' greedy output first.
     Returns the row, the output check and what the row said before it measured; a
     configuration a build or the host cannot run is :class:`Unavailable`."""
-    stage = _stage(session)
+    stage = session.stage_for("an upgrade row")
     pinned = profile.build_label or "pinned"
     config = profile.configuration(name)
     sides = ((BASELINE, config), (CANDIDATE, config))

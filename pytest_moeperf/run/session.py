@@ -117,6 +117,15 @@ class PerfSession:
         """The upgrade check's result once the session ended (the plugin's
         :class:`~pytest_moeperf.report.upgrade.UpgradeCheck`), for the terminal summary."""
 
+    def stage_for(self, what: str) -> Stage:
+        """The session's stage, which *what* (a gate, a race) needs; ``ValueError`` in a
+        session of replayed tests, which has none."""
+        if self.stage is None:
+            raise ValueError(
+                f"{what} runs in a session with a stage: live servers or a stored gate's"
+            )
+        return self.stage
+
     def _replay(self, named: Path) -> StoredHost:
         """The stored run *named*: a results or baseline file, or ``store:KEY`` (a run of the
         store, by the first digits of its key)."""

@@ -227,9 +227,7 @@ class Race:
     @property
     def stage(self) -> Stage:
         """The session's servers, which the duels start and stop."""
-        if self.session.stage is None:
-            raise ValueError("a race runs in a session with a stage: live servers")
-        return self.session.stage
+        return self.session.stage_for("a race")
 
     def duel(self, leader: Candidate, challenger: Candidate, *, confirm: bool = False) -> Duel:
         """*challenger* against *leader* in paired rounds (from the state file when measured
